@@ -1,0 +1,397 @@
+"""An API client that speaks plain dicts to one API server.
+
+Why not the generated clients: their model (de)serialisation dominates CPU at reflection rates (see
+``python-stack.md``). We borrow ``kubernetes_asyncio`` only for what is hard to get right — reading
+kubeconfigs, exec plugins, in-cluster credentials — and do the HTTP ourselves on one aiohttp session per
+cluster, decoding with orjson. A process talks to several clusters at once simply by holding several
+:class:`KubeClient` objects; nothing here is global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+import orjson
+from kubernetes_asyncio.client import Configuration
+from kubernetes_asyncio.config import kube_config
+
+from liqo.kube.errors import GoneError, UnreachableError, api_error
+from liqo.kube.resources import Resource
+
+FIELD_MANAGER = "liqo"
+"""The one server-side-apply field manager every component of ours writes with."""
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+PatchType = Literal["merge", "json", "strategic"]
+_PATCH_CONTENT_TYPES: dict[str, str] = {"merge": MERGE_PATCH, "json": JSON_PATCH, "strategic": STRATEGIC_PATCH}
+
+Params = Mapping[str, str | int | bool | None]
+
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=5)
+
+
+def _query(params: Params | None) -> dict[str, str]:
+    """Drop unset parameters and render booleans the way the API server expects."""
+    out: dict[str, str] = {}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+def _ssl_context(configuration: Configuration) -> ssl.SSLContext | bool:
+    if not str(configuration.host).startswith("https"):
+        return False
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class KubeClient:
+    """One API server: requests in, decoded JSON (dicts) out.
+
+    Use as an async context manager, or call :meth:`close`. Build one with :meth:`from_kubeconfig` or
+    :meth:`from_kubeconfig_dict`.
+    """
+
+    def __init__(self, *, configuration: Configuration, name: str = "", max_connections: int = 256) -> None:
+        self.server = str(configuration.host).rstrip("/")
+        self.name = name or self.server
+        self._configuration = configuration
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def from_kubeconfig(cls, path: str | Path, *, context: str | None = None, name: str = "") -> Self:
+        """A client for the current (or given) context of a kubeconfig file."""
+        configuration = Configuration()
+        await kube_config.load_kube_config(
+            config_file=str(path), context=context, client_configuration=configuration, persist_config=False
+        )
+        return cls(configuration=configuration, name=name)
+
+    @classmethod
+    async def from_kubeconfig_dict(
+        cls, config: Mapping[str, Any], *, context: str | None = None, name: str = ""
+    ) -> Self:
+        """A client for a kubeconfig already in memory (for instance read from a Secret)."""
+        configuration = Configuration()
+        await kube_config.load_kube_config_from_dict(
+            config_dict=dict(config), context=context, client_configuration=configuration
+        )
+        return cls(configuration=configuration, name=name)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _session_for_requests(self) -> aiohttp.ClientSession:
+        # Created lazily so that a client can be built outside a running event loop.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=_ssl_context(self._configuration))
+            # Watch events can carry objects up to etcd's 1.5 MiB request limit.
+            self._session = aiohttp.ClientSession(connector=connector, read_bufsize=2**21)
+        return self._session
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": JSON}
+        if content_type:
+            headers["Content-Type"] = content_type
+        auth = await self._configuration.auth_settings()
+        token = auth.get("BearerToken")
+        if token and token.get("value"):
+            headers["Authorization"] = token["value"]
+        return headers
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None,
+        body: Any,
+        content_type: str | None,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        data = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
+        if data is not None and content_type is None:
+            content_type = JSON
+        try:
+            response = await self._session_for_requests().request(
+                method,
+                self.server + path,
+                params=_query(params),
+                data=data,
+                headers=await self._headers(content_type),
+                timeout=timeout,
+            )
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:
+            raise UnreachableError(f"{self.name}: {method} {path}: {exc or type(exc).__name__}") from exc
+        if response.status >= 400:
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UnreachableError(f"{self.name}: {method} {path}: {exc}") from exc
+            finally:
+                response.release()
+            raise api_error(response.status, _decode_status(raw))
+        return response
+
+    async def request_bytes(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
+    ) -> bytes:
+        """Send one request and return the raw response body (for logs and other non-JSON answers)."""
+        response = await self._send(method, path, params=params, body=body, content_type=content_type, timeout=timeout)
+        try:
+            return await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UnreachableError(f"{self.name}: {method} {path}: {exc}") from exc
+        finally:
+            response.release()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
+    ) -> Any:
+        """Send one request and return its decoded JSON body (``None`` when empty)."""
+        raw = await self.request_bytes(
+            method, path, params=params, body=body, content_type=content_type, timeout=timeout
+        )
+        return orjson.loads(raw) if raw else None
+
+    # -- verbs ---------------------------------------------------------------------------------------
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """Read one object."""
+        result: dict[str, Any] = await self.request("GET", resource.path(namespace=namespace, name=name))
+        return result
+
+    async def list(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of a collection, as the ``...List`` object the server returns."""
+        params: dict[str, str | int | None] = {
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "limit": limit,
+            "continue": continue_token,
+            "resourceVersion": resource_version,
+        }
+        result: dict[str, Any] = await self.request("GET", resource.path(namespace=namespace), params=params)
+        return result
+
+    async def list_all(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object of a collection, paginated, with the list's resourceVersion.
+
+        If a continue token expires mid-way (410), the list starts over: a consistent snapshot matters
+        more to callers (informers) than the pages already read.
+        """
+        while True:
+            items: builtins.list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    page = await self.list(
+                        resource,
+                        namespace=namespace,
+                        label_selector=label_selector,
+                        field_selector=field_selector,
+                        limit=page_size,
+                        continue_token=token,
+                    )
+                    items.extend(page.get("items") or [])
+                    token = (page.get("metadata") or {}).get("continue") or None
+                    if not token:
+                        return items, str(page["metadata"]["resourceVersion"])
+            except GoneError:
+                continue
+
+    async def create(self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
+        """Create an object; its namespace comes from ``namespace`` or its own metadata."""
+        ns = _namespace_of(resource, obj, namespace)
+        result: dict[str, Any] = await self.request("POST", resource.path(namespace=ns), body=obj)
+        return result
+
+    async def replace(
+        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = None
+    ) -> dict[str, Any]:
+        """Replace (PUT) an object; a stale ``metadata.resourceVersion`` raises ConflictError."""
+        ns = _namespace_of(resource, obj, None)
+        path = resource.path(namespace=ns, name=obj["metadata"]["name"], subresource=subresource)
+        result: dict[str, Any] = await self.request("PUT", path, body=obj)
+        return result
+
+    async def patch(
+        self,
+        resource: Resource,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Patch an object (merge, JSON or strategic-merge patch)."""
+        path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        result: dict[str, Any] = await self.request(
+            "PATCH", path, body=patch, content_type=_PATCH_CONTENT_TYPES[patch_type]
+        )
+        return result
+
+    async def apply(
+        self,
+        resource: Resource,
+        obj: dict[str, Any],
+        *,
+        field_manager: str = FIELD_MANAGER,
+        force: bool = True,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name).
+
+        ``force`` takes ownership of conflicting fields: our controllers are the source of truth for the
+        objects they forge, as Liqo's reflection is.
+        """
+        ns = _namespace_of(resource, obj, None)
+        path = resource.path(namespace=ns, name=obj["metadata"]["name"], subresource=subresource)
+        params: Params = {"fieldManager": field_manager, "force": force}
+        result: dict[str, Any] = await self.request("PATCH", path, params=params, body=obj, content_type=APPLY_PATCH)
+        return result
+
+    async def delete(
+        self,
+        resource: Resource,
+        name: str,
+        *,
+        namespace: str | None = None,
+        grace_period_seconds: int | None = None,
+        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+        uid: str | None = None,
+    ) -> dict[str, Any]:
+        """Delete an object; ``uid`` makes it a precondition so a newer namesake is never deleted."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        result: dict[str, Any] = await self.request("DELETE", resource.path(namespace=namespace, name=name), body=body)
+        return result
+
+    async def watch(
+        self,
+        resource: Resource,
+        *,
+        resource_version: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream watch events (``{"type": ..., "object": ...}``) from ``resource_version``.
+
+        The stream ends when the server closes it (after ``timeout_seconds``). An ``ERROR`` event is
+        raised as the matching :class:`~liqo.kube.errors.ApiError` (410 → GoneError), never yielded.
+        """
+        params: dict[str, str | int | bool | None] = {
+            "watch": True,
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": bookmarks,
+            "timeoutSeconds": timeout_seconds,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+        }
+        path = resource.path(namespace=namespace)
+        # No total deadline: the server ends the stream; a silent connection is cut after a grace period.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=timeout_seconds + 30)
+        response = await self._send("GET", path, params=params, body=None, content_type=None, timeout=timeout)
+        try:
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                    raise UnreachableError(f"{self.name}: watch {path}: {exc or type(exc).__name__}") from exc
+                if not line:
+                    return
+                event = orjson.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    raise api_error(int(status.get("code") or 500), status)
+                yield event
+        finally:
+            response.release()
+
+
+def _namespace_of(resource: Resource, obj: Mapping[str, Any], namespace: str | None) -> str | None:
+    if not resource.namespaced:
+        return None
+    ns = namespace or (obj.get("metadata") or {}).get("namespace")
+    if not ns:
+        raise ValueError(f"{resource.kind} {obj.get('metadata', {}).get('name')!r} needs a namespace")
+    return str(ns)
+
+
+def _decode_status(raw: bytes) -> dict[str, Any] | None:
+    try:
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {"message": raw.decode("utf-8", "replace")[:500]}
+    return decoded if isinstance(decoded, dict) else None

@@ -1,0 +1,77 @@
+"""Which API resources we speak to, described as plain data.
+
+A :class:`Resource` is everything needed to build a request path: no discovery round-trip, no generated
+model classes. Keeping the description pure (as lightkube does with its request data) lets the path
+logic be unit-tested without a server, and keeps the hot path on plain dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """An API resource: group/version/plural plus the kind and scope that go with it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` field value of objects of this resource."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, *, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The URL path of the collection, or of one object when ``name`` is given.
+
+        A namespaced resource without ``namespace`` addresses the collection across all namespaces.
+        """
+        if not self.namespaced and namespace:
+            raise ValueError(f"{self.kind} is cluster-scoped: no namespace expected, got {namespace!r}")
+        if subresource and not name:
+            raise ValueError("a subresource needs an object name")
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        parts = [root]
+        if namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name:
+            parts.append(quote(name, safe=""))
+        if subresource:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
+SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
+DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+
+
+def object_key(obj: dict[str, object]) -> str:
+    """The cache key of an object: ``namespace/name``, or ``name`` for cluster-scoped objects."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise ValueError("object has no metadata")
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    if not isinstance(name, str) or not name:
+        raise ValueError("object has no metadata.name")
+    return f"{namespace}/{name}" if namespace else name
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """The (namespace, name) pair of a cache key made by :func:`object_key`."""
+    namespace, sep, name = key.partition("/")
+    return (namespace, name) if sep else (None, namespace)

@@ -1,17 +1,16 @@
 """An API client that speaks plain dicts to one API server.
 
-Why not the generated clients: their model (de)serialisation dominates CPU at reflection rates (see
-``python-stack.md``). We borrow ``kubernetes_asyncio`` only for what is hard to get right — reading
-kubeconfigs, exec plugins, in-cluster credentials — and do the HTTP ourselves on one aiohttp session per
-cluster, decoding with orjson. A process talks to several clusters at once simply by holding several
-:class:`KubeClient` objects; nothing here is global.
+Why not a generated client: model (de)serialisation dominates CPU at reflection rates, and importing
+``kubernetes_asyncio``'s client costs 1.7 s per CLI start. We do the HTTP on one aiohttp session per
+cluster, decode with orjson and hand out dicts; credentials come from :mod:`liqo.kube.kubeconfig`. A
+process talks to several clusters at once simply by holding several :class:`KubeClient` objects;
+nothing here is global.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import ssl
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -19,10 +18,10 @@ from typing import Any, Literal, Self
 
 import aiohttp
 import orjson
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import kube_config
 
+from liqo.kube import kubeconfig
 from liqo.kube.errors import GoneError, UnreachableError, api_error
+from liqo.kube.kubeconfig import Access, Authenticator
 from liqo.kube.resources import Resource
 
 FIELD_MANAGER = "liqo"
@@ -52,18 +51,6 @@ def _query(params: Params | None) -> dict[str, str]:
     return out
 
 
-def _ssl_context(configuration: Configuration) -> ssl.SSLContext | bool:
-    if not str(configuration.host).startswith("https"):
-        return False
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
-
-
 class KubeClient:
     """One API server: requests in, decoded JSON (dicts) out.
 
@@ -71,32 +58,23 @@ class KubeClient:
     :meth:`from_kubeconfig_dict`.
     """
 
-    def __init__(self, *, configuration: Configuration, name: str = "", max_connections: int = 256) -> None:
-        self.server = str(configuration.host).rstrip("/")
+    def __init__(self, *, access: Access, name: str = "", max_connections: int = 256) -> None:
+        self.server = access.server
         self.name = name or self.server
-        self._configuration = configuration
+        self.access = access
+        self._auth = Authenticator(access)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    async def from_kubeconfig(cls, path: str | Path, *, context: str | None = None, name: str = "") -> Self:
+    def from_kubeconfig(cls, path: str | Path, *, context: str | None = None, name: str = "") -> Self:
         """A client for the current (or given) context of a kubeconfig file."""
-        configuration = Configuration()
-        await kube_config.load_kube_config(
-            config_file=str(path), context=context, client_configuration=configuration, persist_config=False
-        )
-        return cls(configuration=configuration, name=name)
+        return cls(access=kubeconfig.load_file(path, context=context), name=name)
 
     @classmethod
-    async def from_kubeconfig_dict(
-        cls, config: Mapping[str, Any], *, context: str | None = None, name: str = ""
-    ) -> Self:
+    def from_kubeconfig_dict(cls, config: Mapping[str, Any], *, context: str | None = None, name: str = "") -> Self:
         """A client for a kubeconfig already in memory (for instance read from a Secret)."""
-        configuration = Configuration()
-        await kube_config.load_kube_config_from_dict(
-            config_dict=dict(config), context=context, client_configuration=configuration
-        )
-        return cls(configuration=configuration, name=name)
+        return cls(access=kubeconfig.load_dict(config, context=context), name=name)
 
     async def __aenter__(self) -> Self:
         return self
@@ -115,7 +93,8 @@ class KubeClient:
     def _session_for_requests(self) -> aiohttp.ClientSession:
         # Created lazily so that a client can be built outside a running event loop.
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=_ssl_context(self._configuration))
+            context = kubeconfig.ssl_context(self.access)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=context if context else False)
             # Watch events can carry objects up to etcd's 1.5 MiB request limit.
             self._session = aiohttp.ClientSession(connector=connector, read_bufsize=2**21)
         return self._session
@@ -124,10 +103,9 @@ class KubeClient:
         headers = {"Accept": JSON}
         if content_type:
             headers["Content-Type"] = content_type
-        auth = await self._configuration.auth_settings()
-        token = auth.get("BearerToken")
-        if token and token.get("value"):
-            headers["Authorization"] = token["value"]
+        authorization = await self._auth.header()
+        if authorization:
+            headers["Authorization"] = authorization
         return headers
 
     async def _send(
@@ -161,6 +139,8 @@ class KubeClient:
                 raise UnreachableError(f"{self.name}: {method} {path}: {exc}") from exc
             finally:
                 response.release()
+            if response.status == 401:
+                self._auth.invalidate()
             raise api_error(response.status, _decode_status(raw))
         return response
 
@@ -371,7 +351,10 @@ class KubeClient:
                     raise UnreachableError(f"{self.name}: watch {path}: {exc or type(exc).__name__}") from exc
                 if not line:
                     return
-                event = orjson.loads(line)
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:  # the connection dropped in the middle of an event
+                    raise UnreachableError(f"{self.name}: watch {path}: truncated event") from exc
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     raise api_error(int(status.get("code") or 500), status)

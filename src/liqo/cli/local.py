@@ -1,0 +1,114 @@
+"""``liqoctl local``: real Kubernetes clusters on this machine (etcd, API server, controllers, kwok nodes)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, out, progress, table
+from liqo.local import clusters, toolchain
+from liqo.local.spec import ClusterSpec, SpecError, parse_labels
+
+app = typer.Typer(help="Local clusters for demos and tests (no container runtime needed).", no_args_is_help=True)
+
+Name = Annotated[str, typer.Argument(help="Cluster name (lowercase letters, digits and '-').")]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn the expected failures of local clusters into one line and exit code 1."""
+    try:
+        yield
+    except (SpecError, clusters.ClusterError, toolchain.ToolchainError, toolchain.BuildError) as exc:
+        fail(str(exc))
+
+
+@app.command()
+def build() -> None:
+    """Build the Kubernetes binaries from their Go modules (only what the cache lacks)."""
+    with _errors():
+        path = toolchain.ensure_binaries(progress=progress)
+    out.print(str(path))
+
+
+@app.command()
+def up(
+    name: Name,
+    nodes: Annotated[int, typer.Option(help="Number of fake (kwok) nodes.")] = 1,
+    node_cpu: Annotated[str, typer.Option(help="CPU of each node (a quantity: 8, 500m).")] = "8",
+    node_memory: Annotated[str, typer.Option(help="Memory of each node (a quantity: 32Gi).")] = "32Gi",
+    node_pods: Annotated[int, typer.Option(help="Maximum pods per node.")] = 110,
+    pod_cidr: Annotated[str, typer.Option(help="Pod CIDR (may overlap another cluster's).")] = "10.244.0.0/16",
+    service_cidr: Annotated[str, typer.Option(help="Service CIDR.")] = "10.96.0.0/16",
+    node_labels: Annotated[str, typer.Option(help="Extra node labels: k=v,k2=v2.")] = "",
+) -> None:
+    """Start a local cluster (idempotent: an existing one is resumed or left as it is)."""
+    with _errors():
+        spec = ClusterSpec(
+            name=name,
+            nodes=nodes,
+            node_cpu=node_cpu,
+            node_memory=node_memory,
+            node_pods=node_pods,
+            pod_cidr=pod_cidr,
+            service_cidr=service_cidr,
+            node_labels=parse_labels(node_labels),
+        )
+        info = clusters.up(spec, progress=progress)
+    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}")
+    out.print(f"use it with: eval $(liqoctl local env {info.name})")
+
+
+@app.command()
+def down(
+    name: Name,
+    purge: Annotated[bool, typer.Option(help="Also delete the cluster's data (etcd, PKI, logs).")] = False,
+) -> None:
+    """Stop every process of a local cluster; with --purge, delete it."""
+    with _errors():
+        stopped = clusters.down(name, purge=purge)
+    out.print(f"cluster {name} {'deleted' if purge else 'stopped'} ({len(stopped)} processes stopped)")
+
+
+@app.command("list")
+def list_(output: Format = OUTPUT_OPTION) -> None:
+    """List local clusters with their API URL, state, Ready nodes and unhealthy components."""
+    with _errors():
+        infos = [clusters.info(name) for name in clusters.names()]
+    if emit([i.to_dict() for i in infos], fmt=output):
+        return
+    table(
+        ["name", "api url", "state", "nodes", "restarts", "unhealthy"],
+        [[i.name, i.api_url, i.state, i.nodes, str(i.restarts), ",".join(i.unhealthy) or "-"] for i in infos],
+    )
+
+
+@app.command()
+def env(name: Name) -> None:
+    """Print the shell exports that point kubectl at a cluster: eval $(liqoctl local env NAME)."""
+    with _errors():
+        variables = clusters.env(name)
+    for key, value in variables.items():
+        out.print(f"export {key}={shlex.quote(value)}")
+
+
+def _set(enabled: bool) -> Callable[[str, list[str]], None]:
+    def command(
+        name: Name,
+        components: Annotated[list[str], typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, ...")],
+    ) -> None:
+        with _errors():
+            clusters.set_components(name, components, enabled=enabled)
+        out.print(f"{', '.join(components)} {'started' if enabled else 'stopped'} on {name}")
+
+    return command
+
+
+app.command("stop", help="Stop components of a running cluster (fault drills); they stay stopped until `start`.")(
+    _set(False)
+)
+app.command("start", help="Start components stopped with `liqoctl local stop`.")(_set(True))

@@ -1,0 +1,30 @@
+"""``liqoctl`` (also ``kubectl liqo``): the command line of liqo.
+
+Commands are thin: parse, call the capability package, print through :mod:`liqo.cli.output`. Expected
+failures (bad input, unknown cluster, missing toolchain) become one readable line and exit code 1; a
+traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from liqo.cli import local
+
+app = typer.Typer(
+    name="liqoctl",
+    help="Peer Kubernetes clusters and share their resources and services (a Python Liqo).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(local.app, name="local")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,64 @@
+"""How commands print: tables for people, ``-o json|yaml`` for scripts, errors on stderr.
+
+Commands build plain data (dicts and lists) and hand it here; only this module knows about rich, so a
+command's logic never depends on how its result is shown.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import orjson
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Format(enum.StrEnum):
+    """Output formats of listing commands."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+OUTPUT_OPTION = typer.Option(Format.TABLE, "--output", "-o", help="Output format: table, json or yaml.")
+
+
+def emit(data: Any, *, fmt: Format) -> bool:
+    """Print ``data`` as JSON or YAML; False for the table format (the caller prints its table)."""
+    if fmt is Format.JSON:
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return True
+    if fmt is Format.YAML:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+        return True
+    return False
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print a borderless table in kubectl's style."""
+    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for column in columns:
+        grid.add_column(column.upper())
+    for row in rows:
+        grid.add_row(*row)
+    out.print(grid)
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr, so stdout stays clean for ``-o json`` and ``eval $(...)``."""
+    err.print(f"[dim]•[/dim] {message}")
+
+
+def fail(message: str, *, code: int = 1) -> NoReturn:
+    """Print an error on stderr and exit with ``code``."""
+    err.print(f"[bold red]error:[/bold red] {message}")
+    raise typer.Exit(code)

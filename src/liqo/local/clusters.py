@@ -1,0 +1,472 @@
+"""Local clusters: bring one up, take it down, list them, and start or stop single components.
+
+``up`` is idempotent and resumable: it writes only what is missing (PKI, configuration), keeps the ports
+it used before unless one has been taken meanwhile, starts the supervisor only if it is not running, and
+then waits — on conditions, with deadlines — for the API, the fake nodes and the default ServiceAccount.
+``down`` stops exactly the processes recorded in ``status.json``, by identity (pid + start time), and keeps
+the data unless asked to purge it, so a later ``up`` brings back the same cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
+from liqo.local import pki, toolchain
+from liqo.local.components import Component, kwok_config, node_manifest, plan, scheduler_config
+from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refresh_ports, write_json
+from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone
+from liqo.local.spec import ClusterSpec, check_name
+
+Progress = Callable[[str], None]
+
+API_DEADLINE = 120.0
+NODES_DEADLINE = 120.0
+DOWN_DEADLINE = 30.0
+POLL = 0.2
+
+
+class ClusterError(RuntimeError):
+    """A local-cluster operation cannot proceed; the message says why and what to do."""
+
+
+class ClusterNotFoundError(ClusterError):
+    """No local cluster has this name."""
+
+
+@dataclass
+class ClusterInfo:
+    """What ``liqoctl local list`` shows about one cluster."""
+
+    name: str
+    api_url: str
+    state: str
+    kubeconfig: str
+    nodes: str
+    unhealthy: list[str] = field(default_factory=list)
+    components: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def restarts(self) -> int:
+        """Crash restarts of all components since the supervisor started."""
+        return sum(int(c.get("restarts") or 0) for c in self.components.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON/YAML-ready form."""
+        return {
+            "name": self.name,
+            "apiURL": self.api_url,
+            "state": self.state,
+            "kubeconfig": self.kubeconfig,
+            "nodes": self.nodes,
+            "restarts": self.restarts,
+            "unhealthyComponents": self.unhealthy,
+            "components": self.components,
+        }
+
+
+# -- up ------------------------------------------------------------------------------------------------
+
+
+def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo:
+    """Bring cluster ``spec.name`` up (or make sure it is up) and return its state once Ready."""
+    bin_dir = toolchain.ensure_binaries(progress=progress)
+    cluster = ClusterDir.named(spec.name)
+    with _cluster_lock(cluster):
+        if cluster.exists():
+            stored = ClusterSpec.from_dict(read_json(cluster.cluster_file)["spec"])
+            if stored != spec:
+                changes = "; ".join(stored.differences(spec))
+                raise ClusterError(
+                    f"cluster {spec.name!r} exists with other settings ({changes}). "
+                    f"Run `liqoctl local down {spec.name} --purge` first to recreate it."
+                )
+        if supervisor_ref(cluster) is None:
+            progress(f"starting cluster {spec.name}")
+            _stop_processes(cluster)  # leftovers of a supervisor that died, if any
+            _prepare(spec, cluster, bin_dir)
+            _start_supervisor(cluster)
+    asyncio.run(_wait_ready(spec, cluster, progress=progress))
+    return info(spec.name)
+
+
+def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
+    """Write every file the supervisor needs: ports, PKI, kubeconfigs, configuration, components."""
+    previous = read_json(cluster.cluster_file)["ports"] if cluster.exists() else None
+    ports = refresh_ports(Ports(**previous) if previous else None, reserved=_ports_of_other_clusters(spec.name))
+    _write_pki(spec, cluster, ports)
+    cluster.config.mkdir(parents=True, exist_ok=True)
+    (cluster.config / "scheduler.yaml").write_text(
+        scheduler_config(kubeconfig=str(cluster.pki / "scheduler.kubeconfig"))
+    )
+    logs_file = cluster.config / "container.log"
+    if not logs_file.exists():
+        logs_file.write_text(_container_log_lines(spec.name))
+    stages = sorted((bin_dir / toolchain.STAGES_DIR).glob("*.yaml"))
+    kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file))
+    (cluster.config / "kwok.yaml").write_text(kwok)
+    components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
+    disabled = _disabled_components(cluster)
+    write_json(
+        cluster.components_file,
+        [c.to_dict() | {"enabled": c.name not in disabled} for c in components],
+    )
+    write_json(
+        cluster.cluster_file,
+        {
+            "spec": spec.to_dict(),
+            "ports": ports.to_dict(),
+            "versions": {
+                "kubernetes": toolchain.KUBERNETES_VERSION,
+                "etcd": toolchain.ETCD_VERSION,
+                "kwok": toolchain.KWOK_VERSION,
+            },
+            "binDir": str(bin_dir),
+        },
+    )
+
+
+def _container_log_lines(name: str) -> str:
+    """What ``kubectl logs`` prints for any pod of the cluster (kwok serves it in CRI log format)."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    lines = [f"simulated container started on local cluster {name}", "ready to serve"]
+    return "".join(f"{stamp} stdout F {line}\n" for line in lines)
+
+
+def _disabled_components(cluster: ClusterDir) -> set[str]:
+    """Components the user stopped with ``local stop``: a restart of the cluster keeps them stopped."""
+    if not cluster.components_file.exists():
+        return set()
+    return {item["name"] for item in read_json(cluster.components_file) if not item.get("enabled", True)}
+
+
+def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
+    """Create missing certificates and (always) the kubeconfigs, whose server URL follows the port."""
+    d = cluster.pki
+    ca_files = (d / "ca.crt", d / "ca.key")
+    if not all(path.exists() for path in ca_files):
+        ca = pki.make_ca(f"liqo-local-{spec.name}-ca")
+        pki.write_private(d / "ca.key", ca.key)
+        (d / "ca.crt").write_bytes(ca.cert)
+    ca = pki.KeyPair((d / "ca.crt").read_bytes(), (d / "ca.key").read_bytes())
+    if not (d / "sa.key").exists():
+        sa_key = pki.new_key()
+        pki.write_private(d / "sa.key", pki.key_pem(sa_key))
+        (d / "sa.pub").write_bytes(pki.public_pem(sa_key))
+    service_names = [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    leaves: dict[str, dict[str, Any]] = {
+        "apiserver": {"common_name": "kube-apiserver", "server": True, "dns_names": ["localhost", *service_names],
+                      "ip_addresses": ["127.0.0.1", spec.api_service_ip]},
+        "serving": {"common_name": "localhost", "server": True, "dns_names": ["localhost"],
+                    "ip_addresses": ["127.0.0.1"]},
+        "etcd": {"common_name": "etcd", "server": True, "client": True, "dns_names": ["localhost"],
+                 "ip_addresses": ["127.0.0.1"]},
+        "apiserver-etcd-client": {"common_name": "kube-apiserver-etcd-client", "client": True},
+        "apiserver-kubelet-client": {"common_name": "kube-apiserver-kubelet-client", "client": True},
+        "admin": {"common_name": "liqo-local-admin", "organizations": ["system:masters"], "client": True},
+        "controller-manager": {"common_name": "system:kube-controller-manager", "client": True},
+        "scheduler": {"common_name": "system:kube-scheduler", "client": True},
+        # kwok impersonates every kubelet of the cluster: no per-node identity fits it.
+        "kwok": {"common_name": "kwok-controller", "organizations": ["system:masters"], "client": True},
+    }  # fmt: skip
+    for name, params in leaves.items():
+        if not (d / f"{name}.crt").exists():
+            pair = pki.issue(ca, **params)
+            pki.write_private(d / f"{name}.key", pair.key)
+            (d / f"{name}.crt").write_bytes(pair.cert)
+    server = f"https://127.0.0.1:{ports.apiserver}"
+    for user, target in (
+        ("admin", cluster.kubeconfig),
+        ("controller-manager", d / "controller-manager.kubeconfig"),
+        ("scheduler", d / "scheduler.kubeconfig"),
+        ("kwok", d / "kwok.kubeconfig"),
+    ):
+        config = pki.kubeconfig(
+            cluster=spec.name,
+            server=server,
+            ca=ca.cert,
+            user=f"{spec.name}-{user}",
+            cert=(d / f"{user}.crt").read_bytes(),
+            key=(d / f"{user}.key").read_bytes(),
+        )
+        pki.write_private(target, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def _start_supervisor(cluster: ClusterDir) -> None:
+    cluster.logs.mkdir(parents=True, exist_ok=True)
+    if cluster.status_file.exists():
+        cluster.status_file.unlink()  # stale: written by a supervisor that is gone
+    with cluster.supervisor_log.open("ab") as out:
+        subprocess.Popen(
+            [sys.executable, "-m", "liqo.local.supervisor", str(cluster.root)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progress) -> None:
+    """Wait for the API, then create the fake nodes and wait for them and the default ServiceAccount."""
+    progress("waiting for the API server")
+    await _wait_api(cluster, deadline=time.monotonic() + API_DEADLINE)
+    async with KubeClient.from_kubeconfig(cluster.kubeconfig, name=spec.name) as client:
+        for index in range(1, spec.nodes + 1):
+            with suppress(ConflictError):
+                await client.create(NODES, node_manifest(spec=spec, index=index))
+        progress(f"waiting for {spec.nodes} node(s) to be Ready")
+        deadline = time.monotonic() + NODES_DEADLINE
+        while True:
+            ready = await _ready_nodes(client)
+            missing_sa = await _missing_default_service_account(client)
+            unhealthy = _unhealthy(_read_status(cluster).get("components", {}))
+            if ready >= spec.nodes and not missing_sa and not unhealthy:
+                return
+            if time.monotonic() > deadline:
+                problems = [f"{ready}/{spec.nodes} nodes Ready"]
+                problems += ["no default ServiceAccount yet"] * missing_sa
+                problems += [f"unhealthy: {', '.join(unhealthy)}"] * bool(unhealthy)
+                raise ClusterError(
+                    f"cluster {spec.name} not ready after {NODES_DEADLINE:.0f}s ({'; '.join(problems)}); "
+                    f"see `liqoctl local list` and the logs in {cluster.logs}"
+                )
+            await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
+
+
+def _unhealthy(components: dict[str, Any]) -> list[str]:
+    """Components that should run and are not healthy; user-stopped ones are marked as such."""
+    return [
+        name if c.get("enabled", True) else f"{name}(stopped)"
+        for name, c in components.items()
+        if not c.get("enabled", True) or not c.get("healthy")
+    ]
+
+
+async def _wait_api(cluster: ClusterDir, *, deadline: float) -> None:
+    """Wait until the supervisor reports the API server healthy; fail early if the supervisor died."""
+    while True:
+        status = _read_status(cluster)
+        components = status.get("components", {})
+        if components.get("kube-apiserver", {}).get("healthy"):
+            return
+        if status and supervisor_ref(cluster) is None:
+            raise ClusterError(f"the supervisor of {cluster.name} exited; see {cluster.supervisor_log}")
+        if time.monotonic() > deadline:
+            problems = [
+                f"{name}: {c.get('phase')} {c.get('probeError') or ''}".strip() for name, c in components.items()
+            ]
+            raise ClusterError(
+                f"the API server of {cluster.name} was not healthy within {API_DEADLINE:.0f}s "
+                f"({'; '.join(problems) or 'supervisor not reporting'}); logs: {cluster.logs}"
+            )
+        await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
+
+
+async def _ready_nodes(client: KubeClient) -> int:
+    nodes, _ = await client.list_all(NODES, label_selector="type=kwok")
+    return sum(1 for node in nodes if _condition(node, "Ready") == "True")
+
+
+async def _missing_default_service_account(client: KubeClient) -> bool:
+    try:
+        await client.get(SERVICE_ACCOUNTS, "default", namespace="default")
+    except NotFoundError:
+        return True
+    return False
+
+
+def _condition(obj: dict[str, Any], kind: str) -> str | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return str(condition.get("status"))
+    return None
+
+
+# -- down ----------------------------------------------------------------------------------------------
+
+
+def down(name: str, *, purge: bool = False) -> list[ProcessRef]:
+    """Stop every process of cluster ``name`` (and delete its data with ``purge``); return what was stopped.
+
+    Raises:
+        ClusterNotFoundError: no such cluster.
+        ClusterError: a process would not die.
+    """
+    cluster = _existing(name)
+    with _cluster_lock(cluster):
+        stopped = _stop_processes(cluster)
+        if purge:
+            shutil.rmtree(cluster.root)
+    return stopped
+
+
+def _stop_processes(cluster: ClusterDir) -> list[ProcessRef]:
+    status = _read_status(cluster)
+    refs = [
+        ref
+        for ref in (ProcessRef.from_dict(c.get("process")) for c in status.get("components", {}).values())
+        if ref is not None
+    ]
+    stopped: list[ProcessRef] = []
+    supervisor = supervisor_ref(cluster)
+    if supervisor is not None:
+        # The supervisor stops its components in reverse order and waits for each.
+        terminate(supervisor, timeout=DOWN_DEADLINE)
+        stopped.append(supervisor)
+    for ref in refs:
+        if is_alive(ref):
+            terminate(ref, timeout=10.0)
+        if not wait_gone(ref, timeout=5.0):
+            raise ClusterError(f"process {ref.pid} of cluster {cluster.name} would not stop")
+        stopped.append(ref)
+    return stopped
+
+
+# -- list / env / components ----------------------------------------------------------------------------
+
+
+def names() -> list[str]:
+    """Every local cluster, by name."""
+    root = clusters_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if ClusterDir(p).exists())
+
+
+def info(name: str) -> ClusterInfo:
+    """The state of one cluster, from its files (and a quick look at its nodes when it runs)."""
+    cluster = _existing(name)
+    stored = read_json(cluster.cluster_file)
+    spec = ClusterSpec.from_dict(stored["spec"])
+    status = _read_status(cluster)
+    components: dict[str, Any] = status.get("components", {})
+    running = supervisor_ref(cluster) is not None
+    unhealthy = _unhealthy(components) if running else []
+    if not running:
+        state = "Stopped" if not status or status.get("supervisor") is None else "Crashed"
+    else:
+        state = "Degraded" if unhealthy else "Running"
+    nodes = f"?/{spec.nodes}"
+    if running and components.get("kube-apiserver", {}).get("healthy"):
+        with suppress(KubeError, aiohttp.ClientError, OSError):
+            nodes = f"{asyncio.run(_count_ready(cluster))}/{spec.nodes}"
+    return ClusterInfo(
+        name=name,
+        api_url=f"https://127.0.0.1:{stored['ports']['apiserver']}",
+        state=state,
+        kubeconfig=str(cluster.kubeconfig),
+        nodes=nodes,
+        unhealthy=unhealthy,
+        components=components,
+    )
+
+
+async def _count_ready(cluster: ClusterDir) -> int:
+    async with KubeClient.from_kubeconfig(cluster.kubeconfig) as client:
+        return await asyncio.wait_for(_ready_nodes(client), timeout=3)
+
+
+def env(name: str) -> dict[str, str]:
+    """The environment that points kubectl at cluster ``name``: KUBECONFIG and a PATH with our kubectl."""
+    cluster = _existing(name)
+    bin_dir = read_json(cluster.cluster_file).get("binDir") or str(toolchain.bin_dir())
+    return {"KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+
+
+def set_components(name: str, components: list[str], *, enabled: bool, timeout: float = 60.0) -> None:
+    """Stop or start single components of a running cluster (for fault drills) and wait for the result."""
+    cluster = _existing(name)
+    with _cluster_lock(cluster):
+        current = [Component.from_dict(item) for item in read_json(cluster.components_file)]
+        known = {c.name for c in current}
+        unknown = sorted(set(components) - known)
+        if unknown:
+            raise ClusterError(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        supervisor = supervisor_ref(cluster)
+        if supervisor is None:
+            raise ClusterError(f"cluster {name} is not running; start it with `liqoctl local up {name}`")
+        write_json(
+            cluster.components_file,
+            [c.to_dict() | ({"enabled": enabled} if c.name in components else {}) for c in current],
+        )
+        os.kill(supervisor.pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while True:
+        observed = _read_status(cluster).get("components", {})
+        if all(_settled(observed.get(c, {}), enabled=enabled) for c in components):
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"components {', '.join(components)} did not {'start' if enabled else 'stop'} in time")
+        time.sleep(POLL)  # between two reads of the supervisor's status, until the deadline
+
+
+def _settled(status: dict[str, Any], *, enabled: bool) -> bool:
+    if enabled:
+        return bool(status.get("healthy"))
+    return status.get("phase") == "Stopped" and not status.get("process")
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+
+def supervisor_ref(cluster: ClusterDir) -> ProcessRef | None:
+    """The running supervisor of ``cluster``, if any."""
+    ref = ProcessRef.from_dict(_read_status(cluster).get("supervisor"))
+    return ref if ref is not None and is_alive(ref) else None
+
+
+def _read_status(cluster: ClusterDir) -> dict[str, Any]:
+    try:
+        status: dict[str, Any] = read_json(cluster.status_file)
+    except (FileNotFoundError, ValueError):
+        return {}
+    return status
+
+
+def _existing(name: str) -> ClusterDir:
+    check_name(name)
+    cluster = ClusterDir.named(name)
+    if not cluster.exists():
+        known = ", ".join(names()) or "none"
+        raise ClusterNotFoundError(f"no local cluster named {name!r} (known: {known})")
+    return cluster
+
+
+def _ports_of_other_clusters(name: str) -> list[int]:
+    ports: list[int] = []
+    for other in names():
+        if other != name:
+            ports += list(read_json(ClusterDir.named(other).cluster_file)["ports"].values())
+    return ports
+
+
+@contextmanager
+def _cluster_lock(cluster: ClusterDir) -> Iterator[None]:
+    cluster.root.mkdir(parents=True, exist_ok=True)
+    with (cluster.root / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

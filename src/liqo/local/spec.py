@@ -1,0 +1,164 @@
+"""What a local cluster should look like, validated before anything starts.
+
+Every flag of ``liqoctl local up`` lands in a :class:`ClusterSpec`. Validation is pure and happens first,
+so a typo in a CIDR or a quantity costs nothing: no process is started, no directory is written. The
+spec is stored with the cluster, which is how ``up`` stays idempotent: a second ``up`` with the same
+flags finds the same spec, and a different one is refused with the list of differences.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+_NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 40
+
+_QUANTITY = re.compile(r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?$")
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)} | {
+    s: Decimal(10) ** (3 * (i + 1)) for i, s in enumerate("kMGTPE")
+}
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class SpecError(ValueError):
+    """A flag of ``liqoctl local up`` is invalid; the message says which and why."""
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The value of a Kubernetes quantity (``500m``, ``8Gi``, ``1e3``...), as an exact decimal."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise SpecError(f"{text!r} is not a Kubernetes quantity (examples: 4, 500m, 16Gi, 2G)")
+    number = Decimal(match["number"])
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix[:1] in ("e", "E"):
+        try:
+            return number * Decimal(10) ** int(suffix[1:])
+        except (InvalidOperation, ValueError) as exc:
+            raise SpecError(f"{text!r} is not a Kubernetes quantity") from exc
+    return number * _DECIMAL[suffix]
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``k=v,k2=v2`` into a dict, each key and value checked against Kubernetes' label rules."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError(f"label {item!r} must be key=value")
+        check_label(key, value)
+        labels[key] = value
+    return labels
+
+
+def check_label(key: str, value: str) -> None:
+    """Raise :class:`SpecError` unless ``key=value`` is a valid Kubernetes label."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise SpecError(f"label key {key!r}: the prefix must be a DNS subdomain")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise SpecError(f"label key {key!r}: the name must be 1-63 alphanumerics, '-', '_' or '.'")
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        raise SpecError(f"label value {value!r} (key {key!r}) must be at most 63 alphanumerics, '-', '_' or '.'")
+
+
+def node_cidr_mask(pod_cidr: ipaddress.IPv4Network, *, nodes: int, pods_per_node: int) -> int:
+    """The per-node pod subnet size (prefix length) that fits ``nodes`` subnets in ``pod_cidr``.
+
+    A /24 per node is the Kubernetes default; smaller pod CIDRs get smaller node subnets, as long as each
+    one still holds ``pods_per_node`` addresses (plus network and broadcast).
+    """
+    # kube-controller-manager refuses node subnets more than 16 bits longer than the cluster CIDR.
+    mask = min(max(24, pod_cidr.prefixlen + math.ceil(math.log2(nodes))), pod_cidr.prefixlen + 16)
+    if mask > 30 or 2 ** (32 - mask) - 2 < pods_per_node:
+        raise SpecError(
+            f"pod CIDR {pod_cidr} is too small for {nodes} node(s) of {pods_per_node} pods each: "
+            f"use a larger --pod-cidr or fewer --nodes/--node-pods"
+        )
+    return mask
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The validated shape of one local cluster."""
+
+    name: str
+    nodes: int = 1
+    node_cpu: str = "8"
+    node_memory: str = "32Gi"
+    node_pods: int = 110
+    pod_cidr: str = "10.244.0.0/16"
+    service_cidr: str = "10.96.0.0/16"
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if not 1 <= self.nodes <= 1000:
+            raise SpecError(f"--nodes must be between 1 and 1000, got {self.nodes}")
+        if not 1 <= self.node_pods <= 10000:
+            raise SpecError(f"--node-pods must be between 1 and 10000, got {self.node_pods}")
+        if parse_quantity(self.node_cpu) <= 0:
+            raise SpecError(f"--node-cpu must be positive, got {self.node_cpu!r}")
+        if parse_quantity(self.node_memory) <= 0:
+            raise SpecError(f"--node-memory must be positive, got {self.node_memory!r}")
+        pods = _ipv4_network("--pod-cidr", self.pod_cidr)
+        services = _ipv4_network("--service-cidr", self.service_cidr)
+        if pods.overlaps(services):
+            raise SpecError(f"--pod-cidr {pods} and --service-cidr {services} overlap")
+        if services.prefixlen < 12 or services.prefixlen > 28:
+            raise SpecError(f"--service-cidr must be between /12 and /28, got {services}")
+        node_cidr_mask(pods, nodes=self.nodes, pods_per_node=self.node_pods)
+        for key, value in self.node_labels.items():
+            check_label(key, value)
+
+    @property
+    def node_mask(self) -> int:
+        """The prefix length of each node's pod subnet."""
+        return node_cidr_mask(ipaddress.IPv4Network(self.pod_cidr), nodes=self.nodes, pods_per_node=self.node_pods)
+
+    @property
+    def api_service_ip(self) -> str:
+        """The ClusterIP of the ``kubernetes`` Service: the first address of the service CIDR."""
+        return str(ipaddress.IPv4Network(self.service_cidr).network_address + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form, as stored with the cluster."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterSpec:
+        """The spec stored by :meth:`to_dict` (validated again)."""
+        return cls(**data)
+
+    def differences(self, other: ClusterSpec) -> list[str]:
+        """Human-readable ``field: ours -> theirs`` lines for every field that differs."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [f"{key}: {mine[key]} -> {theirs[key]}" for key in mine if mine[key] != theirs[key]]
+
+
+def check_name(name: str) -> None:
+    """Raise :class:`SpecError` unless ``name`` can name a local cluster (a short DNS label)."""
+    if not name or len(name) > NAME_MAX or not _NAME.match(name):
+        raise SpecError(
+            f"cluster name {name!r} must be 1-{NAME_MAX} lowercase letters, digits or '-', starting with a letter"
+        )
+
+
+def _ipv4_network(flag: str, text: str) -> ipaddress.IPv4Network:
+    try:
+        network = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise SpecError(f"{flag} {text!r} is not a CIDR: {exc}") from exc
+    if not isinstance(network, ipaddress.IPv4Network):
+        raise SpecError(f"{flag} {text!r}: only IPv4 is supported by local clusters")
+    return network

@@ -1,0 +1,260 @@
+"""Kubernetes binaries built from the official Go modules, cached outside the repository.
+
+Nothing is downloaded but Go modules: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl
+come from ``k8s.io/kubernetes`` (a wrapper module pins every staging module to the matching ``v0.x.y``
+tag, because upstream's own ``replace`` directives only work inside its repository), etcd from
+``go.etcd.io/etcd/server/v3`` (same reason), kwok from ``sigs.k8s.io/kwok``. The recipe and its pitfalls
+are in ``docs/operations.md``.
+
+Each build step compiles into a scratch directory next to the cache and renames the finished binaries
+into place, so an interrupted or failed build never leaves a half-written binary that a later run would
+trust. A file lock serialises concurrent builds (two test runs on one machine).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+KUBERNETES_VERSION = "1.37.2"
+ETCD_VERSION = "3.6.16"
+KWOK_VERSION = "0.8.0"
+GO_MINIMUM = (1, 26)
+
+KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+BINARIES = (*KUBE_BINARIES, "etcd", "kwok")
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+STAGES_DIR = "kwok-stages"
+
+Progress = Callable[[str], None]
+
+
+class ToolchainError(RuntimeError):
+    """Building is impossible here: a needed tool is missing. The message names what to install."""
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message names the step and where its full log is."""
+
+    def __init__(self, step: str, log: Path, tail: str) -> None:
+        super().__init__(f"build step '{step}' failed (full log: {log}):\n{tail}")
+        self.step = step
+        self.log = log
+
+
+def cache_root() -> Path:
+    """``$LIQO_CACHE_DIR``, or ``~/.cache/liqo``."""
+    return Path(os.environ.get("LIQO_CACHE_DIR") or Path.home() / ".cache" / "liqo")
+
+
+def bin_dir() -> Path:
+    """The versioned directory holding the binaries of the pinned versions."""
+    return cache_root() / "bin" / f"k8s-v{KUBERNETES_VERSION}-etcd-v{ETCD_VERSION}-kwok-v{KWOK_VERSION}"
+
+
+def missing(directory: Path | None = None) -> list[str]:
+    """The binaries (and kwok's stage files, as ``kwok-stages``) not yet in the cache."""
+    directory = directory or bin_dir()
+    absent = [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
+    if not all((directory / STAGES_DIR / Path(stage).name).is_file() for stage in KWOK_STAGES):
+        absent.append(STAGES_DIR)
+    return absent
+
+
+def ensure_binaries(*, progress: Progress = lambda _: None) -> Path:
+    """Build whatever the cache lacks and return the binary directory.
+
+    Raises:
+        ToolchainError: Go is missing or too old.
+        BuildError: a step failed; nothing half-built is left in the cache.
+    """
+    target = bin_dir()
+    if not missing(target):
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with _build_lock(cache_root() / "build.lock"):
+        todo = missing(target)  # another process may have built them while we waited for the lock
+        if not todo:
+            return target
+        builder = _Builder(go=_check_go(), work=cache_root() / "build", progress=progress)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".partial-") as tmp:
+            scratch = Path(tmp)
+            kube = [name for name in KUBE_BINARIES if name in todo]
+            if kube:
+                builder.kubernetes(kube, out=scratch)
+            if "etcd" in todo:
+                builder.etcd(out=scratch)
+            if "kwok" in todo or STAGES_DIR in todo:
+                builder.kwok(out=scratch, binary="kwok" in todo)
+            for produced in scratch.iterdir():
+                if produced.is_dir():
+                    shutil.rmtree(target / produced.name, ignore_errors=True)
+                os.replace(produced, target / produced.name)
+        progress(f"binaries ready in {target} ({builder.elapsed():.0f}s)")
+    return target
+
+
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Builder:
+    """Runs the go commands of each step, streaming their output to one log file."""
+
+    def __init__(self, *, go: str, work: Path, progress: Progress) -> None:
+        self._go = go
+        self._work = work
+        self._progress = progress
+        self._started = time.monotonic()
+        work.mkdir(parents=True, exist_ok=True)
+        self.log = work / "build.log"
+        self._env = dict(os.environ)
+        self._env.setdefault("GOFLAGS", "-buildvcs=false")
+        self._env["CGO_ENABLED"] = "0"
+
+    def elapsed(self) -> float:
+        """Seconds since the build started."""
+        return time.monotonic() - self._started
+
+    def kubernetes(self, names: Sequence[str], *, out: Path) -> None:
+        """kube-apiserver & co. through a wrapper module that pins the staging modules."""
+        module = self._module(f"k8s-v{KUBERNETES_VERSION}")
+        step = "kubernetes: prepare the wrapper module"
+        upstream = self.go(step, "mod", "download", "-json", f"k8s.io/kubernetes@v{KUBERNETES_VERSION}", cwd=module)
+        upstream_mod = Path(orjson.loads(upstream)["GoMod"]).read_text()
+        staging_version = "v0." + KUBERNETES_VERSION.split(".", 1)[1]
+        edits = [f"-replace={mod}={mod}@{staging_version}" for mod in staging_modules(upstream_mod)]
+        godebug = re.search(r"^godebug\s+(\S+)", upstream_mod, re.MULTILINE)
+        if godebug:
+            # Same runtime defaults as upstream's release binaries, whatever Go builds them.
+            edits.append(f"-godebug={godebug[1]}")
+        self.go(step, "mod", "edit", *edits, cwd=module)
+        packages = [f"k8s.io/kubernetes/cmd/{name}" for name in names]
+        versioned = [f"{package}@v{KUBERNETES_VERSION}" for package in packages]
+        self.go("kubernetes: download modules", "get", "-tool", *versioned, cwd=module)
+        self.go(
+            f"kubernetes: compile {', '.join(names)}",
+            "build", "-v", "-trimpath", "-tags=selinux,notest", f"-ldflags={_kube_ldflags()}", "-o", f"{out}/",
+            *packages, cwd=module,
+        )  # fmt: skip
+
+    def etcd(self, *, out: Path) -> None:
+        """etcd's server module through a wrapper module (its go.mod has replace directives)."""
+        module = self._module(f"etcd-v{ETCD_VERSION}")
+        self.go("etcd: download modules", "get", "-tool", f"go.etcd.io/etcd/server/v3@v{ETCD_VERSION}", cwd=module)
+        ldflags = f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v{ETCD_VERSION}"
+        self.go(
+            "etcd: compile etcd",
+            "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3",
+            cwd=module,
+        )  # fmt: skip
+
+    def kwok(self, *, out: Path, binary: bool) -> None:
+        """kwok (a plain ``go install``) and the stage files that ship in its module."""
+        if binary:
+            self.go(
+                "kwok: compile kwok",
+                "install", "-v", "-trimpath", "-ldflags=-s -w", f"sigs.k8s.io/kwok/cmd/kwok@v{KWOK_VERSION}",
+                cwd=self._work, env={"GOBIN": str(out)},
+            )  # fmt: skip
+        info = self.go("kwok: stages", "mod", "download", "-json", f"sigs.k8s.io/kwok@v{KWOK_VERSION}", cwd=self._work)
+        source = Path(orjson.loads(info)["Dir"]) / "kustomize" / "stage"
+        (out / STAGES_DIR).mkdir()
+        for stage in KWOK_STAGES:
+            shutil.copyfile(source / stage, out / STAGES_DIR / Path(stage).name)
+
+    def _module(self, name: str) -> Path:
+        module = self._work / name
+        module.mkdir(parents=True, exist_ok=True)
+        if not (module / "go.mod").exists():
+            self.go(f"{name}: create the wrapper module", "mod", "init", f"local/{name.replace('.', '-')}", cwd=module)
+        return module
+
+    def go(self, step: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+        """Run ``go args...``; its output goes to the log (and stdout is returned). Raises BuildError."""
+        self._progress(f"[{self.elapsed():4.0f}s] {step}")
+        argv = [self._go, *args]
+        tail: deque[str] = deque(maxlen=20)
+        with self.log.open("a") as log, tempfile.TemporaryFile("w+") as stdout:
+            log.write(f"\n=== {step}: {' '.join(argv)}\n")
+            log.flush()
+            with subprocess.Popen(
+                argv, cwd=cwd, env=self._env | (env or {}), stdin=subprocess.DEVNULL,
+                stdout=stdout, stderr=subprocess.PIPE, text=True,
+            ) as proc:  # fmt: skip
+                assert proc.stderr is not None
+                # go prints one line per package on stderr: the log gets them all, the user a count.
+                for count, line in enumerate(proc.stderr, start=1):
+                    log.write(line)
+                    tail.append(line.rstrip())
+                    if count % 250 == 0:
+                        self._progress(f"[{self.elapsed():4.0f}s] {step}: {count} packages")
+            stdout.seek(0)
+            output = stdout.read()
+        if proc.returncode != 0:
+            raise BuildError(step, self.log, "\n".join(tail))
+        return output
+
+
+def staging_modules(go_mod: str) -> list[str]:
+    """The ``k8s.io/*`` modules that k8s.io/kubernetes requires at ``v0.0.0`` (its staging repositories)."""
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*$", go_mod, re.MULTILINE)))
+
+
+def _kube_ldflags() -> str:
+    """The version stamps upstream's release build sets (hack/lib/version.sh)."""
+    major, minor, _ = KUBERNETES_VERSION.split(".")
+    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    flags = ["-s", "-w"]
+    for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        for key, value in (
+            ("gitVersion", f"v{KUBERNETES_VERSION}"),
+            ("gitMajor", major),
+            ("gitMinor", minor),
+            ("gitTreeState", "clean"),
+            ("buildDate", build_date),
+        ):
+            flags.append(f"-X {package}.{key}={value}")
+    return " ".join(flags)
+
+
+def _check_go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ToolchainError(
+            "Go is needed to build the Kubernetes binaries from their Go modules, and `go` is not on PATH. "
+            f"Install Go {GO_MINIMUM[0]}.{GO_MINIMUM[1]} or newer (https://go.dev/dl/), or point LIQO_CACHE_DIR "
+            "at a cache that already holds the binaries."
+        )
+    output = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False).stdout.strip()
+    match = re.match(r"go(\d+)\.(\d+)", output)
+    if not match or (int(match[1]), int(match[2])) < GO_MINIMUM:
+        raise ToolchainError(
+            f"Go {GO_MINIMUM[0]}.{GO_MINIMUM[1]} or newer is needed to build Kubernetes v{KUBERNETES_VERSION}; "
+            f"found {output or 'an unknown version'} at {go}. Install a newer Go (https://go.dev/dl/)."
+        )
+    return go

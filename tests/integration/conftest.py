@@ -1,0 +1,52 @@
+"""Real local clusters for integration tests.
+
+One session cluster is shared by every test that only adds objects to it (in namespaces of their own);
+tests that stop or restart components restore them before they finish, and tests that take a whole
+cluster down make their own. Names carry the pytest process id so that concurrent runs never collide;
+``LIQO_TEST_KEEP=1`` keeps (and reuses, on the next run) the session cluster under a fixed name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from tests.helpers import LocalCluster, purge, start, unique
+
+from liqo.kube.client import KubeClient
+from liqo.kube.resources import NAMESPACES
+from liqo.local.spec import ClusterSpec
+
+KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
+RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """The shared session cluster: 2 nodes, the default pod CIDR."""
+    local = start(ClusterSpec(name=f"t{RUN_ID}-shared", nodes=2))
+    yield local
+    if not KEEP:
+        purge(local)
+
+
+@pytest.fixture
+async def kube(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    async with cluster.client() as client:
+        yield client
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh namespace in the session cluster, deleted afterwards."""
+    name = unique("t")
+    await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    await kube.delete(NAMESPACES, name)

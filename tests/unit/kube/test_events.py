@@ -1,0 +1,239 @@
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from liqo.kube.errors import NotFoundError, UnreachableError
+from liqo.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, build_event, event_name, event_time
+from liqo.kube.resources import EVENTS, Resource
+
+Object = dict[str, Any]
+
+NOW = datetime(2026, 11, 25, 21, 0, 0, 123456, tzinfo=UTC)
+
+POD: Object = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "7", "labels": {"a": "b"}},
+    "spec": {},
+}
+NODE: Object = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "liqo-peer", "uid": "u-2"}}
+
+
+def test_build_event_about_a_namespaced_object() -> None:
+    event = build_event(
+        POD,
+        type="Warning",
+        reason="ReflectionFailed",
+        message="boom",
+        component="liqo-manager",
+        host="manager-0",
+        now=NOW,
+        name_suffix="18a",
+    )
+    assert event == {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "web.18a", "namespace": "shop"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "web",
+            "namespace": "shop",
+            "uid": "u-1",
+            "resourceVersion": "7",
+        },
+        "type": "Warning",
+        "reason": "ReflectionFailed",
+        "message": "boom",
+        "source": {"component": "liqo-manager", "host": "manager-0"},
+        "reportingComponent": "liqo-manager",
+        "reportingInstance": "manager-0",
+        "firstTimestamp": "2026-11-25T21:00:00Z",
+        "lastTimestamp": "2026-11-25T21:00:00Z",
+        "count": 1,
+    }
+
+
+def test_build_event_about_a_cluster_scoped_object_goes_to_default() -> None:
+    event = build_event(
+        NODE, type="Normal", reason="Ready", message="m", component="vk", host="", now=NOW, name_suffix="1"
+    )
+    assert event["metadata"]["namespace"] == "default"
+    assert "namespace" not in event["involvedObject"]
+    assert event["source"] == {"component": "vk"}
+    assert "reportingInstance" not in event
+
+
+def test_build_event_truncates_the_message() -> None:
+    event = build_event(
+        POD, type="Normal", reason="R", message="x" * 5000, component="c", host="", now=NOW, name_suffix="1"
+    )
+    assert event["message"] == "x" * MAX_MESSAGE_LENGTH
+
+
+def test_build_event_needs_a_name() -> None:
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        build_event(
+            {"metadata": {}}, type="Normal", reason="R", message="m", component="c", host="", now=NOW, name_suffix="1"
+        )
+
+
+def test_event_name_stays_a_valid_name() -> None:
+    assert event_name("web", "18a") == "web.18a"
+    long = event_name("a" * 240 + "-" + "b" * 12, "0123456789abcdef")
+    assert len(long) <= 253
+    assert long == "a" * 236 + ".0123456789abcdef"
+    assert event_time(NOW) == "2026-11-25T21:00:00Z"
+
+
+# -- the recorder --------------------------------------------------------------------------------------------
+
+
+class FakeEventClient:
+    """Events in memory: records creates and patches; patches of unknown Events raise NotFoundError."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, str], Object] = {}
+        self.calls: list[tuple[str, str]] = []  # (verb, name)
+        self.fail: BaseException | None = None
+
+    async def create(self, resource: Resource, obj: Object, *, namespace: str | None = None) -> Object:
+        assert resource == EVENTS
+        assert namespace == obj["metadata"]["namespace"]
+        self.calls.append(("create", obj["metadata"]["name"]))
+        if self.fail is not None:
+            raise self.fail
+        self.events[(namespace or "", obj["metadata"]["name"])] = dict(obj)
+        return dict(obj)
+
+    async def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None) -> Object:
+        assert resource == EVENTS
+        self.calls.append(("patch", name))
+        if self.fail is not None:
+            raise self.fail
+        event = self.events.get((namespace or "", name))
+        if event is None:
+            raise NotFoundError(404, "NotFound", f"events {name!r} not found")
+        event.update(patch)
+        return dict(event)
+
+    def only_event(self) -> Object:
+        assert len(self.events) == 1
+        return next(iter(self.events.values()))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def client() -> FakeEventClient:
+    return FakeEventClient()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def recorder(client: FakeEventClient, clock: Clock) -> EventRecorder:
+    return EventRecorder(client=client, component="liqo-manager", host="manager-0", clock=clock)
+
+
+async def test_repeats_are_counted_on_the_same_event(
+    client: FakeEventClient, clock: Clock, recorder: EventRecorder
+) -> None:
+    await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+    clock.now += timedelta(minutes=9)
+    await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+    clock.now += timedelta(minutes=9)  # the window slides with each occurrence
+    await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+
+    assert [verb for verb, _ in client.calls] == ["create", "patch", "patch"]
+    event = client.only_event()
+    assert event["count"] == 3
+    assert event["firstTimestamp"] == "2026-11-25T21:00:00Z"
+    assert event["lastTimestamp"] == "2026-11-25T21:18:00Z"
+
+
+async def test_different_events_are_not_aggregated(client: FakeEventClient, recorder: EventRecorder) -> None:
+    await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+    await recorder.record(POD, type="Warning", reason="Failed", message="bang")
+    await recorder.record(POD, type="Normal", reason="Failed", message="boom")
+    await recorder.record(POD, type="Warning", reason="Other", message="boom")
+    await recorder.record(
+        {**POD, "metadata": {**POD["metadata"], "uid": "u-9"}}, type="Warning", reason="Failed", message="boom"
+    )
+
+    assert [verb for verb, _ in client.calls] == ["create"] * 5
+
+
+async def test_a_repeat_after_the_window_creates_a_new_event(
+    client: FakeEventClient, clock: Clock, recorder: EventRecorder
+) -> None:
+    await recorder.record(POD, type="Normal", reason="Synced", message="ok")
+    clock.now += timedelta(minutes=10)
+    await recorder.record(POD, type="Normal", reason="Synced", message="ok")
+
+    assert [verb for verb, _ in client.calls] == ["create", "create"]
+
+
+async def test_a_vanished_event_is_created_anew(client: FakeEventClient, recorder: EventRecorder) -> None:
+    await recorder.record(POD, type="Normal", reason="Synced", message="ok")
+    client.events.clear()  # the API server's event TTL ran out
+    await recorder.record(POD, type="Normal", reason="Synced", message="ok")
+    await recorder.record(POD, type="Normal", reason="Synced", message="ok")
+
+    assert [verb for verb, _ in client.calls] == ["create", "patch", "create", "patch"]
+    assert client.only_event()["count"] == 2
+
+
+async def test_long_messages_aggregate_on_their_truncation(client: FakeEventClient, recorder: EventRecorder) -> None:
+    await recorder.record(POD, type="Warning", reason="Failed", message="x" * 2000 + "1")
+    await recorder.record(POD, type="Warning", reason="Failed", message="x" * 2000 + "2")
+
+    assert [verb for verb, _ in client.calls] == ["create", "patch"]
+    assert len(client.only_event()["message"]) == MAX_MESSAGE_LENGTH
+
+
+async def test_the_cache_is_bounded(client: FakeEventClient) -> None:
+    recorder = EventRecorder(client=client, component="c", cache_size=2)
+    for reason in ("A", "B", "C", "A"):
+        await recorder.record(POD, type="Normal", reason=reason, message="m")
+
+    assert [verb for verb, _ in client.calls] == ["create"] * 4
+
+
+async def test_failures_are_logged_and_swallowed(
+    client: FakeEventClient, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.fail = UnreachableError("connection refused")
+    with caplog.at_level(logging.WARNING, logger="liqo.kube.events"):
+        await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+        await recorder.record({"kind": "Pod", "metadata": {}}, type="Warning", reason="Failed", message="boom")
+
+    assert len(caplog.records) == 2
+    assert "Failed" in caplog.records[0].getMessage()
+    assert "shop/web" in caplog.records[0].getMessage()
+    # A failed create leaves nothing to aggregate on: the next occurrence creates again.
+    client.fail = None
+    await recorder.record(POD, type="Warning", reason="Failed", message="boom")
+    assert client.calls[-1][0] == "create"
+
+
+async def test_events_have_unique_names(client: FakeEventClient, recorder: EventRecorder) -> None:
+    for reason in ("A", "B", "C"):
+        await recorder.record(POD, type="Normal", reason=reason, message="m")
+
+    names = [name for _, name in client.calls]
+    assert len(set(names)) == 3
+    assert all(name.startswith("web.") for name in names)

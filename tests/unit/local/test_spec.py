@@ -1,0 +1,84 @@
+import ipaddress
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.local.spec import ClusterSpec, SpecError, node_cidr_mask, parse_labels, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("4", Decimal(4)),
+        ("500m", Decimal("0.5")),
+        ("16Gi", Decimal(16 * 2**30)),
+        ("2G", Decimal(2 * 10**9)),
+        ("1e3", Decimal(1000)),
+        ("1.5Ki", Decimal(1536)),
+    ],
+)
+def test_parse_quantity(text: str, value: Decimal) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "abc", "4 cores", "-1", "16GB", "1.2.3"])
+def test_parse_quantity_rejects(text: str) -> None:
+    with pytest.raises(SpecError, match="not a Kubernetes quantity"):
+        parse_quantity(text)
+
+
+def test_parse_labels() -> None:
+    assert parse_labels("zone=south, liqo.io/provider=naples,empty=") == {
+        "zone": "south",
+        "liqo.io/provider": "naples",
+        "empty": "",
+    }
+
+
+@pytest.mark.parametrize("text", ["novalue", "bad key=x", "k=bad value", "Invalid_Prefix/k=v", "k=" + "x" * 64])
+def test_parse_labels_rejects(text: str) -> None:
+    with pytest.raises(SpecError):
+        parse_labels(text)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "Rome"}, "cluster name"),
+        ({"name": "r" * 41}, "cluster name"),
+        ({"name": "ok", "nodes": 0}, "--nodes"),
+        ({"name": "ok", "node_cpu": "0"}, "--node-cpu"),
+        ({"name": "ok", "node_memory": "lots"}, "quantity"),
+        ({"name": "ok", "pod_cidr": "10.0.0.0/33"}, "--pod-cidr"),
+        ({"name": "ok", "pod_cidr": "10.0.0.1/16"}, "host bits"),
+        ({"name": "ok", "pod_cidr": "fd00::/64"}, "only IPv4"),
+        ({"name": "ok", "pod_cidr": "10.96.0.0/16"}, "overlap"),
+        ({"name": "ok", "pod_cidr": "10.0.0.0/24", "nodes": 4}, "too small"),
+    ],
+)
+def test_spec_validation(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        ClusterSpec(**kwargs)  # type: ignore[arg-type]
+
+
+def test_spec_round_trip_and_differences() -> None:
+    spec = ClusterSpec(name="rome", nodes=3, node_labels={"zone": "north"})
+    assert ClusterSpec.from_dict(spec.to_dict()) == spec
+    other = ClusterSpec(name="rome", nodes=2, node_labels={"zone": "north"})
+    assert spec.differences(other) == ["nodes: 3 -> 2"]
+    assert spec.api_service_ip == "10.96.0.1"
+
+
+@given(prefix=st.integers(min_value=8, max_value=24), nodes=st.integers(min_value=1, max_value=1000))
+def test_node_mask_fits_every_node(prefix: int, nodes: int) -> None:
+    cidr = ipaddress.IPv4Network((0x0A000000, prefix))
+    try:
+        mask = node_cidr_mask(cidr, nodes=nodes, pods_per_node=1)
+    except SpecError:
+        assert prefix + max(0, (nodes - 1).bit_length()) > 30
+        return
+    assert cidr.prefixlen <= mask <= 30
+    assert mask - cidr.prefixlen <= 16
+    assert 2 ** (mask - cidr.prefixlen) >= nodes

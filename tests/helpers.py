@@ -71,3 +71,52 @@ def start(spec: ClusterSpec) -> LocalCluster:
 def purge(cluster: LocalCluster) -> None:
     if cluster.dir.exists():
         clusters.down(cluster.name, purge=True)
+
+
+class TcpProxy:
+    """A TCP forwarder to a local port that a test can cut and restore.
+
+    Put between a client and the API server, it disconnects that client alone — the test keeps
+    talking to the server directly — which is how a test makes an informer miss changes.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> int:
+        """Listen (on a new port the first time, on the same port after a cut) and return the port."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def cut(self) -> None:
+        """Stop listening and reset every open connection."""
+        assert self._server is not None
+        self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers |= {writer, upstream_writer}
+        await asyncio.gather(self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer))
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.transport.abort()

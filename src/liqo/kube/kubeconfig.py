@@ -191,7 +191,7 @@ def _pem(section: Mapping[str, Any], key: str, base: Path | None) -> str | None:
     data = section.get(f"{key}-data")
     if data:
         try:
-            return base64.b64decode(data).decode()
+            return base64.b64decode(data, validate=True).decode()
         except ValueError as exc:
             raise KubeconfigError(f"{key}-data is not valid base64") from exc
     path = _path(section.get(key), base)

@@ -7,7 +7,9 @@ logic be unit-tested without a server, and keeps the hot path on plain dicts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 
@@ -59,7 +61,7 @@ DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=Tru
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 
 
-def object_key(obj: dict[str, object]) -> str:
+def object_key(obj: Mapping[str, Any]) -> str:
     """The cache key of an object: ``namespace/name``, or ``name`` for cluster-scoped objects."""
     meta = obj.get("metadata")
     if not isinstance(meta, dict):

@@ -41,7 +41,7 @@ Progress = Callable[[str], None]
 API_DEADLINE = 120.0
 NODES_DEADLINE = 120.0
 DOWN_DEADLINE = 30.0
-POLL = 0.2
+POLL = 0.05
 
 
 class ClusterError(RuntimeError):

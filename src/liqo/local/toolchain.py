@@ -222,7 +222,8 @@ class _Builder:
 
 def staging_modules(go_mod: str) -> list[str]:
     """The ``k8s.io/*`` modules that k8s.io/kubernetes requires at ``v0.0.0`` (its staging repositories)."""
-    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*$", go_mod, re.MULTILINE)))
+    line = r"^\s*(?:require\s+)?(k8s\.io/[\w.-]+)\s+v0\.0\.0\s*(?://.*)?$"
+    return sorted(set(re.findall(line, go_mod, re.MULTILINE)))
 
 
 def _kube_ldflags() -> str:

@@ -1,0 +1,96 @@
+"""Measurements shared by the benchmarks: how fast a Deployment's pods become Ready.
+
+Latencies are taken by a watcher on this machine, with a monotonic clock: a pod's startup latency is the
+time from the watch event that first shows it to the one that shows it Ready. API timestamps have
+one-second resolution, too coarse for pods that start in milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import UnreachableError
+from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """How a Deployment's rollout went."""
+
+    pods: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def pods_per_second(self) -> float:
+        """Ready pods per second over the whole rollout."""
+        return self.pods / self.seconds
+
+    def percentile(self, q: float) -> float:
+        """A per-pod startup latency percentile (0-100), in seconds."""
+        if len(self.latencies) < 2:
+            return self.latencies[0] if self.latencies else 0.0
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[int(q) - 1]
+
+
+def deployment(name: str, *, namespace: str, replicas: int) -> dict[str, Any]:
+    """A Deployment of ``replicas`` small pods."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}
+                    ]
+                },
+            },
+        },
+    }
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+async def rollout(client: KubeClient, *, namespace: str, replicas: int, timeout: float = 1800) -> RolloutResult:
+    """Create a namespace and a Deployment in it; measure until all ``replicas`` pods are Ready."""
+    await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    _, version = await client.list_all(PODS, namespace=namespace)
+    first_seen: dict[str, float] = {}
+    ready_at: dict[str, float] = {}
+    started = time.monotonic()
+    await client.create(DEPLOYMENTS, deployment("bench", namespace=namespace, replicas=replicas))
+    async with asyncio.timeout(timeout):
+        while len(ready_at) < replicas:
+            try:
+                async for event in client.watch(PODS, namespace=namespace, resource_version=version):
+                    pod = event["object"]
+                    version = pod["metadata"]["resourceVersion"]
+                    if event["type"] not in ("ADDED", "MODIFIED"):
+                        continue
+                    name = pod["metadata"]["name"]
+                    now = time.monotonic()
+                    first_seen.setdefault(name, now)
+                    if name not in ready_at and _ready(pod):
+                        ready_at[name] = now
+                        if len(ready_at) >= replicas:
+                            break
+            except UnreachableError:
+                continue
+    seconds = max(ready_at.values()) - started
+    return RolloutResult(replicas, seconds, [ready_at[n] - first_seen[n] for n in ready_at])

@@ -1,0 +1,133 @@
+"""The reconcile loop: a fixed number of workers draining one work queue into a reconcile function.
+
+Reconcilers are level-triggered and idempotent, so the loop needs no knowledge of what changed: it hands
+an item (usually an object key) to the reconciler, and on failure puts the item back with a rate-limited
+delay until it succeeds or has failed ``max_retries`` times in a row, as virtual-kubelet's queue does. A
+reconciler that wants to look again later returns :class:`Result` with ``requeue_after`` rather than
+sleeping, which would tie up a worker.
+
+Workers are tasks in one :class:`asyncio.TaskGroup`; cancellation is the only way to stop them, and it is
+never mistaken for a reconcile error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from liqo.kube.workqueue import ShutDown, WorkQueue
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=Hashable)
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a successful reconcile asks of the loop.
+
+    Attributes:
+        requeue_after: reconcile the item again after this many seconds, even if nothing changes.
+    """
+
+    requeue_after: float | None = None
+
+
+Reconciler = Callable[[T], Awaitable[Result | None]]
+"""Reconciles one item; raising an exception means "retry later with backoff"."""
+
+
+class Controller(Generic[T]):
+    """Runs ``workers`` concurrent reconciles over the items of one work queue.
+
+    An item is never reconciled by two workers at once (the queue guarantees it). The counters are plain
+    attributes so that metrics can read them.
+
+    Args:
+        name: names the controller in logs and task names.
+        reconcile: the reconcile function.
+        workers: how many items may be reconciled concurrently.
+        queue: the queue event handlers add items to; by default a new one with the default rate limiter.
+        max_retries: consecutive failures after which an item is retried no more (until it is added again).
+
+    Attributes:
+        queue: the work queue.
+        reconciles: reconciles that finished, successfully or not.
+        errors: reconciles that raised.
+        dropped: items given up on after ``max_retries`` failures.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        reconcile: Reconciler[T],
+        workers: int = 1,
+        queue: WorkQueue[T] | None = None,
+        max_retries: int = 15,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"a controller needs at least one worker, got {workers}")
+        self.name = name
+        self.queue: WorkQueue[T] = queue if queue is not None else WorkQueue()
+        self.reconciles = 0
+        self.errors = 0
+        self.dropped = 0
+        self._reconcile = reconcile
+        self._workers = workers
+        self._max_retries = max_retries
+
+    async def run(self) -> None:
+        """Reconcile items until cancelled (or until the queue is shut down and drained).
+
+        The queue is shut down on the way out, so that nothing keeps adding to a queue nobody serves.
+        """
+        try:
+            async with asyncio.TaskGroup() as workers:
+                for index in range(self._workers):
+                    workers.create_task(self._work(), name=f"{self.name}-worker-{index}")
+        finally:
+            self.queue.shut_down()
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                item = await self.queue.get()
+            except ShutDown:
+                return
+            try:
+                await self._process(item)
+            finally:
+                self.queue.done(item)
+
+    async def _process(self, item: T) -> None:
+        # CancelledError is a BaseException, so it passes through here and stops the worker.
+        try:
+            result = await self._reconcile(item)
+        except Exception:
+            self.reconciles += 1
+            self.errors += 1
+            failures = self.queue.num_requeues(item)
+            if failures < self._max_retries:
+                logger.warning(
+                    "%s: reconcile of %r failed, retrying (%d earlier failures)",
+                    self.name,
+                    item,
+                    failures,
+                    exc_info=True,
+                )
+                self.queue.add_rate_limited(item)
+            else:
+                logger.error(
+                    "%s: reconcile of %r failed %d times, giving up", self.name, item, failures + 1, exc_info=True
+                )
+                self.dropped += 1
+                self.queue.forget(item)
+        else:
+            self.reconciles += 1
+            self.queue.forget(item)
+            if result is not None and result.requeue_after is not None:
+                self.queue.add_after(item, result.requeue_after)

@@ -1,0 +1,118 @@
+import base64
+import os
+import ssl
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from liqo.kube.kubeconfig import Access, Authenticator, KubeconfigError, load_dict, load_file, ssl_context
+from liqo.local.pki import issue, make_ca
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def config(user: dict[str, Any], cluster: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "current-context": "ctx",
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": cluster or {"server": "https://127.0.0.1:6443/"}}],
+        "users": [{"name": "u", "user": user}],
+    }
+
+
+def test_embedded_certificates_load_into_a_tls_context() -> None:
+    ca = make_ca("ca")
+    client = issue(ca, common_name="me", client=True)
+    access = load_dict(
+        config(
+            {"client-certificate-data": b64(client.cert), "client-key-data": b64(client.key)},
+            {"server": "https://127.0.0.1:6443/", "certificate-authority-data": b64(ca.cert)},
+        )
+    )
+    assert access.server == "https://127.0.0.1:6443"
+    assert access.ca_pem == ca.cert.decode()
+    context = ssl_context(access)
+    assert context is not None
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert "key" not in repr(access).lower().replace("key_pem", "")
+
+
+def test_file_paths_resolve_relative_to_the_kubeconfig(tmp_path: Path) -> None:
+    ca = make_ca("ca")
+    (tmp_path / "ca.crt").write_bytes(ca.cert)
+    (tmp_path / "token").write_text("file-token\n")
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(config({"tokenFile": "token"}, {"server": "https://h:1", "certificate-authority": "ca.crt"}))
+    )
+    access = load_file(path)
+    assert access.ca_pem == ca.cert.decode()
+    assert access.token_file == str(tmp_path / "token")
+
+
+async def test_token_file_and_static_token_become_bearer_headers(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("rotating\n")
+    assert await Authenticator(Access(server="https://h", token_file=str(token))).header() == "Bearer rotating"
+    assert await Authenticator(Access(server="https://h", token="static")).header() == "Bearer static"
+    assert await Authenticator(Access(server="https://h")).header() is None
+
+
+async def test_exec_plugin_token_is_cached_until_expiry(tmp_path: Path) -> None:
+    counter = tmp_path / "calls"
+    plugin = tmp_path / "plugin.sh"
+    plugin.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> {counter}\n"
+        'echo "{\\"apiVersion\\":\\"client.authentication.k8s.io/v1\\",\\"kind\\":\\"ExecCredential\\",'
+        '\\"status\\":{\\"token\\":\\"$MY_TOKEN\\",\\"expirationTimestamp\\":\\"2999-01-01T00:00:00Z\\"}}"\n'
+    )
+    plugin.chmod(plugin.stat().st_mode | stat.S_IEXEC)
+    access = load_dict(config({"exec": {"command": str(plugin), "env": [{"name": "MY_TOKEN", "value": "t0k"}]}}))
+    auth = Authenticator(access)
+    assert await auth.header() == "Bearer t0k"
+    assert await auth.header() == "Bearer t0k"
+    assert counter.read_text().count("x") == 1
+    auth.invalidate()
+    assert await auth.header() == "Bearer t0k"
+    assert counter.read_text().count("x") == 2
+
+
+async def test_failing_exec_plugin_is_a_clear_error(tmp_path: Path) -> None:
+    access = load_dict(config({"exec": {"command": "false"}}))
+    with pytest.raises(KubeconfigError, match="exec credential plugin 'false' failed"):
+        await Authenticator(access).header()
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([], "must be a mapping"),
+        ({"contexts": []}, "no current-context"),
+        (config({}) | {"current-context": "other"}, "no context named 'other'"),
+        (config({}, {"insecure-skip-tls-verify": True}), "has no server"),
+        (config({"client-key-data": "%%%"}), "not valid base64"),
+    ],
+)
+def test_malformed_kubeconfigs_are_refused_with_the_reason(document: Any, message: str) -> None:
+    with pytest.raises(KubeconfigError, match=message):
+        load_dict(document)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(KubeconfigError, match="cannot read kubeconfig"):
+        load_file(tmp_path / "absent")
+
+
+def test_no_secret_reaches_the_disk(tmp_path: Path) -> None:
+    ca = make_ca("ca")
+    client = issue(ca, common_name="me", client=True)
+    before = set(os.listdir("/tmp"))
+    ssl_context(Access(server="https://h", ca_pem=ca.cert.decode(), cert_pem=client.cert.decode(),
+                       key_pem=client.key.decode()))  # fmt: skip
+    assert set(os.listdir("/tmp")) - before == set()

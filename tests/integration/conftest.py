@@ -12,11 +12,11 @@ import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from tests.helpers import LocalCluster, purge, start, unique
 
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES
 from liqo.local.spec import ClusterSpec
+from tests.helpers import LocalCluster, purge, start, unique
 
 KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
 RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
@@ -32,6 +32,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster() -> Iterator[LocalCluster]:
     """The shared session cluster: 2 nodes, the default pod CIDR."""
     local = start(ClusterSpec(name=f"t{RUN_ID}-shared", nodes=2))
+    yield local
+    if not KEEP:
+        purge(local)
+
+
+@pytest.fixture(scope="session")
+def peer_cluster() -> Iterator[LocalCluster]:
+    """A second session cluster, with the same pod CIDR as the first (overlap is allowed)."""
+    local = start(ClusterSpec(name=f"t{RUN_ID}-peer", nodes=1))
     yield local
     if not KEEP:
         purge(local)

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.helpers import LocalCluster, TcpProxy, eventually, unique
-
 from liqo.kube.client import FIELD_MANAGER, KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import CONFIGMAPS, EVENTS, LEASES, object_key
 from liqo.local import clusters
 from liqo.local.layout import read_json
+from tests.helpers import LocalCluster, TcpProxy, eventually, unique
 
 ELECTOR = Path(__file__).with_name("elector.py")
 

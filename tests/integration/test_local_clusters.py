@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 import orjson
-from tests.helpers import LocalCluster, eventually, eventually_sync, purge, start, unique
 
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CONFIGMAPS, DEPLOYMENTS, NODES, PODS
@@ -20,6 +19,7 @@ from liqo.local import clusters
 from liqo.local.layout import Ports, port_is_free, read_json
 from liqo.local.processes import ProcessRef, is_alive, wait_gone
 from liqo.local.spec import ClusterSpec
+from tests.helpers import LocalCluster, eventually, eventually_sync, purge, start, unique
 
 
 def deployment(name: str, *, namespace: str, replicas: int) -> dict[str, Any]:

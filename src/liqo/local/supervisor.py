@@ -38,6 +38,8 @@ TICK = 1.0
 """How often the loop re-evaluates when everything is healthy (probes of healthy components: every 5 ticks)."""
 FAST_TICK = 0.05
 """The tick while a component is starting: a dependent starts as soon as what it waits for is healthy."""
+SETTLE = 30.0
+"""How long after a start a not-yet-healthy component is probed every FAST_TICK (then every TICK)."""
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0
 """A component that ran this long without crashing gets its backoff reset."""
@@ -96,6 +98,7 @@ class Supervisor:
         self._session: aiohttp.ClientSession | None = None
         self._self_ref = ref_of(os.getpid())
         self._written: dict[str, Any] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Supervise until SIGTERM/SIGINT, then stop every component."""
@@ -120,8 +123,18 @@ class Supervisor:
             await self._session.close()
 
     def _tick(self) -> float:
-        settling = any(s.component.enabled and not s.healthy for s in self.states.values())
-        return FAST_TICK if settling else TICK
+        """How long the loop may sleep: short while something is settling, else :data:`TICK`."""
+        now = time.monotonic()
+        wake = TICK
+        for state in self.states.values():
+            if not state.component.enabled or state.healthy:
+                continue
+            if state.running:
+                settling = now - state.started_at < SETTLE
+                wake = min(wake, FAST_TICK if settling else TICK)
+            else:  # waiting for a dependency, or for the end of a backoff
+                wake = min(wake, max(state.not_before - now, FAST_TICK))
+        return wake
 
     def _on_reload(self) -> None:
         self._reload = True
@@ -155,11 +168,12 @@ class Supervisor:
                     del self.states[component.name]
                 continue
             if state.running:
-                await self._probe(state, now)
                 if state.failures and now - state.started_at > STABLE_AFTER:
                     state.failures = 0
             elif not self._waiting_for(component) and now >= state.not_before:
                 await self._start(state)
+        # Concurrently: one hung endpoint must not delay the others' verdicts.
+        await asyncio.gather(*(self._probe(s, now) for s in self.states.values() if s.running))
 
     def _waiting_for(self, component: Component) -> list[str]:
         return [dep for dep in component.after if not (dep in self.states and self.states[dep].healthy)]
@@ -193,7 +207,9 @@ class Supervisor:
         state.last_probe = 0.0
         state.exited = asyncio.Event()
         log.info("started %s (pid %d)", component.name, process.pid)
-        asyncio.get_running_loop().create_task(self._watch(state, process))
+        watcher = asyncio.get_running_loop().create_task(self._watch(state, process))
+        self._watchers.add(watcher)
+        watcher.add_done_callback(self._watchers.discard)
 
     async def _watch(self, state: _State, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
@@ -222,7 +238,10 @@ class Supervisor:
         if probe is None:
             state.healthy = True
             return
-        interval = TICK * 5 if state.healthy else FAST_TICK
+        if state.healthy:
+            interval = TICK * 5
+        else:
+            interval = FAST_TICK if now - state.started_at < SETTLE else TICK
         if now - state.last_probe < interval:
             return
         state.last_probe = now

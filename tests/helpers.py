@@ -33,6 +33,22 @@ def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, 
         time.sleep(every)
 
 
+class Signal:
+    """Wakes a waiting test whenever the code under test reports progress (no sleeping to synchronise)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self._event.clear()
+                await self._event.wait()
+
+
 @dataclass(frozen=True)
 class LocalCluster:
     """A running local cluster, as tests see it."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +131,9 @@ class Candidate:
         await self._reader
 
 
-async def test_leader_election_hands_over_when_the_leader_dies(
-    cluster: LocalCluster, kube: KubeClient, namespace: str
-) -> None:
+@contextlib.asynccontextmanager
+async def leader_and_follower(cluster: LocalCluster, namespace: str) -> AsyncIterator[tuple[Candidate, Candidate, str]]:
+    """Two candidates for a new lease: ``first`` leads, ``second`` campaigns."""
     lease = unique("lease")
     first = Candidate(cluster, namespace, lease, "first")
     second: Candidate | None = None
@@ -139,6 +141,17 @@ async def test_leader_election_hands_over_when_the_leader_dies(
         await first.printed("LEADING", timeout=20)
         second = Candidate(cluster, namespace, lease, "second")
         await second.printed("READY", timeout=20)
+        yield first, second, lease
+    finally:
+        await first.stop()
+        if second is not None:
+            await second.stop()
+
+
+async def test_leader_election_hands_over_when_the_leader_dies(
+    cluster: LocalCluster, kube: KubeClient, namespace: str
+) -> None:
+    async with leader_and_follower(cluster, namespace) as (first, second, lease):
         record = await kube.get(LEASES, lease, namespace=namespace)
         assert record["spec"]["holderIdentity"] == "first"
 
@@ -149,31 +162,17 @@ async def test_leader_election_hands_over_when_the_leader_dies(
         assert record["spec"]["holderIdentity"] == "second"
         assert record["spec"]["leaseTransitions"] >= 1
         assert took_over_at - killed_at < 10
-    finally:
-        await first.stop()
-        if second is not None:
-            await second.stop()
 
 
 async def test_leader_release_on_shutdown_hands_over_at_once(
     cluster: LocalCluster, kube: KubeClient, namespace: str
 ) -> None:
-    lease = unique("lease")
-    first = Candidate(cluster, namespace, lease, "first")
-    second: Candidate | None = None
-    try:
-        await first.printed("LEADING", timeout=20)
-        second = Candidate(cluster, namespace, lease, "second")
-        await second.printed("READY", timeout=20)
+    async with leader_and_follower(cluster, namespace) as (first, second, lease):
         first.process.terminate()
         await first.printed("RELEASED", timeout=10)
         await second.printed("LEADING", timeout=5)
         record = await kube.get(LEASES, lease, namespace=namespace)
         assert record["spec"]["holderIdentity"] == "second"
-    finally:
-        await first.stop()
-        if second is not None:
-            await second.stop()
 
 
 async def test_apply_is_idempotent_and_takes_back_its_fields(kube: KubeClient, namespace: str) -> None:

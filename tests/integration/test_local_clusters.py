@@ -9,10 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Any
 
 import orjson
 
+from benchmarks.measure import deployment
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CONFIGMAPS, DEPLOYMENTS, NODES, PODS
 from liqo.local import clusters
@@ -20,23 +20,6 @@ from liqo.local.layout import Ports, port_is_free, read_json
 from liqo.local.processes import ProcessRef, is_alive, wait_gone
 from liqo.local.spec import ClusterSpec
 from tests.helpers import LocalCluster, eventually, eventually_sync, purge, start, unique
-
-
-def deployment(name: str, *, namespace: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
-            },
-        },
-    }
 
 
 def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:

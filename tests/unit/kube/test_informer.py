@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import pytest
@@ -23,6 +23,7 @@ from liqo.kube.informer import (
     needs_relist,
 )
 from liqo.kube.resources import PODS, Resource, object_key
+from tests.helpers import Signal
 
 Object = dict[str, Any]
 
@@ -110,22 +111,6 @@ def test_needs_relist() -> None:
 
 
 # -- the run loop against a scripted client ------------------------------------------------------------------
-
-
-class Signal:
-    """Wakes a waiting test whenever the code under test reports progress (no sleeping to synchronise)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                self._event.clear()
-                await self._event.wait()
 
 
 class Hang:

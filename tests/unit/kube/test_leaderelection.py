@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -22,6 +22,7 @@ from liqo.kube.leaderelection import (
     released_lease,
 )
 from liqo.kube.resources import LEASES, Resource
+from tests.helpers import Signal
 
 Object = dict[str, Any]
 
@@ -164,22 +165,6 @@ def test_unsafe_durations_are_refused(lease: float, renew: float, retry: float, 
 
 
 # -- the loop, against an in-memory Lease store -------------------------------------------------------------
-
-
-class Signal:
-    """Wakes a waiting test whenever the code under test reports progress (no sleeping to synchronise)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                self._event.clear()
-                await self._event.wait()
 
 
 class LeaseServer:

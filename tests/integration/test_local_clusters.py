@@ -112,16 +112,18 @@ def test_crashed_component_is_reported_and_restarted(cluster: LocalCluster) -> N
     assert not is_alive(victim)
 
 
-def test_stopped_component_shows_as_unhealthy_until_started(cluster: LocalCluster) -> None:
-    clusters.set_components(cluster.name, ["kube-controller-manager"], enabled=False)
+def test_stopped_components_show_as_unhealthy_until_started(cluster: LocalCluster) -> None:
+    clusters.set_components(cluster.name, ["kube-controller-manager", "kube-scheduler"], enabled=False)
     try:
         info = clusters.info(cluster.name)
         assert info.state == "Degraded"
-        assert info.unhealthy == ["kube-controller-manager(stopped)"]
+        assert info.unhealthy == ["kube-controller-manager(stopped)", "kube-scheduler(stopped)"]
         assert info.components["kube-controller-manager"]["process"] is None
+        clusters.set_components(cluster.name, ["kube-scheduler"], enabled=True)
+        assert clusters.info(cluster.name).unhealthy == ["kube-controller-manager(stopped)"]
+        assert clusters.up(cluster.spec).state == "Running"  # up brings every component back
     finally:
-        clusters.set_components(cluster.name, ["kube-controller-manager"], enabled=True)
-    assert clusters.info(cluster.name).state == "Running"
+        clusters.set_components(cluster.name, ["kube-controller-manager", "kube-scheduler"], enabled=True)
 
 
 def test_down_stops_exactly_its_processes_and_up_resumes_on_new_ports_when_taken() -> None:

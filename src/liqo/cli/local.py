@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -96,19 +96,24 @@ def env(name: Name) -> None:
         out.print(f"export {key}={shlex.quote(value)}")
 
 
-def _set(enabled: bool) -> Callable[[str, list[str]], None]:
-    def command(
-        name: Name,
-        components: Annotated[list[str], typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, ...")],
-    ) -> None:
-        with _errors():
-            clusters.set_components(name, components, enabled=enabled)
-        out.print(f"{', '.join(components)} {'started' if enabled else 'stopped'} on {name}")
-
-    return command
+Components = Annotated[
+    list[str], typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.")
+]
 
 
-app.command("stop", help="Stop components of a running cluster (fault drills); they stay stopped until `start`.")(
-    _set(False)
-)
-app.command("start", help="Start components stopped with `liqoctl local stop`.")(_set(True))
+@app.command()
+def stop(name: Name, components: Components) -> None:
+    """Stop components of a running cluster (fault drills); they stay stopped until `start` or `up`."""
+    _set_components(name, components, enabled=False)
+
+
+@app.command()
+def start(name: Name, components: Components) -> None:
+    """Start components stopped with `liqoctl local stop` and wait until they are healthy."""
+    _set_components(name, components, enabled=True)
+
+
+def _set_components(name: str, components: list[str], *, enabled: bool) -> None:
+    with _errors():
+        clusters.set_components(name, components, enabled=enabled)
+    out.print(f"{', '.join(components)} {'started' if enabled else 'stopped'} on {name}")

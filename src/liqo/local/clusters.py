@@ -99,11 +99,15 @@ def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo
                     f"cluster {spec.name!r} exists with other settings ({changes}). "
                     f"Run `liqoctl local down {spec.name} --purge` first to recreate it."
                 )
-        if supervisor_ref(cluster) is None:
+        supervisor = supervisor_ref(cluster)
+        if supervisor is None:
             progress(f"starting cluster {spec.name}")
             _stop_processes(cluster)  # leftovers of a supervisor that died, if any
             _prepare(spec, cluster, bin_dir)
             _start_supervisor(cluster)
+        elif _enable_all(cluster):
+            progress(f"starting the stopped components of {spec.name}")
+            os.kill(supervisor.pid, signal.SIGHUP)
     asyncio.run(_wait_ready(spec, cluster, progress=progress))
     return info(spec.name)
 
@@ -124,11 +128,7 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
     kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file))
     (cluster.config / "kwok.yaml").write_text(kwok)
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
-    disabled = _disabled_components(cluster)
-    write_json(
-        cluster.components_file,
-        [c.to_dict() | {"enabled": c.name not in disabled} for c in components],
-    )
+    write_json(cluster.components_file, [c.to_dict() for c in components])
     write_json(
         cluster.cluster_file,
         {
@@ -151,11 +151,13 @@ def _container_log_lines(name: str) -> str:
     return "".join(f"{stamp} stdout F {line}\n" for line in lines)
 
 
-def _disabled_components(cluster: ClusterDir) -> set[str]:
-    """Components the user stopped with ``local stop``: a restart of the cluster keeps them stopped."""
-    if not cluster.components_file.exists():
-        return set()
-    return {item["name"] for item in read_json(cluster.components_file) if not item.get("enabled", True)}
+def _enable_all(cluster: ClusterDir) -> bool:
+    """Mark every component enabled (``up`` means all of it up); whether any was stopped."""
+    components = read_json(cluster.components_file)
+    if all(item.get("enabled", True) for item in components):
+        return False
+    write_json(cluster.components_file, [item | {"enabled": True} for item in components])
+    return True
 
 
 def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:

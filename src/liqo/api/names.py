@@ -1,0 +1,58 @@
+"""Names, labels and annotations every liqo component agrees on.
+
+Cleanup and ownership never depend on guesses: every object liqo creates carries ``MANAGED_BY``, and every
+object about a peer carries that peer's cluster ID under ``REMOTE_CLUSTER_ID``. Unpeer and uninstall find
+what to delete by these labels alone.
+"""
+
+from __future__ import annotations
+
+LIQO_NAMESPACE = "liqo"
+"""Where liqo's own components, the cluster identity and the authentication token live."""
+
+CLUSTER_IDENTITY = "liqo-cluster-identity"
+"""ConfigMap in LIQO_NAMESPACE: ``clusterID``, ``clusterName``, ``apiServerURL``, ``authURL``."""
+
+AUTH_TOKEN_SECRET = "liqo-auth-token"
+"""Secret in LIQO_NAMESPACE (key ``token``): what consumers must prove they know to get an identity."""
+
+PEER_TOKEN_SECRET = "liqo-peer-token"
+"""Secret in a consumer's tenant namespace (key ``token``): the provider's token, given out of band."""
+
+IDENTITY_SECRET = "liqo-identity"
+"""Secret in a consumer's tenant namespace (key ``kubeconfig``): the identity the provider issued."""
+
+TENANT_NAMESPACE_PREFIX = "liqo-tenant-"
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "liqo"
+REMOTE_CLUSTER_ID = "liqo.io/remote-cluster-id"
+"""On every object about a peer: the peer's cluster ID."""
+TENANT = "liqo.io/tenant"
+"""``"true"`` on tenant namespaces."""
+REPLICATED = "liqo.io/replicated"
+"""``"true"`` on objects the replicator copied from a peer (never edit them by hand)."""
+VIRTUAL_NODE_TYPE = "liqo.io/type"
+"""``virtual-node`` on virtual Nodes (and VirtualNode resources): never counted as local capacity."""
+EXPIRES_AT = "liqo.io/expires-at"
+"""On identity Secrets: when the certificate expires (RFC 3339)."""
+
+PEER_USER_PREFIX = "liqo.io:peer:"
+"""Peers authenticate as the user ``liqo.io:peer:<cluster-id>`` (their certificate's CN)."""
+
+FINALIZER = "liqo.io/cleanup"
+
+
+def tenant_namespace(cluster_id: str) -> str:
+    """The namespace holding everything about peer ``cluster_id``, on either side of a peering."""
+    return f"{TENANT_NAMESPACE_PREFIX}{cluster_id}"
+
+
+def peer_user(cluster_id: str) -> str:
+    """The Kubernetes user name of peer ``cluster_id``'s identity."""
+    return f"{PEER_USER_PREFIX}{cluster_id}"
+
+
+def peer_labels(cluster_id: str) -> dict[str, str]:
+    """The labels of every object liqo creates about peer ``cluster_id``."""
+    return {MANAGED_BY: MANAGED_BY_VALUE, REMOTE_CLUSTER_ID: cluster_id}

@@ -1,0 +1,18 @@
+"""The custom resources of liqo, as :class:`~liqo.kube.resources.Resource` descriptors (request paths)."""
+
+from __future__ import annotations
+
+from liqo.kube.resources import Resource
+
+VERSION = "v1alpha1"
+DISCOVERY = "discovery.liqo.io"
+SHARING = "sharing.liqo.io"
+VIRTUAL_KUBELET = "virtualkubelet.liqo.io"
+
+FOREIGN_CLUSTERS = Resource(DISCOVERY, VERSION, "foreignclusters", "ForeignCluster", namespaced=False)
+RESOURCE_REQUESTS = Resource(DISCOVERY, VERSION, "resourcerequests", "ResourceRequest", namespaced=True)
+RESOURCE_OFFERS = Resource(SHARING, VERSION, "resourceoffers", "ResourceOffer", namespaced=True)
+SHARING_POLICIES = Resource(SHARING, VERSION, "sharingpolicies", "SharingPolicy", namespaced=False)
+VIRTUAL_NODES = Resource(VIRTUAL_KUBELET, VERSION, "virtualnodes", "VirtualNode", namespaced=True)
+
+ALL = (FOREIGN_CLUSTERS, RESOURCE_REQUESTS, RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.workqueue import ShutDown, WorkQueue
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,20 @@ class Controller(Generic[T]):
         self._reconcile = reconcile
         self._workers = workers
         self._max_retries = max_retries
+
+    def watch(self, informer: Informer, key: Callable[[dict[str, Any]], Iterable[T]]) -> None:
+        """Enqueue ``key(obj)`` for every object ``informer`` adds, updates or deletes.
+
+        ``key`` maps an object to the items to reconcile (none, one, or several: an owner and its peers),
+        as controller-runtime's ``Watches`` with a map function. It runs in the informer's handler, so it
+        must be cheap and pure.
+        """
+
+        def enqueue(obj: dict[str, Any]) -> None:
+            for item in key(obj):
+                self.queue.add(item)
+
+        informer.add_handler(HandlerFuncs(add=enqueue, update=lambda _old, new: enqueue(new), delete=enqueue))
 
     async def run(self) -> None:
         """Reconcile items until cancelled (or until the queue is shut down and drained).

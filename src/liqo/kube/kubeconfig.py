@@ -93,6 +93,23 @@ def load_dict(config: Any, *, context: str | None = None, base: Path | None = No
     )
 
 
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def in_cluster() -> Access:
+    """The access of a pod to its own cluster: the service-account token (re-read as it rotates) and CA."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        raise KubeconfigError("not running in a pod (KUBERNETES_SERVICE_HOST is unset): pass --kubeconfig")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    host = f"[{host}]" if ":" in host else host
+    return Access(
+        server=f"https://{host}:{port}",
+        ca_pem=(SERVICE_ACCOUNT_DIR / "ca.crt").read_text(),
+        token_file=str(SERVICE_ACCOUNT_DIR / "token"),
+    )
+
+
 def ssl_context(access: Access) -> ssl.SSLContext | None:
     """The TLS context for ``access`` (None for plain HTTP)."""
     if not access.server.startswith("https"):
@@ -102,12 +119,15 @@ def ssl_context(access: Access) -> ssl.SSLContext | None:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     if access.cert_pem and access.key_pem:
-        _load_cert_chain(context, access.cert_pem, access.key_pem)
+        load_cert_chain(context, access.cert_pem, access.key_pem)
     return context
 
 
-def _load_cert_chain(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
-    # OpenSSL only loads certificates from files; a memfd is a file that never reaches a disk.
+def load_cert_chain(context: ssl.SSLContext, cert_pem: str, key_pem: str) -> None:
+    """Load an in-memory certificate and key into ``context``.
+
+    OpenSSL only loads certificates from files; a memfd is a file that never reaches a disk.
+    """
     fd = os.memfd_create("liqo-client-cert", os.MFD_CLOEXEC)
     try:
         os.write(fd, (cert_pem.rstrip() + "\n" + key_pem).encode())

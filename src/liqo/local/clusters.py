@@ -128,7 +128,11 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
     kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file))
     (cluster.config / "kwok.yaml").write_text(kwok)
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
-    write_json(cluster.components_file, [c.to_dict() for c in components])
+    core = {c.name for c in components}
+    extras = [item for item in read_json(cluster.components_file) if item["name"] not in core] if (
+        cluster.components_file.exists()
+    ) else []  # fmt: skip
+    write_json(cluster.components_file, [c.to_dict() for c in components] + extras)
     write_json(
         cluster.cluster_file,
         {
@@ -401,28 +405,74 @@ def env(name: str) -> dict[str, str]:
 
 def set_components(name: str, components: list[str], *, enabled: bool, timeout: float = 60.0) -> None:
     """Stop or start single components of a running cluster (for fault drills) and wait for the result."""
-    cluster = _existing(name)
-    with _cluster_lock(cluster):
-        current = [Component.from_dict(item) for item in read_json(cluster.components_file)]
-        known = {c.name for c in current}
+
+    def toggle(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        known = {item["name"] for item in current}
         unknown = sorted(set(components) - known)
         if unknown:
             raise ClusterError(f"unknown component(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return [item | ({"enabled": enabled} if item["name"] in components else {}) for item in current]
+
+    _change_components(
+        name,
+        toggle,
+        settled=lambda observed: all(_settled(observed.get(c, {}), enabled=enabled) for c in components),
+        what=f"components {', '.join(components)} did not {'start' if enabled else 'stop'}",
+        timeout=timeout,
+    )
+
+
+def add_components(name: str, components: list[Component], *, timeout: float = 60.0) -> None:
+    """Run extra processes under the cluster's supervisor (liqo's own components) and wait until healthy.
+
+    A component with the name of an existing one replaces it (the supervisor restarts it if its command
+    line changed). Extra components survive ``down``/``up``.
+    """
+    names = {c.name for c in components}
+
+    def merge(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [item for item in current if item["name"] not in names] + [c.to_dict() for c in components]
+
+    _change_components(
+        name,
+        merge,
+        settled=lambda observed: all(_settled(observed.get(n, {}), enabled=True) for n in names),
+        what=f"components {', '.join(sorted(names))} did not become healthy",
+        timeout=timeout,
+    )
+
+
+def remove_components(name: str, names: list[str], *, timeout: float = 60.0) -> None:
+    """Stop and forget extra components (their processes are stopped first)."""
+    _change_components(
+        name,
+        lambda current: [item for item in current if item["name"] not in names],
+        settled=lambda observed: not set(names) & set(observed),
+        what=f"components {', '.join(names)} did not stop",
+        timeout=timeout,
+    )
+
+
+def _change_components(
+    name: str,
+    change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    *,
+    settled: Callable[[dict[str, Any]], bool],
+    what: str,
+    timeout: float,
+) -> None:
+    """Rewrite ``components.json``, tell the supervisor, and wait until ``settled(observed components)``."""
+    cluster = _existing(name)
+    with _cluster_lock(cluster):
         supervisor = supervisor_ref(cluster)
         if supervisor is None:
             raise ClusterError(f"cluster {name} is not running; start it with `liqoctl local up {name}`")
-        write_json(
-            cluster.components_file,
-            [c.to_dict() | ({"enabled": enabled} if c.name in components else {}) for c in current],
-        )
+        write_json(cluster.components_file, change(read_json(cluster.components_file)))
         os.kill(supervisor.pid, signal.SIGHUP)
     deadline = time.monotonic() + timeout
-    while True:
-        observed = _read_status(cluster).get("components", {})
-        if all(_settled(observed.get(c, {}), enabled=enabled) for c in components):
-            return
+    while not settled(_read_status(cluster).get("components", {})):
         if time.monotonic() > deadline:
-            raise ClusterError(f"components {', '.join(components)} did not {'start' if enabled else 'stop'} in time")
+            raise ClusterError(f"{what} within {timeout:.0f}s; see {cluster.logs}")
         time.sleep(POLL)  # between two reads of the supervisor's status, until the deadline
 
 
@@ -430,6 +480,39 @@ def _settled(status: dict[str, Any], *, enabled: bool) -> bool:
     if enabled:
         return bool(status.get("healthy"))
     return status.get("phase") == "Stopped" and not status.get("process")
+
+
+def components(name: str) -> list[Component]:
+    """What the supervisor of cluster ``name`` is asked to run."""
+    return [Component.from_dict(item) for item in read_json(_existing(name).components_file)]
+
+
+def issue_client_kubeconfig(name: str, *, user: str, path: Path) -> None:
+    """Write a kubeconfig for ``user`` of cluster ``name``, signed by the cluster's CA (mode 0600)."""
+    cluster = _existing(name)
+    ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
+    pair = pki.issue(ca, common_name=user, client=True)
+    server = f"https://127.0.0.1:{read_json(cluster.cluster_file)['ports']['apiserver']}"
+    config = pki.kubeconfig(cluster=name, server=server, ca=ca.cert, user=user, cert=pair.cert, key=pair.key)
+    pki.write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def issue_serving_pair(name: str, *, cert: Path, key: Path) -> None:
+    """Write a loopback serving certificate signed by the cluster's CA (for liqo's HTTPS endpoints)."""
+    cluster = _existing(name)
+    ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
+    pair = pki.issue(ca, common_name="localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True)
+    pki.write_private(key, pair.key)
+    cert.write_bytes(pair.cert)
+
+
+def find_by_server(server: str) -> str | None:
+    """The local cluster whose API server is at ``server`` (a kubeconfig's server URL), if any."""
+    for candidate in names():
+        stored = read_json(ClusterDir.named(candidate).cluster_file)
+        if server.rstrip("/") == f"https://127.0.0.1:{stored['ports']['apiserver']}":
+            return candidate
+    return None
 
 
 # -- helpers -------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from liqo.kube.kubeconfig import Access, Authenticator, KubeconfigError, load_dict, load_file, ssl_context
+from liqo.kube.kubeconfig import Access, Authenticator, KubeconfigError, in_cluster, load_dict, load_file, ssl_context
 from liqo.local.pki import issue, make_ca
 
 
@@ -116,3 +116,9 @@ def test_no_secret_reaches_the_disk(tmp_path: Path) -> None:
     ssl_context(Access(server="https://h", ca_pem=ca.cert.decode(), cert_pem=client.cert.decode(),
                        key_pem=client.key.decode()))  # fmt: skip
     assert set(os.listdir("/tmp")) - before == set()
+
+
+def test_in_cluster_outside_a_pod_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubeconfigError, match="pass --kubeconfig"):
+        in_cluster()

@@ -1,0 +1,1 @@
+"""Installing liqo on a cluster: manifests, and the launcher that fits the cluster."""

@@ -1,0 +1,293 @@
+"""``liqoctl install`` / ``uninstall``: apply the manifests, then start the manager with the right launcher.
+
+The cluster ID is the UID of the ``kube-system`` namespace: stable for the life of the cluster, the same
+after an uninstall and re-install, and needing no storage of its own. A re-install keeps the
+authentication token, so peers holding it keep working.
+
+Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
+cluster's supervisor, with a client certificate for the user ``liqo-manager`` and a loopback HTTPS port
+for authentication; elsewhere it is the Deployment of the manifests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from liqo.api import names
+from liqo.api import resources as liqo_resources
+from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.install import manifests
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CONFIGMAPS,
+    CRDS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    Resource,
+)
+from liqo.kube.waiting import poll_until
+from liqo.local import clusters
+from liqo.local.components import Component, Probe
+from liqo.local.layout import ClusterDir, free_ports
+
+Progress = Callable[[str], None]
+
+_KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
+_BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES)}
+CRD_DEADLINE = 60.0
+MANAGER_DEADLINE = 60.0
+UNINSTALL_DEADLINE = 120.0
+
+
+class InstallError(RuntimeError):
+    """Install or uninstall cannot proceed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    """The flags of ``liqoctl install``."""
+
+    cluster_name: str | None = None
+    cluster_labels: dict[str, str] = field(default_factory=dict)
+    api_server_url: str | None = None
+    auth_url: str | None = None
+    image: str = manifests.DEFAULT_IMAGE
+    identity_ttl: int = 7200
+
+
+@dataclass(frozen=True)
+class _LocalManager:
+    """Where the manager of a local cluster keeps its files, and its authentication port."""
+
+    cluster: str
+    directory: Path
+    port: int
+
+    @property
+    def auth_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def component(self, *, identity_ttl: int) -> Component:
+        ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
+        return Component(
+            name=manifests.MANAGER,
+            argv=[
+                sys.executable,
+                "-m",
+                "liqo.apps.manager",
+                f"--kubeconfig={self.directory / 'manager.kubeconfig'}",
+                f"--auth-address=127.0.0.1:{self.port}",
+                f"--auth-cert={self.directory / 'auth.crt'}",
+                f"--auth-key={self.directory / 'auth.key'}",
+                f"--identity-ttl={identity_ttl}",
+            ],
+            probe=Probe(url=f"{self.auth_url}/healthz", ca=ca),
+            after=["kube-apiserver"],
+        )
+
+
+async def plan(client: KubeClient, options: InstallOptions) -> tuple[list[manifests.Manifest], ClusterIdentity]:
+    """The manifests ``install`` would apply on the cluster behind ``client`` (for ``--dry-run`` too)."""
+    cluster_id = (await client.get(NAMESPACES, "kube-system"))["metadata"]["uid"]
+    previous = await read_identity(client)
+    local = _local_manager(client)
+    cluster_name = options.cluster_name or (previous.cluster_name if previous else None)
+    cluster_name = cluster_name or (local.cluster if local else f"cluster-{cluster_id[:8]}")
+    auth_url = options.auth_url or (local.auth_url if local else (previous.auth_url if previous else ""))
+    if not auth_url:
+        auth_url = f"https://{manifests.AUTH_SERVICE}.{names.LIQO_NAMESPACE}.svc"
+    identity = ClusterIdentity(
+        cluster_id=cluster_id,
+        cluster_name=cluster_name,
+        api_server_url=options.api_server_url or client.server,
+        auth_url=auth_url,
+        cluster_labels=options.cluster_labels,
+    )
+    items = manifests.manifests(
+        cluster_id=identity.cluster_id,
+        cluster_name=identity.cluster_name,
+        cluster_labels=options.cluster_labels,
+        api_server_url=identity.api_server_url,
+        auth_url=identity.auth_url,
+        token=await _token(client),
+        image=options.image,
+        identity_ttl=options.identity_ttl,
+        workload=local is None,
+    )
+    return items, identity
+
+
+async def install(client: KubeClient, options: InstallOptions, *, progress: Progress) -> ClusterIdentity:
+    """Install (or update) liqo on the cluster behind ``client`` and wait until its manager is ready."""
+    items, identity = await plan(client, options)
+    progress(f"installing liqo on {identity.cluster_name} (cluster ID {identity.cluster_id})")
+    for item in items:
+        await client.apply(_BY_KIND[item["kind"]], item)
+    await _wait_crds_established(client)
+    local = _local_manager(client)
+    if local is not None:
+        progress(f"starting the manager on local cluster {local.cluster} (auth endpoint {local.auth_url})")
+        await asyncio.to_thread(_start_local_manager, local, options)
+    else:
+        progress("waiting for the manager Deployment")
+        await _wait_deployment(client)
+    return identity
+
+
+async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> None:
+    """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs, data and tenants.
+
+    Raises:
+        InstallError: peerings are still active (without ``purge``), or something would not go away.
+    """
+    if not purge:
+        active = await _active_peers(client)
+        if active:
+            raise InstallError(
+                f"peerings are still active ({', '.join(active)}): unpeer first, or uninstall with --purge"
+            )
+    local = _local_manager(client)
+    if local is not None:
+        progress(f"stopping the manager of local cluster {local.cluster}")
+        await asyncio.to_thread(clusters.remove_components, local.cluster, [manifests.MANAGER])
+    else:
+        for resource, name in ((DEPLOYMENTS, manifests.MANAGER), (SERVICES, manifests.AUTH_SERVICE)):
+            with contextlib.suppress(NotFoundError):
+                await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
+    if purge:
+        progress("deleting liqo resources, tenant namespaces and CRDs")
+        await _purge(client)
+    progress("deleting RBAC and the liqo namespace")
+    for resource, name in ((CLUSTER_ROLE_BINDINGS, manifests.MANAGER), (CLUSTER_ROLES, manifests.MANAGER)):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
+    with contextlib.suppress(NotFoundError):
+        await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
+    await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
+
+
+async def _purge(client: KubeClient) -> None:
+    # Our finalizers would wait for a manager that is gone: drop them, then delete.
+    for resource in liqo_resources.ALL:
+        with contextlib.suppress(NotFoundError):
+            items, _ = await client.list_all(resource)
+            for item in items:
+                meta = item["metadata"]
+                if meta.get("finalizers"):
+                    await client.patch(
+                        resource, meta["name"], {"metadata": {"finalizers": None}}, namespace=meta.get("namespace")
+                    )
+    tenants, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
+    for tenant in tenants:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(NAMESPACES, tenant["metadata"]["name"])
+    for resource in liqo_resources.ALL:
+        crd = f"{resource.plural}.{resource.group}"
+        with contextlib.suppress(NotFoundError):
+            await client.delete(CRDS, crd)
+    for resource in liqo_resources.ALL:
+        await _wait_gone(client, CRDS, f"{resource.plural}.{resource.group}")
+    for tenant in tenants:
+        await _wait_gone(client, NAMESPACES, tenant["metadata"]["name"])
+
+
+async def _active_peers(client: KubeClient) -> list[str]:
+    try:
+        peers, _ = await client.list_all(liqo_resources.FOREIGN_CLUSTERS)
+    except NotFoundError:
+        return []
+    return [
+        peer["spec"].get("clusterName") or peer["spec"]["clusterID"]
+        for peer in peers
+        if any(
+            condition.get("type") in ("OutgoingPeering", "IncomingPeering")
+            and condition.get("status") in ("Pending", "Established")
+            for condition in (peer.get("status") or {}).get("conditions") or []
+        )
+    ]
+
+
+async def _token(client: KubeClient) -> str:
+    """The existing token (a re-install must not invalidate what peers hold), or a new one."""
+    try:
+        secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
+    except NotFoundError:
+        return secrets.token_urlsafe(32)
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def _local_manager(client: KubeClient) -> _LocalManager | None:
+    """The manager layout if ``client`` talks to a local cluster of ours."""
+    name = clusters.find_by_server(client.server)
+    if name is None:
+        return None
+    directory = ClusterDir.named(name).root / "liqo"
+    return _LocalManager(cluster=name, directory=directory, port=_local_auth_port(name))
+
+
+def _local_auth_port(name: str) -> int:
+    """The auth port a previous install chose (kept so peers' auth URLs stay valid), or a free one."""
+    for component in clusters.components(name):
+        if component.name == manifests.MANAGER:
+            for arg in component.argv:
+                if arg.startswith("--auth-address="):
+                    return int(arg.rsplit(":", 1)[1])
+    return free_ports(1)[0]
+
+
+def _start_local_manager(local: _LocalManager, options: InstallOptions) -> None:
+    local.directory.mkdir(parents=True, exist_ok=True)
+    clusters.issue_client_kubeconfig(local.cluster, user=manifests.MANAGER, path=local.directory / "manager.kubeconfig")
+    clusters.issue_serving_pair(local.cluster, cert=local.directory / "auth.crt", key=local.directory / "auth.key")
+    clusters.add_components(
+        local.cluster, [local.component(identity_ttl=options.identity_ttl)], timeout=MANAGER_DEADLINE
+    )
+
+
+async def _wait_crds_established(client: KubeClient) -> None:
+    for resource in liqo_resources.ALL:
+        name = f"{resource.plural}.{resource.group}"
+
+        async def established(name: str = name) -> bool:
+            conditions = ((await client.get(CRDS, name)).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        await poll_until(established, timeout=CRD_DEADLINE, message=f"CRD {name} not Established", interval=0.05)
+
+
+async def _wait_deployment(client: KubeClient) -> None:
+    async def available() -> bool:
+        deployment = await client.get(DEPLOYMENTS, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+        return bool((deployment.get("status") or {}).get("availableReplicas"))
+
+    await poll_until(
+        available,
+        timeout=MANAGER_DEADLINE,
+        interval=0.5,
+        message=f"the {manifests.MANAGER} Deployment is not available: "
+        f"kubectl -n {names.LIQO_NAMESPACE} describe deployment {manifests.MANAGER}",
+    )
+
+
+async def _wait_gone(client: KubeClient, resource: Resource, name: str) -> None:
+    async def gone() -> bool:
+        try:
+            await client.get(resource, name)
+        except NotFoundError:
+            return True
+        return False
+
+    await poll_until(gone, timeout=UNINSTALL_DEADLINE, interval=0.2, message=f"{resource.kind} {name} still exists")

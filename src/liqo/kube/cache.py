@@ -1,0 +1,45 @@
+"""Shared informers: one list+watch per (resource, namespace, selector) for every controller of a process.
+
+Controllers ask for the informers they need before the process starts them; two controllers watching
+ConfigMaps in the same scope share one watch and one cache, as client-go's SharedInformerFactory does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from liqo.kube.client import KubeClient
+from liqo.kube.informer import Informer
+from liqo.kube.resources import Resource
+
+_Scope = tuple[Resource, str | None, str | None]
+
+
+class SharedInformers:
+    """The informers of one cluster, created on demand and run together."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self._informers: dict[_Scope, Informer] = {}
+
+    def informer(
+        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> Informer:
+        """The informer for this scope (created on first request)."""
+        scope = (resource, namespace, label_selector)
+        if scope not in self._informers:
+            self._informers[scope] = Informer(
+                client=self.client, resource=resource, namespace=namespace, label_selector=label_selector
+            )
+        return self._informers[scope]
+
+    async def run(self) -> None:
+        """Run every informer requested so far, until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            for informer in self._informers.values():
+                group.create_task(informer.run(), name=f"informer {informer.name}")
+
+    async def wait_synced(self, timeout: float | None = None) -> bool:
+        """Whether every informer completed its first list within ``timeout`` seconds."""
+        results = await asyncio.gather(*(i.wait_synced(timeout) for i in self._informers.values()))
+        return all(results)

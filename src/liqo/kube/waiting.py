@@ -1,0 +1,37 @@
+"""Waiting for a condition with a deadline: the one polling loop the code base allows.
+
+Watches are the first choice; where a condition spans several objects or endpoints, a short poll with a
+deadline is simpler and just as correct. Either way the caller gets a clear error naming what it waited
+for, never an open-ended sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class WaitTimeout(TimeoutError):
+    """The condition did not hold before the deadline; the message names it."""
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[T | None]], *, timeout: float, message: str, interval: float = 0.1
+) -> T:
+    """Call ``check`` until it returns something other than None (or False); return that.
+
+    Raises:
+        WaitTimeout: after ``timeout`` seconds, with ``message``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"{message} (waited {timeout:.0f}s)")
+        await asyncio.sleep(interval)

@@ -1,0 +1,39 @@
+"""What controllers learned about peers that no object records: the last handshake error, API health.
+
+The ForeignCluster status controller is the only writer of ``status``; the controllers that act (the
+handshake, the health probe) report here instead, and the status controller turns it into conditions.
+It is process memory on purpose: after a restart both facts are re-learned within one reconcile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One fact: ``ok`` or not, and why."""
+
+    ok: bool
+    reason: str
+    message: str = ""
+
+
+@dataclass
+class Observations:
+    """Facts per peer cluster ID; ``on_change(peer_id)`` fires when one changes."""
+
+    on_change: Callable[[str], None] = lambda _: None
+    authentication: dict[str, Observation] = field(default_factory=dict)
+    api_server: dict[str, Observation] = field(default_factory=dict)
+
+    def report(self, facts: dict[str, Observation], peer_id: str, observation: Observation | None) -> None:
+        """Record (or with None, forget) a fact about ``peer_id`` in ``facts``."""
+        previous = facts.get(peer_id)
+        if observation is None:
+            facts.pop(peer_id, None)
+        else:
+            facts[peer_id] = observation
+        if previous != observation:
+            self.on_change(peer_id)

@@ -1,0 +1,228 @@
+"""ForeignCluster status: one writer that summarises every other controller's work as conditions.
+
+Several controllers act on a peering (handshake, replication, offers, virtual nodes); if each wrote its own
+condition, server-side apply under one field manager would have them erase each other's. Instead this
+controller reads the caches and the in-memory observations and derives the whole status with a pure
+function (:func:`peer_status`), applied to the ``status`` subresource. It also probes the provider's API
+server through the identity, at most every few seconds, since no object records that.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from liqo.api import names
+from liqo.api.identity import ClusterIdentity
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import KubeError
+from liqo.kube.resources import SECRETS
+from liqo.peering.identities import PeerClients, expires_at
+from liqo.peering.observations import Observation, Observations
+from liqo.peering.outgoing import MANAGED, wants_outgoing
+
+PROBE_INTERVAL = 10.0
+
+
+@dataclass(frozen=True)
+class PeerState:
+    """What the caches and observations say about one peer (the input of :func:`peer_status`)."""
+
+    foreign_cluster: dict[str, Any]
+    local_id: str
+    identity: dict[str, Any] | None
+    our_request: dict[str, Any] | None
+    their_offer: dict[str, Any] | None
+    virtual_nodes: list[dict[str, Any]]
+    their_request: dict[str, Any] | None
+    our_offer: dict[str, Any] | None
+    authentication: Observation | None
+    api_server: Observation | None
+    api_server_url: str | None
+
+
+def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+def _phase(obj: dict[str, Any] | None, field: str) -> str | None:
+    return ((obj or {}).get("status") or {}).get(field)
+
+
+def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
+    """The ForeignCluster ``status`` for ``state`` (pure); transition times carry over when unchanged."""
+    peer_id = state.foreign_cluster["spec"]["clusterID"]
+    outgoing = wants_outgoing(state.foreign_cluster)
+    conditions = [
+        _authentication(state, outgoing=outgoing),
+        _outgoing(state, outgoing=outgoing),
+        _incoming(state),
+        _api_server(state, outgoing=outgoing),
+        _condition("NetworkStatus", "None", "NotImplemented", "the network fabric is not part of this release"),
+    ]
+    previous = {c["type"]: c for c in (state.foreign_cluster.get("status") or {}).get("conditions") or []}
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for condition in conditions:
+        before = previous.get(condition["type"])
+        same = before is not None and before.get("status") == condition["status"]
+        condition["lastTransitionTime"] = before.get("lastTransitionTime", stamp) if same and before else stamp
+    status: dict[str, Any] = {
+        "conditions": conditions,
+        "tenantNamespace": {"local": names.tenant_namespace(peer_id)},
+    }
+    if outgoing:
+        status["tenantNamespace"]["remote"] = names.tenant_namespace(state.local_id)
+        if state.api_server_url:
+            status["apiServerURL"] = state.api_server_url
+        expiry = expires_at(state.identity)
+        if expiry:
+            status["identity"] = {"expiresAt": expiry}
+    return status
+
+
+def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
+    kind = "AuthenticationStatus"
+    if outgoing:
+        if state.authentication is not None and not state.authentication.ok:
+            return _condition(kind, "Error", state.authentication.reason, state.authentication.message)
+        if state.identity is not None:
+            return _condition(
+                kind, "Established", "IdentityValid", f"identity valid until {expires_at(state.identity)}"
+            )
+        return _condition(kind, "Pending", "Authenticating")
+    if state.their_request is not None:
+        return _condition(kind, "Established", "PeerAuthenticated", "the peer holds an identity on this cluster")
+    return _condition(kind, "None", "NotPeered")
+
+
+def _outgoing(state: PeerState, *, outgoing: bool) -> dict[str, str]:
+    kind = "OutgoingPeering"
+    if not outgoing:
+        return _condition(kind, "None", "Disabled")
+    if state.virtual_nodes:
+        return _condition(
+            kind, "Established", "OfferAccepted", f"virtual node {state.virtual_nodes[0]['metadata']['name']}"
+        )
+    phase = _phase(state.their_offer, "phase")
+    if phase in ("Refused", "ManualActionRequired"):
+        reason = ((state.their_offer or {}).get("status") or {}).get("reason", "")
+        return _condition(kind, "Denied" if phase == "Refused" else "Pending", phase, reason)
+    if _phase(state.our_request, "offerState") == "Denied":
+        return _condition(
+            kind, "Denied", "RequestDenied", (state.our_request or {}).get("status", {}).get("message", "")
+        )
+    if state.their_offer is not None:
+        return _condition(kind, "Pending", "OfferReceived")
+    return _condition(kind, "Pending", "WaitingForOffer" if state.identity else "WaitingForIdentity")
+
+
+def _incoming(state: PeerState) -> dict[str, str]:
+    kind = "IncomingPeering"
+    if state.their_request is None:
+        return _condition(kind, "None", "NoRequest")
+    if _phase(state.their_request, "offerState") == "Denied":
+        return _condition(kind, "Denied", "PolicyDenied", (state.their_request.get("status") or {}).get("message", ""))
+    if _phase(state.our_offer, "phase") == "Accepted":
+        return _condition(kind, "Established", "OfferAccepted")
+    return _condition(kind, "Pending", "OfferPending" if state.our_offer else "ComputingOffer")
+
+
+def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
+    kind = "APIServerStatus"
+    if not outgoing or state.identity is None:
+        return _condition(kind, "None", "NoIdentity")
+    if state.api_server is None:
+        return _condition(kind, "Pending", "NotProbedYet")
+    if state.api_server.ok:
+        return _condition(kind, "Established", state.api_server.reason)
+    return _condition(kind, "Error", state.api_server.reason, state.api_server.message)
+
+
+class ForeignClusterStatus:
+    """Writes every ForeignCluster's status from the caches."""
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        informers: SharedInformers,
+        local: ClusterIdentity,
+        peers: PeerClients,
+        observations: Observations,
+    ) -> None:
+        self._client = client
+        self._local = local
+        self._peers = peers
+        self._observations = observations
+        self._probed: dict[str, float] = {}
+        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self.secrets = informers.informer(SECRETS, label_selector=MANAGED)
+        self.requests = informers.informer(RESOURCE_REQUESTS)
+        self.offers = informers.informer(RESOURCE_OFFERS)
+        self.virtual_nodes = informers.informer(VIRTUAL_NODES)
+        self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
+        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes):
+            self.controller.watch(informer, _peer_of_namespace)
+
+    async def reconcile(self, peer_id: str) -> Result | None:
+        """Recompute and apply the status of ``peer_id``'s ForeignCluster."""
+        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+        if fc is None or fc["metadata"].get("deletionTimestamp"):
+            return None
+        outgoing = wants_outgoing(fc)
+        if outgoing:
+            await self._probe(peer_id)
+        namespace = names.tenant_namespace(peer_id)
+        state = PeerState(
+            foreign_cluster=fc,
+            local_id=self._local.cluster_id,
+            identity=self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
+            our_request=self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
+            their_offer=self.offers.store.get(f"{namespace}/{peer_id}"),
+            virtual_nodes=[v for v in self.virtual_nodes.store.list() if v["metadata"].get("namespace") == namespace],
+            their_request=self.requests.store.get(f"{namespace}/{peer_id}"),
+            our_offer=self.offers.store.get(f"{namespace}/{self._local.cluster_id}"),
+            authentication=self._observations.authentication.get(peer_id),
+            api_server=self._observations.api_server.get(peer_id),
+            api_server_url=peer.server if (peer := self._peers.get(peer_id)) else None,
+        )
+        status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
+        if status != fc.get("status"):
+            body = {
+                "apiVersion": FOREIGN_CLUSTERS.api_version,
+                "kind": FOREIGN_CLUSTERS.kind,
+                "metadata": {"name": fc["metadata"]["name"]},
+                "status": status,
+            }
+            await self._client.apply(FOREIGN_CLUSTERS, body, subresource="status")
+        return Result(requeue_after=PROBE_INTERVAL) if outgoing else None
+
+    async def _probe(self, peer_id: str) -> None:
+        client = self._peers.get(peer_id)
+        if client is None:
+            self._observations.report(self._observations.api_server, peer_id, None)
+            return
+        now = time.monotonic()
+        if now - self._probed.get(peer_id, 0.0) < PROBE_INTERVAL / 2:
+            return
+        self._probed[peer_id] = now
+        try:
+            await client.request("GET", "/version")
+        except KubeError as exc:
+            observation = Observation(False, "Unreachable", str(exc)[:300])
+        else:
+            observation = Observation(True, "APIServerReady")
+        self._observations.report(self._observations.api_server, peer_id, observation)
+
+
+def _peer_of_namespace(obj: dict[str, Any]) -> list[str]:
+    namespace = obj["metadata"].get("namespace") or ""
+    if namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
+        return [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
+    return []

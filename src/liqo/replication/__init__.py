@@ -1,0 +1,1 @@
+"""Replication of liqo resources between a consumer and its providers."""

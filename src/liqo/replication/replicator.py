@@ -1,0 +1,198 @@
+"""The CRD replicator: the consumer's half of every conversation with a provider runs through here.
+
+Only the consumer needs to reach the other side (the provider never holds credentials on its consumers),
+so replication runs on the consumer, with the identity the provider issued:
+
+- ResourceRequest: our spec → the provider's tenant namespace; the provider's status → back here.
+- ResourceOffer: the provider's spec → a copy in our tenant namespace; our status (accepted or not) →
+  the provider's object.
+
+Objects are keyed by name on both sides and written with server-side apply, so a restart or a reconnect
+replays the same writes and produces no duplicate. Remote informers are started per provider when an
+identity appears and restarted when it is renewed (a new client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+from liqo.api import names
+from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller
+from liqo.kube.errors import NotFoundError
+from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.resources import Resource
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["peer", "request", "offer"]
+Key = tuple[Kind, str]
+
+
+class PeerClientSource(Protocol):
+    """Where clients to providers come from (``liqo.peering.identities.PeerClients``)."""
+
+    def get(self, provider_id: str) -> KubeClient | None:
+        """The client for ``provider_id``, if we hold an identity."""
+
+    def providers(self) -> list[str]:
+        """Providers we hold an identity for."""
+
+
+def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id: str) -> dict[str, Any]:
+    """The copy of ``obj``'s spec for the other side (pure): same name, the other side's labels."""
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {
+            "name": obj["metadata"]["name"],
+            "namespace": namespace,
+            "labels": names.peer_labels(peer_id) | {names.REPLICATED: "true"},
+        },
+        "spec": obj.get("spec") or {},
+    }
+
+
+def status_patch(resource: Resource, *, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
+    """A server-side-apply body carrying only ``status`` (pure)."""
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status,
+    }
+
+
+class _Remote:
+    """The informers on one provider's tenant namespace, for one client (one identity)."""
+
+    def __init__(self, client: KubeClient, namespace: str, enqueue: Callable[[Kind], None]) -> None:
+        self.client = client
+        self.requests = Informer(client=client, resource=RESOURCE_REQUESTS, namespace=namespace)
+        self.offers = Informer(client=client, resource=RESOURCE_OFFERS, namespace=namespace)
+        self.tasks = [asyncio.get_running_loop().create_task(i.run()) for i in (self.requests, self.offers)]
+        self.requests.add_handler(_enqueue_handler(enqueue, "request"))
+        self.offers.add_handler(_enqueue_handler(enqueue, "offer"))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class Replicator:
+    """Replicates ResourceRequests and ResourceOffers between this consumer and its providers."""
+
+    def __init__(
+        self, *, client: KubeClient, informers: SharedInformers, local_id: str, peers: PeerClientSource
+    ) -> None:
+        self._client = client
+        self._local_id = local_id
+        self._peers = peers
+        self._remotes: dict[str, _Remote] = {}
+        self.requests = informers.informer(RESOURCE_REQUESTS)
+        self.offers = informers.informer(RESOURCE_OFFERS)
+        self.controller: Controller[Key] = Controller(name="replicator", reconcile=self.reconcile, workers=4)
+        self.controller.watch(self.requests, lambda rr: self._keys("request", rr))
+        self.controller.watch(self.offers, lambda ro: self._keys("offer", ro))
+
+    def peer_changed(self, provider_id: str) -> None:
+        """Hook for PeerClients: an identity appeared, was renewed or went away."""
+        self.controller.queue.add(("peer", provider_id))
+
+    def _keys(self, kind: Kind, obj: dict[str, Any]) -> list[Key]:
+        namespace = obj["metadata"].get("namespace") or ""
+        if not namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
+            return []
+        return [(kind, namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX))]
+
+    def _remote_enqueue(self, provider_id: str) -> Callable[[Kind], None]:
+        return lambda kind: self.controller.queue.add((kind, provider_id))
+
+    async def reconcile(self, key: Key) -> None:
+        """Replicate one kind for one provider (or follow its identity, for ``peer``)."""
+        kind, provider_id = key
+        if kind == "peer":
+            await self._follow_identity(provider_id)
+            return
+        remote = self._remotes.get(provider_id)
+        if remote is None or not (remote.requests.has_synced and remote.offers.has_synced):
+            return  # replayed once the remote caches sync (their handlers enqueue every object)
+        if kind == "request":
+            await self._replicate_request(provider_id, remote)
+        else:
+            await self._replicate_offer(provider_id, remote)
+
+    async def _follow_identity(self, provider_id: str) -> None:
+        client = self._peers.get(provider_id)
+        current = self._remotes.get(provider_id)
+        if current is not None and current.client is client:
+            return
+        if current is not None:
+            await current.stop()
+            del self._remotes[provider_id]
+        if client is not None:
+            self._remotes[provider_id] = _Remote(
+                client, names.tenant_namespace(self._local_id), self._remote_enqueue(provider_id)
+            )
+        self.controller.queue.add(("request", provider_id))
+        self.controller.queue.add(("offer", provider_id))
+
+    async def _replicate_request(self, provider_id: str, remote: _Remote) -> None:
+        ours = names.tenant_namespace(provider_id)
+        theirs = names.tenant_namespace(self._local_id)
+        local = self.requests.store.get(f"{ours}/{self._local_id}")
+        copy = remote.requests.store.get(f"{theirs}/{self._local_id}")
+        if local is None or local["metadata"].get("deletionTimestamp"):
+            if copy is not None:
+                with contextlib.suppress(NotFoundError):
+                    await remote.client.delete(RESOURCE_REQUESTS, self._local_id, namespace=theirs)
+            return
+        desired = replica(local, resource=RESOURCE_REQUESTS, namespace=theirs, peer_id=self._local_id)
+        if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
+            await remote.client.apply(RESOURCE_REQUESTS, desired)
+        if copy is not None and copy.get("status") and copy["status"] != local.get("status"):
+            body = status_patch(RESOURCE_REQUESTS, name=self._local_id, namespace=ours, status=copy["status"])
+            await self._client.apply(RESOURCE_REQUESTS, body, subresource="status")
+
+    async def _replicate_offer(self, provider_id: str, remote: _Remote) -> None:
+        ours = names.tenant_namespace(provider_id)
+        theirs = names.tenant_namespace(self._local_id)
+        original = remote.offers.store.get(f"{theirs}/{provider_id}")
+        local = self.offers.store.get(f"{ours}/{provider_id}")
+        if original is None:
+            if local is not None:
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(RESOURCE_OFFERS, provider_id, namespace=ours)
+            return
+        desired = replica(original, resource=RESOURCE_OFFERS, namespace=ours, peer_id=provider_id)
+        if local is None or local.get("spec") != desired["spec"] or not _labelled(local, desired):
+            await self._client.apply(RESOURCE_OFFERS, desired)
+        status = (local or {}).get("status")
+        if status and status != original.get("status"):
+            body = status_patch(RESOURCE_OFFERS, name=provider_id, namespace=theirs, status=status)
+            await remote.client.apply(RESOURCE_OFFERS, body, subresource="status")
+
+    async def close(self) -> None:
+        """Stop every remote informer."""
+        for remote in self._remotes.values():
+            await remote.stop()
+        self._remotes.clear()
+
+
+def _enqueue_handler(enqueue: Callable[[Kind], None], kind: Kind) -> HandlerFuncs:
+    """Any change on the remote side: replicate that kind again (the key carries no object)."""
+    return HandlerFuncs(
+        add=lambda _obj: enqueue(kind), update=lambda _old, _new: enqueue(kind), delete=lambda _obj: enqueue(kind)
+    )
+
+
+def _labelled(current: dict[str, Any], desired: dict[str, Any]) -> bool:
+    labels = current["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in desired["metadata"]["labels"].items())

@@ -1,0 +1,111 @@
+"""The consumer's side of negotiation: decide on each offer, and turn an accepted one into a VirtualNode.
+
+Keyed by the provider's cluster ID. The decision (:func:`liqo.sharing.acceptance.decide`) follows the
+ForeignCluster's ``offerPolicy``; it is written to the offer's status, which the replicator carries back to
+the provider. In ``Manual`` mode a human's verdict in that status is kept. An accepted offer becomes (and
+its refreshes update) a VirtualNode, which the virtual kubelet turns into a Node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+from liqo.api import names
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, VIRTUAL_NODES
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller
+from liqo.kube.errors import NotFoundError
+from liqo.sharing.acceptance import decide
+
+
+def virtual_node_name(provider_name: str) -> str:
+    """A Node name for the provider: ``liqo-<name>`` made DNS-safe (pure)."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", provider_name.lower()).strip("-") or "provider"
+    return f"liqo-{cleaned}"[:63].rstrip("-")
+
+
+def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
+    """The VirtualNode standing for an accepted offer (pure)."""
+    spec = offer.get("spec") or {}
+    provider_name = spec.get("providerClusterName") or provider_id
+    return {
+        "apiVersion": VIRTUAL_NODES.api_version,
+        "kind": VIRTUAL_NODES.kind,
+        "metadata": {
+            "name": virtual_node_name(provider_name),
+            "namespace": names.tenant_namespace(provider_id),
+            "labels": names.peer_labels(provider_id) | {names.VIRTUAL_NODE_TYPE: "virtual-node"},
+        },
+        "spec": {
+            "clusterID": provider_id,
+            "clusterName": provider_name,
+            "resources": spec.get("resources") or {},
+            "labels": (spec.get("labels") or {})
+            | {names.VIRTUAL_NODE_TYPE: "virtual-node", names.REMOTE_CLUSTER_ID: provider_id},
+            "offer": offer["metadata"]["name"],
+            "kubeconfigSecretRef": {"name": names.IDENTITY_SECRET},
+        },
+    }
+
+
+class OfferAcceptance:
+    """Decides on offers and keeps one VirtualNode per accepted offer."""
+
+    def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
+        self._client = client
+        self.offers = informers.informer(RESOURCE_OFFERS, label_selector=f"{names.REPLICATED}=true")
+        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self.virtual_nodes = informers.informer(VIRTUAL_NODES)
+        self.controller: Controller[str] = Controller(name="offer-acceptance", reconcile=self.reconcile)
+        self.controller.watch(self.offers, lambda ro: [ro["metadata"]["name"]])
+        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        self.controller.watch(self.virtual_nodes, lambda vn: [vn["spec"]["clusterID"]])
+
+    async def reconcile(self, provider_id: str) -> None:
+        """Decide on ``provider_id``'s offer and converge its VirtualNode."""
+        namespace = names.tenant_namespace(provider_id)
+        offer = self.offers.store.get(f"{namespace}/{provider_id}")
+        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == provider_id), None)
+        wanted = (
+            fc is not None
+            and fc["spec"].get("outgoingPeeringEnabled") == "Yes"
+            and not fc["metadata"].get("deletionTimestamp")
+        )
+        if offer is None or not wanted:
+            await self._delete_virtual_nodes(namespace, keep=None)
+            return
+        assert fc is not None
+        policy = fc["spec"].get("offerPolicy") or {}
+        status = offer.get("status") or {}
+        phase, reason = decide(offer["spec"], policy)
+        if policy.get("mode") == "Manual" and status.get("phase") in ("Accepted", "Refused"):
+            phase, reason = status["phase"], status.get("reason", "decided by hand")
+        desired_node = virtual_node(offer, provider_id=provider_id) if phase == "Accepted" else None
+        desired_status = {"phase": phase, "reason": reason} | (
+            {"virtualNode": desired_node["metadata"]["name"]} if desired_node else {}
+        )
+        if status != desired_status:
+            body = {
+                "apiVersion": RESOURCE_OFFERS.api_version,
+                "kind": RESOURCE_OFFERS.kind,
+                "metadata": {"name": provider_id, "namespace": namespace},
+                "status": desired_status,
+            }
+            await self._client.apply(RESOURCE_OFFERS, body, subresource="status")
+        if desired_node is None:
+            await self._delete_virtual_nodes(namespace, keep=None)
+            return
+        current = self.virtual_nodes.store.get(f"{namespace}/{desired_node['metadata']['name']}")
+        if current is None or current.get("spec") != desired_node["spec"]:
+            await self._client.apply(VIRTUAL_NODES, desired_node)
+        await self._delete_virtual_nodes(namespace, keep=desired_node["metadata"]["name"])
+
+    async def _delete_virtual_nodes(self, namespace: str, *, keep: str | None) -> None:
+        for node in self.virtual_nodes.store.list():
+            meta = node["metadata"]
+            if meta.get("namespace") == namespace and meta["name"] != keep:
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(VIRTUAL_NODES, meta["name"], namespace=namespace)

@@ -40,12 +40,12 @@ from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import Issued, PeerDenied, auth_app
+from liqo.peering.authserver import Issued, PeerDenied, Provisioner, auth_app
 from liqo.peering.identities import PeerClients
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
 from liqo.peering.outgoing import OutgoingPeering
-from liqo.peering.provisioning import Provisioner
+from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
 from liqo.sharing.offers import OfferController
@@ -119,7 +119,7 @@ async def _serve_auth(client: KubeClient, local: ClusterIdentity, args: argparse
         secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
         return base64.b64decode(secret["data"]["token"]).decode()
 
-    provisioner = Provisioner(
+    provisioner = KubeProvisioner(
         client=client,
         api_server_url=local.api_server_url,
         ca_pem=root_ca["data"]["ca.crt"],
@@ -133,10 +133,6 @@ async def _serve_auth(client: KubeClient, local: ClusterIdentity, args: argparse
         nonces=NonceStore(),
     )
 
-    async def healthz(_request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = args.auth_address.rpartition(":")

@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 
-from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, out, progress, table
+from liqo.cli.errors import expected_errors
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
 from liqo.local import clusters, toolchain
-from liqo.local.spec import ClusterSpec, SpecError, parse_labels
+from liqo.local.spec import ClusterSpec, parse_labels
 
 app = typer.Typer(help="Local clusters for demos and tests (no container runtime needed).", no_args_is_help=True)
 
 Name = Annotated[str, typer.Argument(help="Cluster name (lowercase letters, digits and '-').")]
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Turn the expected failures of local clusters into one line and exit code 1."""
-    try:
-        yield
-    except (SpecError, clusters.ClusterError, toolchain.ToolchainError, toolchain.BuildError) as exc:
-        fail(str(exc))
-
-
 @app.command()
 def build() -> None:
     """Build the Kubernetes binaries from their Go modules (only what the cache lacks)."""
-    with _errors():
+    with expected_errors():
         path = toolchain.ensure_binaries(progress=progress)
     out.print(str(path))
 
@@ -47,7 +37,7 @@ def up(
     node_labels: Annotated[str, typer.Option(help="Extra node labels: k=v,k2=v2.")] = "",
 ) -> None:
     """Start a local cluster (idempotent: an existing one is resumed or left as it is)."""
-    with _errors():
+    with expected_errors():
         spec = ClusterSpec(
             name=name,
             nodes=nodes,
@@ -69,7 +59,7 @@ def down(
     purge: Annotated[bool, typer.Option(help="Also delete the cluster's data (etcd, PKI, logs).")] = False,
 ) -> None:
     """Stop every process of a local cluster; with --purge, delete it."""
-    with _errors():
+    with expected_errors():
         stopped = clusters.down(name, purge=purge)
     out.print(f"cluster {name} {'deleted' if purge else 'stopped'} ({len(stopped)} processes stopped)")
 
@@ -77,7 +67,7 @@ def down(
 @app.command("list")
 def list_(output: Format = OUTPUT_OPTION) -> None:
     """List local clusters with their API URL, state, Ready nodes and unhealthy components."""
-    with _errors():
+    with expected_errors():
         infos = [clusters.info(name) for name in clusters.names()]
     if emit([i.to_dict() for i in infos], fmt=output):
         return
@@ -90,7 +80,7 @@ def list_(output: Format = OUTPUT_OPTION) -> None:
 @app.command()
 def env(name: Name) -> None:
     """Print the shell exports that point kubectl at a cluster: eval $(liqoctl local env NAME)."""
-    with _errors():
+    with expected_errors():
         variables = clusters.env(name)
     for key, value in variables.items():
         out.print(f"export {key}={shlex.quote(value)}")
@@ -114,6 +104,6 @@ def start(name: Name, components: Components) -> None:
 
 
 def _set_components(name: str, components: list[str], *, enabled: bool) -> None:
-    with _errors():
+    with expected_errors():
         clusters.set_components(name, components, enabled=enabled)
     out.print(f"{', '.join(components)} {'started' if enabled else 'stopped'} on {name}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from liqo.cli import local
+from liqo.cli import install, local, peering
 
 app = typer.Typer(
     name="liqoctl",
@@ -19,6 +19,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(local.app, name="local")
+app.command("install")(install.install_command)
+app.command("uninstall")(install.uninstall_command)
+app.add_typer(peering.peer_app, name="peer")
+app.command("unpeer")(peering.unpeer)
+app.add_typer(peering.generate_app, name="generate")
+app.add_typer(peering.get_app, name="get")
+app.command("info")(peering.info)
+app.command("status")(peering.status)
 
 
 def run() -> None:

@@ -1,0 +1,462 @@
+"""The CustomResourceDefinitions of liqo, built as plain dicts (pure functions, no I/O).
+
+The schemas are the first line of defence: the API server refuses a wrong enum, an out-of-range
+percentage, a malformed quantity or a changed cluster ID with a message naming the field, at
+``kubectl apply`` time, instead of a controller failing later in a log nobody reads. Controllers can
+then trust the shape of what they read. Group, version, plural and kind come from the descriptors of
+:mod:`liqo.api.resources`, so the request paths and the served API cannot drift apart. The field list is
+the one of ``docs/peering.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo.api import names
+from liqo.api.resources import (
+    FOREIGN_CLUSTERS,
+    RESOURCE_OFFERS,
+    RESOURCE_REQUESTS,
+    SHARING_POLICIES,
+    VIRTUAL_NODES,
+)
+from liqo.kube.resources import CRDS, Resource
+
+Schema = dict[str, Any]
+
+CATEGORY = "liqo"
+"""Every liqo kind is in this category: ``kubectl get liqo`` lists them all."""
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A Kubernetes quantity, as the API server's own ResourceList schema checks it."""
+
+CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+CLUSTER_ID_MAX_LENGTH = 63 - len(names.TENANT_NAMESPACE_PREFIX)
+"""A cluster ID names the tenant namespace ``liqo-tenant-<ID>``, so it must keep that a DNS label."""
+
+PEERING_ENABLED = ("Yes", "No", "Auto")
+OFFER_POLICY_MODES = ("Auto", "Manual", "PriceLimit")
+PEERING_CONDITION_TYPES = (
+    "AuthenticationStatus",
+    "OutgoingPeering",
+    "IncomingPeering",
+    "APIServerStatus",
+    "NetworkStatus",
+)
+PEERING_CONDITION_STATUSES = ("None", "Pending", "Established", "Denied", "Error")
+OFFER_STATES = ("None", "Created", "Denied")
+OFFER_PHASES = ("Pending", "Accepted", "Refused", "ManualActionRequired")
+SHARING_ACTIONS = ("Share", "Deny")
+
+
+# -- schema fragments ------------------------------------------------------------------------------------
+
+
+def _string(description: str, **constraints: Any) -> Schema:
+    """A string, with optional OpenAPI constraints (``pattern``, ``format``, ``minLength``...)."""
+    return {"type": "string", "description": description, **constraints}
+
+
+def _enum(description: str, values: tuple[str, ...], *, default: str | None = None) -> Schema:
+    """A string restricted to ``values``: the API server names the allowed ones when refusing another."""
+    schema = _string(description, enum=list(values))
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _integer(description: str, *, minimum: int, maximum: int | None = None, default: int | None = None) -> Schema:
+    schema: Schema = {"type": "integer", "description": description, "minimum": minimum}
+    if maximum is not None:
+        schema["maximum"] = maximum
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _timestamp(description: str) -> Schema:
+    """An RFC 3339 time, the format of every timestamp in the Kubernetes API."""
+    return _string(description, format="date-time")
+
+
+def _cluster_id(description: str, *, immutable: bool = False) -> Schema:
+    """A cluster ID; ``immutable`` refuses updates that change it (a peer's identity never changes)."""
+    schema = _string(description, minLength=1, maxLength=CLUSTER_ID_MAX_LENGTH, pattern=CLUSTER_ID_PATTERN)
+    if immutable:
+        schema["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": "clusterID is immutable"}]
+    return schema
+
+
+def _quantity(description: str) -> Schema:
+    """A quantity such as ``2``, ``500m`` or ``4Gi``, written either as a number or as a string."""
+    return {
+        "description": description,
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": True,
+    }
+
+
+def _quantity_map(description: str) -> Schema:
+    """Resource name (``cpu``, ``memory``, ``pods``, ``nvidia.com/gpu``...) to quantity."""
+    return {
+        "type": "object",
+        "description": description,
+        "additionalProperties": _quantity("A quantity such as 2, 500m or 4Gi."),
+    }
+
+
+def _string_map(description: str) -> Schema:
+    return {"type": "object", "description": description, "additionalProperties": {"type": "string"}}
+
+
+def _string_set(description: str, item: Schema) -> Schema:
+    return {"type": "array", "description": description, "items": item, "x-kubernetes-list-type": "set"}
+
+
+def _object(description: str, properties: dict[str, Schema], *, required: tuple[str, ...] = ()) -> Schema:
+    schema: Schema = {"type": "object", "description": description, "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _conditions(
+    description: str, *, types: tuple[str, ...] | None = None, statuses: tuple[str, ...] | None = None
+) -> Schema:
+    """A list of conditions keyed by ``type`` (server-side apply merges them one by one, as in core kinds)."""
+    about, state = "What the condition is about.", "Its state."
+    condition = _object(
+        "The latest observation of one aspect of the object.",
+        {
+            "type": _enum(about, types) if types else _string(about),
+            "status": _enum(state, statuses) if statuses else _string(state),
+            "reason": _string("A machine-readable, CamelCase reason for the status."),
+            "message": _string("A human-readable explanation of the status."),
+            "lastTransitionTime": _timestamp("When the status last changed."),
+        },
+        required=("type", "status"),
+    )
+    return {
+        "type": "array",
+        "description": description,
+        "items": condition,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    }
+
+
+def _column(name: str, json_path: str, *, type_: str = "string", description: str = "", priority: int = 0) -> Schema:
+    column: Schema = {"name": name, "type": type_, "jsonPath": json_path}
+    if description:
+        column["description"] = description
+    if priority:
+        column["priority"] = priority
+    return column
+
+
+def _condition_column(name: str, condition_type: str) -> Schema:
+    return _column(
+        name,
+        f'.status.conditions[?(@.type=="{condition_type}")].status',
+        description=f"The status of the {condition_type} condition.",
+    )
+
+
+def crd_name(resource: Resource) -> str:
+    """The name of the CRD serving ``resource``: ``<plural>.<group>``."""
+    return f"{resource.plural}.{resource.group}"
+
+
+def _crd(
+    resource: Resource,
+    *,
+    short_name: str,
+    description: str,
+    spec: Schema,
+    status: Schema,
+    columns: list[Schema],
+) -> dict[str, Any]:
+    """One CRD serving ``resource`` at its single version, with a status subresource."""
+    root = _object(
+        description,
+        {
+            "apiVersion": _string("The versioned schema of this representation of the object."),
+            "kind": _string("The REST resource this object represents."),
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+        required=("spec",),
+    )
+    return {
+        "apiVersion": CRDS.api_version,
+        "kind": CRDS.kind,
+        "metadata": {"name": crd_name(resource), "labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE}},
+        "spec": {
+            "group": resource.group,
+            "names": {
+                "plural": resource.plural,
+                "singular": resource.kind.lower(),
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "shortNames": [short_name],
+                "categories": [CATEGORY],
+            },
+            "scope": "Namespaced" if resource.namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": resource.version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                    # Declaring any column drops the default Age column: every kind declares it again.
+                    "additionalPrinterColumns": [*columns, _column("Age", ".metadata.creationTimestamp", type_="date")],
+                }
+            ],
+        },
+    }
+
+
+# -- the kinds -------------------------------------------------------------------------------------------
+
+
+def foreign_cluster_crd() -> dict[str, Any]:
+    """ForeignCluster (cluster-scoped): a peer, what we want from the peering, and how it is going."""
+    offer_policy = _object(
+        "How this cluster, as a consumer, decides on the peer's offers.",
+        {
+            "mode": _enum(
+                "Auto accepts every offer, Manual waits for an operator, PriceLimit accepts offers within maxPrices.",
+                OFFER_POLICY_MODES,
+                default="Auto",
+            ),
+            "maxPrices": _quantity_map("PriceLimit mode: the highest acceptable price per resource unit-hour."),
+        },
+    )
+    offer_policy["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(self.mode) || self.mode != 'PriceLimit' || has(self.maxPrices)",
+            "message": "offerPolicy.maxPrices is required in PriceLimit mode",
+        }
+    ]
+    spec = _object(
+        "The peer and the peering wanted with it.",
+        {
+            "clusterID": _cluster_id(
+                "The peer's cluster ID (its liqo-cluster-identity); never changes.", immutable=True
+            ),
+            "clusterName": _string("The peer's human-readable name."),
+            "authURL": _string("The peer's authentication endpoint.", pattern="^https://"),
+            "outgoingPeeringEnabled": _enum(
+                "Whether this cluster consumes the peer's resources.", PEERING_ENABLED, default="Auto"
+            ),
+            "incomingPeeringEnabled": _enum(
+                "Whether this cluster provides resources to the peer.", PEERING_ENABLED, default="Auto"
+            ),
+            "offerPolicy": offer_policy,
+        },
+        required=("clusterID",),
+    )
+    status = _object(
+        "The observed state of the peering, written by the manager.",
+        {
+            "tenantNamespace": _object(
+                "The namespaces holding everything about this peering.",
+                {
+                    "local": _string("The tenant namespace on this cluster."),
+                    "remote": _string("The tenant namespace on the peer."),
+                },
+            ),
+            "apiServerURL": _string("The peer's API server, as its identity reaches it."),
+            "identity": _object(
+                "The identity the peer issued to this cluster.",
+                {"expiresAt": _timestamp("When its certificate expires.")},
+            ),
+            "conditions": _conditions(
+                "The state of each aspect of the peering.",
+                types=PEERING_CONDITION_TYPES,
+                statuses=PEERING_CONDITION_STATUSES,
+            ),
+        },
+    )
+    return _crd(
+        FOREIGN_CLUSTERS,
+        short_name="fc",
+        description="A peer cluster, the peering wanted with it, and how it is going.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Cluster Name", ".spec.clusterName"),
+            _column("Cluster ID", ".spec.clusterID"),
+            _condition_column("Outgoing", "OutgoingPeering"),
+            _condition_column("Incoming", "IncomingPeering"),
+            _condition_column("Authentication", "AuthenticationStatus"),
+        ],
+    )
+
+
+def resource_request_crd() -> dict[str, Any]:
+    """ResourceRequest (namespaced, named after the consumer's ID): a consumer asking a provider for resources."""
+    spec = _object(
+        "The consumer asking for an offer.",
+        {
+            "consumerClusterID": _cluster_id("The consumer's cluster ID."),
+            "consumerClusterName": _string("The consumer's human-readable name."),
+            "withdrawalTimestamp": _timestamp("Set when the consumer wants out of the peering."),
+        },
+        required=("consumerClusterID",),
+    )
+    status = _object(
+        "The provider's answer.",
+        {
+            "offerState": _enum("Whether the provider made an offer.", OFFER_STATES),
+            "message": _string("Why, when the provider denied the request."),
+        },
+    )
+    return _crd(
+        RESOURCE_REQUESTS,
+        short_name="rr",
+        description="A consumer cluster asking a provider for resources.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Consumer", ".spec.consumerClusterName"),
+            _column("Offer", ".status.offerState"),
+            _column("Withdrawn", ".spec.withdrawalTimestamp", priority=1),
+        ],
+    )
+
+
+def resource_offer_crd() -> dict[str, Any]:
+    """ResourceOffer (namespaced, named after the provider's ID): what a provider offers to one consumer."""
+    spec = _object(
+        "What the provider offers.",
+        {
+            "providerClusterID": _cluster_id("The provider's cluster ID."),
+            "providerClusterName": _string("The provider's human-readable name."),
+            "resources": _quantity_map("The resources offered: cpu, memory, pods, extended resources..."),
+            "labels": _string_map("Labels for the virtual node standing for this offer."),
+            "prices": _quantity_map("The price per resource unit-hour."),
+            "timestamp": _timestamp("When the offer was made."),
+            "expiry": _timestamp("When the offer lapses unless refreshed."),
+        },
+        required=("providerClusterID", "resources"),
+    )
+    status = _object(
+        "The consumer's decision.",
+        {
+            "phase": _enum("The consumer's verdict on the offer.", OFFER_PHASES),
+            "reason": _string("Why the offer is in this phase."),
+            "virtualNode": _string("The VirtualNode standing for the accepted offer."),
+        },
+    )
+    return _crd(
+        RESOURCE_OFFERS,
+        short_name="ro",
+        description="The resources a provider cluster offers to one consumer.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Provider", ".spec.providerClusterName"),
+            _column("Phase", ".status.phase"),
+            _column("CPU", ".spec.resources.cpu"),
+            _column("Memory", ".spec.resources.memory"),
+            _column("Pods", ".spec.resources.pods"),
+            # A string, not a date: kubectl renders future dates as "<invalid>".
+            _column("Expiry", ".spec.expiry"),
+        ],
+    )
+
+
+def sharing_policy_crd() -> dict[str, Any]:
+    """SharingPolicy (cluster-scoped): what the provider shares, with whom, and at what price."""
+    spec = _object(
+        "What to share with the peers it names (no peers: every other peer).",
+        {
+            "peers": _string_set(
+                "The peers (cluster IDs or names) this policy is for; empty: the default for every other peer.",
+                _string("A peer's cluster ID or name.", minLength=1),
+            ),
+            "action": _enum("Share resources with the peers, or deny them peering.", SHARING_ACTIONS),
+            "percentage": _integer("The share of the free capacity to offer, in percent.", minimum=1, maximum=100),
+            "limits": _quantity_map("Absolute caps on the offer, per resource."),
+            "resources": _string_set(
+                "Which resources to share; empty: all of the nodes' allocatable.",
+                _string("A resource name such as cpu or nvidia.com/gpu.", minLength=1),
+            ),
+            "prices": _quantity_map("The price per resource unit-hour."),
+            "labels": _string_map("Labels for the consumers' virtual nodes."),
+            "refreshThresholdPercent": _integer(
+                "Refresh the offer when the free capacity moves by more than this percentage.",
+                minimum=0,
+                maximum=100,
+                default=10,
+            ),
+            "offerTTLSeconds": _integer("How long an offer is valid unless refreshed.", minimum=1, default=300),
+        },
+        required=("action",),
+    )
+    return _crd(
+        SHARING_POLICIES,
+        short_name="sp",
+        description="What this cluster shares with its consumers, as a provider.",
+        spec=spec,
+        status=_object("Reserved: a policy is only read, nothing reports on it yet.", {}),
+        columns=[
+            _column("Action", ".spec.action"),
+            _column("Percentage", ".spec.percentage", type_="integer"),
+            _column("Peers", ".spec.peers"),
+        ],
+    )
+
+
+def virtual_node_crd() -> dict[str, Any]:
+    """VirtualNode (namespaced): the node a consumer gets for an accepted offer."""
+    spec = _object(
+        "The node standing for the provider's accepted offer.",
+        {
+            "clusterID": _cluster_id("The provider's cluster ID; never changes.", immutable=True),
+            "clusterName": _string("The provider's human-readable name."),
+            "resources": _quantity_map("The node's capacity: the accepted offer."),
+            "labels": _string_map("The node's labels."),
+            "offer": _string("The name of the ResourceOffer this node stands for."),
+            "kubeconfigSecretRef": _object(
+                "The Secret, in this namespace, holding the identity to reach the provider with.",
+                {"name": _string("The Secret's name.", minLength=1)},
+                required=("name",),
+            ),
+        },
+        required=("clusterID",),
+    )
+    status = _object(
+        "The observed state of the node.",
+        {"conditions": _conditions("The state of each aspect of the node.")},
+    )
+    return _crd(
+        VIRTUAL_NODES,
+        short_name="vn",
+        description="A virtual node standing for a provider's accepted offer.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Cluster Name", ".spec.clusterName"),
+            _column("CPU", ".spec.resources.cpu"),
+            _column("Memory", ".spec.resources.memory"),
+        ],
+    )
+
+
+def all_crds() -> list[dict[str, Any]]:
+    """Every CRD of liqo, in the order of :data:`liqo.api.resources.ALL`."""
+    return [
+        foreign_cluster_crd(),
+        resource_request_crd(),
+        resource_offer_crd(),
+        sharing_policy_crd(),
+        virtual_node_crd(),
+    ]

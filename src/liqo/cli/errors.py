@@ -1,0 +1,37 @@
+"""The failures a user can cause or fix, turned into one line on stderr and exit code 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from liqo.cli.output import fail
+from liqo.install.installer import InstallError
+from liqo.kube.errors import KubeError
+from liqo.kube.kubeconfig import KubeconfigError
+from liqo.kube.waiting import WaitTimeout
+from liqo.local.clusters import ClusterError
+from liqo.local.spec import SpecError
+from liqo.local.toolchain import BuildError, ToolchainError
+from liqo.peering.operations import PeeringError
+
+EXPECTED = (
+    SpecError,
+    ClusterError,
+    ToolchainError,
+    BuildError,
+    InstallError,
+    PeeringError,
+    KubeconfigError,
+    WaitTimeout,
+    KubeError,
+)
+
+
+@contextmanager
+def expected_errors() -> Iterator[None]:
+    """Run a command body; expected failures exit 1 with their message, bugs keep their traceback."""
+    try:
+        yield
+    except EXPECTED as exc:
+        fail(str(exc))

@@ -1,0 +1,68 @@
+"""``liqoctl install`` / ``uninstall``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated
+
+import typer
+import yaml
+
+from liqo.cli.errors import expected_errors
+from liqo.cli.kube import Context, Kubeconfig, client_for
+from liqo.cli.output import out, progress
+from liqo.install.installer import InstallOptions, install, plan, uninstall
+from liqo.local.spec import parse_labels
+
+
+def install_command(
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    cluster_name: Annotated[str | None, typer.Option(help="Name of this cluster for its peers.")] = None,
+    cluster_labels: Annotated[str, typer.Option(help="Labels of this cluster: k=v,k2=v2.")] = "",
+    api_server_url: Annotated[str | None, typer.Option(help="API server URL as peers reach it.")] = None,
+    auth_url: Annotated[str | None, typer.Option(help="Authentication endpoint URL as peers reach it.")] = None,
+    identity_ttl: Annotated[int, typer.Option(help="Lifetime of issued peer identities, seconds (>= 600).")] = 7200,
+    dry_run: Annotated[bool, typer.Option(help="Print the manifests instead of applying them.")] = False,
+) -> None:
+    """Install liqo: CRDs, namespace, RBAC, cluster identity, authentication endpoint and manager."""
+    with expected_errors():
+        if identity_ttl < 600:
+            raise typer.BadParameter("--identity-ttl must be at least 600 seconds (the CSR API's minimum)")
+        options = InstallOptions(
+            cluster_name=cluster_name,
+            cluster_labels=parse_labels(cluster_labels),
+            api_server_url=api_server_url,
+            auth_url=auth_url,
+            identity_ttl=identity_ttl,
+        )
+        asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run))
+
+
+async def _install(kubeconfig: str | None, context: str | None, options: InstallOptions, *, dry_run: bool) -> None:
+    async with client_for(kubeconfig, context) as client:
+        if dry_run:
+            items, _ = await plan(client, options)
+            sys.stdout.write(yaml.safe_dump_all(items, sort_keys=False))
+            return
+        identity = await install(client, options, progress=progress)
+    out.print(f"liqo installed on [bold]{identity.cluster_name}[/bold] (cluster ID {identity.cluster_id})")
+
+
+def uninstall_command(
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    purge: Annotated[
+        bool, typer.Option(help="Also delete the CRDs, every liqo resource and tenant namespace.")
+    ] = False,
+) -> None:
+    """Uninstall liqo (refused while peerings are active, unless --purge)."""
+
+    async def run() -> None:
+        async with client_for(kubeconfig, context) as client:
+            await uninstall(client, purge=purge, progress=progress)
+
+    with expected_errors():
+        asyncio.run(run())
+    out.print("liqo uninstalled" + (" and purged" if purge else ""))

@@ -1,0 +1,187 @@
+"""``liqoctl peer``, ``unpeer``, ``generate peer-command``, ``get kubeconfig``, ``info``, ``status``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from liqo.cli.errors import expected_errors
+from liqo.cli.kube import Context, Kubeconfig, client_for
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
+from liqo.peering import operations
+from liqo.peering.operations import PeerCommand
+
+peer_app = typer.Typer(help="Peer with a provider cluster.", invoke_without_command=True, no_args_is_help=False)
+generate_app = typer.Typer(help="Generate commands and configuration for peers.", no_args_is_help=True)
+get_app = typer.Typer(help="Get liqo objects.", no_args_is_help=True)
+
+Timeout = Annotated[float, typer.Option(help="Seconds to wait before giving up with the reason.")]
+OfferMode = Annotated[str, typer.Option(help="How offers are accepted: Auto, Manual or PriceLimit.")]
+
+
+def _offer_policy(mode: str) -> dict[str, Any] | None:
+    if mode not in ("Auto", "Manual", "PriceLimit"):
+        raise typer.BadParameter(f"--offer-policy must be Auto, Manual or PriceLimit, not {mode!r}")
+    return None if mode == "Auto" else {"mode": mode}
+
+
+@peer_app.callback()
+def peer(
+    ctx: typer.Context,
+    remote_kubeconfig: Annotated[str | None, typer.Option(help="kubeconfig of the provider cluster.")] = None,
+    remote_context: Annotated[str | None, typer.Option(help="context in the provider's kubeconfig.")] = None,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    bidirectional: Annotated[bool, typer.Option(help="Also let the provider consume from this cluster.")] = False,
+    offer_policy: OfferMode = "Auto",
+    timeout: Timeout = operations.PEER_TIMEOUT,
+) -> None:
+    """Peer this cluster (consumer) with the provider of --remote-kubeconfig, and wait for an accepted offer."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if remote_kubeconfig is None:
+        raise typer.BadParameter("--remote-kubeconfig is required (or use `liqoctl peer out-of-band`)")
+
+    async def run() -> list[dict[str, Any]]:
+        policy = _offer_policy(offer_policy)
+        async with (
+            client_for(kubeconfig, context) as local,
+            client_for(remote_kubeconfig, remote_context, name="remote") as remote,
+        ):
+            offers = [await operations.peer(local, remote, offer_policy=policy, timeout=timeout, progress=progress)]
+            if bidirectional:
+                offers.append(
+                    await operations.peer(remote, local, offer_policy=policy, timeout=timeout, progress=progress)
+                )
+            return offers
+
+    with expected_errors():
+        offers = asyncio.run(run())
+    for offer in offers:
+        spec = offer["spec"]
+        resources = ", ".join(f"{k}={v}" for k, v in spec["resources"].items())
+        out.print(f"peered with [bold]{spec['providerClusterName']}[/bold]: accepted offer {resources}")
+
+
+@peer_app.command("out-of-band")
+def peer_out_of_band(
+    name: Annotated[str, typer.Argument(help="A name for the provider.")],
+    auth_url: Annotated[str, typer.Option(help="The provider's authentication URL.")],
+    cluster_id: Annotated[str, typer.Option(help="The provider's cluster ID.")],
+    auth_token: Annotated[str, typer.Option(help="The provider's token (from `liqoctl generate peer-command`).")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    offer_policy: OfferMode = "Auto",
+    timeout: Timeout = operations.PEER_TIMEOUT,
+) -> None:
+    """Peer with a provider known only by the command it generated (no access to its kubeconfig)."""
+
+    async def run() -> dict[str, Any]:
+        async with client_for(kubeconfig, context) as local:
+            command = PeerCommand(name=name, auth_url=auth_url, cluster_id=cluster_id, token=auth_token)
+            await operations.peer_out_of_band(local, command, offer_policy=_offer_policy(offer_policy))
+            return await operations.wait_established(local, cluster_id, timeout=timeout, progress=progress)
+
+    with expected_errors():
+        offer = asyncio.run(run())
+    out.print(f"peered with [bold]{name}[/bold]: accepted offer {offer['spec']['resources']}")
+
+
+def unpeer(
+    name: Annotated[str, typer.Argument(help="The peer: ForeignCluster name, cluster name or ID.")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    force: Annotated[bool, typer.Option(help="After the timeout, finish the local side anyway.")] = False,
+    timeout: Timeout = operations.UNPEER_TIMEOUT,
+) -> None:
+    """Reverse a peering on both sides: virtual node, requests and offers, identity, tenant namespaces."""
+
+    async def run() -> None:
+        async with client_for(kubeconfig, context) as local:
+            await operations.unpeer(local, name, force=force, timeout=timeout, progress=progress)
+
+    with expected_errors():
+        asyncio.run(run())
+    out.print(f"unpeered {name}")
+
+
+@generate_app.command("peer-command")
+def generate_peer_command(kubeconfig: Kubeconfig = None, context: Context = None) -> None:
+    """Print the `liqoctl peer out-of-band` command a consumer runs to peer with this cluster."""
+
+    async def run() -> PeerCommand:
+        async with client_for(kubeconfig, context) as local:
+            return await operations.peer_command(local)
+
+    with expected_errors():
+        command = asyncio.run(run())
+    sys.stdout.write(command.render() + "\n")
+
+
+@get_app.command("kubeconfig")
+def get_kubeconfig(
+    peer: Annotated[str, typer.Option("--peer", help="The provider: name or cluster ID.")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Print the identity kubeconfig this cluster holds on a provider."""
+
+    async def run() -> dict[str, Any]:
+        async with client_for(kubeconfig, context) as local:
+            return await operations.peer_kubeconfig(local, peer)
+
+    with expected_errors():
+        config = asyncio.run(run())
+    sys.stdout.write(yaml.safe_dump(config, sort_keys=False))
+
+
+def _report(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        async with client_for(kubeconfig, context) as local:
+            return await operations.info(local)
+
+    with expected_errors():
+        return asyncio.run(run())
+    raise AssertionError("unreachable")  # pragma: no cover - expected_errors exits
+
+
+def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format = OUTPUT_OPTION) -> None:
+    """This cluster's identity and every peer: role, conditions, offered and accepted resources."""
+    report = _report(kubeconfig, context)
+    if emit(report, fmt=output):
+        return
+    local = report["local"]
+    identity = f"[bold]{local['clusterName']}[/bold] ({local['clusterID']})"
+    out.print(f"{identity}  API {local['apiServerURL']}  auth {local['authURL']}")
+    table(
+        ["peer", "role", "outgoing", "incoming", "auth", "api", "accepted", "offered"],
+        [
+            [
+                p["name"],
+                p["role"],
+                *(
+                    p["conditions"].get(c, {}).get("status", "-")
+                    for c in ("OutgoingPeering", "IncomingPeering", "AuthenticationStatus", "APIServerStatus")
+                ),
+                ",".join(f"{k}={v}" for k, v in p["accepted"].items()) or "-",
+                ",".join(f"{k}={v}" for k, v in p["offered"].items()) or "-",
+            ]
+            for p in report["peers"]
+        ],
+    )
+
+
+def status(kubeconfig: Kubeconfig = None, context: Context = None) -> None:
+    """What is wrong, and where: every condition of every peer that is not as it should be."""
+    report = _report(kubeconfig, context)
+    local = report["local"]
+    out.print(f"[bold]{local['clusterName']}[/bold]: {len(report['peers'])} peer(s)")
+    lines = operations.problems(report)
+    for line in lines:
+        out.print(f"  [yellow]![/yellow] {line}")
+    if not lines:
+        out.print("  [green]✓[/green] every peering is established")

@@ -1,0 +1,219 @@
+"""The consumer's side of authentication: turn the provider's token into a short-lived identity.
+
+:func:`request_identity` makes a fresh key (it never leaves this process), asks for a nonce, sends a
+signed request with a CSR and accepts the answer only if its signature — HMAC keyed with the token over
+the answer and *our* nonce — verifies and it comes from the provider we expected.
+
+Why the auth server's TLS certificate is not verified: it is typically self-signed or signed by the
+provider's cluster CA, which the consumer does not know before this very handshake. Verifying it would
+add nothing anyway. The token never crosses the wire (only HMACs do, and the token is 32 random bytes,
+out of reach of an offline guess); the private key never leaves the consumer (the CSR holds the public
+key only); and the answer — API server URL, CA, certificate — is authenticated by its HMAC, bound to our
+nonce. A man in the middle can therefore neither learn the token, nor obtain a usable identity, nor make
+us trust its own API server: it can only make the handshake fail. TLS still keeps the exchange private.
+The API server itself is then reached with full verification against the CA received here.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from liqo.api import names
+from liqo.peering.authprotocol import (
+    MAX_BODY,
+    SIGNATURE,
+    IdentityRequest,
+    IdentityResponse,
+    InvalidMessage,
+    make_csr,
+    parse_json,
+    sign,
+    verify,
+)
+
+TIMEOUT = 60.0
+"""Seconds for a whole handshake: the provider may wait up to 30 s for its API server to sign."""
+_MAX_ANSWER = 4 * MAX_BODY
+
+
+class AuthError(Exception):
+    """The handshake failed; the message says why (and never contains the token)."""
+
+
+class AuthUnreachable(AuthError):
+    """The authentication endpoint could not be reached, or timed out."""
+
+
+class AuthRejected(AuthError):
+    """The provider answered with an error status (401 wrong token, 403 denied, 400 bad request...)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"the provider refused ({status}): {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class BadAnswer(AuthError):
+    """The answer is malformed, unsigned, wrongly signed, or from another cluster than expected."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A client identity on a provider's API server, confined to the consumer's tenant namespace there."""
+
+    provider_id: str
+    provider_name: str
+    consumer_id: str
+    api_server_url: str
+    ca_pem: str
+    cert_pem: str
+    key_pem: str = field(repr=False)
+    namespace: str
+    expires_at: datetime.datetime
+
+    def kubeconfig(self) -> dict[str, Any]:
+        """A kubeconfig for this identity with embedded credentials (default namespace: the tenant's)."""
+
+        def b64(text: str) -> str:
+            return base64.b64encode(text.encode()).decode()
+
+        cluster: dict[str, Any] = {"server": self.api_server_url}
+        if self.ca_pem:
+            cluster["certificate-authority-data"] = b64(self.ca_pem)
+        user = names.peer_user(self.consumer_id)
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.provider_id, "cluster": cluster}],
+            "users": [
+                {
+                    "name": user,
+                    "user": {"client-certificate-data": b64(self.cert_pem), "client-key-data": b64(self.key_pem)},
+                }
+            ],
+            "contexts": [
+                {
+                    "name": self.provider_id,
+                    "context": {"cluster": self.provider_id, "user": user, "namespace": self.namespace},
+                }
+            ],
+            "current-context": self.provider_id,
+        }
+
+
+def _session(timeout: float) -> aiohttp.ClientSession:
+    # ssl=False: see the module docstring; the answer's HMAC is what authenticates the provider.
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=False), timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=10)
+    )
+
+
+async def _call(session: aiohttp.ClientSession, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    """One request; its decoded JSON object, or the matching :class:`AuthError`."""
+    data = None if body is None else orjson.dumps(body)
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    try:
+        async with session.request(method, url, data=data, headers=headers, allow_redirects=False) as response:
+            status = response.status
+            raw = b""
+            while chunk := await response.content.read(_MAX_ANSWER + 1 - len(raw)):
+                raw += chunk
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise AuthUnreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
+    if len(raw) > _MAX_ANSWER:
+        raise BadAnswer(f"{url} answered more than {_MAX_ANSWER} bytes")
+    if status >= 300:
+        try:
+            reason = str(parse_json(raw).get("reason") or "")
+        except InvalidMessage:
+            reason = raw.decode("utf-8", "replace")[:200]
+        raise AuthRejected(status, reason or f"HTTP {status}")
+    try:
+        return parse_json(raw)
+    except InvalidMessage as exc:
+        raise BadAnswer(f"{url}: {exc}") from exc
+
+
+def _url(auth_url: str, path: str) -> str:
+    return auth_url.rstrip("/") + path
+
+
+async def fetch_ids(auth_url: str, *, timeout: float = 10.0) -> tuple[str, str]:
+    """The ``(clusterID, clusterName)`` the endpoint claims; unauthenticated, so a hint only."""
+    async with _session(timeout) as session:
+        answer = await _call(session, "GET", _url(auth_url, "/ids"))
+    cluster_id, cluster_name = answer.get("clusterID"), answer.get("clusterName")
+    if not isinstance(cluster_id, str) or not cluster_id or not isinstance(cluster_name, str):
+        raise BadAnswer(f"{auth_url}/ids: 'clusterID' and 'clusterName' must be strings")
+    return cluster_id, cluster_name
+
+
+async def request_identity(
+    *,
+    auth_url: str,
+    token: str,
+    consumer_id: str,
+    consumer_name: str,
+    consumer_auth_url: str | None = None,
+    expected_provider_id: str,
+    timeout: float = TIMEOUT,
+) -> Identity:
+    """Run the handshake with the provider at ``auth_url`` and return the identity it issued.
+
+    Raises:
+        AuthUnreachable: the endpoint cannot be reached.
+        AuthRejected: the provider said no (401: wrong token; 403: denied by policy; 400: bad request).
+        BadAnswer: the answer does not verify, or comes from a cluster other than ``expected_provider_id``.
+    """
+    key_pem, csr_pem = make_csr(consumer_id)
+    async with _session(timeout) as session:
+        nonce = (await _call(session, "POST", _url(auth_url, "/nonce"))).get("nonce")
+        if not isinstance(nonce, str) or not nonce:
+            raise BadAnswer(f"{auth_url}/nonce: no nonce in the answer")
+        message = IdentityRequest(
+            cluster_id=consumer_id, cluster_name=consumer_name, auth_url=consumer_auth_url, nonce=nonce, csr=csr_pem
+        ).to_message()
+        message[SIGNATURE] = sign(token, message)
+        answer = await _call(session, "POST", _url(auth_url, "/identity"), message)
+    if not verify(token, answer, answer.get(SIGNATURE), nonce=nonce):
+        raise BadAnswer(f"{auth_url}: the answer's signature does not verify (altered, or not from the token's holder)")
+    try:
+        response = IdentityResponse.from_message(answer)
+    except InvalidMessage as exc:
+        raise BadAnswer(f"{auth_url}: {exc}") from exc
+    if response.cluster_id != expected_provider_id:
+        raise BadAnswer(f"{auth_url} is cluster {response.cluster_id}, not the expected {expected_provider_id}")
+    _check_certificate(response.certificate, key_pem=key_pem)
+    return Identity(
+        provider_id=response.cluster_id,
+        provider_name=response.cluster_name,
+        consumer_id=consumer_id,
+        api_server_url=response.api_server_url,
+        ca_pem=response.ca,
+        cert_pem=response.certificate,
+        key_pem=key_pem,
+        namespace=response.namespace,
+        expires_at=response.expires_at,
+    )
+
+
+def _check_certificate(cert_pem: str, *, key_pem: str) -> None:
+    """Refuse a certificate that is not for our key: the kubeconfig would fail later, less clearly."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem.encode())
+    except ValueError as exc:
+        raise BadAnswer("the issued certificate is not a PEM certificate") from exc
+    ours = serialization.load_pem_private_key(key_pem.encode(), password=None).public_key()
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(serialization.Encoding.DER, public) != ours.public_bytes(
+        serialization.Encoding.DER, public
+    ):
+        raise BadAnswer("the issued certificate is not for the key we sent")

@@ -1,0 +1,342 @@
+"""What ``liqoctl peer``, ``unpeer``, ``info`` and friends do, as functions over API clients.
+
+The CLI is a thin shell over these. Peering only declares intent — a ForeignCluster with
+``outgoingPeeringEnabled: Yes`` and the provider's token — and then waits, with a deadline, for the
+managers to converge, reporting which step it is waiting for. Every wait is bounded and every failure names
+the condition that did not come true and its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from liqo.api import names
+from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.peering import authclient
+from liqo.peering.identities import kubeconfig_of
+from liqo.peering.tenants import tenant_namespace_manifest
+
+Progress = Callable[[str], None]
+
+PEER_TIMEOUT = 60.0
+UNPEER_TIMEOUT = 60.0
+
+
+class PeeringError(RuntimeError):
+    """A peering operation cannot proceed or did not converge; the message says where it stopped."""
+
+
+@dataclass(frozen=True)
+class PeerCommand:
+    """What a consumer needs to peer out of band."""
+
+    name: str
+    auth_url: str
+    cluster_id: str
+    token: str
+
+    def render(self) -> str:
+        """The command line to run on the consumer."""
+        return (
+            f"liqoctl peer out-of-band {self.name} --auth-url {self.auth_url} "
+            f"--cluster-id {self.cluster_id} --auth-token {self.token}"
+        )
+
+
+async def installed(client: KubeClient, *, role: str) -> ClusterIdentity:
+    """The identity of the cluster behind ``client``, or a clear error if liqo is not installed there."""
+    identity = await read_identity(client)
+    if identity is None:
+        raise PeeringError(
+            f"liqo is not installed on the {role} cluster ({client.server}): run `liqoctl install` there"
+        )
+    return identity
+
+
+async def peer_command(client: KubeClient) -> PeerCommand:
+    """The out-of-band peer command for this (provider) cluster: its identity and its token."""
+    identity = await installed(client, role="provider")
+    secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    return PeerCommand(identity.cluster_name, identity.auth_url, identity.cluster_id, token)
+
+
+async def peer_out_of_band(
+    client: KubeClient, command: PeerCommand, *, offer_policy: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Declare an outgoing peering on the consumer behind ``client``; return its ForeignCluster.
+
+    The provider's ``/ids`` is checked first, so a wrong URL or cluster ID fails here, clearly, instead
+    of in the manager later.
+    """
+    local = await installed(client, role="consumer")
+    if command.cluster_id == local.cluster_id:
+        raise PeeringError("a cluster cannot peer with itself")
+    try:
+        remote_id, remote_name = await authclient.fetch_ids(command.auth_url)
+    except authclient.AuthError as exc:
+        raise PeeringError(f"cannot reach the provider's authentication endpoint {command.auth_url}: {exc}") from exc
+    if remote_id != command.cluster_id:
+        raise PeeringError(
+            f"{command.auth_url} belongs to cluster {remote_name} ({remote_id}), not to {command.cluster_id}"
+        )
+    await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
+    await client.apply(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": names.PEER_TOKEN_SECRET,
+                "namespace": names.tenant_namespace(command.cluster_id),
+                "labels": names.peer_labels(command.cluster_id),
+            },
+            "type": "Opaque",
+            "data": {"token": base64.b64encode(command.token.encode()).decode()},
+        },
+    )
+    existing = await foreign_cluster(client, command.cluster_id)
+    spec: dict[str, Any] = {
+        "clusterID": command.cluster_id,
+        "clusterName": command.name,
+        "authURL": command.auth_url,
+        "outgoingPeeringEnabled": "Yes",
+    }
+    if offer_policy:
+        spec["offerPolicy"] = offer_policy
+    body = {
+        "apiVersion": FOREIGN_CLUSTERS.api_version,
+        "kind": FOREIGN_CLUSTERS.kind,
+        "metadata": {
+            "name": existing["metadata"]["name"] if existing else command.name,
+            "labels": names.peer_labels(command.cluster_id),
+        },
+        "spec": spec,
+    }
+    applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body)
+    return applied
+
+
+async def peer(
+    consumer: KubeClient,
+    provider: KubeClient,
+    *,
+    offer_policy: dict[str, Any] | None = None,
+    timeout: float = PEER_TIMEOUT,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """Peer ``consumer`` → ``provider`` with both at hand; return the accepted offer once there is one."""
+    command = await peer_command(provider)
+    progress(f"peering with {command.name} ({command.cluster_id})")
+    await peer_out_of_band(consumer, command, offer_policy=offer_policy)
+    return await wait_established(consumer, command.cluster_id, timeout=timeout, progress=progress)
+
+
+async def wait_established(
+    client: KubeClient, peer_id: str, *, timeout: float = PEER_TIMEOUT, progress: Progress = lambda _: None
+) -> dict[str, Any]:
+    """Wait until the outgoing peering with ``peer_id`` is Established; return the accepted offer."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        fc = await foreign_cluster(client, peer_id)
+        conditions = _conditions(fc)
+        outgoing = conditions.get("OutgoingPeering", {})
+        if outgoing.get("status") == "Established":
+            return await client.get(RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id))
+        problem = _first_problem(conditions)
+        if problem and problem[0] in ("Error", "Denied") and problem[1] == "OutgoingPeering":
+            raise PeeringError(f"peering refused: {problem[1]} {problem[0]}: {problem[2]}")
+        step = f"{outgoing.get('reason') or 'Waiting'}"
+        if step != last:
+            progress(f"waiting: {step}")
+            last = step
+        if time.monotonic() > deadline:
+            detail = "; ".join(
+                f"{k}={v.get('status')} ({v.get('reason')}: {v.get('message', '')})" for k, v in conditions.items()
+            )
+            raise PeeringError(f"the peering did not establish within {timeout:.0f}s: {detail or 'no status yet'}")
+        await asyncio.sleep(0.05)  # polling a condition, with a deadline
+
+
+async def unpeer(
+    client: KubeClient,
+    name: str,
+    *,
+    force: bool = False,
+    timeout: float = UNPEER_TIMEOUT,
+    progress: Progress = lambda _: None,
+) -> None:
+    """Reverse the outgoing peering ``name`` (a ForeignCluster name or cluster ID) and wait until it is gone.
+
+    Raises:
+        PeeringError: no such peer, or the teardown did not finish in time (then ``force`` finishes the
+            local side: the provider is left to expire the identity and clean up when it can).
+    """
+    fc = await _find(client, name)
+    peer_id = fc["spec"]["clusterID"]
+    progress(f"unpeering {fc['metadata']['name']} ({peer_id})")
+    with contextlib.suppress(NotFoundError):
+        await client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+    deadline = time.monotonic() + timeout
+    while await _exists(client, FOREIGN_CLUSTERS, fc["metadata"]["name"]):
+        if time.monotonic() > deadline:
+            if not force:
+                raise PeeringError(
+                    f"{fc['metadata']['name']} is still being torn down after {timeout:.0f}s (is the provider "
+                    f"reachable, is the manager running?); `liqoctl unpeer {name} --force` finishes the local side"
+                )
+            progress("forcing the local side")
+            await _force_local_teardown(client, fc)
+            break
+        await asyncio.sleep(0.1)  # polling a condition, with a deadline
+    namespace = names.tenant_namespace(peer_id)
+    while await _exists(client, NAMESPACES, namespace):
+        if time.monotonic() > deadline + (timeout if force else 0):
+            raise PeeringError(
+                f"tenant namespace {namespace} is still terminating: kubectl describe namespace {namespace}"
+            )
+        await asyncio.sleep(0.1)  # polling a condition, with a deadline
+
+
+async def _force_local_teardown(client: KubeClient, fc: dict[str, Any]) -> None:
+    peer_id = fc["spec"]["clusterID"]
+    namespace = names.tenant_namespace(peer_id)
+    for resource in (VIRTUAL_NODES, RESOURCE_OFFERS, RESOURCE_REQUESTS):
+        with contextlib.suppress(NotFoundError):
+            items, _ = await client.list_all(resource, namespace=namespace)
+            for item in items:
+                with contextlib.suppress(NotFoundError):
+                    await client.delete(resource, item["metadata"]["name"], namespace=namespace)
+    for secret in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(SECRETS, secret, namespace=namespace)
+    with contextlib.suppress(NotFoundError):
+        await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"metadata": {"finalizers": None}})
+    with contextlib.suppress(NotFoundError):
+        await client.delete(NAMESPACES, namespace)
+
+
+async def foreign_cluster(client: KubeClient, peer_id: str) -> dict[str, Any] | None:
+    """The ForeignCluster with ``spec.clusterID == peer_id``, if any."""
+    items, _ = await client.list_all(FOREIGN_CLUSTERS)
+    return next((fc for fc in items if fc["spec"].get("clusterID") == peer_id), None)
+
+
+async def _find(client: KubeClient, name: str) -> dict[str, Any]:
+    items, _ = await client.list_all(FOREIGN_CLUSTERS)
+    for fc in items:
+        if name in (fc["metadata"]["name"], fc["spec"].get("clusterID"), fc["spec"].get("clusterName")):
+            return fc
+    known = ", ".join(fc["metadata"]["name"] for fc in items) or "none"
+    raise PeeringError(f"no peer named {name!r} (known: {known})")
+
+
+async def _exists(client: KubeClient, resource: Any, name: str) -> bool:
+    try:
+        await client.get(resource, name)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _conditions(fc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in ((fc or {}).get("status") or {}).get("conditions") or []}
+
+
+def _first_problem(conditions: dict[str, dict[str, Any]]) -> tuple[str, str, str] | None:
+    for kind, condition in conditions.items():
+        if condition.get("status") in ("Error", "Denied"):
+            return condition["status"], kind, condition.get("message", "")
+    return None
+
+
+async def info(client: KubeClient) -> dict[str, Any]:
+    """The local identity and every peer with its conditions, offered and accepted resources (no secrets)."""
+    local = await installed(client, role="local")
+    peers = []
+    items, _ = await client.list_all(FOREIGN_CLUSTERS)
+    for fc in items:
+        peer_id = fc["spec"]["clusterID"]
+        namespace = names.tenant_namespace(peer_id)
+        their_offer = await _get(client, RESOURCE_OFFERS, peer_id, namespace)
+        our_offer = await _get(client, RESOURCE_OFFERS, local.cluster_id, namespace)
+        conditions = _conditions(fc)
+        outgoing = conditions.get("OutgoingPeering", {}).get("status") == "Established"
+        incoming = conditions.get("IncomingPeering", {}).get("status") == "Established"
+        role = {(True, True): "ConsumerAndProvider", (True, False): "Consumer", (False, True): "Provider"}.get(
+            (outgoing, incoming), "None"
+        )
+        peers.append(
+            {
+                "name": fc["metadata"]["name"],
+                "clusterID": peer_id,
+                "clusterName": fc["spec"].get("clusterName", ""),
+                "role": role,
+                "conditions": {
+                    k: {"status": v.get("status"), "reason": v.get("reason"), "message": v.get("message", "")}
+                    for k, v in conditions.items()
+                },
+                "accepted": _resources(their_offer)
+                if (their_offer or {}).get("status", {}).get("phase") == "Accepted"
+                else {},
+                "offered": _resources(our_offer),
+                "identityExpiresAt": ((fc.get("status") or {}).get("identity") or {}).get("expiresAt"),
+            }
+        )
+    return {
+        "local": {
+            "clusterID": local.cluster_id,
+            "clusterName": local.cluster_name,
+            "apiServerURL": local.api_server_url,
+            "authURL": local.auth_url,
+            "labels": local.cluster_labels,
+        },
+        "peers": peers,
+    }
+
+
+def problems(report: dict[str, Any]) -> list[str]:
+    """What is wrong, per peer and condition, from an :func:`info` report (for ``liqoctl status``)."""
+    lines = []
+    for peer in report["peers"]:
+        for kind, condition in peer["conditions"].items():
+            if condition["status"] in ("Error", "Denied") or (
+                condition["status"] == "Pending" and kind != "NetworkStatus"
+            ):
+                where = f"{peer['name']}: {kind} is {condition['status']} ({condition['reason']})"
+                lines.append(f"{where} {condition['message']}".rstrip())
+    return lines
+
+
+async def peer_kubeconfig(client: KubeClient, peer: str) -> dict[str, Any]:
+    """The identity kubeconfig this cluster holds on provider ``peer`` (name or cluster ID)."""
+    fc = await _find(client, peer)
+    namespace = names.tenant_namespace(fc["spec"]["clusterID"])
+    try:
+        secret = await client.get(SECRETS, names.IDENTITY_SECRET, namespace=namespace)
+    except NotFoundError as exc:
+        raise PeeringError(f"no identity on {peer} yet (see `liqoctl status`)") from exc
+    return kubeconfig_of(secret)
+
+
+async def _get(client: KubeClient, resource: Any, name: str, namespace: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = await client.get(resource, name, namespace=namespace)
+    except NotFoundError:
+        return None
+    return found
+
+
+def _resources(offer: dict[str, Any] | None) -> dict[str, str]:
+    return {k: str(v) for k, v in ((offer or {}).get("spec") or {}).get("resources", {}).items()}

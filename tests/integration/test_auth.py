@@ -1,0 +1,368 @@
+"""Authentication against a real cluster: the handshake, what the identity may do, what a wrong token leaves.
+
+The provider's side runs as it does in the manager: the endpoint over HTTPS on loopback (a self-signed
+certificate the consumer does not verify) and the real provisioner, acting with exactly the manager's
+RBAC (``liqo-manager``'s rules, bound to a throw-away user), so a permission missing from the install
+manifests fails here. The consumer's identity is then used as is, through our client and through kubectl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import ssl
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from liqo.api import names
+from liqo.api.crds import all_crds, crd_name
+from liqo.api.resources import ALL, FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.install.manifests import manager_rules
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CRDS,
+    CSRS,
+    NAMESPACES,
+    ROLE_BINDINGS,
+    ROLES,
+    SECRETS,
+)
+from liqo.local import pki
+from liqo.peering import authclient
+from liqo.peering.authprotocol import NonceStore
+from liqo.peering.authserver import auth_app
+from liqo.peering.provisioning import KubeProvisioner
+from tests.helpers import LocalCluster, eventually, unique
+
+TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
+TTL = 900
+RBAC = "rbac.authorization.k8s.io"
+
+
+@dataclass(frozen=True)
+class Provider:
+    cluster_id: str
+    auth_url: str
+
+
+@pytest.fixture
+async def crds(kube: KubeClient) -> None:
+    """liqo's CRDs, applied and Established (an earlier test or run may have applied them already)."""
+    for crd in all_crds():
+        await kube.apply(CRDS, crd)
+    for resource in ALL:
+
+        async def established(name: str = crd_name(resource)) -> bool:
+            conditions = (await kube.get(CRDS, name)).get("status", {}).get("conditions", [])
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        await eventually(established, timeout=30, message=f"CRD {crd_name(resource)} Established")
+
+
+@pytest.fixture
+async def manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[KubeClient]:
+    """A client with exactly the manager's permissions."""
+    user = unique("liqo-manager-test")
+    await kube.create(
+        CLUSTER_ROLES,
+        {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": user}, "rules": manager_rules()},
+    )
+    await kube.create(
+        CLUSTER_ROLE_BINDINGS,
+        {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": user},
+            "subjects": [{"apiGroup": RBAC, "kind": "User", "name": user}],
+        },
+    )
+    ca = pki.KeyPair((cluster.dir.pki / "ca.crt").read_bytes(), (cluster.dir.pki / "ca.key").read_bytes())
+    leaf = pki.issue(ca, common_name=user, client=True)
+    config = pki.kubeconfig(cluster="c", server=kube.server, ca=ca.cert, user=user, cert=leaf.cert, key=leaf.key)
+    try:
+        async with KubeClient.from_kubeconfig_dict(config, name="manager") as client:
+            yield client
+    finally:
+        await kube.delete(CLUSTER_ROLE_BINDINGS, user)
+        await kube.delete(CLUSTER_ROLES, user)
+
+
+@pytest.fixture
+async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: Path) -> AsyncIterator[Provider]:
+    """The authentication endpoint of the session cluster, over HTTPS on loopback."""
+    provider_id = str(uuid.uuid4())
+    tls = pki.issue(pki.make_ca("auth-ca"), common_name="auth", ip_addresses=["127.0.0.1"], server=True)
+    pki.write_private(tmp_path / "auth.pem", tls.cert + tls.key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "auth.pem")
+    provisioner = KubeProvisioner(
+        client=manager, api_server_url=kube.server, ca_pem=kube.access.ca_pem or "", identity_ttl=TTL
+    )
+
+    async def token_source() -> str:
+        return TOKEN
+
+    app = auth_app(
+        cluster_id=provider_id,
+        cluster_name="provider",
+        token_source=token_source,
+        provisioner=provisioner,
+        nonces=NonceStore(),
+    )
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    try:
+        yield Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}")
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def consumer_id(kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh consumer ID; whatever the provider made for it is deleted afterwards."""
+    consumer = str(uuid.uuid4())
+    yield consumer
+    with contextlib.suppress(NotFoundError):
+        await kube.delete(NAMESPACES, names.tenant_namespace(consumer))
+    for fc in await foreign_clusters_of(kube, consumer):
+        await kube.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+    for csr in await csrs_of(kube, consumer):
+        await kube.delete(CSRS, csr["metadata"]["name"])
+
+
+async def foreign_clusters_of(kube: KubeClient, consumer: str) -> list[dict[str, Any]]:
+    items, _ = await kube.list_all(FOREIGN_CLUSTERS)
+    return [fc for fc in items if fc["spec"].get("clusterID") == consumer]
+
+
+async def csrs_of(kube: KubeClient, consumer: str) -> list[dict[str, Any]]:
+    items, _ = await kube.list_all(CSRS, label_selector=f"{names.REMOTE_CLUSTER_ID}={consumer}")
+    return items
+
+
+async def handshake(provider: Provider, consumer: str, *, token: str = TOKEN) -> authclient.Identity:
+    return await authclient.request_identity(
+        auth_url=provider.auth_url,
+        token=token,
+        consumer_id=consumer,
+        consumer_name=f"consumer-{consumer[:8]}",
+        consumer_auth_url="https://consumer.example:8443",
+        expected_provider_id=provider.cluster_id,
+    )
+
+
+async def allowed(client: KubeClient, **attributes: str) -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": attributes},
+    }
+    answer = await client.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+    return bool(answer["status"].get("allowed"))
+
+
+async def forbidden(call: Awaitable[Any]) -> bool:
+    try:
+        await call
+    except ApiError as exc:
+        return exc.status == 403
+    return False
+
+
+def resource_request(namespace: str, consumer: str) -> dict[str, Any]:
+    return {
+        "apiVersion": RESOURCE_REQUESTS.api_version,
+        "kind": RESOURCE_REQUESTS.kind,
+        "metadata": {"name": consumer, "namespace": namespace},
+        "spec": {"consumerClusterID": consumer, "consumerClusterName": "consumer"},
+    }
+
+
+async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_namespace(
+    kube: KubeClient, provider: Provider, consumer_id: str, namespace: str
+) -> None:
+    before = datetime.datetime.now(datetime.UTC)
+    identity = await handshake(provider, consumer_id)
+    tenant = names.tenant_namespace(consumer_id)
+    assert identity.provider_id == provider.cluster_id
+    assert identity.namespace == tenant
+    assert identity.api_server_url == kube.server
+
+    cert = x509.load_pem_x509_certificate(identity.cert_pem.encode())
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME) == []
+    assert cert.subject.rfc4514_string() == f"CN={names.peer_user(consumer_id)}"
+    assert identity.expires_at == cert.not_valid_after_utc
+    lifetime = (cert.not_valid_after_utc - before).total_seconds()
+    assert TTL - 60 < lifetime <= TTL + 5
+
+    ns = await kube.get(NAMESPACES, tenant)
+    assert (
+        ns["metadata"]["labels"] | names.peer_labels(consumer_id) | {names.TENANT: "true"} == ns["metadata"]["labels"]
+    )
+    assert (await kube.get(ROLES, "liqo-peer", namespace=tenant))["metadata"]["labels"] == names.peer_labels(
+        consumer_id
+    )
+    await kube.get(ROLE_BINDINGS, "liqo-peer", namespace=tenant)
+    [fc] = await foreign_clusters_of(kube, consumer_id)
+    assert fc["spec"] == {
+        "clusterID": consumer_id,
+        "clusterName": f"consumer-{consumer_id[:8]}",
+        "authURL": "https://consumer.example:8443",
+        "incomingPeeringEnabled": "Auto",
+        "outgoingPeeringEnabled": "No",
+    }
+    assert await csrs_of(kube, consumer_id) == []
+
+    async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
+        created = await peer.create(RESOURCE_REQUESTS, resource_request(tenant, consumer_id))
+        await peer.patch(RESOURCE_REQUESTS, consumer_id, {"spec": {"consumerClusterName": "renamed"}}, namespace=tenant)
+        [listed] = (await peer.list(RESOURCE_REQUESTS, namespace=tenant))["items"]
+        assert (listed["metadata"]["uid"], listed["spec"]["consumerClusterName"]) == (
+            created["metadata"]["uid"],
+            "renamed",
+        )
+        assert (await peer.list(RESOURCE_OFFERS, namespace=tenant))["items"] == []
+        await peer.delete(RESOURCE_REQUESTS, consumer_id, namespace=tenant)
+
+        assert await forbidden(peer.create(RESOURCE_REQUESTS, resource_request(namespace, consumer_id)))
+        offer: dict[str, Any] = {"apiVersion": RESOURCE_OFFERS.api_version, "kind": RESOURCE_OFFERS.kind}
+        offer |= {"metadata": {"name": "x", "namespace": tenant}, "spec": {"providerClusterID": "x"}}
+        assert await forbidden(peer.create(RESOURCE_OFFERS, offer))
+        assert await forbidden(peer.list(NAMESPACES))
+        assert await forbidden(peer.get(SECRETS, "anything", namespace="kube-system"))
+        assert await forbidden(peer.list(SECRETS, namespace=tenant))
+        assert await forbidden(peer.list(FOREIGN_CLUSTERS))
+
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+            assert await allowed(
+                peer, namespace=tenant, verb=verb, group="discovery.liqo.io", resource="resourcerequests"
+            )
+        assert await allowed(
+            peer,
+            namespace=tenant,
+            verb="get",
+            group="discovery.liqo.io",
+            resource="resourcerequests",
+            subresource="status",
+        )
+        assert not await allowed(
+            peer,
+            namespace=tenant,
+            verb="update",
+            group="discovery.liqo.io",
+            resource="resourcerequests",
+            subresource="status",
+        )
+        for verb in ("get", "list", "watch"):
+            assert await allowed(peer, namespace=tenant, verb=verb, group="sharing.liqo.io", resource="resourceoffers")
+        for verb in ("create", "update", "patch", "delete"):
+            assert not await allowed(
+                peer, namespace=tenant, verb=verb, group="sharing.liqo.io", resource="resourceoffers"
+            )
+        for verb in ("get", "update", "patch"):
+            assert await allowed(
+                peer,
+                namespace=tenant,
+                verb=verb,
+                group="sharing.liqo.io",
+                resource="resourceoffers",
+                subresource="status",
+            )
+        assert not await allowed(peer, namespace="kube-system", verb="get", resource="secrets")
+        assert not await allowed(peer, verb="list", resource="namespaces")
+        assert not await allowed(
+            peer, namespace=namespace, verb="create", group="discovery.liqo.io", resource="resourcerequests"
+        )
+
+
+async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
+    cluster: LocalCluster, provider: Provider, consumer_id: str, tmp_path: Path
+) -> None:
+    identity = await handshake(provider, consumer_id)
+    config = tmp_path / "identity.kubeconfig"
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(identity.kubeconfig(), handle)
+    command = [cluster.kubectl()[0], f"--kubeconfig={config}", f"--cache-dir={tmp_path / 'cache'}"]
+    command += ["auth", "can-i", "--list", "-n", identity.namespace]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+    rules: dict[str, set[str]] = {}
+    non_resource_verbs: set[str] = set()
+    for line in done.stdout.splitlines()[1:]:
+        verbs = set(line[line.rindex("[") + 1 : line.rindex("]")].split())
+        if line.startswith(" "):  # a non-resource URL rule
+            non_resource_verbs |= verbs
+        else:
+            rules[line.split()[0]] = verbs
+    defaults = {
+        f"{review}.{group}": {"create"}
+        for review, group in (
+            ("selfsubjectreviews", "authentication.k8s.io"),
+            ("selfsubjectaccessreviews", "authorization.k8s.io"),
+            ("selfsubjectrulesreviews", "authorization.k8s.io"),
+        )
+    }
+    assert rules == defaults | {
+        "resourcerequests.discovery.liqo.io": {"get", "list", "watch", "create", "update", "patch", "delete"},
+        "resourcerequests.discovery.liqo.io/status": {"get"},
+        "resourceoffers.sharing.liqo.io": {"get", "list", "watch"},
+        "resourceoffers.sharing.liqo.io/status": {"get", "update", "patch"},
+    }
+    assert non_resource_verbs == {"get"}
+
+
+async def test_a_wrong_token_is_refused_and_creates_nothing(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(provider, consumer_id, token="not-the-token")
+    assert caught.value.status == 401
+    with pytest.raises(NotFoundError):
+        await kube.get(NAMESPACES, names.tenant_namespace(consumer_id))
+    assert await foreign_clusters_of(kube, consumer_id) == []
+    assert await csrs_of(kube, consumer_id) == []
+
+
+async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_alone(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    name = unique("admin-fc")
+    spec = {"clusterID": consumer_id, "clusterName": "by-admin", "outgoingPeeringEnabled": "Yes"}
+    await kube.create(
+        FOREIGN_CLUSTERS,
+        {
+            "apiVersion": FOREIGN_CLUSTERS.api_version,
+            "kind": FOREIGN_CLUSTERS.kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+    first = await handshake(provider, consumer_id)
+    second = await handshake(provider, consumer_id)
+    assert first.cert_pem != second.cert_pem
+    assert first.key_pem != second.key_pem
+    [fc] = await foreign_clusters_of(kube, consumer_id)
+    assert fc["metadata"]["name"] == name
+    assert (fc["spec"]["clusterName"], fc["spec"]["outgoingPeeringEnabled"]) == ("by-admin", "Yes")
+    async with KubeClient.from_kubeconfig_dict(second.kubeconfig()) as peer:
+        await peer.list(RESOURCE_REQUESTS, namespace=second.namespace)
+    assert await csrs_of(kube, consumer_id) == []

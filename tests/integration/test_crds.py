@@ -1,0 +1,290 @@
+"""The CRDs against a real API server: accepted, served, and refusing bad objects with readable messages.
+
+The CRDs are cluster-scoped and the session cluster is shared, so every test applies them (server-side
+apply is idempotent) and none deletes them; the instances they create have unique names and go away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from liqo.api.crds import all_crds, crd_name
+from liqo.api.resources import (
+    ALL,
+    FOREIGN_CLUSTERS,
+    RESOURCE_OFFERS,
+    RESOURCE_REQUESTS,
+    SHARING_POLICIES,
+    VIRTUAL_NODES,
+)
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import InvalidError, NotFoundError
+from liqo.kube.resources import CRDS, Resource
+from tests.helpers import LocalCluster, eventually, unique
+
+Obj = dict[str, Any]
+Created = list[tuple[Resource, str]]
+
+
+def obj(resource: Resource, name: str, spec: Obj, *, namespace: str | None = None) -> Obj:
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "spec": spec}
+
+
+def foreign_cluster(name: str, **spec: Any) -> Obj:
+    return obj(FOREIGN_CLUSTERS, name, {"clusterID": str(uuid.uuid4()), "clusterName": name, **spec})
+
+
+def resource_request(namespace: str, **spec: Any) -> Obj:
+    consumer = str(uuid.uuid4())
+    return obj(RESOURCE_REQUESTS, consumer, {"consumerClusterID": consumer, **spec}, namespace=namespace)
+
+
+def resource_offer(namespace: str, **spec: Any) -> Obj:
+    provider = str(uuid.uuid4())
+    base = {
+        "providerClusterID": provider,
+        "providerClusterName": "provider",
+        "resources": {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1},
+        "expiry": "2030-01-01T00:00:00Z",
+    }
+    return obj(RESOURCE_OFFERS, provider, base | spec, namespace=namespace)
+
+
+def sharing_policy(name: str, **spec: Any) -> Obj:
+    return obj(SHARING_POLICIES, name, {"action": "Share", "percentage": 50, **spec})
+
+
+def virtual_node(namespace: str, name: str, **spec: Any) -> Obj:
+    base = {
+        "clusterID": str(uuid.uuid4()),
+        "clusterName": "provider",
+        "resources": {"cpu": "2", "memory": "4Gi"},
+        "kubeconfigSecretRef": {"name": "liqo-identity"},
+    }
+    return obj(VIRTUAL_NODES, name, base | spec, namespace=namespace)
+
+
+def without(document: Obj, field: str) -> Obj:
+    document["spec"].pop(field)
+    return document
+
+
+def without_spec(document: Obj) -> Obj:
+    return {key: value for key, value in document.items() if key != "spec"}
+
+
+@pytest.fixture
+async def crds(kube: KubeClient) -> None:
+    """The CRDs, applied and Established (whether or not an earlier test or run applied them already)."""
+    for crd in all_crds():
+        await kube.apply(CRDS, crd)
+    for resource in ALL:
+
+        async def established(name: str = crd_name(resource)) -> bool:
+            conditions = (await kube.get(CRDS, name)).get("status", {}).get("conditions", [])
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        await eventually(established, timeout=30, message=f"CRD {crd_name(resource)} Established")
+
+
+@pytest.fixture
+async def cluster_scoped(kube: KubeClient) -> AsyncIterator[Created]:
+    """Cluster-scoped objects a test created: deleted afterwards (namespaced ones go with their namespace)."""
+    created: Created = []
+    yield created
+    for resource, name in created:
+        with contextlib.suppress(NotFoundError):
+            await kube.delete(resource, name)
+
+
+async def kubectl(cluster: LocalCluster, cache: Path, *args: str) -> str:
+    # A private discovery cache: a stale shared one could predate the CRDs and miss the category.
+    command = [*cluster.kubectl(), f"--cache-dir={cache}", *args]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.usefixtures("crds")
+async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
+    kube: KubeClient, namespace: str, cluster_scoped: Created
+) -> None:
+    fc = await kube.create(FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), authURL="https://peer.example:8443"))
+    cluster_scoped.append((FOREIGN_CLUSTERS, fc["metadata"]["name"]))
+    sp = await kube.create(SHARING_POLICIES, sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}))
+    cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
+    rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
+    ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace, prices={"cpu": "0.05"}, labels={"zone": "a"}))
+    vn = await kube.create(VIRTUAL_NODES, virtual_node(namespace, "liqo-provider", offer=ro["metadata"]["name"]))
+
+    assert fc["spec"]["outgoingPeeringEnabled"] == fc["spec"]["incomingPeeringEnabled"] == "Auto"
+    assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
+    assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
+    assert rr["spec"]["consumerClusterName"] == "consumer"
+    assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
+
+    # Status goes through the status subresource; conditions merge by type under server-side apply.
+    condition = {"status": "Established", "reason": "Ok", "lastTransitionTime": "2030-01-01T00:00:00Z"}
+    status = {"conditions": [{"type": "OutgoingPeering", **condition}], "tenantNamespace": {"local": "liqo-tenant-x"}}
+    body = {**without_spec(obj(FOREIGN_CLUSTERS, fc["metadata"]["name"], {})), "status": status}
+    await kube.apply(FOREIGN_CLUSTERS, body, subresource="status")
+    body["status"] = {"conditions": [{"type": "IncomingPeering", "status": "None"}]}
+    await kube.apply(FOREIGN_CLUSTERS, body, subresource="status", field_manager="another-writer")
+    conditions = (await kube.get(FOREIGN_CLUSTERS, fc["metadata"]["name"]))["status"]["conditions"]
+    assert {c["type"]: c["status"] for c in conditions} == {"OutgoingPeering": "Established", "IncomingPeering": "None"}
+
+
+# (what to create, substrings the API server's message must contain)
+INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]] = {
+    "peering-enum": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), outgoingPeeringEnabled="Maybe")),
+        ('spec.outgoingPeeringEnabled: Unsupported value: "Maybe"', '"Yes", "No", "Auto"'),
+    ),
+    "action-enum": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), action="Allow")),
+        ('spec.action: Unsupported value: "Allow"', '"Share", "Deny"'),
+    ),
+    "offer-mode-enum": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), offerPolicy={"mode": "Cheapest"})),
+        ('spec.offerPolicy.mode: Unsupported value: "Cheapest"', '"Auto", "Manual", "PriceLimit"'),
+    ),
+    "percentage-0": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), percentage=0)),
+        ("spec.percentage: Invalid value: 0", "should be greater than or equal to 1"),
+    ),
+    "percentage-101": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), percentage=101)),
+        ("spec.percentage: Invalid value: 101", "should be less than or equal to 100"),
+    ),
+    "quantity-limit": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), limits={"cpu": "lots"})),
+        ('spec.limits.cpu: Invalid value: "lots"', "should match"),
+    ),
+    "quantity-offer": (
+        lambda ns: (RESOURCE_OFFERS, resource_offer(ns, resources={"memory": "8GB"})),
+        ('spec.resources.memory: Invalid value: "8GB"', "should match"),
+    ),
+    "timestamp-not-rfc3339": (
+        lambda ns: (RESOURCE_OFFERS, resource_offer(ns, expiry="tomorrow")),
+        ('spec.expiry: Invalid value: "tomorrow"', "must be of type date-time"),
+    ),
+    "missing-action": (
+        lambda _ns: (SHARING_POLICIES, without(sharing_policy(unique("sp")), "action")),
+        ("spec.action: Required value",),
+    ),
+    "missing-consumer-id": (
+        lambda ns: (RESOURCE_REQUESTS, without(resource_request(ns), "consumerClusterID")),
+        ("spec.consumerClusterID: Required value",),
+    ),
+    "missing-spec": (
+        lambda ns: (VIRTUAL_NODES, without_spec(obj(VIRTUAL_NODES, "vn", {}, namespace=ns))),
+        ("spec: Required value",),
+    ),
+    "cluster-id-not-a-label": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), clusterID="Cluster_A")),
+        ('spec.clusterID: Invalid value: "Cluster_A"', "should match"),
+    ),
+    "auth-url-not-https": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), authURL="peer.example:8443")),
+        ('spec.authURL: Invalid value: "peer.example:8443"', "should match '^https://'"),
+    ),
+    "price-limit-without-prices": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), offerPolicy={"mode": "PriceLimit"})),
+        ("spec.offerPolicy: Invalid value", "offerPolicy.maxPrices is required in PriceLimit mode"),
+    ),
+}
+
+
+@pytest.mark.usefixtures("crds")
+@pytest.mark.parametrize("case", INVALID)
+async def test_invalid_objects_are_refused_with_a_readable_message(
+    kube: KubeClient, namespace: str, cluster_scoped: Created, case: str
+) -> None:
+    build, expected = INVALID[case]
+    resource, document = build(namespace)
+    if not resource.namespaced:  # it should never exist; if it does, it must not outlive the test
+        cluster_scoped.append((resource, document["metadata"]["name"]))
+    with pytest.raises(InvalidError) as refused:
+        await kube.create(resource, document)
+    assert refused.value.status == 422
+    for substring in expected:
+        assert substring in refused.value.message
+
+
+@pytest.mark.usefixtures("crds")
+async def test_cluster_id_cannot_change(kube: KubeClient, namespace: str, cluster_scoped: Created) -> None:
+    fc = await kube.create(FOREIGN_CLUSTERS, foreign_cluster(unique("fc")))
+    cluster_scoped.append((FOREIGN_CLUSTERS, fc["metadata"]["name"]))
+    vn = await kube.create(VIRTUAL_NODES, virtual_node(namespace, "liqo-provider"))
+
+    for resource, current in ((FOREIGN_CLUSTERS, fc), (VIRTUAL_NODES, vn)):
+        meta = current["metadata"]
+        with pytest.raises(InvalidError) as refused:
+            await kube.patch(
+                resource, meta["name"], {"spec": {"clusterID": "another"}}, namespace=meta.get("namespace")
+            )
+        assert "spec.clusterID: Invalid value" in refused.value.message
+        assert "clusterID is immutable" in refused.value.message
+        # Anything else may still change.
+        patched = await kube.patch(
+            resource, meta["name"], {"spec": {"clusterName": "renamed"}}, namespace=meta.get("namespace")
+        )
+        assert patched["spec"]["clusterID"] == current["spec"]["clusterID"]
+
+
+@pytest.mark.usefixtures("crds")
+async def test_kubectl_lists_every_kind_in_the_liqo_category(
+    cluster: LocalCluster, kube: KubeClient, namespace: str, cluster_scoped: Created, tmp_path: Path
+) -> None:
+    fc_name = unique("fc")
+    fc = await kube.create(FOREIGN_CLUSTERS, foreign_cluster(fc_name))
+    cluster_scoped.append((FOREIGN_CLUSTERS, fc_name))
+    sp_name = unique("sp")
+    await kube.create(SHARING_POLICIES, sharing_policy(sp_name, peers=[fc_name]))
+    cluster_scoped.append((SHARING_POLICIES, sp_name))
+    rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace))
+    ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace))
+    ro_name = ro["metadata"]["name"]
+    status = {**without_spec(obj(RESOURCE_OFFERS, ro_name, {}, namespace=namespace)), "status": {"phase": "Accepted"}}
+    await kube.apply(RESOURCE_OFFERS, status, subresource="status")
+    await kube.create(VIRTUAL_NODES, virtual_node(namespace, "liqo-provider"))
+
+    listed = set((await kubectl(cluster, tmp_path, "get", "liqo", "--all-namespaces", "-o", "name")).split())
+    assert {
+        f"foreigncluster.discovery.liqo.io/{fc_name}",
+        f"sharingpolicy.sharing.liqo.io/{sp_name}",
+        f"resourcerequest.discovery.liqo.io/{rr['metadata']['name']}",
+        f"resourceoffer.sharing.liqo.io/{ro_name}",
+        "virtualnode.virtualkubelet.liqo.io/liqo-provider",
+    } <= listed
+
+    table = (await kubectl(cluster, tmp_path, "get", "fc", fc_name)).splitlines()
+    assert table[0].split() == [
+        "NAME",
+        "CLUSTER",
+        "NAME",
+        "CLUSTER",
+        "ID",
+        "OUTGOING",
+        "INCOMING",
+        "AUTHENTICATION",
+        "AGE",
+    ]
+    assert table[1].split()[:3] == [fc_name, fc_name, fc["spec"]["clusterID"]]
+
+    table = (await kubectl(cluster, tmp_path, "get", "ro", "-n", namespace)).splitlines()
+    assert table[0].split() == ["NAME", "PROVIDER", "PHASE", "CPU", "MEMORY", "PODS", "EXPIRY", "AGE"]
+    assert table[1].split()[:7] == [ro_name, "provider", "Accepted", "4", "8Gi", "110", "2030-01-01T00:00:00Z"]
+
+    table = (await kubectl(cluster, tmp_path, "get", "sp", sp_name)).splitlines()
+    assert table[0].split() == ["NAME", "ACTION", "PERCENTAGE", "PEERS", "AGE"]
+    assert table[1].split()[:4] == [sp_name, "Share", "50", f'["{fc_name}"]']

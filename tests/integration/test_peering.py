@@ -1,0 +1,370 @@
+"""Peering between real local clusters, each with liqo installed and its manager running.
+
+Three clusters: ``rome`` and ``naples`` consume, ``milan`` provides (and, bidirectionally, consumes). Each
+test leaves the peerings it made undone, and checks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from liqo.api import names
+from liqo.api.quantity import parse_quantity
+from liqo.api.resources import ALL as LIQO_RESOURCES
+from liqo.api.resources import RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
+from liqo.install.installer import InstallError, InstallOptions, install, uninstall
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SECRETS
+from liqo.local import clusters
+from liqo.local.spec import ClusterSpec
+from liqo.peering import operations
+from tests.helpers import LocalCluster, eventually, purge, start
+from tests.integration.conftest import KEEP, RUN_ID
+
+
+@dataclass(frozen=True)
+class Site:
+    """A cluster with liqo installed."""
+
+    cluster: LocalCluster
+    cluster_id: str
+
+    def client(self) -> KubeClient:
+        return self.cluster.client()
+
+
+def _install(local: LocalCluster) -> str:
+    async def run() -> str:
+        async with local.client() as client:
+            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
+            return identity.cluster_id
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def sites() -> Iterator[dict[str, Site]]:
+    specs = {
+        "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
+        "milan": ClusterSpec(name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi"),
+        "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
+    }
+    started = {role: start(spec) for role, spec in specs.items()}
+    yield {role: Site(local, _install(local)) for role, local in started.items()}
+    if not KEEP:
+        for local in started.values():
+            purge(local)
+
+
+@pytest.fixture
+async def rome(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["rome"].client() as client:
+        yield client
+
+
+@pytest.fixture
+async def milan(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["milan"].client() as client:
+        yield client
+
+
+@pytest.fixture
+async def naples(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["naples"].client() as client:
+        yield client
+
+
+async def liqo_objects(client: KubeClient) -> list[str]:
+    """Every liqo-managed object about peers on a cluster (what unpeer must leave at zero)."""
+    found = []
+    for resource in LIQO_RESOURCES:
+        if resource is SHARING_POLICIES:
+            continue  # the admin's, not the peering's
+        items, _ = await client.list_all(resource)
+        found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]
+    namespaces, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
+    found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
+    secrets, _ = await client.list_all(SECRETS, label_selector=names.REMOTE_CLUSTER_ID)
+    found += [f"Secret {s['metadata']['namespace']}/{s['metadata']['name']}" for s in secrets]
+    return found
+
+
+async def expect_clean(*clients: KubeClient) -> None:
+    for client in clients:
+
+        async def clean(client: KubeClient = client) -> bool:
+            return not await liqo_objects(client)
+
+        await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
+
+
+async def free_cpu_and_memory(client: KubeClient) -> tuple[Decimal, Decimal]:
+    """Free capacity computed independently of liqo's code: allocatable minus running pods' requests."""
+    nodes, _ = await client.list_all(NODES)
+    pods, _ = await client.list_all(PODS)
+    cpu = sum((parse_quantity(n["status"]["allocatable"]["cpu"]) for n in nodes), Decimal(0))
+    memory = sum((parse_quantity(n["status"]["allocatable"]["memory"]) for n in nodes), Decimal(0))
+    for pod in pods:
+        if pod["status"].get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
+            continue
+        for container in pod["spec"]["containers"]:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            cpu -= parse_quantity(requests.get("cpu", "0"))
+            memory -= parse_quantity(requests.get("memory", "0"))
+    return cpu, memory
+
+
+async def test_peer_then_unpeer_leaves_nothing_on_either_side(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    started = time.monotonic()
+    offer = await operations.peer(rome, milan, timeout=30)
+    elapsed = time.monotonic() - started
+    print(f"\npeer -> accepted offer: {elapsed:.2f}s")  # the closing note reports this figure
+
+    cpu, memory = await free_cpu_and_memory(milan)
+    resources = offer["spec"]["resources"]
+    assert parse_quantity(resources["cpu"]) == cpu / 2  # default policy: 50 % of free capacity
+    assert abs(parse_quantity(resources["memory"]) - memory / 2) < 1
+    assert offer["status"]["phase"] == "Accepted"
+
+    milan_id = sites["milan"].cluster_id
+    fc = await operations.foreign_cluster(rome, milan_id)
+    assert fc is not None
+    conditions = {c["type"]: c["status"] for c in fc["status"]["conditions"]}
+    assert conditions["OutgoingPeering"] == "Established"
+    assert conditions["AuthenticationStatus"] == "Established"
+    nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(milan_id))
+    assert [n["spec"]["resources"] for n in nodes] == [resources]
+
+    rome_id = sites["rome"].cluster_id
+
+    async def quota_enforced() -> bool:
+        try:
+            quota = await milan.get(RESOURCE_QUOTAS, "liqo-offer", namespace=names.tenant_namespace(rome_id))
+        except NotFoundError:
+            return False
+        return bool(quota["spec"]["hard"]["requests.cpu"] == resources["cpu"])
+
+    await eventually(quota_enforced, timeout=20, message="the accepted offer enforced by a quota on the provider")
+    provider_view = await operations.foreign_cluster(milan, rome_id)
+    assert provider_view is not None
+
+    async def incoming_established() -> bool:
+        view = await operations.foreign_cluster(milan, rome_id)
+        return any(
+            c["type"] == "IncomingPeering" and c["status"] == "Established"
+            for c in (view or {}).get("status", {}).get("conditions", [])
+        )
+
+    await eventually(incoming_established, timeout=20, message="the provider sees an established incoming peering")
+
+    await operations.unpeer(rome, fc["metadata"]["name"], timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_quota_on_the_provider_refuses_more_than_offered(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    offer = await operations.peer(rome, milan, timeout=30)
+    tenant = names.tenant_namespace(sites["rome"].cluster_id)
+    try:
+
+        async def quota_there() -> bool:
+            try:
+                await milan.get(RESOURCE_QUOTAS, "liqo-offer", namespace=tenant)
+            except NotFoundError:
+                return False
+            return True
+
+        await eventually(quota_there, timeout=20, message="quota in the consumer's namespace on the provider")
+        too_big = parse_quantity(offer["spec"]["resources"]["cpu"]) + 1
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "greedy", "namespace": tenant},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": str(too_big), "memory": "1Mi"}}}
+                ]
+            },
+        }
+        with pytest.raises(ApiError) as refused:
+            await milan.create(PODS, pod)
+        assert refused.value.status == 403
+        assert "exceeded quota" in refused.value.message
+    finally:
+        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_offer_follows_the_providers_real_free_capacity(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    offer = await operations.peer(rome, milan, timeout=30)
+    milan_id = sites["milan"].cluster_id
+    namespace = names.tenant_namespace(milan_id)
+    before = parse_quantity(offer["spec"]["resources"]["cpu"])
+    busy = "busy-" + RUN_ID
+    await milan.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": busy}})
+    try:
+        for i in range(4):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"load-{i}", "namespace": busy},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}
+                    ]
+                },
+            }
+            await milan.create(PODS, pod)
+        cpu, _ = await free_cpu_and_memory(milan)
+
+        async def shrunk() -> bool:
+            nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=namespace)
+            return bool(nodes) and parse_quantity(nodes[0]["spec"]["resources"]["cpu"]) == cpu / 2
+
+        await eventually(shrunk, timeout=30, message="the virtual node shrinks to half the provider's new free CPU")
+        assert cpu / 2 < before
+    finally:
+        await milan.delete(NAMESPACES, busy)
+        await operations.unpeer(rome, milan_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+def policy(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def test_two_consumers_get_the_offers_their_policies_allow(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, naples: KubeClient
+) -> None:
+    rome_id, naples_id, milan_id = (sites[s].cluster_id for s in ("rome", "naples", "milan"))
+    await milan.apply(SHARING_POLICIES, policy(f"rome-{RUN_ID}", peers=[rome_id], action="Share", percentage=25))
+    await milan.apply(
+        SHARING_POLICIES,
+        policy(
+            f"naples-{RUN_ID}", peers=[naples_id], action="Share", percentage=100, limits={"cpu": "1", "memory": "1Gi"}
+        ),
+    )
+    try:
+        command = await operations.peer_command(milan)
+        rome_offer = await operations.peer(rome, milan, timeout=30)
+        await operations.peer_out_of_band(naples, command)  # the out-of-band path: no kubeconfig of milan
+        naples_offer = await operations.wait_established(naples, milan_id, timeout=30)
+        cpu, _ = await free_cpu_and_memory(milan)
+        assert parse_quantity(rome_offer["spec"]["resources"]["cpu"]) == cpu / 4
+        assert naples_offer["spec"]["resources"]["cpu"] == "1"
+        assert naples_offer["spec"]["resources"]["memory"] == "1Gi"
+    finally:
+        for client in (rome, naples):
+            await operations.unpeer(client, milan_id, timeout=60)
+        for name in (f"rome-{RUN_ID}", f"naples-{RUN_ID}"):
+            await milan.delete(SHARING_POLICIES, name)
+    await expect_clean(rome, milan, naples)
+
+
+async def test_a_denied_peer_gets_a_clear_refusal_and_nothing_is_created(
+    sites: dict[str, Site], naples: KubeClient, milan: KubeClient
+) -> None:
+    naples_id, milan_id = sites["naples"].cluster_id, sites["milan"].cluster_id
+    await milan.apply(SHARING_POLICIES, policy(f"deny-{RUN_ID}", peers=[naples_id], action="Deny"))
+    try:
+        with pytest.raises(operations.PeeringError, match="denies"):
+            await operations.peer(naples, milan, timeout=30)
+        with pytest.raises(NotFoundError):
+            await milan.get(NAMESPACES, names.tenant_namespace(naples_id))
+    finally:
+        await operations.unpeer(naples, milan_id, timeout=60, force=True)
+        await milan.delete(SHARING_POLICIES, f"deny-{RUN_ID}")
+    await expect_clean(naples, milan)
+
+
+async def test_bidirectional_peering_and_unpeer_both_ways(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    await operations.peer(rome, milan, timeout=30)
+    await operations.peer(milan, rome, timeout=30)
+    report = await operations.info(rome)
+    (peer,) = report["peers"]
+    assert peer["role"] == "ConsumerAndProvider"
+    assert peer["accepted"]
+    assert peer["offered"]
+    await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+    still = await operations.info(milan)
+    assert [p["role"] for p in still["peers"]] == ["Consumer"]
+    await operations.unpeer(milan, sites["rome"].cluster_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_the_token_never_appears_in_logs_events_or_info(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    token = (await operations.peer_command(milan)).token
+    await operations.peer(rome, milan, timeout=30)
+    try:
+        for site in (sites["rome"], sites["milan"]):
+            logs = "".join(p.read_text(errors="replace") for p in site.cluster.dir.logs.glob("*.log"))
+            assert token not in logs
+            async with site.client() as client:
+                events, _ = await client.list_all(EVENTS)
+                assert all(token not in str(e) for e in events)
+        cli = await asyncio.to_thread(
+            subprocess.run,
+            [
+                sys.executable,
+                "-m",
+                "liqo.cli.main",
+                "info",
+                "-o",
+                "json",
+                f"--kubeconfig={sites['rome'].cluster.kubeconfig}",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert token not in cli.stdout
+        assert sites["milan"].cluster_id in cli.stdout
+        encoded = base64.b64encode(token.encode()).decode()
+        assert encoded not in cli.stdout
+    finally:
+        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_uninstall_refuses_while_peered_then_purges_everything(
+    sites: dict[str, Site], naples: KubeClient, milan: KubeClient
+) -> None:
+    await operations.peer(naples, milan, timeout=30)
+    try:
+        with pytest.raises(InstallError, match="peerings are still active"):
+            await uninstall(naples, purge=False, progress=lambda _: None)
+    finally:
+        await operations.unpeer(naples, sites["milan"].cluster_id, timeout=60)
+    await expect_clean(naples, milan)
+    await uninstall(naples, purge=True, progress=lambda _: None)
+    with pytest.raises(NotFoundError):
+        await naples.list_all(RESOURCE_OFFERS)  # the CRDs are gone
+    with pytest.raises(NotFoundError):
+        await naples.get(NAMESPACES, names.LIQO_NAMESPACE)
+    assert "liqo-manager" not in {c.name for c in clusters.components(sites["naples"].cluster.name)}
+    await install(naples, InstallOptions(identity_ttl=600), progress=lambda _: None)  # as the other tests expect

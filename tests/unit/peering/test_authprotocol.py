@@ -1,0 +1,340 @@
+"""The pure half of authentication: signatures, nonces, message fields and the CSR checks."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.oid import NameOID
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api import names
+from liqo.peering.authprotocol import (
+    IdentityRequest,
+    IdentityResponse,
+    InvalidMessage,
+    NonceStore,
+    canonical,
+    check_csr,
+    format_time,
+    make_csr,
+    parse_json,
+    parse_time,
+    sign,
+    verify,
+)
+
+TOKEN = "c2VjcmV0LXRva2VuLW9mLTMyLWJ5dGVzLWxvbmctLS0"
+PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
+
+
+def request_message(**overrides: Any) -> dict[str, Any]:
+    message = {
+        "clusterID": PEER,
+        "clusterName": "consumer",
+        "authURL": "https://consumer.example:8443",
+        "nonce": "n0nce",
+        "csr": make_csr(PEER)[1],
+    }
+    return message | overrides
+
+
+# -- signatures ------------------------------------------------------------------------------------------
+
+
+def test_a_signed_message_verifies_and_its_signature_key_is_not_signed() -> None:
+    message = request_message()
+    message["signature"] = sign(TOKEN, message)
+    assert verify(TOKEN, message, message["signature"])
+    assert sign(TOKEN, message) == message["signature"]
+
+
+def test_canonical_json_is_compact_sorted_and_leaves_the_signature_out() -> None:
+    assert canonical({"b": 1, "a": {"d": [1, 2], "c": "x"}, "signature": "s"}) == b'{"a":{"c":"x","d":[1,2]},"b":1}'
+
+
+@pytest.mark.parametrize("field", ["clusterID", "clusterName", "authURL", "nonce", "csr"])
+def test_changing_any_field_breaks_the_signature(field: str) -> None:
+    message = request_message()
+    signature = sign(TOKEN, message)
+    assert not verify(TOKEN, message | {field: message[field] + "x"}, signature)
+    assert not verify(TOKEN, {k: v for k, v in message.items() if k != field}, signature)
+
+
+def test_adding_a_field_or_using_another_token_breaks_the_signature() -> None:
+    message = request_message()
+    signature = sign(TOKEN, message)
+    assert not verify(TOKEN, message | {"extra": "x"}, signature)
+    assert not verify(TOKEN + "x", message, signature)
+
+
+@pytest.mark.parametrize("signature", [None, 42, ["x"], "", "not base64 at all", "é"])
+def test_malformed_signatures_never_verify(signature: object) -> None:
+    assert not verify(TOKEN, request_message(), signature)
+
+
+def test_an_answer_is_bound_to_the_nonce_of_its_request() -> None:
+    answer = {"clusterID": "provider", "certificate": "pem"}
+    signature = sign(TOKEN, answer, nonce="nonce-1")
+    assert verify(TOKEN, answer, signature, nonce="nonce-1")
+    assert not verify(TOKEN, answer, signature, nonce="nonce-2")
+    assert not verify(TOKEN, answer, signature)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=10,
+)
+messages = st.dictionaries(st.text(max_size=8).filter(lambda k: k != "signature"), json_values, min_size=1, max_size=6)
+
+
+@given(message=messages, data=st.data())
+def test_any_change_to_any_field_is_detected(message: dict[str, Any], data: st.DataObject) -> None:
+    signature = sign(TOKEN, message)
+    key = data.draw(st.sampled_from(sorted(message)))
+    replacement = data.draw(json_values.filter(lambda v: v != message[key] or type(v) is not type(message[key])))
+    assert not verify(TOKEN, message | {key: replacement}, signature)
+
+
+@given(message=messages, nonce=st.text(max_size=10))
+def test_key_order_and_a_decode_round_trip_do_not_change_the_signature(message: dict[str, Any], nonce: str) -> None:
+    signature = sign(TOKEN, message, nonce=nonce)
+    reordered = dict(reversed(list(message.items())))
+    assert verify(TOKEN, reordered, signature, nonce=nonce)
+    assert verify(TOKEN, parse_json(canonical(message)), signature, nonce=nonce)
+
+
+# -- nonces ----------------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_nonce_is_good_once() -> None:
+    store = NonceStore()
+    nonce = store.issue()
+    assert store.consume(nonce)
+    assert not store.consume(nonce)
+    assert not store.consume("never-issued")
+
+
+def test_nonces_expire_after_their_ttl() -> None:
+    clock = Clock()
+    store = NonceStore(ttl=60, clock=clock)
+    early, late = store.issue(), store.issue()
+    clock.now += 59.9
+    assert store.consume(early)
+    clock.now += 0.1
+    assert not store.consume(late)
+    assert len(store) == 0
+
+
+def test_the_store_is_bounded_and_forgets_the_oldest_first() -> None:
+    store = NonceStore(max_size=3)
+    issued = [store.issue() for _ in range(5)]
+    assert len(store) == 3
+    assert not store.consume(issued[0])
+    assert not store.consume(issued[1])
+    assert all(store.consume(nonce) for nonce in issued[2:])
+
+
+def test_expired_nonces_do_not_accumulate() -> None:
+    clock = Clock()
+    store = NonceStore(ttl=60, clock=clock)
+    for _ in range(100):
+        store.issue()
+        clock.now += 1
+    assert len(store) <= 61
+
+
+def test_nonces_are_unguessable() -> None:
+    store = NonceStore()
+    nonces = {store.issue() for _ in range(100)}
+    assert len(nonces) == 100
+    assert all(len(n) >= 40 for n in nonces)
+
+
+# -- messages --------------------------------------------------------------------------------------------
+
+
+def test_a_request_round_trips_through_its_message() -> None:
+    request = IdentityRequest(cluster_id=PEER, cluster_name="c", auth_url=None, nonce="n", csr="pem")
+    assert "authURL" not in request.to_message()
+    assert IdentityRequest.from_message(request.to_message()) == request
+
+
+@pytest.mark.parametrize(
+    ("overrides", "complaint"),
+    [
+        ({"clusterID": None}, "'clusterID' must be a non-empty string"),
+        ({"clusterName": ""}, "'clusterName' must be a non-empty string"),
+        ({"nonce": 7}, "'nonce' must be a non-empty string"),
+        ({"csr": ["pem"]}, "'csr' must be a non-empty string"),
+        ({"clusterID": "Upper-Case"}, "'clusterID' must be a lowercase DNS label"),
+        ({"clusterID": "../etc"}, "'clusterID' must be a lowercase DNS label"),
+        ({"clusterID": "a" * 52}, "'clusterID' must be a lowercase DNS label"),
+        ({"authURL": "file:///etc/passwd"}, "'authURL' must be an https:// URL"),
+        ({"authURL": "http://consumer.example"}, "'authURL' must be an https:// URL"),
+        ({"clusterName": "n" * 254}, "'clusterName' is longer than 253"),
+    ],
+)
+def test_bad_request_fields_are_named(overrides: dict[str, Any], complaint: str) -> None:
+    message = {k: v for k, v in (request_message() | overrides).items() if v is not None}
+    with pytest.raises(InvalidMessage, match=complaint.replace("(", r"\(").replace(")", r"\)")):
+        IdentityRequest.from_message(message)
+
+
+def test_the_longest_cluster_id_still_makes_a_valid_namespace_name() -> None:
+    longest = "a" * 51
+    assert IdentityRequest.from_message(request_message(clusterID=longest)).cluster_id == longest
+    assert len(names.tenant_namespace(longest)) == 63
+
+
+def test_a_response_round_trips_and_carries_its_expiry_in_rfc3339() -> None:
+    expires = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    response = IdentityResponse(
+        cluster_id="p",
+        cluster_name="provider",
+        api_server_url="https://127.0.0.1:6443",
+        ca="",
+        certificate="pem",
+        namespace="liqo-tenant-x",
+        expires_at=expires,
+    )
+    message = response.to_message()
+    assert message["expiresAt"] == "2030-01-02T03:04:05Z"
+    assert IdentityResponse.from_message(message) == response
+    with pytest.raises(InvalidMessage, match="'ca' must be a string"):
+        IdentityResponse.from_message({k: v for k, v in message.items() if k != "ca"})
+    with pytest.raises(InvalidMessage, match="not an RFC 3339 time"):
+        IdentityResponse.from_message(message | {"expiresAt": "tomorrow"})
+
+
+def test_times_are_utc_and_need_a_zone() -> None:
+    moment = datetime.datetime(2030, 1, 2, 4, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))
+    assert format_time(moment) == "2030-01-02T03:04:05Z"
+    assert parse_time("2030-01-02T03:04:05Z") == moment
+    with pytest.raises(InvalidMessage, match="no time zone"):
+        parse_time("2030-01-02T03:04:05")
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[1, 2]", b'"text"', b"\xff"])
+def test_bodies_must_be_json_objects(body: bytes) -> None:
+    with pytest.raises(InvalidMessage):
+        parse_json(body)
+
+
+# -- CSRs ------------------------------------------------------------------------------------------------
+
+
+SHA256 = hashes.SHA256()
+
+
+def csr_pem(attributes: list[tuple[x509.ObjectIdentifier, str]], key: Any = None, *, algorithm: Any = SHA256) -> str:
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(oid, value) for oid, value in attributes])
+    csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, algorithm)
+    return csr.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def test_the_consumer_csr_passes_the_provider_checks() -> None:
+    key_pem, pem = make_csr(PEER)
+    csr = check_csr(pem, cluster_id=PEER)
+    assert csr.subject.rfc4514_string() == f"CN={names.peer_user(PEER)}"
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert isinstance(key.curve, ec.SECP256R1)
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    assert csr.public_key().public_bytes(serialization.Encoding.PEM, public) == key.public_key().public_bytes(
+        serialization.Encoding.PEM, public
+    )
+
+
+def test_every_csr_has_a_new_key() -> None:
+    assert make_csr(PEER)[0] != make_csr(PEER)[0]
+
+
+def test_a_csr_asking_for_system_masters_is_refused() -> None:
+    pem = csr_pem([(NameOID.ORGANIZATION_NAME, "system:masters"), (NameOID.COMMON_NAME, names.peer_user(PEER))])
+    with pytest.raises(InvalidMessage, match="no organisation"):
+        check_csr(pem, cluster_id=PEER)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        [(NameOID.COMMON_NAME, names.peer_user("another-peer"))],
+        [(NameOID.COMMON_NAME, "system:admin")],
+        [(NameOID.COMMON_NAME, names.peer_user(PEER)), (NameOID.COMMON_NAME, "admin")],
+        [(NameOID.COMMON_NAME, names.peer_user(PEER)), (NameOID.ORGANIZATIONAL_UNIT_NAME, "x")],
+        [],
+    ],
+)
+def test_a_csr_whose_subject_is_not_exactly_its_own_user_is_refused(
+    attributes: list[tuple[x509.ObjectIdentifier, str]],
+) -> None:
+    with pytest.raises(InvalidMessage, match="subject must be exactly"):
+        check_csr(csr_pem(attributes), cluster_id=PEER)
+
+
+def test_a_multi_valued_rdn_is_refused() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    rdn = x509.RelativeDistinguishedName(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, names.peer_user(PEER)),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+        ]
+    )
+    csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([rdn])).sign(key, hashes.SHA256())
+    with pytest.raises(InvalidMessage, match="subject must be exactly"):
+        check_csr(csr.public_bytes(serialization.Encoding.PEM).decode(), cluster_id=PEER)
+
+
+@pytest.mark.parametrize(
+    "garbage", ["", "not a csr", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"]
+)
+def test_garbage_is_not_a_csr(garbage: str) -> None:
+    with pytest.raises(InvalidMessage, match="not a PEM certificate signing request"):
+        check_csr(garbage, cluster_id=PEER)
+
+
+def test_a_csr_with_a_broken_signature_is_refused() -> None:
+    pem = make_csr(PEER)[1]
+    der = bytearray(x509.load_pem_x509_csr(pem.encode()).public_bytes(serialization.Encoding.DER))
+    der[-1] ^= 0x01  # the last byte belongs to the signature's last integer
+    body = base64.encodebytes(bytes(der)).decode()
+    broken = f"-----BEGIN CERTIFICATE REQUEST-----\n{body}-----END CERTIFICATE REQUEST-----\n"
+    with pytest.raises(InvalidMessage, match="signature is not valid"):
+        check_csr(broken, cluster_id=PEER)
+
+
+@pytest.mark.parametrize(
+    ("key", "complaint"),
+    [
+        (rsa.generate_private_key(public_exponent=65537, key_size=1024), "at least 2048 bits"),
+        (ec.generate_private_key(ec.SECP384R1()), "curve P-256"),
+        (ed25519.Ed25519PrivateKey.generate(), "ECDSA P-256 or RSA"),
+    ],
+)
+def test_weak_or_unexpected_keys_are_refused(key: Any, complaint: str) -> None:
+    algorithm = None if isinstance(key, ed25519.Ed25519PrivateKey) else SHA256
+    pem = csr_pem([(NameOID.COMMON_NAME, names.peer_user(PEER))], key, algorithm=algorithm)
+    with pytest.raises(InvalidMessage, match=complaint):
+        check_csr(pem, cluster_id=PEER)
+
+
+def test_rsa_2048_is_accepted() -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    check_csr(csr_pem([(NameOID.COMMON_NAME, names.peer_user(PEER))], key), cluster_id=PEER)

@@ -1,0 +1,462 @@
+"""The authentication endpoint and client over real loopback HTTP, with a fake provisioner."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from liqo.api import names
+from liqo.kube.kubeconfig import load_dict
+from liqo.local import pki
+from liqo.peering import authclient
+from liqo.peering.authprotocol import MAX_BODY, NonceStore, make_csr, sign
+from liqo.peering.authserver import Issued, PeerDenied, ProvisioningError, auth_app
+
+TOKEN = "dG9rZW4tb2YtdGhlLXByb3ZpZGVyLTMyLWJ5dGVzLS0tLQ"
+PROVIDER = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
+CONSUMER = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+CA_KEY = ec.generate_private_key(ec.SECP256R1())
+CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
+
+
+def signed_certificate(csr_pem: str, *, other_key: bool = False) -> tuple[str, datetime.datetime]:
+    """What a cluster's client signer would return for ``csr_pem`` (or for another key)."""
+    csr = x509.load_pem_x509_csr(csr_pem.encode())
+    public = ec.generate_private_key(ec.SECP256R1()).public_key() if other_key else csr.public_key()
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    not_after = now + datetime.timedelta(hours=2)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(csr.subject)
+        .issuer_name(CA_NAME)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(not_after)
+        .sign(CA_KEY, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), not_after
+
+
+@dataclass
+class FakeProvisioner:
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    csrs: list[str] = field(default_factory=list)
+    error: Exception | None = None
+    other_key: bool = False
+
+    async def provision(self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str) -> Issued:
+        self.calls.append({"consumer_id": consumer_id, "consumer_name": consumer_name, "auth_url": auth_url})
+        self.csrs.append(csr_pem)
+        if self.error:
+            raise self.error
+        certificate, expires_at = signed_certificate(csr_pem, other_key=self.other_key)
+        return Issued(
+            api_server_url="https://127.0.0.1:6443",
+            ca_pem="CA PEM",
+            certificate_pem=certificate,
+            namespace=names.tenant_namespace(consumer_id),
+            expires_at=expires_at,
+        )
+
+
+@dataclass
+class Server:
+    url: str
+    provisioner: FakeProvisioner
+    nonces: NonceStore
+    token: list[str | None]
+    session: aiohttp.ClientSession
+
+    async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
+        data = body if isinstance(body, bytes) else orjson.dumps(body)
+        async with self.session.post(self.url + path, data=data) as response:
+            return response.status, orjson.loads(await response.read() or b"{}")
+
+    async def nonce(self) -> str:
+        status, answer = await self.post("/nonce", b"")
+        assert status == 200
+        assert answer["expiresIn"] == 60
+        return str(answer["nonce"])
+
+    async def signed(self, *, token: str = TOKEN, csr: str | None = None, **overrides: Any) -> dict[str, Any]:
+        """A request for /identity, signed with ``token`` after ``overrides`` are applied."""
+        message = {
+            "clusterID": CONSUMER,
+            "clusterName": "consumer",
+            "nonce": await self.nonce(),
+            "csr": csr or make_csr(CONSUMER)[1],
+        } | overrides
+        return message | {"signature": sign(token, message)}
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+async def serve(app: web.Application, *, ssl_context: ssl.SSLContext | None = None) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+    port = runner.addresses[0][1]
+    return runner, f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
+
+
+def make_app(
+    provisioner: FakeProvisioner, nonces: NonceStore, token: list[str | None], middlewares: tuple[Middleware, ...] = ()
+) -> web.Application:
+    async def token_source() -> str:
+        if token[0] is None:
+            raise RuntimeError("Secret liqo-auth-token not found")
+        return token[0]
+
+    app = auth_app(
+        cluster_id=PROVIDER, cluster_name="provider", token_source=token_source, provisioner=provisioner, nonces=nonces
+    )
+    app.middlewares.extend(middlewares)
+    return app
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def server(clock: Clock) -> AsyncIterator[Server]:
+    provisioner, nonces = FakeProvisioner(), NonceStore(clock=clock)
+    token: list[str | None] = [TOKEN]
+    runner, url = await serve(make_app(provisioner, nonces, token))
+    async with aiohttp.ClientSession() as session:
+        yield Server(url, provisioner, nonces, token, session)
+    await runner.cleanup()
+
+
+async def handshake(url: str, *, token: str = TOKEN, expected: str = PROVIDER) -> authclient.Identity:
+    return await authclient.request_identity(
+        auth_url=url,
+        token=token,
+        consumer_id=CONSUMER,
+        consumer_name="consumer",
+        consumer_auth_url="https://consumer.example:8443",
+        expected_provider_id=expected,
+    )
+
+
+# -- the happy path ----------------------------------------------------------------------------------------
+
+
+async def test_ids_tell_who_the_provider_claims_to_be(server: Server) -> None:
+    assert await authclient.fetch_ids(server.url) == (PROVIDER, "provider")
+
+
+async def test_a_consumer_with_the_token_gets_an_identity(server: Server) -> None:
+    identity = await handshake(server.url + "/")
+    assert server.provisioner.calls == [
+        {"consumer_id": CONSUMER, "consumer_name": "consumer", "auth_url": "https://consumer.example:8443"}
+    ]
+    assert (identity.provider_id, identity.provider_name) == (PROVIDER, "provider")
+    assert identity.namespace == names.tenant_namespace(CONSUMER)
+    assert identity.api_server_url == "https://127.0.0.1:6443"
+    cert = x509.load_pem_x509_certificate(identity.cert_pem.encode())
+    assert identity.expires_at == cert.not_valid_after_utc
+    assert "key_pem" not in repr(identity)
+    access = load_dict(identity.kubeconfig())
+    assert access.server == "https://127.0.0.1:6443"
+    assert (access.ca_pem, access.cert_pem, access.key_pem) == ("CA PEM", identity.cert_pem, identity.key_pem)
+
+
+async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tmp_path: Path) -> None:
+    ca = pki.make_ca("self-signed")
+    leaf = pki.issue(ca, common_name="auth", ip_addresses=["127.0.0.1"], server=True)
+    pki.write_private(tmp_path / "tls.pem", leaf.cert + leaf.key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.pem")
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN]), ssl_context=context)
+    try:
+        assert url.startswith("https://")
+        assert (await handshake(url)).provider_id == PROVIDER
+    finally:
+        await runner.cleanup()
+
+
+# -- what the server refuses -------------------------------------------------------------------------------
+
+
+async def test_a_wrong_token_is_401_and_provisions_nothing(server: Server) -> None:
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url, token="not-the-token")
+    assert caught.value.status == 401
+    assert "bad signature" in caught.value.reason
+    assert server.provisioner.calls == []
+
+
+async def test_a_missing_signature_is_401(server: Server) -> None:
+    message = await server.signed()
+    del message["signature"]
+    assert await server.post("/identity", message) == (401, {"reason": "the request is not signed"})
+    assert server.provisioner.calls == []
+
+
+@pytest.mark.parametrize("signature", [None, 1, "", "AAAA"])
+async def test_a_malformed_signature_is_401(server: Server, signature: object) -> None:
+    message = await server.signed() | {"signature": signature}
+    status, _ = await server.post("/identity", message)
+    assert status == 401
+    assert server.provisioner.calls == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("clusterName", "someone-else"), ("clusterID", "b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"), ("authURL", "https://x")],
+)
+async def test_a_tampered_field_is_401(server: Server, field: str, value: str) -> None:
+    message = await server.signed() | {field: value}
+    status, answer = await server.post("/identity", message)
+    assert (status, answer["reason"]) == (401, "bad signature: a wrong token, or an altered request")
+    assert server.provisioner.calls == []
+
+
+async def test_a_tampered_csr_is_401_not_400(server: Server) -> None:
+    message = await server.signed() | {"csr": make_csr(CONSUMER)[1]}
+    status, _ = await server.post("/identity", message)
+    assert status == 401
+
+
+async def test_a_replayed_request_is_401(server: Server) -> None:
+    message = await server.signed()
+    status, _ = await server.post("/identity", message)
+    assert status == 200
+    assert await server.post("/identity", message) == (401, {"reason": "unknown, expired or already used nonce"})
+    assert len(server.provisioner.calls) == 1
+
+
+async def test_a_nonce_the_server_never_issued_is_401(server: Server) -> None:
+    message = {"clusterID": CONSUMER, "clusterName": "consumer", "nonce": "made-up", "csr": make_csr(CONSUMER)[1]}
+    status, _ = await server.post("/identity", message | {"signature": sign(TOKEN, message)})
+    assert status == 401
+    assert server.provisioner.calls == []
+
+
+async def test_an_expired_nonce_is_401(server: Server, clock: Clock) -> None:
+    message = await server.signed()
+    clock.now += 60
+    status, _ = await server.post("/identity", message)
+    assert status == 401
+    assert server.provisioner.calls == []
+
+
+@pytest.mark.parametrize(
+    "csr", ["garbage", "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----"]
+)
+async def test_a_malformed_csr_is_400(server: Server, csr: str) -> None:
+    status, answer = await server.post("/identity", await server.signed(csr=csr))
+    assert (status, answer["reason"]) == (400, "'csr' is not a PEM certificate signing request")
+    assert server.provisioner.calls == []
+
+
+async def test_a_csr_for_system_masters_or_another_peer_is_400(server: Server) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    for attributes in (
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"), *_cn(CONSUMER)],
+        _cn("some-other-peer"),
+    ):
+        csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(attributes)).sign(key, hashes.SHA256())
+        pem = csr.public_bytes(serialization.Encoding.PEM).decode()
+        status, answer = await server.post("/identity", await server.signed(csr=pem))
+        assert status == 400
+        assert "subject must be exactly" in answer["reason"]
+    assert server.provisioner.calls == []
+
+
+def _cn(cluster_id: str) -> list[x509.NameAttribute[str]]:
+    return [x509.NameAttribute(NameOID.COMMON_NAME, names.peer_user(cluster_id))]
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1]", b""])
+async def test_malformed_json_is_400(server: Server, body: bytes) -> None:
+    status, _ = await server.post("/identity", body)
+    assert status == 400
+
+
+async def test_a_signed_request_missing_a_field_is_400_and_names_it(server: Server) -> None:
+    message = await server.signed()
+    del message["clusterName"]
+    message["signature"] = sign(TOKEN, message)
+    assert await server.post("/identity", message) == (400, {"reason": "'clusterName' must be a non-empty string"})
+
+
+async def test_a_cluster_id_that_cannot_name_a_namespace_is_400(server: Server) -> None:
+    status, answer = await server.post("/identity", await server.signed(clusterID="../../kube-system"))
+    assert status == 400
+    assert "DNS label" in answer["reason"]
+
+
+async def test_an_oversized_body_is_413(server: Server) -> None:
+    status, answer = await server.post("/identity", await server.signed(clusterName="x" * MAX_BODY))
+    assert (status, answer["reason"]) == (413, f"the body is larger than {MAX_BODY} bytes")
+    assert server.provisioner.calls == []
+
+
+async def test_a_denied_peer_gets_403_with_the_reason(server: Server) -> None:
+    server.provisioner.error = PeerDenied("SharingPolicy deny-all")
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url)
+    assert caught.value.status == 403
+    assert caught.value.reason == "provider does not share with consumer: SharingPolicy deny-all"
+
+
+async def test_provisioning_errors_are_500_and_only_safe_ones_are_told(server: Server) -> None:
+    server.provisioner.error = ProvisioningError("no certificate within 30 s")
+    with pytest.raises(authclient.AuthRejected, match=r"\(500\): no certificate within 30 s"):
+        await handshake(server.url)
+    server.provisioner.error = RuntimeError("internal detail")
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url)
+    assert caught.value.status == 500
+    assert "internal detail" not in caught.value.reason
+
+
+@pytest.mark.parametrize("token", ["", None])
+async def test_without_a_token_every_request_is_503(server: Server, token: str | None) -> None:
+    server.token[0] = token
+    message = {"clusterID": CONSUMER, "clusterName": "c", "nonce": await server.nonce(), "csr": "x"}
+    status, answer = await server.post("/identity", message | {"signature": sign("", message)})
+    assert (status, answer["reason"]) == (503, "this cluster has no authentication token yet")
+    assert server.provisioner.calls == []
+
+
+async def test_the_provisioner_gets_the_csr_as_checked_and_nothing_else(server: Server) -> None:
+    """Text around the PEM block, or a second block, never reaches the API server's own parser."""
+    csr = make_csr(CONSUMER)[1]
+    smuggled = make_csr("someone-else")[1]
+    status, _ = await server.post("/identity", await server.signed(csr=f"hello\n{csr}{smuggled}"))
+    assert status == 200
+    assert server.provisioner.csrs == [csr]
+
+
+async def test_healthz_answers_probes(server: Server) -> None:
+    async with server.session.get(server.url + "/healthz") as response:
+        assert (response.status, await response.text()) == (200, "ok")
+
+
+async def test_logs_carry_no_secrets(server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    message = await server.signed()
+    status, answer = await server.post("/identity", message)
+    assert status == 200
+    await server.post("/identity", message)  # a replay
+    await server.post("/identity", message | {"clusterName": "tampered"})
+    assert "identity issued to consumer" in caplog.text
+    assert "refused (401)" in caplog.text
+    secrets = [TOKEN, message["signature"], message["nonce"], answer["signature"]]
+    secrets += [message["csr"].splitlines()[1], answer["certificate"].splitlines()[1]]
+    for secret in secrets:
+        assert secret not in caplog.text
+
+
+# -- what the client refuses -------------------------------------------------------------------------------
+
+
+@web.middleware
+async def tamper(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A man in the middle who points the consumer at another API server."""
+    response = await handler(request)
+    if request.path == "/identity" and isinstance(response, web.Response) and response.status == 200:
+        answer = orjson.loads(_body(response))
+        answer["apiServerURL"] = "https://attacker.example:6443"
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+    return response
+
+
+def _body(response: web.Response) -> bytes:
+    assert isinstance(response.body, bytes)
+    return response.body
+
+
+async def test_the_client_refuses_a_tampered_answer() -> None:
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (tamper,)))
+    try:
+        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+            await handshake(url)
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_client_refuses_an_answer_to_another_request() -> None:
+    """A man in the middle replays a genuine answer to an earlier request: the nonce binding catches it."""
+    recorded: list[bytes] = []
+
+    @web.middleware
+    async def replay(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.path == "/identity" and isinstance(response, web.Response):
+            recorded.append(_body(response))
+            return web.Response(body=recorded[0], content_type="application/json")
+        return response
+
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (replay,)))
+    try:
+        await handshake(url)
+        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+            await handshake(url)
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_client_refuses_an_answer_from_another_provider(server: Server) -> None:
+    with pytest.raises(authclient.BadAnswer, match="not the expected"):
+        await handshake(server.url, expected="some-other-provider")
+
+
+async def test_the_client_refuses_a_certificate_for_another_key(server: Server) -> None:
+    server.provisioner.other_key = True
+    with pytest.raises(authclient.BadAnswer, match="not for the key we sent"):
+        await handshake(server.url)
+
+
+async def test_an_unsigned_answer_is_refused() -> None:
+    async def identity(_: web.Request) -> web.Response:
+        return web.json_response({"clusterID": PROVIDER})
+
+    async def nonce(_: web.Request) -> web.Response:
+        return web.json_response({"nonce": "n", "expiresIn": 60})
+
+    app = web.Application()
+    app.router.add_post("/nonce", nonce)
+    app.router.add_post("/identity", identity)
+    runner, url = await serve(app)
+    try:
+        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+            await handshake(url)
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_unreachable_endpoint_is_a_clear_error() -> None:
+    runner, url = await serve(web.Application())
+    await runner.cleanup()  # the port is now closed
+    with pytest.raises(authclient.AuthUnreachable, match="cannot reach"):
+        await handshake(url)

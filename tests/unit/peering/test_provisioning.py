@@ -1,0 +1,260 @@
+"""The provider's manifests and CSR decisions, without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from liqo.api import names
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.kubeconfig import Access
+from liqo.kube.resources import CSRS, Resource
+from liqo.peering.authprotocol import make_csr
+from liqo.peering.authserver import Issued, ProvisioningError
+from liqo.peering.provisioning import (
+    KubeProvisioner,
+    approved,
+    certificate_of,
+    consumer_foreign_cluster,
+    csr_object,
+    foreign_cluster_names,
+    peer_role,
+    peer_role_binding,
+)
+
+PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
+CSR = make_csr(PEER)[1]
+
+
+def test_the_peer_role_allows_requests_and_reading_offers_only() -> None:
+    role = peer_role(PEER)
+    assert role["metadata"] == {
+        "name": "liqo-peer",
+        "namespace": f"liqo-tenant-{PEER}",
+        "labels": {names.MANAGED_BY: "liqo", names.REMOTE_CLUSTER_ID: PEER},
+    }
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    requests = {("discovery.liqo.io", "resourcerequests", v) for v in ("get", "list", "watch", "create")}
+    requests |= {("discovery.liqo.io", "resourcerequests", v) for v in ("update", "patch", "delete")}
+    offers = {("sharing.liqo.io", "resourceoffers", v) for v in ("get", "list", "watch")}
+    offer_status = {("sharing.liqo.io", "resourceoffers/status", v) for v in ("get", "update", "patch")}
+    assert granted == requests | {("discovery.liqo.io", "resourcerequests/status", "get")} | offers | offer_status
+    assert all("resourceNames" not in rule for rule in role["rules"])
+
+
+def test_the_binding_names_the_peers_user_and_no_group() -> None:
+    binding = peer_role_binding(PEER)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "liqo-peer"}
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"liqo.io:peer:{PEER}"}
+    ]
+    assert binding["metadata"]["namespace"] == names.tenant_namespace(PEER)
+
+
+def test_a_consumers_foreign_cluster_accepts_incoming_and_never_goes_outgoing() -> None:
+    fc = consumer_foreign_cluster(name="c", consumer_id=PEER, consumer_name="consumer", auth_url="https://c:8443")
+    assert fc["spec"] == {
+        "clusterID": PEER,
+        "clusterName": "consumer",
+        "authURL": "https://c:8443",
+        "incomingPeeringEnabled": "Auto",
+        "outgoingPeeringEnabled": "No",
+    }
+    assert fc["metadata"]["labels"][names.REMOTE_CLUSTER_ID] == PEER
+    assert (
+        "authURL" not in consumer_foreign_cluster(name="c", consumer_id=PEER, consumer_name="c", auth_url=None)["spec"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("consumer_name", "expected"),
+    [
+        ("rome", ["rome", PEER]),
+        ("Rome.Europe", ["rome.europe", PEER]),
+        ("not a name!", [PEER]),
+        ("-dash", [PEER]),
+        ("x" * 254, [PEER]),
+        (PEER, [PEER]),
+    ],
+)
+def test_foreign_clusters_are_named_after_the_cluster_when_possible(consumer_name: str, expected: list[str]) -> None:
+    assert foreign_cluster_names(consumer_id=PEER, consumer_name=consumer_name) == expected
+
+
+def test_the_csr_object_asks_the_client_signer_for_the_ttl() -> None:
+    csr = csr_object(consumer_id=PEER, csr_pem="PEM", ttl=900)
+    assert csr["metadata"] == {"generateName": "liqo-peer-", "labels": names.peer_labels(PEER)}
+    assert csr["spec"] == {
+        "request": base64.b64encode(b"PEM").decode(),
+        "signerName": "kubernetes.io/kube-apiserver-client",
+        "expirationSeconds": 900,
+        "usages": ["client auth", "digital signature"],
+    }
+
+
+def test_approval_adds_a_condition_and_keeps_the_rest() -> None:
+    csr = {"metadata": {"name": "x", "resourceVersion": "7"}, "spec": {}, "status": {"conditions": [{"type": "Other"}]}}
+    out = approved(csr, consumer_id=PEER)
+    assert out["metadata"] == csr["metadata"]
+    assert [c["type"] for c in out["status"]["conditions"]] == ["Other", "Approved"]
+    assert out["status"]["conditions"][1]["status"] == "True"
+    assert approved({"metadata": {}}, consumer_id=PEER)["status"]["conditions"][0]["type"] == "Approved"
+
+
+def test_the_certificate_is_read_once_issued_and_a_denial_is_an_error() -> None:
+    assert certificate_of({"status": {}}) is None
+    assert certificate_of({}) is None
+    issued = {"status": {"certificate": base64.b64encode(b"CERT").decode()}}
+    assert certificate_of(issued) == "CERT"
+    denied = {"status": {"conditions": [{"type": "Denied", "status": "True", "message": "no way"}]}}
+    with pytest.raises(ProvisioningError, match="was denied: no way"):
+        certificate_of(denied)
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "SignerFailure"}]}}
+    with pytest.raises(ProvisioningError, match="was not signed: SignerFailure"):
+        certificate_of(failed)
+
+
+def test_an_identity_ttl_below_ten_minutes_is_refused() -> None:
+    client = KubeClient(access=Access(server="https://127.0.0.1:6443"))
+    with pytest.raises(ValueError, match="at least 600"):
+        KubeProvisioner(client=client, api_server_url="https://x", ca_pem="", identity_ttl=599)
+
+
+class FakeKube:
+    """The few API calls the provisioner makes, against in-memory objects; the signer is scripted."""
+
+    def __init__(self, *, watch_events: list[dict[str, Any]], later: dict[str, Any] | None = None) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.watch_events = watch_events
+        self.later = later  # what a GET of the CSR returns once the watch has ended
+        self.deleted: list[str] = []
+
+    async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        self.objects[(resource.kind, obj["metadata"]["name"])] = obj
+        return obj
+
+    async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
+        return [o for (kind, _), o in self.objects.items() if kind == resource.kind], "1"
+
+    async def create(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"].get("name") or obj["metadata"]["generateName"] + "abcde"
+        if (resource.kind, name) in self.objects:
+            raise ConflictError(409, "AlreadyExists", name)
+        created = obj | {"metadata": obj["metadata"] | {"name": name, "resourceVersion": "1"}}
+        self.objects[(resource.kind, name)] = created
+        return created
+
+    async def replace(self, resource: Resource, obj: dict[str, Any], *, subresource: str) -> dict[str, Any]:
+        assert (resource, subresource) == (CSRS, "approval")
+        return obj
+
+    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        for event in self.watch_events:
+            yield event
+        if self.later is None:
+            await asyncio.Event().wait()  # a signer that never answers
+
+    async def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if self.later is None:
+            raise NotFoundError(404, "NotFound", name)
+        return self.later
+
+    async def delete(self, resource: Resource, name: str) -> None:
+        self.deleted.append(name)
+
+
+def provisioner(kube: FakeKube, *, timeout: float = 5.0) -> KubeProvisioner:
+    return KubeProvisioner(
+        client=cast(KubeClient, kube), api_server_url="https://api", ca_pem="CA", certificate_timeout=timeout
+    )
+
+
+def signed(csr_pem: str) -> dict[str, Any]:
+    """A CSR object as the signer leaves it, with a certificate for ``csr_pem``'s key."""
+    csr = x509.load_pem_x509_csr(csr_pem.encode())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(csr.subject)
+        .issuer_name(csr.subject)
+        .public_key(csr.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(seconds=7200))
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    return {
+        "metadata": {"name": "liqo-peer-abcde", "resourceVersion": "3"},
+        "status": {"certificate": base64.b64encode(pem).decode()},
+    }
+
+
+async def provision(target: KubeProvisioner, *, consumer_name: str = "rome") -> Issued:
+    return await target.provision(consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR)
+
+
+async def test_the_certificate_comes_from_the_watch_and_the_csr_is_deleted() -> None:
+    kube = FakeKube(watch_events=[{"type": "BOOKMARK", "object": {}}, {"type": "MODIFIED", "object": signed(CSR)}])
+    issued = await provision(provisioner(kube))
+    assert issued.namespace == names.tenant_namespace(PEER)
+    assert (issued.api_server_url, issued.ca_pem) == ("https://api", "CA")
+    assert issued.expires_at - datetime.datetime.now(datetime.UTC) > datetime.timedelta(seconds=7000)
+    assert kube.deleted == ["liqo-peer-abcde"]
+    assert ("ForeignCluster", "rome") in kube.objects
+
+
+async def test_a_watch_that_ends_is_followed_by_a_fresh_read() -> None:
+    kube = FakeKube(watch_events=[], later=signed(CSR))
+    await provision(provisioner(kube))
+    assert kube.deleted == ["liqo-peer-abcde"]
+
+
+async def test_a_signer_that_never_signs_is_a_clear_error_and_leaves_no_csr() -> None:
+    kube = FakeKube(watch_events=[])
+    with pytest.raises(ProvisioningError, match="signed no certificate within 0 s"):
+        await provision(provisioner(kube, timeout=0.05))
+    assert kube.deleted == ["liqo-peer-abcde"]
+
+
+async def test_a_denied_csr_is_an_error_and_leaves_no_csr() -> None:
+    denied = {"metadata": {}, "status": {"conditions": [{"type": "Denied", "status": "True", "message": "policy"}]}}
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": denied}])
+    with pytest.raises(ProvisioningError, match="was denied: policy"):
+        await provision(provisioner(kube))
+    assert kube.deleted == ["liqo-peer-abcde"]
+
+
+async def test_a_foreign_cluster_name_taken_by_another_peer_falls_back_to_the_id() -> None:
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "rome")] = {"metadata": {"name": "rome"}, "spec": {"clusterID": "another"}}
+    await provision(provisioner(kube))
+    assert kube.objects[("ForeignCluster", PEER)]["spec"]["clusterName"] == "rome"
+
+
+async def test_a_terminating_tenant_namespace_is_a_retryable_error() -> None:
+    kube = FakeKube(watch_events=[])
+
+    async def terminating(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        return obj | {"metadata": obj["metadata"] | {"deletionTimestamp": "2030-01-01T00:00:00Z"}}
+
+    kube.apply = terminating  # type: ignore[method-assign]
+    with pytest.raises(ProvisioningError, match="is being deleted"):
+        await provision(provisioner(kube))
+    assert kube.deleted == []

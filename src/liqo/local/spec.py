@@ -12,17 +12,13 @@ import ipaddress
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+from liqo.api import quantity
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
-
-_QUANTITY = re.compile(r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?$")
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)} | {
-    s: Decimal(10) ** (3 * (i + 1)) for i, s in enumerate("kMGTPE")
-}
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -33,20 +29,15 @@ class SpecError(ValueError):
 
 
 def parse_quantity(text: str) -> Decimal:
-    """The value of a Kubernetes quantity (``500m``, ``8Gi``, ``1e3``...), as an exact decimal."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise SpecError(f"{text!r} is not a Kubernetes quantity (examples: 4, 500m, 16Gi, 2G)")
-    number = Decimal(match["number"])
-    suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
-        try:
-            return number * Decimal(10) ** int(suffix[1:])
-        except (InvalidOperation, ValueError) as exc:
-            raise SpecError(f"{text!r} is not a Kubernetes quantity") from exc
-    return number * _DECIMAL[suffix]
+    """The value of a Kubernetes quantity (``500m``, ``8Gi``, ``1e3``...), as an exact decimal.
+
+    Raises:
+        SpecError: ``text`` is not a quantity, so the CLI reports it like every other bad flag.
+    """
+    try:
+        return quantity.parse_quantity(text)
+    except quantity.QuantityError as exc:
+        raise SpecError(str(exc)) from exc
 
 
 def parse_labels(text: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ its refreshes update) a VirtualNode, which the virtual kubelet turns into a Node
 from __future__ import annotations
 
 import contextlib
+import datetime
 import re
 from typing import Any
 
@@ -37,14 +38,14 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
         "metadata": {
             "name": virtual_node_name(provider_name),
             "namespace": names.tenant_namespace(provider_id),
-            "labels": names.peer_labels(provider_id) | {names.VIRTUAL_NODE_TYPE: "virtual-node"},
+            "labels": names.peer_labels(provider_id) | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE},
         },
         "spec": {
             "clusterID": provider_id,
             "clusterName": provider_name,
             "resources": spec.get("resources") or {},
             "labels": (spec.get("labels") or {})
-            | {names.VIRTUAL_NODE_TYPE: "virtual-node", names.REMOTE_CLUSTER_ID: provider_id},
+            | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE, names.REMOTE_CLUSTER_ID: provider_id},
             "offer": offer["metadata"]["name"],
             "kubeconfigSecretRef": {"name": names.IDENTITY_SECRET},
         },
@@ -80,7 +81,8 @@ class OfferAcceptance:
         assert fc is not None
         policy = fc["spec"].get("offerPolicy") or {}
         status = offer.get("status") or {}
-        phase, reason = decide(offer["spec"], policy)
+        accepted = status.get("phase") == "Accepted"
+        phase, reason = decide(offer["spec"], policy, now=None if accepted else datetime.datetime.now(datetime.UTC))
         if policy.get("mode") == "Manual" and status.get("phase") in ("Accepted", "Refused"):
             phase, reason = status["phase"], status.get("reason", "decided by hand")
         desired_node = virtual_node(offer, provider_id=provider_id) if phase == "Accepted" else None

@@ -1,0 +1,231 @@
+"""The provider's sharing decisions: which policy applies to a consumer, what it offers, when to re-offer.
+
+A SharingPolicy naming the consumer (by cluster ID or name) beats the default policy (one naming nobody),
+and among equals the first by name wins, so adding an unrelated policy never changes anyone's offer.
+Without any policy a provider shares half of its free capacity, as docs/peering.md promises.
+
+Offers are rounded down to what a quantity can hold before anything else sees them: the amounts compared
+with the published offer are then exactly the published ones, so an unchanged cluster never looks changed.
+An offer is rewritten only when it moved by more than the policy's threshold, when what it says besides the
+amounts (labels, prices) changed, or when a third of its lifetime or less is left — a busy cluster does
+not rewrite offers (and wake every consumer) for each pod, yet a consumer never holds an offer that lapsed.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from liqo.api.quantity import format_quantity, parse_quantity, round_down
+
+SHARE = "Share"
+DENY = "Deny"
+DEFAULT_PERCENTAGE = 50
+DEFAULT_REFRESH_THRESHOLD_PERCENT = 10
+DEFAULT_OFFER_TTL_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A SharingPolicy's ``spec``, parsed, with the CRD's defaults filled in."""
+
+    name: str
+    """The SharingPolicy's name (``""`` for the built-in default), to say which policy decided."""
+    action: str = SHARE
+    """``Share`` or ``Deny``."""
+    peers: frozenset[str] = frozenset()
+    """Cluster IDs or names; empty: the default for every peer no other policy names."""
+    percentage: int = DEFAULT_PERCENTAGE
+    """The share of the free capacity to offer, 1-100."""
+    limits: Mapping[str, Decimal] = field(default_factory=dict)
+    """Absolute caps on the offer, per resource."""
+    resources: frozenset[str] = frozenset()
+    """Which resources to offer; empty: every resource of the free capacity."""
+    prices: Mapping[str, str] = field(default_factory=dict)
+    """The price per resource unit-hour, as the admin wrote it (prices are passed on, never computed)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels for the consumers' virtual nodes."""
+    refresh_threshold_percent: int = DEFAULT_REFRESH_THRESHOLD_PERCENT
+    offer_ttl_seconds: int = DEFAULT_OFFER_TTL_SECONDS
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> Policy:
+        """The policy of a SharingPolicy object.
+
+        Raises:
+            QuantityError: A limit or price is not a quantity (the CRD's schema normally prevents it). A
+                malformed policy fails loudly rather than being skipped: skipping a ``Deny`` would share.
+        """
+        spec = obj.get("spec") or {}
+        return cls(
+            name=obj["metadata"]["name"],
+            action=spec.get("action", SHARE),
+            peers=frozenset(spec.get("peers") or ()),
+            percentage=spec.get("percentage", DEFAULT_PERCENTAGE),
+            limits={name: parse_quantity(amount) for name, amount in (spec.get("limits") or {}).items()},
+            resources=frozenset(spec.get("resources") or ()),
+            prices={name: _checked_quantity(amount) for name, amount in (spec.get("prices") or {}).items()},
+            labels=dict(spec.get("labels") or {}),
+            refresh_threshold_percent=spec.get("refreshThresholdPercent", DEFAULT_REFRESH_THRESHOLD_PERCENT),
+            offer_ttl_seconds=spec.get("offerTTLSeconds", DEFAULT_OFFER_TTL_SECONDS),
+        )
+
+
+BUILT_IN_DEFAULT = Policy(name="")
+"""What applies when no SharingPolicy does: share 50 % of the free capacity."""
+
+
+def select_policy(policies: Iterable[Mapping[str, Any]], *, peer_id: str, peer_name: str) -> Policy:
+    """The policy that applies to the peer ``peer_id`` (named ``peer_name``).
+
+    Args:
+        policies: SharingPolicy objects.
+        peer_id: The peer's cluster ID.
+        peer_name: The peer's cluster name (``""`` if unknown: then only the ID can match).
+
+    Returns:
+        The first by name of the policies naming the peer; else the first by name of the default policies
+        (empty ``peers``); else :data:`BUILT_IN_DEFAULT`.
+    """
+    identities = {peer_id, peer_name} - {""}
+    naming, defaults = [], []
+    for policy in policies:
+        peers = set((policy.get("spec") or {}).get("peers") or ())
+        if not peers:
+            defaults.append(policy)
+        elif peers & identities:
+            naming.append(policy)
+    chosen = naming or defaults
+    if not chosen:
+        return BUILT_IN_DEFAULT
+    return Policy.from_object(min(chosen, key=lambda policy: str(policy["metadata"]["name"])))
+
+
+def compute_offer(free: Mapping[str, Decimal], policy: Policy) -> dict[str, Decimal] | None:
+    """What ``policy`` offers out of ``free`` capacity.
+
+    Args:
+        free: The free capacity (see :func:`liqo.sharing.capacity.free_capacity`).
+        policy: The policy applying to the consumer.
+
+    Returns:
+        ``None`` if the policy denies the consumer. Otherwise, for every shared resource present in
+        ``free``: ``min(free * percentage / 100, limit)``, rounded down to what a quantity can express.
+    """
+    if policy.action == DENY:
+        return None
+    shared = policy.resources or free.keys()
+    offer: dict[str, Decimal] = {}
+    for resource in sorted(shared & free.keys()):
+        amount = free[resource] * policy.percentage / 100
+        if resource in policy.limits:
+            amount = min(amount, policy.limits[resource])
+        offer[resource] = round_down(amount, resource=resource)
+    return offer
+
+
+def offer_spec(
+    *,
+    provider_id: str,
+    provider_name: str,
+    resources: Mapping[str, Decimal],
+    policy: Policy,
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The ``spec`` of the ResourceOffer making ``resources`` under ``policy`` at ``now``.
+
+    Args:
+        provider_id: This cluster's ID.
+        provider_name: This cluster's name.
+        resources: The offer, as :func:`compute_offer` returns it.
+        policy: The policy it was computed under (labels, prices, lifetime).
+        now: The current time (timezone-aware).
+
+    Returns:
+        ``providerClusterID``, ``providerClusterName``, ``resources`` and ``prices`` (quantities; prices only
+        for offered resources), ``labels``, ``timestamp`` and ``expiry`` (``timestamp`` + the policy's TTL),
+        as RFC 3339 UTC times to the second.
+    """
+    # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
+    timestamp = _utc(now).replace(microsecond=0)
+    return {
+        "providerClusterID": provider_id,
+        "providerClusterName": provider_name,
+        "resources": {name: format_quantity(amount, resource=name) for name, amount in resources.items()},
+        "labels": dict(policy.labels),
+        "prices": {name: price for name, price in policy.prices.items() if name in resources},
+        "timestamp": format_time(timestamp),
+        "expiry": format_time(timestamp + datetime.timedelta(seconds=policy.offer_ttl_seconds)),
+    }
+
+
+def needs_refresh(
+    current_spec: Mapping[str, Any] | None,
+    new_resources: Mapping[str, Decimal],
+    policy: Policy,
+    *,
+    now: datetime.datetime,
+) -> bool:
+    """Whether the published offer ``current_spec`` must be replaced by one offering ``new_resources``.
+
+    Args:
+        current_spec: The published ResourceOffer's ``spec``, or ``None`` if there is none.
+        new_resources: The offer computed now, as :func:`compute_offer` returns it.
+        policy: The policy the new offer is computed under.
+        now: The current time (timezone-aware).
+
+    Returns:
+        True if there is no offer; if a resource appeared, disappeared or moved by more than
+        ``refresh_threshold_percent`` of its published amount; if the labels or prices the policy gives
+        differ from the published ones; or if a third of the policy's TTL or less is left before expiry
+        (an unreadable expiry counts as expired).
+    """
+    if current_spec is None:
+        return True
+    current = {name: parse_quantity(amount) for name, amount in (current_spec.get("resources") or {}).items()}
+    if current.keys() != new_resources.keys():
+        return True
+    for name, amount in new_resources.items():
+        if abs(amount - current[name]) * 100 > current[name] * policy.refresh_threshold_percent:
+            return True
+    if (current_spec.get("labels") or {}) != dict(policy.labels):
+        return True
+    if (current_spec.get("prices") or {}) != {name: p for name, p in policy.prices.items() if name in new_resources}:
+        return True
+    try:
+        expiry = parse_time(str(current_spec["expiry"]))
+    except (KeyError, ValueError):
+        return True
+    return expiry - _utc(now) <= datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
+
+
+def format_time(moment: datetime.datetime) -> str:
+    """``moment`` as an RFC 3339 UTC timestamp to the second (``2030-01-02T03:04:05Z``), as Kubernetes writes."""
+    return _utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> datetime.datetime:
+    """An RFC 3339 timestamp (``...Z`` or with an offset) as an aware datetime.
+
+    Raises:
+        ValueError: ``text`` is not such a timestamp (including one without a time zone).
+    """
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return moment
+
+
+def _utc(moment: datetime.datetime) -> datetime.datetime:
+    if moment.tzinfo is None:
+        # A naive time would be read as this machine's local time: a silent error of hours in expiries.
+        raise ValueError(f"{moment} has no time zone")
+    return moment.astimezone(datetime.UTC)
+
+
+def _checked_quantity(amount: str | int) -> str:
+    parse_quantity(amount)
+    return str(amount)

@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api import names
+from liqo.api.quantity import parse_quantity
+from liqo.sharing.capacity import free_capacity, is_eligible, pod_requests
+
+Object = dict[str, Any]
+
+
+def node(
+    name: str,
+    *,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    pods: str = "110",
+    ready: str = "True",
+    unschedulable: bool = False,
+    virtual: bool = False,
+    extra: dict[str, str] | None = None,
+) -> Object:
+    labels = {names.VIRTUAL_NODE_TYPE: "virtual-node"} if virtual else {"kubernetes.io/hostname": name}
+    spec: Object = {"unschedulable": True} if unschedulable else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": pods} | (extra or {}),
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": ready},
+            ],
+        },
+    }
+
+
+def container(name: str = "c", *, restart_policy: str | None = None, **requests: str) -> Object:
+    body: Object = {"name": name, "image": "x", "resources": {"requests": requests} if requests else {}}
+    if restart_policy:
+        body["restartPolicy"] = restart_policy
+    return body
+
+
+def pod(
+    name: str,
+    *,
+    node_name: str | None = "n1",
+    namespace: str = "default",
+    phase: str = "Running",
+    containers: list[Object] | None = None,
+    init: list[Object] | None = None,
+    overhead: dict[str, str] | None = None,
+    pod_level: dict[str, str] | None = None,
+) -> Object:
+    spec: Object = {"containers": containers if containers is not None else [container(cpu="1", memory="1Gi")]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if init:
+        spec["initContainers"] = init
+    if overhead:
+        spec["overhead"] = overhead
+    if pod_level:
+        spec["resources"] = {"requests": pod_level}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+GI = Decimal(2**30)
+
+
+# -- which nodes count ----------------------------------------------------------------------------------------
+
+
+def test_sums_the_allocatable_of_ready_schedulable_real_nodes() -> None:
+    nodes = [
+        node("n1"),
+        node("n2", cpu="4", memory="16Gi"),
+        node("cordoned", unschedulable=True),
+        node("not-ready", ready="False"),
+        node("unknown", ready="Unknown"),
+        node("liqo-milan", cpu="100", virtual=True),
+    ]
+    assert free_capacity(nodes, []) == {"cpu": Decimal(12), "memory": 48 * GI, "pods": Decimal(220)}
+
+
+def test_a_node_without_a_ready_condition_does_not_count() -> None:
+    bare = node("n1")
+    bare["status"]["conditions"] = []
+    assert not is_eligible(bare)
+    assert free_capacity([bare], []) == {}
+
+
+def test_no_eligible_node_means_no_capacity() -> None:
+    assert free_capacity([node("n1", ready="False")], [pod("p")]) == {}
+
+
+def test_extended_resources_are_capacity_too() -> None:
+    nodes = [node("n1", extra={"nvidia.com/gpu": "4"}), node("n2")]
+    pods = [pod("train", containers=[container(cpu="1", **{"nvidia.com/gpu": "3"})])]
+    free = free_capacity(nodes, pods)
+    assert free["nvidia.com/gpu"] == 1
+    assert free["cpu"] == 15
+
+
+# -- which pods count -----------------------------------------------------------------------------------------
+
+
+def test_subtracts_the_requests_of_running_pods_and_one_pod_each() -> None:
+    pods = [pod("a"), pod("b", containers=[container(cpu="250m", memory="512Mi"), container("d", cpu="250m")])]
+    assert free_capacity([node("n1")], pods) == {
+        "cpu": Decimal("6.5"),
+        "memory": Decimal(30 * GI + GI / 2),
+        "pods": Decimal(108),
+    }
+
+
+@pytest.mark.parametrize(
+    "ignored",
+    [
+        pod("done", phase="Succeeded"),
+        pod("crashed", phase="Failed"),
+        pod("pending", node_name=None, phase="Pending"),
+        pod("elsewhere", node_name="cordoned"),
+        pod("offloaded", node_name="liqo-milan"),
+    ],
+)
+def test_terminal_unbound_and_foreign_pods_do_not_count(ignored: Object) -> None:
+    nodes = [node("n1"), node("cordoned", unschedulable=True), node("liqo-milan", virtual=True)]
+    assert free_capacity(nodes, [ignored]) == free_capacity(nodes, [])
+
+
+def test_pending_but_bound_pods_count() -> None:
+    assert free_capacity([node("n1")], [pod("starting", phase="Pending")])["cpu"] == 7
+
+
+def test_never_negative() -> None:
+    greedy = pod("greedy", containers=[container(cpu="20", memory="64Gi")])
+    assert free_capacity([node("n1", pods="1")], [greedy, pod("second")]) == {
+        "cpu": Decimal(0),
+        "memory": Decimal(0),
+        "pods": Decimal(0),
+    }
+
+
+def test_the_consumers_own_pods_do_not_reduce_its_capacity() -> None:
+    tenant = names.tenant_namespace("rome")
+    pods = [pod("local"), pod("offloaded", namespace=tenant), pod("other-consumer", namespace="liqo-tenant-naples")]
+    for_rome = free_capacity([node("n1")], pods, exclude_namespaces=frozenset({tenant}))
+    assert for_rome == {"cpu": Decimal(6), "memory": 30 * GI, "pods": Decimal(108)}
+    assert free_capacity([node("n1")], pods)["cpu"] == 5
+
+
+# -- a pod's effective requests -------------------------------------------------------------------------------
+
+
+def test_containers_add_up() -> None:
+    requests = pod_requests(pod("p", containers=[container(cpu="1", memory="1Gi"), container("b", cpu="500m")]))
+    assert requests == {"cpu": Decimal("1.5"), "memory": GI}
+
+
+def test_a_pod_without_requests_requests_nothing() -> None:
+    assert pod_requests(pod("p", containers=[container()])) == {}
+
+
+def test_the_largest_init_container_wins_when_larger_than_the_containers() -> None:
+    init = [container("migrate", cpu="2", memory="256Mi"), container("warm", cpu="500m", memory="2Gi")]
+    requests = pod_requests(pod("p", containers=[container(cpu="1", memory="1Gi")], init=init))
+    assert requests == {"cpu": Decimal(2), "memory": 2 * GI}
+
+
+def test_init_containers_run_one_at_a_time() -> None:
+    init = [container("a", cpu="1"), container("b", cpu="1")]
+    assert pod_requests(pod("p", containers=[container(cpu="500m")], init=init)) == {"cpu": Decimal(1)}
+
+
+def test_sidecars_run_alongside_the_containers_and_later_init_containers() -> None:
+    init = [
+        container("mesh", restart_policy="Always", cpu="500m"),
+        container("migrate", cpu="2"),
+        container("logs", restart_policy="Always", cpu="250m"),
+    ]
+    # Containers + both sidecars = 1.75; the init phase peaks at migrate + mesh = 2.5.
+    assert pod_requests(pod("p", containers=[container(cpu="1")], init=init)) == {"cpu": Decimal("2.5")}
+    # Without the heavy init container, the running phase (containers + sidecars) is the peak.
+    assert pod_requests(pod("p", containers=[container(cpu="1")], init=[init[0], init[2]])) == {"cpu": Decimal("1.75")}
+
+
+def test_overhead_comes_on_top() -> None:
+    requests = pod_requests(pod("p", overhead={"cpu": "100m", "memory": "64Mi"}))
+    assert requests == {"cpu": Decimal("1.1"), "memory": GI + 64 * 2**20}
+
+
+def test_pod_level_requests_replace_the_containers_aggregate() -> None:
+    requests = pod_requests(pod("p", pod_level={"cpu": "3"}, overhead={"cpu": "100m"}))
+    assert requests == {"cpu": Decimal("3.1"), "memory": GI}
+
+
+# -- properties ------------------------------------------------------------------------------------------------
+
+CPU = st.integers(min_value=0, max_value=16_000).map(lambda m: f"{m}m")
+MEMORY = st.integers(min_value=0, max_value=64).map(lambda g: f"{g}Gi")
+REQUESTS = st.fixed_dictionaries({}, optional={"cpu": CPU, "memory": MEMORY})
+CONTAINERS = st.lists(REQUESTS.map(lambda r: container(**r)), min_size=1, max_size=3)
+INIT = st.lists(
+    st.tuples(REQUESTS, st.sampled_from([None, "Always"])).map(lambda t: container(restart_policy=t[1], **t[0])),
+    max_size=3,
+)
+NODES = st.lists(
+    st.builds(
+        node,
+        st.sampled_from(["n1", "n2", "n3"]),
+        cpu=st.integers(0, 64).map(str),
+        memory=MEMORY,
+        pods=st.integers(0, 110).map(str),
+        ready=st.sampled_from(["True", "False"]),
+        unschedulable=st.booleans(),
+        virtual=st.booleans(),
+    ),
+    max_size=3,
+    unique_by=lambda n: n["metadata"]["name"],
+)
+PODS = st.builds(
+    pod,
+    st.just("p"),
+    node_name=st.sampled_from([None, "n1", "n2", "n3"]),
+    namespace=st.sampled_from(["default", "liqo-tenant-rome", "liqo-tenant-naples"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
+    containers=CONTAINERS,
+    init=INIT,
+)
+
+
+@given(nodes=NODES, pods=st.lists(PODS, max_size=6), extra=PODS)
+def test_adding_a_pod_never_increases_free_capacity(nodes: list[Object], pods: list[Object], extra: Object) -> None:
+    before = free_capacity(nodes, pods)
+    after = free_capacity(nodes, [*pods, extra])
+    assert after.keys() == before.keys()
+    assert all(after[r] <= before[r] for r in before)
+
+
+@given(nodes=NODES, pods=st.lists(PODS, max_size=6))
+def test_excluding_a_consumers_namespaces_never_decreases_its_capacity(nodes: list[Object], pods: list[Object]) -> None:
+    everything = free_capacity(nodes, pods)
+    for_rome = free_capacity(nodes, pods, exclude_namespaces=frozenset({"liqo-tenant-rome"}))
+    assert all(for_rome[r] >= everything[r] for r in everything)
+
+
+@given(nodes=NODES, pods=st.lists(PODS, max_size=6))
+def test_free_capacity_is_between_zero_and_the_eligible_allocatable(nodes: list[Object], pods: list[Object]) -> None:
+    allocatable = free_capacity(nodes, [])
+    free = free_capacity(nodes, pods)
+    assert free.keys() == allocatable.keys()
+    assert all(0 <= free[r] <= allocatable[r] for r in free)
+
+
+@given(containers=CONTAINERS, init=INIT)
+def test_a_pod_requests_at_least_what_any_of_its_containers_does(containers: list[Object], init: list[Object]) -> None:
+    requests = pod_requests(pod("p", containers=containers, init=init))
+    for c in [*containers, *init]:
+        for resource, amount in c["resources"].get("requests", {}).items():
+            assert requests[resource] >= parse_quantity(amount)

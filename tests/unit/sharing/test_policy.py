@@ -1,0 +1,321 @@
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api.quantity import QuantityError, parse_quantity
+from liqo.sharing.policy import (
+    BUILT_IN_DEFAULT,
+    Policy,
+    compute_offer,
+    format_time,
+    needs_refresh,
+    offer_spec,
+    parse_time,
+    select_policy,
+)
+
+Object = dict[str, Any]
+NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=datetime.UTC)
+GI = Decimal(2**30)
+
+
+def sharing_policy(name: str, **spec: Any) -> Object:
+    return {"apiVersion": "sharing.liqo.io/v1alpha1", "kind": "SharingPolicy", "metadata": {"name": name}, "spec": spec}
+
+
+# -- which policy applies -------------------------------------------------------------------------------------
+
+
+def test_without_policies_the_built_in_default_shares_half() -> None:
+    policy = select_policy([], peer_id="id-rome", peer_name="rome")
+    assert policy == BUILT_IN_DEFAULT
+    assert (policy.action, policy.percentage, policy.refresh_threshold_percent, policy.offer_ttl_seconds) == (
+        "Share",
+        50,
+        10,
+        300,
+    )
+
+
+def test_a_policy_naming_the_peer_beats_the_default() -> None:
+    policies = [
+        sharing_policy("a-default", action="Share", percentage=10),
+        sharing_policy("z-rome", peers=["id-rome"], action="Share", percentage=80),
+    ]
+    assert select_policy(policies, peer_id="id-rome", peer_name="rome").name == "z-rome"
+    assert select_policy(policies, peer_id="id-naples", peer_name="naples").name == "a-default"
+
+
+def test_a_peer_can_be_named_by_cluster_name() -> None:
+    policies = [sharing_policy("default", action="Share"), sharing_policy("deny-rome", peers=["rome"], action="Deny")]
+    assert select_policy(policies, peer_id="id-rome", peer_name="rome").action == "Deny"
+
+
+def test_an_unknown_name_matches_no_policy_with_an_empty_peer() -> None:
+    policies = [sharing_policy("odd", peers=[""], action="Deny")]
+    assert select_policy(policies, peer_id="id-rome", peer_name="") == BUILT_IN_DEFAULT
+
+
+def test_policies_for_other_peers_do_not_apply() -> None:
+    policies = [sharing_policy("naples", peers=["id-naples"], action="Deny")]
+    assert select_policy(policies, peer_id="id-rome", peer_name="rome") == BUILT_IN_DEFAULT
+
+
+def test_among_equals_the_first_by_name_wins() -> None:
+    policies = [
+        sharing_policy("b", peers=["id-rome"], action="Share", percentage=20),
+        sharing_policy("a", peers=["rome", "other"], action="Deny"),
+        sharing_policy("0-default", action="Share"),
+    ]
+    assert select_policy(policies, peer_id="id-rome", peer_name="rome").name == "a"
+    assert select_policy(reversed(policies), peer_id="id-rome", peer_name="rome").name == "a"
+
+
+def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
+    obj = sharing_policy(
+        "gpu",
+        peers=["id-rome"],
+        action="Share",
+        percentage=75,
+        limits={"cpu": "4", "memory": 8 * 2**30},
+        resources=["cpu", "memory", "nvidia.com/gpu"],
+        prices={"cpu": "50m", "nvidia.com/gpu": 2},
+        labels={"liqo.io/provider": "milan"},
+    )
+    assert Policy.from_object(obj) == Policy(
+        name="gpu",
+        action="Share",
+        peers=frozenset({"id-rome"}),
+        percentage=75,
+        limits={"cpu": Decimal(4), "memory": 8 * GI},
+        resources=frozenset({"cpu", "memory", "nvidia.com/gpu"}),
+        prices={"cpu": "50m", "nvidia.com/gpu": "2"},
+        labels={"liqo.io/provider": "milan"},
+        refresh_threshold_percent=10,
+        offer_ttl_seconds=300,
+    )
+
+
+def test_a_malformed_policy_fails_rather_than_being_skipped() -> None:
+    policies = [sharing_policy("deny-rome", peers=["id-rome"], action="Deny", limits={"cpu": "lots"})]
+    with pytest.raises(QuantityError):
+        select_policy(policies, peer_id="id-rome", peer_name="rome")
+
+
+# -- what it offers --------------------------------------------------------------------------------------------
+
+FREE = {"cpu": Decimal(10), "memory": 40 * GI, "pods": Decimal(101), "nvidia.com/gpu": Decimal(3)}
+
+
+def test_the_default_offers_half_of_everything_rounded_down() -> None:
+    assert compute_offer(FREE, BUILT_IN_DEFAULT) == {
+        "cpu": Decimal(5),
+        "memory": 20 * GI,
+        "pods": Decimal(50),
+        "nvidia.com/gpu": Decimal(1),
+    }
+
+
+def test_deny_offers_nothing() -> None:
+    assert compute_offer(FREE, Policy(name="no", action="Deny")) is None
+
+
+def test_limits_cap_the_offer() -> None:
+    policy = Policy(name="p", percentage=100, limits={"cpu": Decimal(1), "memory": GI, "nvidia.com/gpu": Decimal(9)})
+    offer = compute_offer(FREE, policy)
+    assert offer == {"cpu": Decimal(1), "memory": GI, "pods": Decimal(101), "nvidia.com/gpu": Decimal(3)}
+
+
+def test_only_the_chosen_resources_are_shared() -> None:
+    policy = Policy(name="p", resources=frozenset({"nvidia.com/gpu", "cpu", "fpga"}), percentage=100)
+    assert compute_offer(FREE, policy) == {"cpu": Decimal(10), "nvidia.com/gpu": Decimal(3)}
+
+
+def test_no_capacity_offers_nothing_but_still_offers() -> None:
+    assert compute_offer({}, BUILT_IN_DEFAULT) == {}
+
+
+def test_cpu_is_offered_to_the_millicore() -> None:
+    assert compute_offer({"cpu": Decimal("0.0155")}, Policy(name="p", percentage=33)) == {"cpu": Decimal("0.005")}
+
+
+# -- the ResourceOffer -----------------------------------------------------------------------------------------
+
+
+def test_offer_spec() -> None:
+    policy = Policy(
+        name="p",
+        prices={"cpu": "50m", "fpga": "10"},
+        labels={"liqo.io/provider": "milan"},
+        offer_ttl_seconds=600,
+    )
+    resources = {"cpu": Decimal("2.5"), "memory": 3 * GI, "pods": Decimal(55)}
+    spec = offer_spec(provider_id="id-milan", provider_name="milan", resources=resources, policy=policy, now=NOW)
+    assert spec == {
+        "providerClusterID": "id-milan",
+        "providerClusterName": "milan",
+        "resources": {"cpu": "2500m", "memory": "3Gi", "pods": "55"},
+        "labels": {"liqo.io/provider": "milan"},
+        "prices": {"cpu": "50m"},  # fpga is not offered
+        "timestamp": "2030-01-02T03:04:05Z",
+        "expiry": "2030-01-02T03:14:05Z",
+    }
+
+
+def test_times_are_written_in_utc() -> None:
+    rome = datetime.timezone(datetime.timedelta(hours=1))
+    spec = offer_spec(
+        provider_id="id",
+        provider_name="n",
+        resources={},
+        policy=BUILT_IN_DEFAULT,
+        now=datetime.datetime(2030, 1, 2, 4, 4, 5, tzinfo=rome),
+    )
+    assert spec["timestamp"] == "2030-01-02T03:04:05Z"
+
+
+def test_naive_times_are_refused() -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        format_time(datetime.datetime(2030, 1, 2))
+    with pytest.raises(ValueError, match="time zone"):
+        parse_time("2030-01-02T03:04:05")
+
+
+def test_times_round_trip() -> None:
+    assert parse_time(format_time(NOW)) == NOW.replace(microsecond=0)
+    assert parse_time("2030-01-02T04:04:05+01:00") == NOW.replace(microsecond=0)
+
+
+# -- when to refresh -------------------------------------------------------------------------------------------
+
+POLICY = Policy(name="p", prices={"cpu": "1"}, labels={"zone": "north"})
+OFFERED = {"cpu": Decimal(4), "memory": 8 * GI, "pods": Decimal(50)}
+
+
+def published(resources: dict[str, Decimal] = OFFERED, *, policy: Policy = POLICY) -> Object:
+    return offer_spec(provider_id="id", provider_name="milan", resources=resources, policy=policy, now=NOW)
+
+
+def test_refresh_when_there_is_no_offer() -> None:
+    assert needs_refresh(None, OFFERED, POLICY, now=NOW)
+
+
+def test_no_refresh_for_the_same_offer() -> None:
+    assert not needs_refresh(published(), OFFERED, POLICY, now=NOW + datetime.timedelta(seconds=60))
+
+
+@pytest.mark.parametrize(
+    ("cpu", "refresh"),
+    [("4.4", False), ("3.6", False), ("4.401", True), ("3.599", True), ("0", True)],
+)
+def test_refresh_when_an_amount_moves_beyond_the_threshold(cpu: str, refresh: bool) -> None:
+    assert needs_refresh(published(), OFFERED | {"cpu": Decimal(cpu)}, POLICY, now=NOW) is refresh
+
+
+def test_refresh_when_a_resource_appears_or_disappears() -> None:
+    assert needs_refresh(published(), OFFERED | {"nvidia.com/gpu": Decimal(1)}, POLICY, now=NOW)
+    assert needs_refresh(published(), {"cpu": Decimal(4), "memory": 8 * GI}, POLICY, now=NOW)
+
+
+def test_from_nothing_any_amount_is_a_change() -> None:
+    empty = OFFERED | {"pods": Decimal(0)}
+    assert not needs_refresh(published(empty), empty, POLICY, now=NOW)
+    assert needs_refresh(published(empty), OFFERED | {"pods": Decimal(1)}, POLICY, now=NOW)
+
+
+def test_a_zero_threshold_refreshes_on_any_change() -> None:
+    strict = Policy(name="p", prices={"cpu": "1"}, labels={"zone": "north"}, refresh_threshold_percent=0)
+    assert not needs_refresh(published(policy=strict), OFFERED, strict, now=NOW)
+    assert needs_refresh(published(policy=strict), OFFERED | {"cpu": Decimal("4.001")}, strict, now=NOW)
+
+
+def test_refresh_when_labels_or_prices_change() -> None:
+    assert needs_refresh(published(), OFFERED, Policy(name="p", prices={"cpu": "2"}, labels={"zone": "north"}), now=NOW)
+    assert needs_refresh(published(), OFFERED, Policy(name="p", prices={"cpu": "1"}, labels={}), now=NOW)
+
+
+@pytest.mark.parametrize(("elapsed", "refresh"), [(0, False), (199, False), (200, True), (299, True), (400, True)])
+def test_refresh_when_a_third_of_the_lifetime_or_less_is_left(elapsed: int, refresh: bool) -> None:
+    # The offer was made at NOW truncated to the second and lives 300 s.
+    later = NOW.replace(microsecond=0) + datetime.timedelta(seconds=elapsed)
+    assert needs_refresh(published(), OFFERED, POLICY, now=later) is refresh
+
+
+@pytest.mark.parametrize("expiry", [None, "soon", "2030-01-02T03:04:05"])
+def test_an_unreadable_expiry_counts_as_expired(expiry: str | None) -> None:
+    spec = published()
+    if expiry is None:
+        del spec["expiry"]
+    else:
+        spec["expiry"] = expiry
+    assert needs_refresh(spec, OFFERED, POLICY, now=NOW)
+
+
+# -- properties ------------------------------------------------------------------------------------------------
+
+RESOURCES = ["cpu", "memory", "pods", "ephemeral-storage", "nvidia.com/gpu"]
+AMOUNT = st.decimals(min_value=0, max_value=10**12, places=3, allow_nan=False, allow_infinity=False)
+FREE_CAPACITY = st.dictionaries(st.sampled_from(RESOURCES), AMOUNT)
+POLICIES = st.builds(
+    Policy,
+    name=st.just("p"),
+    action=st.sampled_from(["Share", "Deny"]),
+    percentage=st.integers(1, 100),
+    limits=st.dictionaries(st.sampled_from(RESOURCES), AMOUNT),
+    resources=st.frozensets(st.sampled_from([*RESOURCES, "fpga"])),
+    prices=st.dictionaries(st.sampled_from(RESOURCES), st.sampled_from(["1", "50m", "2Ki"])),
+    labels=st.dictionaries(st.sampled_from(["zone", "tier"]), st.sampled_from(["a", "b"])),
+    refresh_threshold_percent=st.integers(0, 100),
+    offer_ttl_seconds=st.integers(1, 86_400),
+)
+
+
+@given(free=FREE_CAPACITY, policy=POLICIES)
+def test_an_offer_never_exceeds_free_capacity_limits_or_percentage(free: dict[str, Decimal], policy: Policy) -> None:
+    offer = compute_offer(free, policy)
+    if policy.action == "Deny":
+        assert offer is None
+        return
+    assert offer is not None
+    assert offer.keys() == (policy.resources or free.keys()) & free.keys()
+    for resource, amount in offer.items():
+        assert 0 <= amount <= free[resource] * policy.percentage / 100
+        assert amount <= policy.limits.get(resource, amount)
+
+
+@given(free=FREE_CAPACITY, policy=POLICIES)
+def test_the_published_offer_says_exactly_what_was_computed(free: dict[str, Decimal], policy: Policy) -> None:
+    offer = compute_offer(free, policy)
+    if offer is None:
+        return
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    assert {name: parse_quantity(text) for name, text in spec["resources"].items()} == offer
+
+
+@given(free=FREE_CAPACITY, policy=POLICIES, elapsed=st.floats(0, 1))
+def test_an_identical_recomputation_well_before_expiry_is_not_rewritten(
+    free: dict[str, Decimal], policy: Policy, elapsed: float
+) -> None:
+    offer = compute_offer(free, policy)
+    if offer is None:
+        return
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    # Anywhere in the first half of the offer's life (counted from its truncated timestamp).
+    later = parse_time(spec["timestamp"]) + datetime.timedelta(seconds=elapsed * policy.offer_ttl_seconds / 2)
+    assert not needs_refresh(spec, offer, policy, now=later)
+
+
+@given(free=FREE_CAPACITY, policy=POLICIES)
+def test_an_offer_past_two_thirds_of_its_life_is_always_refreshed(free: dict[str, Decimal], policy: Policy) -> None:
+    offer = compute_offer(free, policy)
+    if offer is None:
+        return
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    later = parse_time(spec["expiry"]) - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
+    assert needs_refresh(spec, offer, policy, now=later)

@@ -242,6 +242,15 @@ async def test_offer_follows_the_providers_real_free_capacity(
     finally:
         await milan.delete(NAMESPACES, busy)
         await operations.unpeer(rome, milan_id, timeout=60)
+
+        async def load_gone() -> bool:
+            try:
+                await milan.get(NAMESPACES, busy)
+            except NotFoundError:
+                return True
+            return False
+
+        await eventually(load_gone, timeout=60, message="the load's namespace is gone (later tests measure capacity)")
     await expect_clean(rome, milan)
 
 

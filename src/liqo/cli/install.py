@@ -12,7 +12,7 @@ import yaml
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
-from liqo.install.installer import InstallOptions, install, plan, uninstall
+from liqo.install.installer import InstallOptions, install, local_manager, plan, uninstall
 from liqo.local.spec import parse_labels
 
 
@@ -43,7 +43,7 @@ def install_command(
 async def _install(kubeconfig: str | None, context: str | None, options: InstallOptions, *, dry_run: bool) -> None:
     async with client_for(kubeconfig, context) as client:
         if dry_run:
-            items, _ = await plan(client, options)
+            items, _ = await plan(client, options, local=local_manager(client))
             sys.stdout.write(yaml.safe_dump_all(items, sort_keys=False))
             return
         identity = await install(client, options, progress=progress)

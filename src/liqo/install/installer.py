@@ -69,7 +69,7 @@ class InstallOptions:
 
 
 @dataclass(frozen=True)
-class _LocalManager:
+class LocalManager:
     """Where the manager of a local cluster keeps its files, and its authentication port."""
 
     cluster: str
@@ -78,9 +78,11 @@ class _LocalManager:
 
     @property
     def auth_url(self) -> str:
+        """The authentication endpoint on loopback."""
         return f"https://127.0.0.1:{self.port}"
 
     def component(self, *, identity_ttl: int) -> Component:
+        """The manager as a component of the cluster's supervisor."""
         ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
         return Component(
             name=manifests.MANAGER,
@@ -99,11 +101,12 @@ class _LocalManager:
         )
 
 
-async def plan(client: KubeClient, options: InstallOptions) -> tuple[list[manifests.Manifest], ClusterIdentity]:
+async def plan(
+    client: KubeClient, options: InstallOptions, *, local: LocalManager | None
+) -> tuple[list[manifests.Manifest], ClusterIdentity]:
     """The manifests ``install`` would apply on the cluster behind ``client`` (for ``--dry-run`` too)."""
     cluster_id = (await client.get(NAMESPACES, "kube-system"))["metadata"]["uid"]
     previous = await read_identity(client)
-    local = _local_manager(client)
     cluster_name = options.cluster_name or (previous.cluster_name if previous else None)
     cluster_name = cluster_name or (local.cluster if local else f"cluster-{cluster_id[:8]}")
     auth_url = options.auth_url or (local.auth_url if local else (previous.auth_url if previous else ""))
@@ -132,12 +135,12 @@ async def plan(client: KubeClient, options: InstallOptions) -> tuple[list[manife
 
 async def install(client: KubeClient, options: InstallOptions, *, progress: Progress) -> ClusterIdentity:
     """Install (or update) liqo on the cluster behind ``client`` and wait until its manager is ready."""
-    items, identity = await plan(client, options)
+    local = local_manager(client)
+    items, identity = await plan(client, options, local=local)
     progress(f"installing liqo on {identity.cluster_name} (cluster ID {identity.cluster_id})")
     for item in items:
         await client.apply(_BY_KIND[item["kind"]], item)
     await _wait_crds_established(client)
-    local = _local_manager(client)
     if local is not None:
         progress(f"starting the manager on local cluster {local.cluster} (auth endpoint {local.auth_url})")
         await asyncio.to_thread(_start_local_manager, local, options)
@@ -159,7 +162,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             raise InstallError(
                 f"peerings are still active ({', '.join(active)}): unpeer first, or uninstall with --purge"
             )
-    local = _local_manager(client)
+    local = local_manager(client)
     if local is not None:
         progress(f"stopping the manager of local cluster {local.cluster}")
         await asyncio.to_thread(clusters.remove_components, local.cluster, [manifests.MANAGER])
@@ -229,13 +232,13 @@ async def _token(client: KubeClient) -> str:
     return base64.b64decode(secret["data"]["token"]).decode()
 
 
-def _local_manager(client: KubeClient) -> _LocalManager | None:
+def local_manager(client: KubeClient) -> LocalManager | None:
     """The manager layout if ``client`` talks to a local cluster of ours."""
     name = clusters.find_by_server(client.server)
     if name is None:
         return None
     directory = ClusterDir.named(name).root / "liqo"
-    return _LocalManager(cluster=name, directory=directory, port=_local_auth_port(name))
+    return LocalManager(cluster=name, directory=directory, port=_local_auth_port(name))
 
 
 def _local_auth_port(name: str) -> int:
@@ -248,7 +251,7 @@ def _local_auth_port(name: str) -> int:
     return free_ports(1)[0]
 
 
-def _start_local_manager(local: _LocalManager, options: InstallOptions) -> None:
+def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     local.directory.mkdir(parents=True, exist_ok=True)
     clusters.issue_client_kubeconfig(local.cluster, user=manifests.MANAGER, path=local.directory / "manager.kubeconfig")
     clusters.issue_serving_pair(local.cluster, cert=local.directory / "auth.crt", key=local.directory / "auth.key")

@@ -65,6 +65,7 @@ class KubeClient:
         self._auth = Authenticator(access)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path, *, context: str | None = None, name: str = "") -> Self:
@@ -85,12 +86,15 @@ class KubeClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool; later requests fail with UnreachableError instead of reopening it."""
+        self._closed = True
         if self._session is not None:
             await self._session.close()
             self._session = None
 
     def _session_for_requests(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise UnreachableError(f"{self.name}: this client was closed (its credentials were replaced)")
         # Created lazily so that a client can be built outside a running event loop.
         if self._session is None or self._session.closed:
             context = kubeconfig.ssl_context(self.access)
@@ -121,17 +125,24 @@ class KubeClient:
         data = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
         if data is not None and content_type is None:
             content_type = JSON
-        try:
-            response = await self._session_for_requests().request(
-                method,
-                self.server + path,
-                params=_query(params),
-                data=data,
-                headers=await self._headers(content_type),
-                timeout=timeout,
-            )
-        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:
-            raise UnreachableError(f"{self.name}: {method} {path}: {exc or type(exc).__name__}") from exc
+        for attempt in (1, 2):
+            try:
+                response = await self._session_for_requests().request(
+                    method,
+                    self.server + path,
+                    params=_query(params),
+                    data=data,
+                    headers=await self._headers(content_type),
+                    timeout=timeout,
+                )
+                break
+            except aiohttp.ServerDisconnectedError as exc:
+                # A pooled keep-alive connection the server had already closed: the request never reached
+                # it, so one retry on a fresh connection is safe — except for a create, which might have.
+                if attempt == 2 or method == "POST":
+                    raise UnreachableError(f"{self.name}: {method} {path}: server disconnected") from exc
+            except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:
+                raise UnreachableError(f"{self.name}: {method} {path}: {exc or type(exc).__name__}") from exc
         if response.status >= 400:
             try:
                 raw = await response.read()

@@ -10,6 +10,7 @@ the decision level-triggered: a restart in between changes nothing.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from liqo.api import names
@@ -20,6 +21,8 @@ from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
 from liqo.peering.outgoing import wants_outgoing
+
+log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
 PEER_ROLE = "liqo-peer"
@@ -53,6 +56,7 @@ class IncomingPeering:
 
     async def _release(self, peer_id: str) -> None:
         namespace = names.tenant_namespace(peer_id)
+        log.info("peer %s withdrew its request: releasing its tenant namespace %s", peer_id, namespace)
         fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
         if wants_outgoing(fc):
             for resource in (ROLE_BINDINGS, ROLES):

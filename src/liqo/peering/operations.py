@@ -22,6 +22,7 @@ from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUE
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
 from liqo.peering.identities import kubeconfig_of
 from liqo.peering.tenants import tenant_namespace_manifest
@@ -90,21 +91,6 @@ async def peer_out_of_band(
         raise PeeringError(
             f"{command.auth_url} belongs to cluster {remote_name} ({remote_id}), not to {command.cluster_id}"
         )
-    await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
-    await client.apply(
-        SECRETS,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": names.PEER_TOKEN_SECRET,
-                "namespace": names.tenant_namespace(command.cluster_id),
-                "labels": names.peer_labels(command.cluster_id),
-            },
-            "type": "Opaque",
-            "data": {"token": base64.b64encode(command.token.encode()).decode()},
-        },
-    )
     existing = await foreign_cluster(client, command.cluster_id)
     spec: dict[str, Any] = {
         "clusterID": command.cluster_id,
@@ -123,7 +109,23 @@ async def peer_out_of_band(
         },
         "spec": spec,
     }
+    # The ForeignCluster first: its manager must see the intent before the token it acts on.
     applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body)
+    await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
+    await client.apply(
+        SECRETS,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": names.PEER_TOKEN_SECRET,
+                "namespace": names.tenant_namespace(command.cluster_id),
+                "labels": names.peer_labels(command.cluster_id),
+            },
+            "type": "Opaque",
+            "data": {"token": base64.b64encode(command.token.encode()).decode()},
+        },
+    )
     return applied
 
 
@@ -179,48 +181,64 @@ async def unpeer(
 ) -> None:
     """Reverse the outgoing peering ``name`` (a ForeignCluster name or cluster ID) and wait until it is gone.
 
+    If the peer also consumes from us, only our direction is undone (``outgoingPeeringEnabled: No``) and
+    the ForeignCluster stays for theirs; otherwise the ForeignCluster is deleted (its finalizer runs the
+    teardown) and we wait for the tenant namespace to go.
+
     Raises:
         PeeringError: no such peer, or the teardown did not finish in time (then ``force`` finishes the
             local side: the provider is left to expire the identity and clean up when it can).
     """
     fc = await _find(client, name)
     peer_id = fc["spec"]["clusterID"]
-    progress(f"unpeering {fc['metadata']['name']} ({peer_id})")
-    with contextlib.suppress(NotFoundError):
-        await client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
-    deadline = time.monotonic() + timeout
-    while await _exists(client, FOREIGN_CLUSTERS, fc["metadata"]["name"]):
-        if time.monotonic() > deadline:
-            if not force:
-                raise PeeringError(
-                    f"{fc['metadata']['name']} is still being torn down after {timeout:.0f}s (is the provider "
-                    f"reachable, is the manager running?); `liqoctl unpeer {name} --force` finishes the local side"
-                )
-            progress("forcing the local side")
-            await _force_local_teardown(client, fc)
-            break
-        await asyncio.sleep(0.1)  # polling a condition, with a deadline
     namespace = names.tenant_namespace(peer_id)
-    while await _exists(client, NAMESPACES, namespace):
-        if time.monotonic() > deadline + (timeout if force else 0):
-            raise PeeringError(
-                f"tenant namespace {namespace} is still terminating: kubectl describe namespace {namespace}"
+    incoming = await _get(client, RESOURCE_REQUESTS, peer_id, namespace) is not None
+    progress(f"unpeering {fc['metadata']['name']} ({peer_id})" + (" (keeping its peering with us)" if incoming else ""))
+    if incoming:
+        await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"outgoingPeeringEnabled": "No"}})
+    else:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+
+    async def done() -> bool:
+        if incoming:
+            return (
+                await _get(client, SECRETS, names.IDENTITY_SECRET, namespace) is None
+                and not (await client.list_all(VIRTUAL_NODES, namespace=namespace))[0]
             )
-        await asyncio.sleep(0.1)  # polling a condition, with a deadline
+        return not await _exists(client, FOREIGN_CLUSTERS, fc["metadata"]["name"]) and not await _exists(
+            client, NAMESPACES, namespace
+        )
+
+    try:
+        await poll_until(done, timeout=timeout, message=f"the teardown of {fc['metadata']['name']} did not finish")
+    except WaitTimeout as exc:
+        if not force:
+            raise PeeringError(
+                f"{exc}: is the provider reachable, is the manager running (`liqoctl status`)? "
+                f"`liqoctl unpeer {name} --force` finishes the local side"
+            ) from exc
+        progress("forcing the local side")
+        await _force_local_teardown(client, fc, keep_namespace=incoming)
 
 
-async def _force_local_teardown(client: KubeClient, fc: dict[str, Any]) -> None:
+async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_namespace: bool) -> None:
     peer_id = fc["spec"]["clusterID"]
     namespace = names.tenant_namespace(peer_id)
-    for resource in (VIRTUAL_NODES, RESOURCE_OFFERS, RESOURCE_REQUESTS):
+    local_id = (await installed(client, role="local")).cluster_id
+    ours = {VIRTUAL_NODES: None, RESOURCE_OFFERS: peer_id, RESOURCE_REQUESTS: local_id}  # None: every one
+    for resource, only in ours.items():
         with contextlib.suppress(NotFoundError):
             items, _ = await client.list_all(resource, namespace=namespace)
             for item in items:
-                with contextlib.suppress(NotFoundError):
-                    await client.delete(resource, item["metadata"]["name"], namespace=namespace)
+                if only is None or item["metadata"]["name"] == only:
+                    with contextlib.suppress(NotFoundError):
+                        await client.delete(resource, item["metadata"]["name"], namespace=namespace)
     for secret in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET):
         with contextlib.suppress(NotFoundError):
             await client.delete(SECRETS, secret, namespace=namespace)
+    if keep_namespace:
+        return
     with contextlib.suppress(NotFoundError):
         await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"metadata": {"finalizers": None}})
     with contextlib.suppress(NotFoundError):

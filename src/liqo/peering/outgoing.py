@@ -18,6 +18,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -93,10 +94,13 @@ class OutgoingPeering:
     async def reconcile(self, peer_id: str) -> Result | None:
         """Converge the consumer side of the peering with ``peer_id``."""
         fc = self.foreign_cluster(peer_id)
-        if not wants_outgoing(fc):
-            await self._teardown(peer_id, fc)
+        if fc is None:
+            # Not in the cache (yet, or any more): a peering being declared may have its token Secret
+            # cached before its ForeignCluster, and a deleted one went through the finalizer already.
             return None
-        assert fc is not None
+        if not wants_outgoing(fc):
+            done = await self._teardown(peer_id, fc)
+            return None if done else Result(requeue_after=0.5)
         await self._ensure_finalizer(fc)
         await self._client.apply(NAMESPACES, tenant_namespace_manifest(peer_id))
         namespace = names.tenant_namespace(peer_id)
@@ -116,7 +120,7 @@ class OutgoingPeering:
         token = token_of(self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"))
         auth_url = fc["spec"].get("authURL")
         if not token or not auth_url:
-            missing = "the peer's token (Secret liqo-peer-token)" if not token else "spec.authURL"
+            missing = "token of the peer (Secret liqo-peer-token)" if not token else "spec.authURL"
             self._observations.report(
                 self._observations.authentication, peer_id, Observation(False, "MissingCredentials", f"no {missing}")
             )
@@ -163,48 +167,66 @@ class OutgoingPeering:
                 },
             )
 
-    async def _teardown(self, peer_id: str, fc: dict[str, Any] | None) -> None:
-        """Undo the consumer side; idempotent, and a no-op when nothing is left."""
+    def _has_outgoing_state(self, peer_id: str, fc: dict[str, Any]) -> bool:
+        """Whether anything of ours exists for this peer (a provider-only peer has nothing to tear down)."""
         namespace = names.tenant_namespace(peer_id)
-        remote = self._peers.get(peer_id)
-        if remote is not None:
-            # First: the provider releases what it reserved for us once our request is gone.
-            with contextlib.suppress(NotFoundError):
-                await remote.delete(
-                    RESOURCE_REQUESTS, self._local.cluster_id, namespace=names.tenant_namespace(self._local.cluster_id)
-                )
-        for informer, resource in ((self.virtual_nodes, VIRTUAL_NODES), (self.offers, RESOURCE_OFFERS)):
-            for obj in informer.store.list():
-                # Our copies only: the offer we make to this peer (named after us) is the provider side's.
-                if obj["metadata"].get("namespace") == namespace and obj["metadata"]["name"] != self._local.cluster_id:
-                    await _delete(self._client, resource, obj)
-        for key, resource in (
-            (f"{namespace}/{self._local.cluster_id}", RESOURCE_REQUESTS),
-            (f"{namespace}/{names.IDENTITY_SECRET}", SECRETS),
-            (f"{namespace}/{names.PEER_TOKEN_SECRET}", SECRETS),
-        ):
-            cached = (self.requests if resource is RESOURCE_REQUESTS else self.secrets).store.get(key)
-            if cached is not None:
-                await _delete(self._client, resource, cached)
-        self._observations.report(self._observations.authentication, peer_id, None)
-        incoming = self.requests.store.get(f"{namespace}/{peer_id}") is not None or (
-            fc is not None and fc["spec"].get("incomingPeeringEnabled") == "Yes"
+        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        ours = (
+            self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
+            deleting and self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"),
+            self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
+            self.offers.store.get(f"{namespace}/{peer_id}"),
         )
-        if not incoming and fc is not None and fc["metadata"].get("deletionTimestamp"):
+        nodes = [v for v in self.virtual_nodes.store.list() if v["metadata"].get("namespace") == namespace]
+        return any(ours) or bool(nodes) or names.FINALIZER in (fc["metadata"].get("finalizers") or [])
+
+    async def _teardown(self, peer_id: str, fc: dict[str, Any]) -> bool:
+        """Undo the consumer side, step by step; True once done (and a no-op when nothing is left).
+
+        Order matters: our local objects go first (so the replicator stops pushing our request), then the
+        request on the provider must be seen gone — its deletion is what makes the provider release our
+        tenant namespace — and only then do we drop the identity that lets us check.
+        """
+        if not self._has_outgoing_state(peer_id, fc):
+            return True
+        namespace = names.tenant_namespace(peer_id)
+        log.info("tearing down the outgoing peering with %s", peer_id)
+        for informer, resource in (
+            (self.virtual_nodes, VIRTUAL_NODES),
+            (self.offers, RESOURCE_OFFERS),
+            (self.requests, RESOURCE_REQUESTS),
+        ):
+            for obj in informer.store.list():
+                meta = obj["metadata"]
+                # Ours only: in a bidirectional peering the same namespace holds the peer's request and our
+                # offer to it (the request named after the peer, the offer named after us).
+                theirs = meta["name"] == (peer_id if resource is RESOURCE_REQUESTS else self._local.cluster_id)
+                if meta.get("namespace") == namespace and not theirs:
+                    await _delete(self._client, resource, obj)
+        remote = self._peers.get(peer_id)
+        if remote is not None and not await withdrawn(remote, consumer_id=self._local.cluster_id):
+            return False
+        # The token stays until the ForeignCluster goes: a peering being re-enabled may have just written it.
+        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        for name in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET) if deleting else (names.IDENTITY_SECRET,):
+            cached = self.secrets.store.get(f"{namespace}/{name}")
+            if cached is not None:
+                await _delete(self._client, SECRETS, cached)
+        self._observations.report(self._observations.authentication, peer_id, None)
+        if not deleting:
+            return True
+        incoming = self.requests.store.get(f"{namespace}/{peer_id}") is not None
+        if not incoming:
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(NAMESPACES, namespace)
-        if (
-            fc is not None
-            and fc["metadata"].get("deletionTimestamp")
-            and names.FINALIZER in (fc["metadata"].get("finalizers") or [])
-        ):
-            remaining = [f for f in fc["metadata"]["finalizers"] if f != names.FINALIZER]
-            with contextlib.suppress(NotFoundError):
-                await self._client.patch(
-                    FOREIGN_CLUSTERS,
-                    fc["metadata"]["name"],
-                    {"metadata": {"finalizers": remaining, "resourceVersion": fc["metadata"]["resourceVersion"]}},
-                )
+        remaining = [f for f in fc["metadata"].get("finalizers") or [] if f != names.FINALIZER]
+        with contextlib.suppress(NotFoundError):
+            await self._client.patch(
+                FOREIGN_CLUSTERS,
+                fc["metadata"]["name"],
+                {"metadata": {"finalizers": remaining, "resourceVersion": fc["metadata"]["resourceVersion"]}},
+            )
+        return True
 
 
 def _peer_of(obj: dict[str, Any]) -> list[str]:

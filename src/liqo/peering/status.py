@@ -89,7 +89,9 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     kind = "AuthenticationStatus"
     if outgoing:
         if state.authentication is not None and not state.authentication.ok:
-            return _condition(kind, "Error", state.authentication.reason, state.authentication.message)
+            # Missing credentials are usually about to arrive (the token follows the ForeignCluster).
+            severity = "Pending" if state.authentication.reason == "MissingCredentials" else "Error"
+            return _condition(kind, severity, state.authentication.reason, state.authentication.message)
         if state.identity is not None:
             return _condition(
                 kind, "Established", "IdentityValid", f"identity valid until {expires_at(state.identity)}"

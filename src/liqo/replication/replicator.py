@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from liqo.api import names
+from liqo.api.requests import withdraw
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -76,9 +77,18 @@ class _Remote:
         self.client = client
         self.requests = Informer(client=client, resource=RESOURCE_REQUESTS, namespace=namespace)
         self.offers = Informer(client=client, resource=RESOURCE_OFFERS, namespace=namespace)
-        self.tasks = [asyncio.get_running_loop().create_task(i.run()) for i in (self.requests, self.offers)]
         self.requests.add_handler(_enqueue_handler(enqueue, "request"))
         self.offers.add_handler(_enqueue_handler(enqueue, "offer"))
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(i.run()) for i in (self.requests, self.offers)]
+        self.tasks.append(loop.create_task(self._replay_when_synced(enqueue)))
+
+    async def _replay_when_synced(self, enqueue: Callable[[Kind], None]) -> None:
+        # Reconciles that ran before both caches synced returned early: run them again now.
+        await self.requests.wait_synced()
+        await self.offers.wait_synced()
+        enqueue("request")
+        enqueue("offer")
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -123,7 +133,7 @@ class Replicator:
             return
         remote = self._remotes.get(provider_id)
         if remote is None or not (remote.requests.has_synced and remote.offers.has_synced):
-            return  # replayed once the remote caches sync (their handlers enqueue every object)
+            return  # replayed once the remote caches sync (see _Remote)
         if kind == "request":
             await self._replicate_request(provider_id, remote)
         else:
@@ -151,8 +161,8 @@ class Replicator:
         copy = remote.requests.store.get(f"{theirs}/{self._local_id}")
         if local is None or local["metadata"].get("deletionTimestamp"):
             if copy is not None:
-                with contextlib.suppress(NotFoundError):
-                    await remote.client.delete(RESOURCE_REQUESTS, self._local_id, namespace=theirs)
+                log.info("withdrawing our request from %s (no local request)", provider_id)
+                await withdraw(remote.client, consumer_id=self._local_id)
             return
         desired = replica(local, resource=RESOURCE_REQUESTS, namespace=theirs, peer_id=self._local_id)
         if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):

@@ -78,6 +78,9 @@ class OfferController:
         namespace = names.tenant_namespace(consumer_id)
         request = self.requests.store.get(f"{namespace}/{consumer_id}")
         offer: dict[str, Any] | None = self.offers.store.get(f"{namespace}/{self._local.cluster_id}")
+        tenant = self.hosted.store.get(namespace)
+        if tenant is None or tenant["metadata"].get("deletionTimestamp"):
+            return None  # not provisioned yet, or being released: nothing can be written in it
         if request is None or request["metadata"].get("deletionTimestamp"):
             await self._withdraw(consumer_id, offer)
             return None

@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local clean
 
 help:
-	@echo "make demo         set up, then start local clusters rome and milan and show their nodes"
+	@echo "make demo         set up, then two local clusters with liqo, rome peered with milan"
 	@echo "make test         set up, then lint and run the whole test suite"
 	@echo "make setup        install what the project needs (idempotent)"
 	@echo "make lint         ruff, mypy (strict), import-linter"
@@ -42,10 +42,7 @@ binaries: venv
 	@$(LIQOCTL) local build
 
 demo: setup
-	$(LIQOCTL) local up rome
-	$(LIQOCTL) local up milan
-	@for c in rome milan; do echo; echo "== $$c"; eval "$$($(LIQOCTL) local env $$c)"; kubectl get nodes -o wide; done
-	@echo; $(LIQOCTL) local list
+	LIQOCTL=$(LIQOCTL) scripts/demo.sh
 
 demo-down: venv
 	-$(LIQOCTL) local down rome --purge

@@ -9,7 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from liqo.api import names
+from liqo.api.resources import ALL as LIQO_RESOURCES
+from liqo.api.resources import SHARING_POLICIES
 from liqo.kube.client import KubeClient
+from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
@@ -136,3 +140,38 @@ class TcpProxy:
         finally:
             self._writers.discard(writer)
             writer.transport.abort()
+
+
+@dataclass(frozen=True)
+class Site:
+    """A cluster with liqo installed."""
+
+    cluster: LocalCluster
+    cluster_id: str
+
+    def client(self) -> KubeClient:
+        return self.cluster.client()
+
+
+async def liqo_objects(client: KubeClient) -> list[str]:
+    """Every liqo-managed object about peers on a cluster (what unpeer must leave at zero)."""
+    found = []
+    for resource in LIQO_RESOURCES:
+        if resource is SHARING_POLICIES:
+            continue  # the admin's, not the peering's
+        items, _ = await client.list_all(resource)
+        found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]
+    namespaces, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
+    found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
+    secrets, _ = await client.list_all(SECRETS, label_selector=names.REMOTE_CLUSTER_ID)
+    found += [f"Secret {s['metadata']['namespace']}/{s['metadata']['name']}" for s in secrets]
+    return found
+
+
+async def expect_clean(*clients: KubeClient) -> None:
+    for client in clients:
+
+        async def clean(client: KubeClient = client) -> bool:
+            return not await liqo_objects(client)
+
+        await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")

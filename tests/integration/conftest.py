@@ -8,15 +8,17 @@ cluster down make their own. Names carry the pytest process id so that concurren
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, purge, start, unique
+from tests.helpers import LocalCluster, Site, purge, start, unique
 
 KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
 RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
@@ -59,3 +61,44 @@ async def namespace(kube: KubeClient) -> AsyncIterator[str]:
     await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     await kube.delete(NAMESPACES, name)
+
+
+def _install(local: LocalCluster) -> str:
+    async def run() -> str:
+        async with local.client() as client:
+            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
+            return identity.cluster_id
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="session")
+def sites() -> Iterator[dict[str, Site]]:
+    specs = {
+        "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
+        "milan": ClusterSpec(name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi"),
+        "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
+    }
+    started = {role: start(spec) for role, spec in specs.items()}
+    yield {role: Site(local, _install(local)) for role, local in started.items()}
+    if not KEEP:
+        for local in started.values():
+            purge(local)
+
+
+@pytest.fixture
+async def rome(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["rome"].client() as client:
+        yield client
+
+
+@pytest.fixture
+async def milan(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["milan"].client() as client:
+        yield client
+
+
+@pytest.fixture
+async def naples(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    async with sites["naples"].client() as client:
+        yield client

@@ -11,8 +11,6 @@ import base64
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -20,93 +18,15 @@ import pytest
 
 from liqo.api import names
 from liqo.api.quantity import parse_quantity
-from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SECRETS
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS
 from liqo.local import clusters
-from liqo.local.spec import ClusterSpec
 from liqo.peering import operations
-from tests.helpers import LocalCluster, eventually, purge, start
-from tests.integration.conftest import KEEP, RUN_ID
-
-
-@dataclass(frozen=True)
-class Site:
-    """A cluster with liqo installed."""
-
-    cluster: LocalCluster
-    cluster_id: str
-
-    def client(self) -> KubeClient:
-        return self.cluster.client()
-
-
-def _install(local: LocalCluster) -> str:
-    async def run() -> str:
-        async with local.client() as client:
-            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
-            return identity.cluster_id
-
-    return asyncio.run(run())
-
-
-@pytest.fixture(scope="session")
-def sites() -> Iterator[dict[str, Site]]:
-    specs = {
-        "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
-        "milan": ClusterSpec(name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi"),
-        "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
-    }
-    started = {role: start(spec) for role, spec in specs.items()}
-    yield {role: Site(local, _install(local)) for role, local in started.items()}
-    if not KEEP:
-        for local in started.values():
-            purge(local)
-
-
-@pytest.fixture
-async def rome(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
-    async with sites["rome"].client() as client:
-        yield client
-
-
-@pytest.fixture
-async def milan(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
-    async with sites["milan"].client() as client:
-        yield client
-
-
-@pytest.fixture
-async def naples(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
-    async with sites["naples"].client() as client:
-        yield client
-
-
-async def liqo_objects(client: KubeClient) -> list[str]:
-    """Every liqo-managed object about peers on a cluster (what unpeer must leave at zero)."""
-    found = []
-    for resource in LIQO_RESOURCES:
-        if resource is SHARING_POLICIES:
-            continue  # the admin's, not the peering's
-        items, _ = await client.list_all(resource)
-        found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]
-    namespaces, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
-    found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
-    secrets, _ = await client.list_all(SECRETS, label_selector=names.REMOTE_CLUSTER_ID)
-    found += [f"Secret {s['metadata']['namespace']}/{s['metadata']['name']}" for s in secrets]
-    return found
-
-
-async def expect_clean(*clients: KubeClient) -> None:
-    for client in clients:
-
-        async def clean(client: KubeClient = client) -> bool:
-            return not await liqo_objects(client)
-
-        await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
+from tests.helpers import Site, eventually, expect_clean
+from tests.integration.conftest import RUN_ID
 
 
 async def free_cpu_and_memory(client: KubeClient) -> tuple[Decimal, Decimal]:

@@ -46,7 +46,7 @@ from liqo.local.layout import ClusterDir, free_ports
 Progress = Callable[[str], None]
 
 _KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
-_BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES)}
+BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES)}
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
 UNINSTALL_DEADLINE = 120.0
@@ -139,7 +139,7 @@ async def install(client: KubeClient, options: InstallOptions, *, progress: Prog
     items, identity = await plan(client, options, local=local)
     progress(f"installing liqo on {identity.cluster_name} (cluster ID {identity.cluster_id})")
     for item in items:
-        await client.apply(_BY_KIND[item["kind"]], item)
+        await client.apply(BY_KIND[item["kind"]], item)
     await _wait_crds_established(client)
     if local is not None:
         progress(f"starting the manager on local cluster {local.cluster} (auth endpoint {local.auth_url})")

@@ -39,6 +39,18 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {"merge": MERGE_PATCH, "json": JSON_PATCH
 Params = Mapping[str, str | int | bool | None]
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=5)
+_MAX_THROTTLED = 10
+"""Attempts of a request the server keeps answering with Retry-After (about 10 s in all)."""
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    """The delay a 429 (or a 5xx with Retry-After) asks for, capped at 2 s; None for other answers."""
+    if response.status != 429 and not (response.status >= 500 and "Retry-After" in response.headers):
+        return None
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.05), 2.0)
+    except ValueError:
+        return 1.0
 
 
 def _query(params: Params | None) -> dict[str, str]:
@@ -125,9 +137,43 @@ class KubeClient:
         data = None if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
         if data is not None and content_type is None:
             content_type = JSON
+        for attempt in range(1, _MAX_THROTTLED + 1):
+            response = await self._connect(
+                method, path, params=params, data=data, content_type=content_type, timeout=timeout
+            )
+            if response.status < 400:
+                return response
+            try:
+                raw = await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UnreachableError(f"{self.name}: {method} {path}: {exc}") from exc
+            finally:
+                response.release()
+            delay = _retry_after(response)
+            if delay is not None and attempt < _MAX_THROTTLED:
+                # The server asked us to come back (429 while a new CRD's storage initialises, or
+                # priority-and-fairness throttling), as client-go's transport does.
+                await asyncio.sleep(delay)
+                continue
+            if response.status == 401:
+                self._auth.invalidate()
+            raise api_error(response.status, _decode_status(raw))
+        raise AssertionError("unreachable")  # pragma: no cover - the last attempt returns or raises
+
+    async def _connect(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None,
+        data: bytes | None,
+        content_type: str | None,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """Send the request, once more if a pooled connection turns out to be dead."""
         for attempt in (1, 2):
             try:
-                response = await self._session_for_requests().request(
+                return await self._session_for_requests().request(
                     method,
                     self.server + path,
                     params=_query(params),
@@ -135,7 +181,6 @@ class KubeClient:
                     headers=await self._headers(content_type),
                     timeout=timeout,
                 )
-                break
             except aiohttp.ServerDisconnectedError as exc:
                 # A pooled keep-alive connection the server had already closed: the request never reached
                 # it, so one retry on a fresh connection is safe — except for a create, which might have.
@@ -143,17 +188,7 @@ class KubeClient:
                     raise UnreachableError(f"{self.name}: {method} {path}: server disconnected") from exc
             except (aiohttp.ClientConnectionError, TimeoutError, OSError) as exc:
                 raise UnreachableError(f"{self.name}: {method} {path}: {exc or type(exc).__name__}") from exc
-        if response.status >= 400:
-            try:
-                raw = await response.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UnreachableError(f"{self.name}: {method} {path}: {exc}") from exc
-            finally:
-                response.release()
-            if response.status == 401:
-                self._auth.invalidate()
-            raise api_error(response.status, _decode_status(raw))
-        return response
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
 
     async def request_bytes(
         self,
@@ -293,15 +328,17 @@ class KubeClient:
         field_manager: str = FIELD_MANAGER,
         force: bool = True,
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         """Server-side apply ``obj`` (which must carry apiVersion, kind and metadata.name).
 
         ``force`` takes ownership of conflicting fields: our controllers are the source of truth for the
-        objects they forge, as Liqo's reflection is.
+        objects they forge, as Liqo's reflection is. ``dry_run`` has the server validate and admit the
+        object without persisting it.
         """
         ns = _namespace_of(resource, obj, None)
         path = resource.path(namespace=ns, name=obj["metadata"]["name"], subresource=subresource)
-        params: Params = {"fieldManager": field_manager, "force": force}
+        params: Params = {"fieldManager": field_manager, "force": force, "dryRun": "All" if dry_run else None}
         result: dict[str, Any] = await self.request("PATCH", path, params=params, body=obj, content_type=APPLY_PATCH)
         return result
 

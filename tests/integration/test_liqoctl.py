@@ -1,0 +1,95 @@
+"""liqoctl as users run it (a subprocess per command) against clusters with liqo installed."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import orjson
+import yaml
+
+from liqo.install import manifests
+from liqo.install.installer import BY_KIND
+from liqo.kube.client import KubeClient
+from liqo.kube.resources import CONFIGMAPS
+from tests.helpers import Site, expect_clean
+
+
+def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
+    )
+
+
+async def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(liqoctl, *args)
+
+
+async def test_out_of_band_peering_info_status_kubeconfig_and_unpeer(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    rome_kc = f"--kubeconfig={sites['rome'].cluster.kubeconfig}"
+    milan_kc = f"--kubeconfig={sites['milan'].cluster.kubeconfig}"
+    generated = await run("generate", "peer-command", milan_kc)
+    assert generated.returncode == 0, generated.stderr
+    command = generated.stdout.split()
+    assert command[:3] == ["liqoctl", "peer", "out-of-band"]
+
+    peered = await run(*command[1:], rome_kc)
+    assert peered.returncode == 0, peered.stderr
+    assert "accepted offer" in peered.stdout
+
+    info = await run("info", "-o", "json", rome_kc)
+    report = orjson.loads(info.stdout)
+    (peer,) = report["peers"]
+    assert peer["clusterID"] == sites["milan"].cluster_id
+    assert peer["role"] == "Consumer"
+    assert peer["accepted"]["cpu"]
+
+    status = await run("status", rome_kc)
+    assert "every peering is established" in status.stdout
+
+    kubeconfig = await run("get", "kubeconfig", "--peer", peer["name"], rome_kc)
+    identity = yaml.safe_load(kubeconfig.stdout)
+    async with KubeClient.from_kubeconfig_dict(identity) as as_peer:
+        version = await as_peer.request("GET", "/version")
+        assert version["gitVersion"].startswith("v1.")
+
+    wrong = await run("unpeer", "nobody", rome_kc)
+    assert wrong.returncode == 1
+    assert "no peer named 'nobody'" in wrong.stderr
+
+    unpeered = await run("unpeer", peer["name"], rome_kc)
+    assert unpeered.returncode == 0, unpeered.stderr
+    await expect_clean(rome, milan)
+
+
+async def test_peer_out_of_band_with_a_wrong_cluster_id_is_refused_before_anything_is_written(
+    sites: dict[str, Site], rome: KubeClient
+) -> None:
+    milan = sites["milan"]
+    async with milan.client() as client:
+        identity_url = (await client.get(CONFIGMAPS, "liqo-cluster-identity", namespace="liqo"))["data"]["authURL"]
+    result = await run(
+        "peer", "out-of-band", "milan", f"--auth-url={identity_url}", "--cluster-id=not-milan", "--auth-token=x",
+        f"--kubeconfig={sites['rome'].cluster.kubeconfig}",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "not to not-milan" in " ".join(result.stderr.split())
+    await expect_clean(rome)
+
+
+async def test_dry_run_manifests_are_accepted_by_a_real_api_server(sites: dict[str, Site]) -> None:
+    """The real-cluster path (Deployment + Service) cannot run here, but the API server validates it."""
+    printed = await run("install", "--dry-run", f"--kubeconfig={sites['milan'].cluster.kubeconfig}")
+    assert printed.returncode == 0, printed.stderr
+    documents = list(yaml.safe_load_all(printed.stdout))
+    kinds = [d["kind"] for d in documents]
+    assert kinds.count("CustomResourceDefinition") == 5
+    assert "Deployment" not in kinds  # a local cluster runs the manager under its supervisor
+    workload = manifests.manager_workload(image=manifests.DEFAULT_IMAGE, identity_ttl=7200)
+    async with sites["milan"].client() as client:
+        for document in workload:
+            admitted = await client.apply(BY_KIND[document["kind"]], document, dry_run=True)
+            assert admitted["metadata"]["name"] == document["metadata"]["name"]

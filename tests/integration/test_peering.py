@@ -22,7 +22,7 @@ from liqo.api.resources import RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SECRETS
 from liqo.local import clusters
 from liqo.peering import operations
 from tests.helpers import Site, eventually, expect_clean
@@ -277,6 +277,82 @@ async def test_the_token_never_appears_in_logs_events_or_info(
         assert encoded not in cli.stdout
     finally:
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_identity_is_renewed_before_it_expires(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    milan_id = sites["milan"].cluster_id
+    namespace = names.tenant_namespace(milan_id)
+    await operations.peer(rome, milan, timeout=30)
+    try:
+        before = await rome.get(SECRETS, names.IDENTITY_SECRET, namespace=namespace)
+        # Make the stored identity look two thirds through its life: the manager must renew it now.
+        await rome.patch(
+            SECRETS,
+            names.IDENTITY_SECRET,
+            {"metadata": {"annotations": {"liqo.io/issued-at": "2000-01-01T00:00:00Z"}}},
+            namespace=namespace,
+        )
+
+        async def renewed() -> bool:
+            secret = await rome.get(SECRETS, names.IDENTITY_SECRET, namespace=namespace)
+            return bool(secret["data"]["kubeconfig"] != before["data"]["kubeconfig"])
+
+        await eventually(renewed, timeout=30, message="a new identity (new key and certificate)")
+        offer = await operations.wait_established(rome, milan_id, timeout=30)
+        assert offer["status"]["phase"] == "Accepted"
+        async with KubeClient.from_kubeconfig_dict(await operations.peer_kubeconfig(rome, milan_id)) as renewed_client:
+            await renewed_client.get(
+                RESOURCE_OFFERS, milan_id, namespace=names.tenant_namespace(sites["rome"].cluster_id)
+            )
+    finally:
+        await operations.unpeer(rome, milan_id, timeout=60)
+    await expect_clean(rome, milan)
+
+
+async def test_offer_policies_price_limit_and_manual(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    namespace = names.tenant_namespace(milan_id)
+    await milan.apply(
+        SHARING_POLICIES,
+        policy(f"priced-{RUN_ID}", peers=[rome_id], action="Share", percentage=50, prices={"cpu": "2"}),
+    )
+    try:
+        too_cheap = {"mode": "PriceLimit", "maxPrices": {"cpu": "1"}}
+        with pytest.raises(operations.PeeringError, match="price"):
+            await operations.peer(rome, milan, offer_policy=too_cheap, timeout=30)
+        await operations.unpeer(rome, milan_id, timeout=60)
+        await expect_clean(rome)
+
+        command = await operations.peer_command(milan)
+        await operations.peer_out_of_band(rome, command, offer_policy={"mode": "Manual"})
+
+        async def awaiting_a_human() -> bool:
+            try:
+                offer = await rome.get(RESOURCE_OFFERS, milan_id, namespace=namespace)
+            except NotFoundError:
+                return False
+            return bool((offer.get("status") or {}).get("phase") == "ManualActionRequired")
+
+        await eventually(awaiting_a_human, timeout=30, message="the offer waits for a manual decision")
+        nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=namespace)
+        assert nodes == []
+        await rome.patch(
+            RESOURCE_OFFERS,
+            milan_id,
+            {"status": {"phase": "Accepted", "reason": "approved"}},
+            namespace=namespace,
+            subresource="status",
+        )
+        accepted = await operations.wait_established(rome, milan_id, timeout=30)
+        assert accepted["status"]["reason"] == "approved"
+    finally:
+        await operations.unpeer(rome, milan_id, timeout=60)
+        await milan.delete(SHARING_POLICIES, f"priced-{RUN_ID}")
     await expect_clean(rome, milan)
 
 

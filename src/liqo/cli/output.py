@@ -18,6 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 out = Console(highlight=False, soft_wrap=True)
+if not out.is_terminal:
+    # Piped or captured: never truncate table cells (rich would assume 80 columns).
+    out = Console(highlight=False, soft_wrap=True, width=1000)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -41,6 +41,7 @@ from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import Issued, PeerDenied, Provisioner, auth_app
+from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import PeerClients
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
@@ -178,12 +179,11 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     events = EventRecorder(client=client, component="liqo-manager", host=socket.gethostname())
     observations = Observations()
     peers = PeerClients()
+    caches = PeeringCaches(informers)
     outgoing = OutgoingPeering(
-        client=client, informers=informers, local=local, peers=peers, observations=observations, events=events
+        client=client, caches=caches, local=local, peers=peers, observations=observations, events=events
     )
-    status = ForeignClusterStatus(
-        client=client, informers=informers, local=local, peers=peers, observations=observations
-    )
+    status = ForeignClusterStatus(client=client, caches=caches, local=local, peers=peers, observations=observations)
     incoming = IncomingPeering(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)

@@ -20,20 +20,18 @@ from liqo.api import names
 from liqo.api.identity import ClusterIdentity
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
-from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.peering import authclient
+from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import PeerClients, identity_secret, renewal_due, token_of
 from liqo.peering.observations import Observation, Observations
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
-
-MANAGED = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
 
 
 def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, Any]:
@@ -64,7 +62,7 @@ class OutgoingPeering:
         self,
         *,
         client: KubeClient,
-        informers: SharedInformers,
+        caches: PeeringCaches,
         local: ClusterIdentity,
         peers: PeerClients,
         observations: Observations,
@@ -75,25 +73,19 @@ class OutgoingPeering:
         self._peers = peers
         self._observations = observations
         self._events = events
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
-        self.secrets = informers.informer(SECRETS, label_selector=MANAGED)
-        self.requests = informers.informer(RESOURCE_REQUESTS)
-        self.offers = informers.informer(RESOURCE_OFFERS)
-        self.virtual_nodes = informers.informer(VIRTUAL_NODES)
+        self.caches = caches
+        self.foreign_clusters = caches.foreign_clusters
+        self.secrets = caches.secrets
+        self.requests = caches.requests
+        self.offers = caches.offers
+        self.virtual_nodes = caches.virtual_nodes
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         self.controller.watch(self.secrets, _peer_of)
 
-    def foreign_cluster(self, peer_id: str) -> dict[str, Any] | None:
-        """The ForeignCluster of ``peer_id`` from the cache."""
-        for fc in self.foreign_clusters.store.list():
-            if fc["spec"].get("clusterID") == peer_id:
-                return fc
-        return None
-
     async def reconcile(self, peer_id: str) -> Result | None:
         """Converge the consumer side of the peering with ``peer_id``."""
-        fc = self.foreign_cluster(peer_id)
+        fc = self.caches.foreign_cluster(peer_id)
         if fc is None:
             # Not in the cache (yet, or any more): a peering being declared may have its token Secret
             # cached before its ForeignCluster, and a deleted one went through the finalizer already.
@@ -177,8 +169,11 @@ class OutgoingPeering:
             self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
             self.offers.store.get(f"{namespace}/{peer_id}"),
         )
-        nodes = [v for v in self.virtual_nodes.store.list() if v["metadata"].get("namespace") == namespace]
-        return any(ours) or bool(nodes) or names.FINALIZER in (fc["metadata"].get("finalizers") or [])
+        return (
+            any(ours)
+            or bool(self.caches.in_tenant(self.virtual_nodes, peer_id))
+            or names.FINALIZER in (fc["metadata"].get("finalizers") or [])
+        )
 
     async def _teardown(self, peer_id: str, fc: dict[str, Any]) -> bool:
         """Undo the consumer side, step by step; True once done (and a no-op when nothing is left).

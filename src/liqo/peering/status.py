@@ -16,15 +16,14 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
-from liqo.kube.cache import SharedInformers
+from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError
-from liqo.kube.resources import SECRETS
+from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import PeerClients, expires_at
 from liqo.peering.observations import Observation, Observations
-from liqo.peering.outgoing import MANAGED, wants_outgoing
+from liqo.peering.outgoing import wants_outgoing
 
 PROBE_INTERVAL = 10.0
 
@@ -152,7 +151,7 @@ class ForeignClusterStatus:
         self,
         *,
         client: KubeClient,
-        informers: SharedInformers,
+        caches: PeeringCaches,
         local: ClusterIdentity,
         peers: PeerClients,
         observations: Observations,
@@ -162,11 +161,12 @@ class ForeignClusterStatus:
         self._peers = peers
         self._observations = observations
         self._probed: dict[str, float] = {}
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
-        self.secrets = informers.informer(SECRETS, label_selector=MANAGED)
-        self.requests = informers.informer(RESOURCE_REQUESTS)
-        self.offers = informers.informer(RESOURCE_OFFERS)
-        self.virtual_nodes = informers.informer(VIRTUAL_NODES)
+        self.caches = caches
+        self.foreign_clusters = caches.foreign_clusters
+        self.secrets = caches.secrets
+        self.requests = caches.requests
+        self.offers = caches.offers
+        self.virtual_nodes = caches.virtual_nodes
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes):
@@ -174,7 +174,7 @@ class ForeignClusterStatus:
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""
-        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+        fc = self.caches.foreign_cluster(peer_id)
         if fc is None or fc["metadata"].get("deletionTimestamp"):
             return None
         outgoing = wants_outgoing(fc)
@@ -187,7 +187,7 @@ class ForeignClusterStatus:
             identity=self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
             our_request=self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
             their_offer=self.offers.store.get(f"{namespace}/{peer_id}"),
-            virtual_nodes=[v for v in self.virtual_nodes.store.list() if v["metadata"].get("namespace") == namespace],
+            virtual_nodes=self.caches.in_tenant(self.virtual_nodes, peer_id),
             their_request=self.requests.store.get(f"{namespace}/{peer_id}"),
             our_offer=self.offers.store.get(f"{namespace}/{self._local.cluster_id}"),
             authentication=self._observations.authentication.get(peer_id),

@@ -356,6 +356,29 @@ async def test_offer_policies_price_limit_and_manual(
     await expect_clean(rome, milan)
 
 
+async def test_unpeer_never_hangs_on_an_unreachable_provider(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    """Bounded wait and a clear error, then --force finishes here; the provider revokes on its side."""
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    await operations.peer(rome, milan, timeout=30)
+    milan_cluster = sites["milan"].cluster.name
+    await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=False)
+    try:
+        started = time.monotonic()
+        with pytest.raises(operations.PeeringError, match="--force"):
+            await operations.unpeer(rome, milan_id, timeout=5)
+        assert time.monotonic() - started < 15
+        await operations.unpeer(rome, milan_id, timeout=5, force=True)
+        await expect_clean(rome)
+    finally:
+        await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=True)
+    fc = await operations.foreign_cluster(milan, rome_id)
+    assert fc is not None  # the provider never heard from rome: it still hosts it, until revoked
+    await operations.unpeer(milan, fc["metadata"]["name"], timeout=60)
+    await expect_clean(milan)
+
+
 async def test_uninstall_refuses_while_peered_then_purges_everything(
     sites: dict[str, Site], naples: KubeClient, milan: KubeClient
 ) -> None:

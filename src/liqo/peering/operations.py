@@ -179,11 +179,12 @@ async def unpeer(
     timeout: float = UNPEER_TIMEOUT,
     progress: Progress = lambda _: None,
 ) -> None:
-    """Reverse the outgoing peering ``name`` (a ForeignCluster name or cluster ID) and wait until it is gone.
+    """Reverse the peering ``name`` (a ForeignCluster name or cluster ID) and wait until it is gone.
 
     If the peer also consumes from us, only our direction is undone (``outgoingPeeringEnabled: No``) and
     the ForeignCluster stays for theirs; otherwise the ForeignCluster is deleted (its finalizer runs the
-    teardown) and we wait for the tenant namespace to go.
+    teardown) and we wait for the tenant namespace to go. A peer that only consumes from us is revoked
+    (:func:`revoke`).
 
     Raises:
         PeeringError: no such peer, or the teardown did not finish in time (then ``force`` finishes the
@@ -193,6 +194,9 @@ async def unpeer(
     peer_id = fc["spec"]["clusterID"]
     namespace = names.tenant_namespace(peer_id)
     incoming = await _get(client, RESOURCE_REQUESTS, peer_id, namespace) is not None
+    if fc["spec"].get("outgoingPeeringEnabled") != "Yes":
+        await revoke(client, fc, timeout=timeout, progress=progress)
+        return
     progress(f"unpeering {fc['metadata']['name']} ({peer_id})" + (" (keeping its peering with us)" if incoming else ""))
     if incoming:
         await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"outgoingPeeringEnabled": "No"}})
@@ -220,6 +224,30 @@ async def unpeer(
             ) from exc
         progress("forcing the local side")
         await _force_local_teardown(client, fc, keep_namespace=incoming)
+
+
+async def revoke(client: KubeClient, fc: dict[str, Any], *, timeout: float, progress: Progress) -> None:
+    """Provider side: stop hosting a consumer that cannot (or will not) unpeer itself.
+
+    Its tenant namespace goes (RBAC, request, offer and quota inside), so its identity is worth nothing
+    any more, and so does its ForeignCluster.
+    """
+    peer_id = fc["spec"]["clusterID"]
+    namespace = names.tenant_namespace(peer_id)
+    progress(f"revoking {fc['metadata']['name']} ({peer_id}): it consumes from us, we do not consume from it")
+    for resource, target in ((NAMESPACES, namespace), (FOREIGN_CLUSTERS, fc["metadata"]["name"])):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, target)
+
+    async def gone() -> bool:
+        return not await _exists(client, NAMESPACES, namespace) and not await _exists(
+            client, FOREIGN_CLUSTERS, fc["metadata"]["name"]
+        )
+
+    try:
+        await poll_until(gone, timeout=timeout, message=f"tenant namespace {namespace} is still terminating")
+    except WaitTimeout as exc:
+        raise PeeringError(f"{exc}: kubectl describe namespace {namespace}") from exc
 
 
 async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_namespace: bool) -> None:

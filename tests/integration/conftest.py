@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from liqo.install.installer import InstallOptions, install
+from liqo.api.crds import all_crds
+from liqo.install.installer import InstallOptions, install, wait_crds_established
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import NAMESPACES
+from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
 from tests.helpers import LocalCluster, Site, purge, start, unique
 
@@ -70,6 +71,14 @@ def _install(local: LocalCluster) -> str:
             return identity.cluster_id
 
     return asyncio.run(run())
+
+
+@pytest.fixture
+async def crds(kube: KubeClient) -> None:
+    """liqo's CRDs, applied and Established (an earlier test or run may have applied them already)."""
+    for crd in all_crds():
+        await kube.apply(CRDS, crd)
+    await wait_crds_established(kube)
 
 
 @pytest.fixture(scope="session")

@@ -27,15 +27,13 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from liqo.api import names
-from liqo.api.crds import all_crds, crd_name
-from liqo.api.resources import ALL, FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
-    CRDS,
     CSRS,
     NAMESPACES,
     ROLE_BINDINGS,
@@ -47,7 +45,7 @@ from liqo.peering import authclient
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import auth_app
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import LocalCluster, eventually, unique
+from tests.helpers import LocalCluster, unique
 
 TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
 TTL = 900
@@ -58,20 +56,6 @@ RBAC = "rbac.authorization.k8s.io"
 class Provider:
     cluster_id: str
     auth_url: str
-
-
-@pytest.fixture
-async def crds(kube: KubeClient) -> None:
-    """liqo's CRDs, applied and Established (an earlier test or run may have applied them already)."""
-    for crd in all_crds():
-        await kube.apply(CRDS, crd)
-    for resource in ALL:
-
-        async def established(name: str = crd_name(resource)) -> bool:
-            conditions = (await kube.get(CRDS, name)).get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        await eventually(established, timeout=30, message=f"CRD {crd_name(resource)} Established")
 
 
 @pytest.fixture

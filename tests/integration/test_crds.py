@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from liqo.api.crds import all_crds, crd_name
 from liqo.api.resources import (
-    ALL,
     FOREIGN_CLUSTERS,
     RESOURCE_OFFERS,
     RESOURCE_REQUESTS,
@@ -27,8 +25,8 @@ from liqo.api.resources import (
 )
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import InvalidError, NotFoundError
-from liqo.kube.resources import CRDS, Resource
-from tests.helpers import LocalCluster, eventually, unique
+from liqo.kube.resources import Resource
+from tests.helpers import LocalCluster, unique
 
 Obj = dict[str, Any]
 Created = list[tuple[Resource, str]]
@@ -80,20 +78,6 @@ def without(document: Obj, field: str) -> Obj:
 
 def without_spec(document: Obj) -> Obj:
     return {key: value for key, value in document.items() if key != "spec"}
-
-
-@pytest.fixture
-async def crds(kube: KubeClient) -> None:
-    """The CRDs, applied and Established (whether or not an earlier test or run applied them already)."""
-    for crd in all_crds():
-        await kube.apply(CRDS, crd)
-    for resource in ALL:
-
-        async def established(name: str = crd_name(resource)) -> bool:
-            conditions = (await kube.get(CRDS, name)).get("status", {}).get("conditions", [])
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        await eventually(established, timeout=30, message=f"CRD {crd_name(resource)} Established")
 
 
 @pytest.fixture

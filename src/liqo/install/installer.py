@@ -22,6 +22,7 @@ from pathlib import Path
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.crds import crd_name
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
@@ -140,7 +141,7 @@ async def install(client: KubeClient, options: InstallOptions, *, progress: Prog
     progress(f"installing liqo on {identity.cluster_name} (cluster ID {identity.cluster_id})")
     for item in items:
         await client.apply(BY_KIND[item["kind"]], item)
-    await _wait_crds_established(client)
+    await wait_crds_established(client)
     if local is not None:
         progress(f"starting the manager on local cluster {local.cluster} (auth endpoint {local.auth_url})")
         await asyncio.to_thread(_start_local_manager, local, options)
@@ -198,11 +199,10 @@ async def _purge(client: KubeClient) -> None:
         with contextlib.suppress(NotFoundError):
             await client.delete(NAMESPACES, tenant["metadata"]["name"])
     for resource in liqo_resources.ALL:
-        crd = f"{resource.plural}.{resource.group}"
         with contextlib.suppress(NotFoundError):
-            await client.delete(CRDS, crd)
+            await client.delete(CRDS, crd_name(resource))
     for resource in liqo_resources.ALL:
-        await _wait_gone(client, CRDS, f"{resource.plural}.{resource.group}")
+        await _wait_gone(client, CRDS, crd_name(resource))
     for tenant in tenants:
         await _wait_gone(client, NAMESPACES, tenant["metadata"]["name"])
 
@@ -260,9 +260,10 @@ def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     )
 
 
-async def _wait_crds_established(client: KubeClient) -> None:
+async def wait_crds_established(client: KubeClient) -> None:
+    """Wait until every liqo CRD is Established (its resources can be created)."""
     for resource in liqo_resources.ALL:
-        name = f"{resource.plural}.{resource.group}"
+        name = crd_name(resource)
 
         async def established(name: str = name) -> bool:
             conditions = ((await client.get(CRDS, name)).get("status") or {}).get("conditions") or []

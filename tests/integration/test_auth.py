@@ -29,6 +29,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules
+from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import (
@@ -40,7 +41,6 @@ from liqo.kube.resources import (
     ROLES,
     SECRETS,
 )
-from liqo.local import pki
 from liqo.peering import authclient
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import auth_app

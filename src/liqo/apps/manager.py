@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import datetime
 import logging
 import os
 import secrets
@@ -22,15 +21,11 @@ import sys
 from typing import Any
 
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.resources import SHARING_POLICIES
-from liqo.kube import kubeconfig
+from liqo.kube import kubeconfig, pki
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
@@ -154,23 +149,8 @@ def _server_tls(args: argparse.Namespace) -> ssl.SSLContext:
 
 
 def _self_signed() -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "liqo-auth")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=365))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
+    pair = pki.issue(pki.make_ca("liqo-auth-ca"), common_name="liqo-auth", server=True)
+    return pair.cert.decode(), pair.key.decode()
 
 
 async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:

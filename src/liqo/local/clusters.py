@@ -27,10 +27,11 @@ from typing import Any
 import aiohttp
 import yaml
 
+from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
-from liqo.local import pki, toolchain
+from liqo.local import toolchain
 from liqo.local.components import Component, kwok_config, node_manifest, plan, scheduler_config
 from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refresh_ports, write_json
 from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from liqo.kube.kubeconfig import Access, Authenticator, KubeconfigError, in_cluster, load_dict, load_file, ssl_context
-from liqo.local.pki import issue, make_ca
+from liqo.kube.pki import issue, make_ca
 
 
 def b64(data: bytes) -> str:

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from liqo.api import names
+from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
-from liqo.local import pki
 from liqo.peering import authclient
 from liqo.peering.authprotocol import MAX_BODY, NonceStore, make_csr, sign
 from liqo.peering.authserver import Issued, PeerDenied, ProvisioningError, auth_app

@@ -4,7 +4,7 @@ import ssl
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from liqo.local.pki import issue, kubeconfig, make_ca
+from liqo.kube.pki import issue, kubeconfig, make_ca
 
 
 def test_issued_certificate_chains_to_the_ca_with_names_and_usages() -> None:

@@ -1,10 +1,11 @@
-"""The certificates of a local cluster, made with ``cryptography`` (no openssl binary needed).
+"""Certificates and kubeconfigs, made with ``cryptography`` (no openssl binary needed).
 
-One CA signs everything: it is the API server's client CA, the CSR signer of kube-controller-manager
-(so ``certificates.k8s.io`` issues certificates the API server trusts) and the CA of etcd and the kwok
-"kubelet". Each component gets its own client identity with the user name and groups RBAC expects
-(``system:kube-controller-manager``, ``system:kube-scheduler``...), not one shared admin certificate, so
-the local clusters exercise the same authorisation paths as real ones. Keys are ECDSA P-256.
+Used by local clusters (their whole PKI) and by the manager (a self-signed endpoint certificate when none
+is given). On a local cluster one CA signs everything: it is the API server's client CA, the CSR signer of
+kube-controller-manager (so ``certificates.k8s.io`` issues certificates the API server trusts) and the CA
+of etcd and the kwok "kubelet". Each component gets its own client identity with the user name and groups
+RBAC expects (``system:kube-controller-manager``, ``system:kube-scheduler``...), not one shared admin
+certificate, so the local clusters exercise the same authorisation paths as real ones. Keys are ECDSA P-256.
 """
 
 from __future__ import annotations

@@ -101,14 +101,6 @@ async def test_quota_on_the_provider_refuses_more_than_offered(
     tenant = names.tenant_namespace(sites["rome"].cluster_id)
     try:
 
-        async def quota_there() -> bool:
-            try:
-                await milan.get(RESOURCE_QUOTAS, "liqo-offer", namespace=tenant)
-            except NotFoundError:
-                return False
-            return True
-
-        await eventually(quota_there, timeout=20, message="quota in the consumer's namespace on the provider")
         too_big = parse_quantity(offer["spec"]["resources"]["cpu"]) + 1
         pod = {
             "apiVersion": "v1",
@@ -120,10 +112,23 @@ async def test_quota_on_the_provider_refuses_more_than_offered(
                 ]
             },
         }
-        with pytest.raises(ApiError) as refused:
+        refusals: list[ApiError] = []
+
+        async def refused() -> bool:
+            # The quota controller must compute the quota's status and the API server's quota cache must see
+            # it before admission enforces it; until then a dry run is admitted and persists nothing.
+            try:
+                await milan.create(PODS, pod, dry_run=True)
+            except ApiError as exc:
+                refusals.append(exc)
+                return "exceeded quota" in exc.message
+            return False
+
+        await eventually(refused, timeout=30, message="the provider's quota refusing a pod larger than the offer")
+        assert refusals[-1].status == 403
+        with pytest.raises(ApiError) as really:
             await milan.create(PODS, pod)
-        assert refused.value.status == 403
-        assert "exceeded quota" in refused.value.message
+        assert "exceeded quota" in really.value.message
     finally:
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
     await expect_clean(rome, milan)

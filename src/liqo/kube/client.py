@@ -288,10 +288,16 @@ class KubeClient:
             except GoneError:
                 continue
 
-    async def create(self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
-        """Create an object; its namespace comes from ``namespace`` or its own metadata."""
+    async def create(
+        self, resource: Resource, obj: dict[str, Any], *, namespace: str | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """Create an object; its namespace comes from ``namespace`` or its own metadata.
+
+        ``dry_run`` runs validation and admission (quota included) without persisting anything.
+        """
         ns = _namespace_of(resource, obj, namespace)
-        result: dict[str, Any] = await self.request("POST", resource.path(namespace=ns), body=obj)
+        params: Params | None = {"dryRun": "All"} if dry_run else None
+        result: dict[str, Any] = await self.request("POST", resource.path(namespace=ns), params=params, body=obj)
         return result
 
     async def replace(

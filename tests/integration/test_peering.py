@@ -100,7 +100,6 @@ async def test_quota_on_the_provider_refuses_more_than_offered(
     offer = await operations.peer(rome, milan, timeout=30)
     tenant = names.tenant_namespace(sites["rome"].cluster_id)
     try:
-
         too_big = parse_quantity(offer["spec"]["resources"]["cpu"]) + 1
         pod = {
             "apiVersion": "v1",

@@ -18,8 +18,11 @@ import pytest
 
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
+    NAMESPACE_MAPS,
+    NAMESPACE_OFFLOADINGS,
     RESOURCE_OFFERS,
     RESOURCE_REQUESTS,
+    SHADOW_PODS,
     SHARING_POLICIES,
     VIRTUAL_NODES,
 )
@@ -71,6 +74,19 @@ def virtual_node(namespace: str, name: str, **spec: Any) -> Obj:
     return obj(VIRTUAL_NODES, name, base | spec, namespace=namespace)
 
 
+def shadow_pod(namespace: str, **pod: Any) -> Obj:
+    spec = {"pod": {"containers": [{"name": "c", "image": "nginx"}]} | pod}
+    return obj(SHADOW_PODS, unique("shp"), spec, namespace=namespace)
+
+
+def privileged(container: str = "containers") -> dict[str, Any]:
+    return {container: [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]}
+
+
+def namespace_offloading(namespace: str, name: str = "offloading", **spec: Any) -> Obj:
+    return obj(NAMESPACE_OFFLOADINGS, name, spec, namespace=namespace)
+
+
 def without(document: Obj, field: str) -> Obj:
     document["spec"].pop(field)
     return document
@@ -109,12 +125,23 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
     ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace, prices={"cpu": "0.05"}, labels={"zone": "a"}))
     vn = await kube.create(VIRTUAL_NODES, virtual_node(namespace, "liqo-provider", offer=ro["metadata"]["name"]))
+    pod = {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": False}, "ports": [{"x": 1}]}]}
+    shp = await kube.create(SHADOW_PODS, shadow_pod(namespace, **pod, hostNetwork=False, nodeSelector={"a": "b"}))
+    nsof = await kube.create(NAMESPACE_OFFLOADINGS, namespace_offloading(namespace))
+    nm = await kube.create(
+        NAMESPACE_MAPS,
+        obj(NAMESPACE_MAPS, "consumer", {"consumerClusterID": "c1", "mappings": {"a": "a-c1"}}, namespace=namespace),
+    )
 
     assert fc["spec"]["outgoingPeeringEnabled"] == fc["spec"]["incomingPeeringEnabled"] == "Auto"
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
+    assert shp["spec"]["pod"]["containers"][0]["ports"] == [{"x": 1}]  # the pod spec is kept whole
+    assert shp["spec"]["pod"]["nodeSelector"] == {"a": "b"}
+    assert nsof["spec"] == {"podOffloadingStrategy": "LocalAndRemote", "namespaceMappingStrategy": "DefaultName"}
+    assert nm["spec"]["mappings"] == {"a": "a-c1"}
 
     # Status goes through the status subresource; conditions merge by type under server-side apply.
     condition = {"status": "Established", "reason": "Ok", "lastTransitionTime": "2030-01-01T00:00:00Z"}
@@ -185,6 +212,30 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
         lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), offerPolicy={"mode": "PriceLimit"})),
         ("spec.offerPolicy: Invalid value", "offerPolicy.maxPrices is required in PriceLimit mode"),
     ),
+    "shadow-host-network": (
+        lambda ns: (SHADOW_PODS, shadow_pod(ns, hostNetwork=True)),
+        ("spec.pod: Invalid value", "hostNetwork pods are refused by this provider"),
+    ),
+    "shadow-host-pid": (
+        lambda ns: (SHADOW_PODS, shadow_pod(ns, hostPID=True)),
+        ("hostPID pods are refused by this provider",),
+    ),
+    "shadow-privileged": (
+        lambda ns: (SHADOW_PODS, shadow_pod(ns, **privileged())),
+        ("privileged containers are refused by this provider",),
+    ),
+    "shadow-privileged-init": (
+        lambda ns: (SHADOW_PODS, shadow_pod(ns, **privileged("initContainers"))),
+        ("privileged containers are refused by this provider",),
+    ),
+    "offloading-name": (
+        lambda ns: (NAMESPACE_OFFLOADINGS, namespace_offloading(ns, "mine")),
+        ("a NamespaceOffloading must be named 'offloading'",),
+    ),
+    "offloading-strategy": (
+        lambda ns: (NAMESPACE_OFFLOADINGS, namespace_offloading(ns, podOffloadingStrategy="Anywhere")),
+        ('spec.podOffloadingStrategy: Unsupported value: "Anywhere"', '"Local", "Remote", "LocalAndRemote"'),
+    ),
 }
 
 
@@ -223,6 +274,23 @@ async def test_cluster_id_cannot_change(kube: KubeClient, namespace: str, cluste
             resource, meta["name"], {"spec": {"clusterName": "renamed"}}, namespace=meta.get("namespace")
         )
         assert patched["spec"]["clusterID"] == current["spec"]["clusterID"]
+
+
+@pytest.mark.usefixtures("crds")
+async def test_namespace_mapping_strategy_cannot_change(kube: KubeClient, namespace: str) -> None:
+    await kube.create(NAMESPACE_OFFLOADINGS, namespace_offloading(namespace))
+    with pytest.raises(InvalidError) as refused:
+        await kube.patch(
+            NAMESPACE_OFFLOADINGS,
+            "offloading",
+            {"spec": {"namespaceMappingStrategy": "EnforceSameName"}},
+            namespace=namespace,
+        )
+    assert "namespaceMappingStrategy is immutable" in refused.value.message
+    patched = await kube.patch(
+        NAMESPACE_OFFLOADINGS, "offloading", {"spec": {"podOffloadingStrategy": "Remote"}}, namespace=namespace
+    )
+    assert patched["spec"]["podOffloadingStrategy"] == "Remote"
 
 
 @pytest.mark.usefixtures("crds")

@@ -15,8 +15,11 @@ from typing import Any
 from liqo.api import names
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
+    NAMESPACE_MAPS,
+    NAMESPACE_OFFLOADINGS,
     RESOURCE_OFFERS,
     RESOURCE_REQUESTS,
+    SHADOW_PODS,
     SHARING_POLICIES,
     VIRTUAL_NODES,
 )
@@ -50,6 +53,12 @@ PEERING_CONDITION_STATUSES = ("None", "Pending", "Established", "Denied", "Error
 OFFER_STATES = ("None", "Created", "Denied")
 OFFER_PHASES = ("Pending", "Accepted", "Refused", "ManualActionRequired")
 SHARING_ACTIONS = ("Share", "Deny")
+POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
+NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
+OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "AllFailed", "Terminating")
+TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
+SHADOW_POD_PHASES = ("Created", "Refused")
+MAX_CONTAINERS = 64
 
 
 # -- schema fragments ------------------------------------------------------------------------------------
@@ -451,6 +460,192 @@ def virtual_node_crd() -> dict[str, Any]:
     )
 
 
+def _preserved(description: str, properties: dict[str, Schema] | None = None) -> Schema:
+    """An object kept whole (a pod spec), with ``properties`` typed so that validation rules can read them."""
+    schema: Schema = {"type": "object", "description": description, "x-kubernetes-preserve-unknown-fields": True}
+    if properties:
+        schema["properties"] = properties
+    return schema
+
+
+def _containers(description: str) -> Schema:
+    security = _preserved(
+        "The container's security context.",
+        {"privileged": {"type": "boolean", "description": "Whether the container runs privileged."}},
+    )
+    container = _preserved("A container, as in a Pod.", {"securityContext": security})
+    return {"type": "array", "description": description, "items": container, "maxItems": MAX_CONTAINERS}
+
+
+_UNPRIVILEGED = (
+    "!has({0}) || {0}.all(c, !has(c.securityContext) || !has(c.securityContext.privileged)"
+    " || !c.securityContext.privileged)"
+)
+
+
+def shadow_pod_crd() -> dict[str, Any]:
+    """ShadowPod (namespaced, provider side): a consumer's pod that this cluster runs for it.
+
+    The refusals of host-level access live in the schema: the provider's own API server rejects such a
+    ShadowPod with the message below, before anything runs, and the consumer shows it on the home pod.
+    """
+    pod = _preserved(
+        "The pod to run: its spec, without the scheduling fields of the consumer's cluster.",
+        {
+            "hostNetwork": {"type": "boolean", "description": "Refused: the pod would share the node's network."},
+            "hostPID": {"type": "boolean", "description": "Refused: the pod would see the node's processes."},
+            "hostIPC": {"type": "boolean", "description": "Refused: the pod would share the node's IPC."},
+            "containers": _containers("The pod's containers."),
+            "initContainers": _containers("The pod's init containers."),
+        },
+    )
+    pod["x-kubernetes-validations"] = [
+        {
+            "rule": "!has(self.hostNetwork) || !self.hostNetwork",
+            "message": "hostNetwork pods are refused by this provider: they would share its node's network",
+        },
+        {
+            "rule": "!has(self.hostPID) || !self.hostPID",
+            "message": "hostPID pods are refused by this provider: they would see its node's processes",
+        },
+        {
+            "rule": "!has(self.hostIPC) || !self.hostIPC",
+            "message": "hostIPC pods are refused by this provider: they would share its node's IPC",
+        },
+        {
+            "rule": _UNPRIVILEGED.format("self.containers") + " && " + _UNPRIVILEGED.format("self.initContainers"),
+            "message": "privileged containers are refused by this provider",
+        },
+    ]
+    spec = _object(
+        "The pod a consumer asks this cluster to run.",
+        {
+            "pod": pod,
+            "homePodUID": _string("The UID of the pod in the consumer's cluster this one stands for."),
+        },
+        required=("pod",),
+    )
+    status = _object(
+        "What the provider did with it.",
+        {
+            "phase": _enum("Whether the provider created the pod or refused it.", SHADOW_POD_PHASES),
+            "message": _string("Why, when refused."),
+        },
+    )
+    return _crd(
+        SHADOW_PODS,
+        short_name="shp",
+        description="A pod a consumer cluster asks this cluster to run; re-created while it exists.",
+        spec=spec,
+        status=status,
+        columns=[_column("Phase", ".status.phase"), _column("Home Pod", ".spec.homePodUID", priority=1)],
+    )
+
+
+def namespace_offloading_crd() -> dict[str, Any]:
+    """NamespaceOffloading (namespaced, named ``offloading``): extend a namespace to providers."""
+    spec = _object(
+        "How the namespace is extended to providers.",
+        {
+            "podOffloadingStrategy": _enum(
+                "Where its pods may run: only here, only on providers, or both.",
+                POD_OFFLOADING_STRATEGIES,
+                default="LocalAndRemote",
+            ),
+            "namespaceMappingStrategy": _enum(
+                "The twin namespace's name: <namespace>-<this cluster's ID prefix>, or the same name.",
+                NAMESPACE_MAPPING_STRATEGIES,
+                default="DefaultName",
+            ),
+            "clusterSelector": _string_map(
+                "Labels a provider's virtual node must have to be selected (empty: every provider)."
+            ),
+        },
+    )
+    twin = _object(
+        "The twin namespace on one provider.",
+        {
+            "clusterID": _cluster_id("The provider's cluster ID."),
+            "clusterName": _string("The provider's human-readable name."),
+            "remoteNamespace": _string("The twin namespace's name on the provider."),
+            "phase": _enum("The twin namespace's state.", TWIN_PHASES),
+            "message": _string("Why, when it is not Ready."),
+        },
+        required=("clusterID",),
+    )
+    status = _object(
+        "The observed state of the offloading.",
+        {
+            "remoteNamespaceName": _string("The twin namespaces' name on every provider."),
+            "offloadingPhase": _enum("The state of the offloading as a whole.", OFFLOADING_PHASES),
+            "remoteNamespacesConditions": {
+                "type": "array",
+                "description": "The twin namespace on each selected provider.",
+                "items": twin,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["clusterID"],
+            },
+        },
+    )
+    crd = _crd(
+        NAMESPACE_OFFLOADINGS,
+        short_name="nsof",
+        description="Extends its namespace to the selected providers, where its pods may then run.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Pod Strategy", ".spec.podOffloadingStrategy"),
+            _column("Mapping", ".spec.namespaceMappingStrategy"),
+            _column("Remote Namespace", ".status.remoteNamespaceName"),
+            _column("Phase", ".status.offloadingPhase"),
+        ],
+    )
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    root["x-kubernetes-validations"] = [
+        {
+            "rule": f"self.metadata.name == '{names.OFFLOADING}'",
+            "message": f"a NamespaceOffloading must be named {names.OFFLOADING!r} (one per namespace)",
+        },
+        {
+            "rule": "!has(oldSelf.spec) || self.spec.namespaceMappingStrategy == oldSelf.spec.namespaceMappingStrategy",
+            "message": "namespaceMappingStrategy is immutable: unoffload and offload again to change it",
+        },
+    ]
+    return crd
+
+
+def namespace_map_crd() -> dict[str, Any]:
+    """NamespaceMap (namespaced, provider side, named after the consumer's ID): the twins a consumer wants."""
+    twin = _object(
+        "The twin of one home namespace.",
+        {
+            "remoteNamespace": _string("The twin namespace's name here."),
+            "phase": _enum("The twin namespace's state.", TWIN_PHASES),
+            "message": _string("Why, when it is not Ready."),
+        },
+    )
+    spec = _object(
+        "The consumer's offloaded namespaces and the name of their twins here.",
+        {
+            "consumerClusterID": _cluster_id("The consumer's cluster ID."),
+            "mappings": _string_map("Home namespace to twin namespace name."),
+        },
+        required=("consumerClusterID",),
+    )
+    status = _object(
+        "The twins this cluster created.",
+        {"mappings": {"type": "object", "description": "Home namespace to twin.", "additionalProperties": twin}},
+    )
+    return _crd(
+        NAMESPACE_MAPS,
+        short_name="nm",
+        description="The namespaces a consumer cluster extends here, and their twins.",
+        spec=spec,
+        status=status,
+        columns=[_column("Consumer", ".spec.consumerClusterID")],
+    )
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD of liqo, in the order of :data:`liqo.api.resources.ALL`."""
     return [
@@ -459,4 +654,7 @@ def all_crds() -> list[dict[str, Any]]:
         resource_offer_crd(),
         sharing_policy_crd(),
         virtual_node_crd(),
+        shadow_pod_crd(),
+        namespace_offloading_crd(),
+        namespace_map_crd(),
     ]

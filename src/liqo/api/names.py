@@ -57,3 +57,36 @@ def peer_user(cluster_id: str) -> str:
 def peer_labels(cluster_id: str) -> dict[str, str]:
     """The labels of every object liqo creates about peer ``cluster_id``."""
     return {MANAGED_BY: MANAGED_BY_VALUE, REMOTE_CLUSTER_ID: cluster_id}
+
+
+# -- offloading ------------------------------------------------------------------------------------------
+
+OFFLOADING = "offloading"
+"""The only name a NamespaceOffloading may have: one per namespace, as in Liqo."""
+SCHEDULING_ENABLED = "liqo.io/scheduling-enabled"
+"""``"true"`` on home namespaces being offloaded: the pod webhook is called for those only."""
+ORIGIN_NAMESPACE = "liqo.io/origin-namespace"
+"""On twin namespaces (provider side): the home namespace they stand for."""
+VIRTUAL_NODE_TAINT = "virtual-node.liqo.io/not-allowed"
+"""Key of the NoExecute taint on virtual nodes; only pods the webhook let through tolerate it."""
+SHADOW_POD = "liqo.io/shadow-pod"
+"""On pods a provider runs for a consumer: the name of their ShadowPod (same namespace)."""
+HOME_POD_UID = "liqo.io/home-pod-uid"
+"""On ShadowPods and their pods: the UID of the home pod they stand for."""
+SKIP_REFLECTION = "liqo.io/skip-reflection"
+"""``"true"`` on a ConfigMap or Secret: never copy it to providers."""
+TWIN_PREFIX_LENGTH = 8
+"""How many characters of the home cluster ID suffix a twin namespace's DefaultName."""
+_DNS_LABEL_MAX = 63
+
+
+def twin_namespace(namespace: str, *, home_cluster_id: str, enforce_same_name: bool = False) -> str:
+    """The provider-side name of home ``namespace`` (``<ns>-<home-id-prefix>`` unless the same name is enforced).
+
+    The suffix keeps two consumers' namespaces of the same name apart on one provider; a long name is cut so
+    that the result stays a DNS label and the suffix survives.
+    """
+    if enforce_same_name:
+        return namespace
+    suffix = "-" + home_cluster_id[:TWIN_PREFIX_LENGTH]
+    return namespace[: _DNS_LABEL_MAX - len(suffix)].rstrip("-") + suffix

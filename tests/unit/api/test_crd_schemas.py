@@ -23,6 +23,9 @@ SHORT_NAMES = {
     "ResourceOffer": "ro",
     "SharingPolicy": "sp",
     "VirtualNode": "vn",
+    "ShadowPod": "shp",
+    "NamespaceOffloading": "nsof",
+    "NamespaceMap": "nm",
 }
 # `.field`, optionally followed by a filter on a list item: `[?(@.key=="value")]`.
 SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\])?')

@@ -73,6 +73,8 @@ SHADOW_POD = "liqo.io/shadow-pod"
 """On pods a provider runs for a consumer: the name of their ShadowPod (same namespace)."""
 HOME_POD_UID = "liqo.io/home-pod-uid"
 """On ShadowPods and their pods: the UID of the home pod they stand for."""
+GRACE_PERIOD = "liqo.io/grace-period-seconds"
+"""On a ShadowPod about to be deleted: the home pod's grace period, which the provider honours."""
 SKIP_REFLECTION = "liqo.io/skip-reflection"
 """``"true"`` on a ConfigMap or Secret: never copy it to providers."""
 TWIN_PREFIX_LENGTH = 8

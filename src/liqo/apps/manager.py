@@ -24,6 +24,7 @@ from aiohttp import web
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
 from liqo.kube import kubeconfig, pki
 from liqo.kube.cache import SharedInformers
@@ -37,7 +38,6 @@ from liqo.kube.waiting import poll_until
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import Issued, PeerDenied, Provisioner, auth_app
 from liqo.peering.caches import PeeringCaches
-from liqo.peering.identities import PeerClients
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
 from liqo.peering.outgoing import OutgoingPeering

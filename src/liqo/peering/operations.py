@@ -18,13 +18,13 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
-from liqo.peering.identities import kubeconfig_of
 from liqo.peering.tenants import tenant_namespace_manifest
 
 Progress = Callable[[str], None]

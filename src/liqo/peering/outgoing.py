@@ -18,6 +18,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.peers import PeerClients
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
@@ -27,7 +28,7 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
-from liqo.peering.identities import PeerClients, identity_secret, renewal_due, token_of
+from liqo.peering.identities import identity_secret, renewal_due, token_of
 from liqo.peering.observations import Observation, Observations
 from liqo.peering.tenants import tenant_namespace_manifest
 

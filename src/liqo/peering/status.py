@@ -16,12 +16,13 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError
 from liqo.peering.caches import PeeringCaches
-from liqo.peering.identities import PeerClients, expires_at
+from liqo.peering.identities import expires_at
 from liqo.peering.observations import Observation, Observations
 from liqo.peering.outgoing import wants_outgoing
 

@@ -37,7 +37,7 @@ Key = tuple[Kind, str]
 
 
 class PeerClientSource(Protocol):
-    """Where clients to providers come from (``liqo.peering.identities.PeerClients``)."""
+    """Where clients to providers come from (``liqo.api.peers.PeerClients``)."""
 
     def get(self, provider_id: str) -> KubeClient | None:
         """The client for ``provider_id``, if we hold an identity."""

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
@@ -33,6 +34,7 @@ from liqo.kube.resources import (
     CONFIGMAPS,
     CRDS,
     DEPLOYMENTS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     SECRETS,
     SERVICE_ACCOUNTS,
@@ -43,11 +45,12 @@ from liqo.kube.waiting import poll_until
 from liqo.local import clusters
 from liqo.local.components import Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
+from liqo.offloading.registration import WEBHOOK_CONFIGURATION
 
 Progress = Callable[[str], None]
 
 _KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
-BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES)}
+BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS)}
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
 UNINSTALL_DEADLINE = 120.0
@@ -76,11 +79,17 @@ class LocalManager:
     cluster: str
     directory: Path
     port: int
+    kubelet_port: int
 
     @property
     def auth_url(self) -> str:
         """The authentication endpoint on loopback."""
         return f"https://127.0.0.1:{self.port}"
+
+    def webhook_client_config(self) -> dict[str, Any]:
+        """The pod webhook on the loopback endpoint, whose certificate the cluster's CA signs."""
+        ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
+        return manifests.webhook_url_client_config(auth_url=self.auth_url, ca_pem=ca)
 
     def component(self, *, identity_ttl: int) -> Component:
         """The manager as a component of the cluster's supervisor."""
@@ -98,6 +107,30 @@ class LocalManager:
                 f"--identity-ttl={identity_ttl}",
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=ca),
+            after=["kube-apiserver"],
+        )
+
+    def virtual_kubelet_component(self) -> Component:
+        """The virtual kubelet as a component of the cluster's supervisor, its kubelet API on loopback.
+
+        The API server verifies kubelets with the cluster CA, hence a serving pair from that CA; the API
+        server's own client certificate (same CA) is what the kubelet API requires in turn.
+        """
+        ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
+        return Component(
+            name=manifests.VIRTUAL_KUBELET,
+            argv=[
+                sys.executable,
+                "-m",
+                "liqo.apps.virtualkubelet",
+                f"--kubeconfig={self.directory / 'virtual-kubelet.kubeconfig'}",
+                f"--listen=127.0.0.1:{self.kubelet_port}",
+                "--node-address=127.0.0.1",
+                f"--cert={self.directory / 'kubelet.crt'}",
+                f"--key={self.directory / 'kubelet.key'}",
+                f"--client-ca={ca}",
+            ],
+            probe=Probe(url=f"https://127.0.0.1:{self.kubelet_port}/healthz", ca=ca),
             after=["kube-apiserver"],
         )
 
@@ -130,6 +163,7 @@ async def plan(
         image=options.image,
         identity_ttl=options.identity_ttl,
         workload=local is None,
+        webhook_client_config=local.webhook_client_config() if local else None,
     )
     return items, identity
 
@@ -163,21 +197,33 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             raise InstallError(
                 f"peerings are still active ({', '.join(active)}): unpeer first, or uninstall with --purge"
             )
+    # The webhook goes first: with failurePolicy Fail, once the manager is gone every pod created in a
+    # namespace still labelled for offloading would be refused.
+    with contextlib.suppress(NotFoundError):
+        await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION)
     local = local_manager(client)
     if local is not None:
-        progress(f"stopping the manager of local cluster {local.cluster}")
-        await asyncio.to_thread(clusters.remove_components, local.cluster, [manifests.MANAGER])
+        progress(f"stopping the manager and the virtual kubelet of local cluster {local.cluster}")
+        await asyncio.to_thread(
+            clusters.remove_components, local.cluster, [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+        )
     else:
-        for resource, name in ((DEPLOYMENTS, manifests.MANAGER), (SERVICES, manifests.AUTH_SERVICE)):
+        workloads = (
+            (DEPLOYMENTS, manifests.MANAGER),
+            (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
+            (SERVICES, manifests.AUTH_SERVICE),
+        )
+        for resource, name in workloads:
             with contextlib.suppress(NotFoundError):
                 await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
     if purge:
         progress("deleting liqo resources, tenant namespaces and CRDs")
         await _purge(client)
     progress("deleting RBAC and the liqo namespace")
-    for resource, name in ((CLUSTER_ROLE_BINDINGS, manifests.MANAGER), (CLUSTER_ROLES, manifests.MANAGER)):
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, name)
+    for resource in (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES):
+        for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
+            with contextlib.suppress(NotFoundError):
+                await client.delete(resource, name)
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
@@ -238,26 +284,36 @@ def local_manager(client: KubeClient) -> LocalManager | None:
     if name is None:
         return None
     directory = ClusterDir.named(name).root / "liqo"
-    return LocalManager(cluster=name, directory=directory, port=_local_auth_port(name))
+    auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
+    kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
+    fresh = iter(free_ports(2))
+    return LocalManager(
+        cluster=name, directory=directory, port=auth or next(fresh), kubelet_port=kubelet or next(fresh)
+    )
 
 
-def _local_auth_port(name: str) -> int:
-    """The auth port a previous install chose (kept so peers' auth URLs stay valid), or a free one."""
+def _kept_port(name: str, component_name: str, flag: str) -> int | None:
+    """The port a previous install chose (kept: peers' auth URLs and nodes' kubelet endpoints stay valid)."""
     for component in clusters.components(name):
-        if component.name == manifests.MANAGER:
+        if component.name == component_name:
             for arg in component.argv:
-                if arg.startswith("--auth-address="):
+                if arg.startswith(flag):
                     return int(arg.rsplit(":", 1)[1])
-    return free_ports(1)[0]
+    return None
 
 
 def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     local.directory.mkdir(parents=True, exist_ok=True)
     clusters.issue_client_kubeconfig(local.cluster, user=manifests.MANAGER, path=local.directory / "manager.kubeconfig")
     clusters.issue_serving_pair(local.cluster, cert=local.directory / "auth.crt", key=local.directory / "auth.key")
-    clusters.add_components(
-        local.cluster, [local.component(identity_ttl=options.identity_ttl)], timeout=MANAGER_DEADLINE
+    clusters.issue_client_kubeconfig(
+        local.cluster, user=manifests.VIRTUAL_KUBELET, path=local.directory / "virtual-kubelet.kubeconfig"
     )
+    clusters.issue_serving_pair(
+        local.cluster, cert=local.directory / "kubelet.crt", key=local.directory / "kubelet.key"
+    )
+    components = [local.component(identity_ttl=options.identity_ttl), local.virtual_kubelet_component()]
+    clusters.add_components(local.cluster, components, timeout=MANAGER_DEADLINE)
 
 
 async def wait_crds_established(client: KubeClient) -> None:

@@ -7,6 +7,7 @@ process under the cluster's supervisor. ``--dry-run`` prints exactly this list.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import orjson
@@ -14,9 +15,13 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.crds import all_crds
+from liqo.offloading import registration
 
 MANAGER = "liqo-manager"
 """Name of the manager's ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment, and local user."""
+VIRTUAL_KUBELET = "liqo-virtual-kubelet"
+"""Name of the virtual kubelet's ServiceAccount, ClusterRole, binding, Deployment, and local user."""
+KUBELET_PORT = 10250
 AUTH_SERVICE = "liqo-auth"
 AUTH_PORT = 8443
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
@@ -42,7 +47,9 @@ def manager_rules() -> list[dict[str, Any]]:
     return [
         {"apiGroups": liqo_groups, "resources": ["*"], "verbs": ["*"]},
         {"apiGroups": [""], "resources": ["namespaces", "secrets", "resourcequotas", "configmaps"], "verbs": ["*"]},
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        # Pods: read for capacity; create and delete for the ShadowPods it runs as a provider.
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
@@ -63,28 +70,57 @@ def manager_rules() -> list[dict[str, Any]]:
             "resourceNames": ["kubernetes.io/kube-apiserver-client"],
             "verbs": ["approve"],
         },
+        {
+            # Its own webhook registration only: it publishes its serving CA there (real clusters).
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": [registration.WEBHOOK_CONFIGURATION],
+            "verbs": ["get", "patch"],
+        },
     ]
 
 
-def manager_rbac() -> list[Manifest]:
+def virtual_kubelet_rules() -> list[dict[str, Any]]:
+    """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
+
+    Secrets are read for the identities on providers (label-selected, but RBAC cannot express that).
+    """
+    read = ["get", "list", "watch"]
+    return [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": [*read, "create", "update", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "delete"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+        {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": read},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": [*read, "create", "update", "patch"]},
+        {
+            "apiGroups": [liqo_resources.VIRTUAL_KUBELET, liqo_resources.OFFLOADING],
+            "resources": ["virtualnodes", "namespaceoffloadings"],
+            "verbs": read,
+        },
+    ]
+
+
+def component_rbac(name: str, rules: list[dict[str, Any]]) -> list[Manifest]:
     """ServiceAccount, ClusterRole and its binding (to the ServiceAccount, and to the local-mode user)."""
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(MANAGER)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": _meta(MANAGER, namespace=None),
-            "rules": manager_rules(),
+            "metadata": _meta(name, namespace=None),
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": _meta(MANAGER, namespace=None),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MANAGER},
+            "metadata": _meta(name, namespace=None),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [
-                {"kind": "ServiceAccount", "name": MANAGER, "namespace": names.LIQO_NAMESPACE},
-                # On a local cluster the manager is a host process with a certificate for this user.
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": MANAGER},
+                {"kind": "ServiceAccount", "name": name, "namespace": names.LIQO_NAMESPACE},
+                # On a local cluster the component is a host process with a certificate for this user.
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name},
             ],
         },
     ]
@@ -164,6 +200,88 @@ def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
     ]
 
 
+def virtual_kubelet_workload(*, image: str) -> Manifest:
+    """The virtual kubelet as a Deployment (real clusters): the API server reaches it at its pod IP."""
+    labels = {"app.kubernetes.io/name": VIRTUAL_KUBELET}
+    container = {
+        "name": "virtual-kubelet",
+        "image": image,
+        "command": ["python", "-m", "liqo.apps.virtualkubelet"],
+        "args": [f"--listen=0.0.0.0:{KUBELET_PORT}", "--node-address=$(POD_IP)"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(VIRTUAL_KUBELET) | {"labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, **labels}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"serviceAccountName": VIRTUAL_KUBELET, "containers": [container]},
+            },
+        },
+    }
+
+
+def webhook_service_client_config() -> dict[str, Any]:
+    """How the API server reaches the pod webhook on a real cluster: the manager's Service.
+
+    No ``caBundle``: each manager publishes its serving CA at start-up (:mod:`liqo.offloading.registration`).
+    """
+    return {
+        "service": {"namespace": names.LIQO_NAMESPACE, "name": AUTH_SERVICE, "path": registration.PATH, "port": 443}
+    }
+
+
+def webhook_url_client_config(*, auth_url: str, ca_pem: bytes) -> dict[str, Any]:
+    """How the API server reaches the pod webhook of a local cluster: the manager's loopback endpoint."""
+    return {"url": f"{auth_url.rstrip('/')}{registration.PATH}", "caBundle": base64.b64encode(ca_pem).decode()}
+
+
+def pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
+    """The registration of the pod mutating webhook (docs/offloading.md, "Pod webhook").
+
+    Called for pod creations in namespaces labelled for offloading only, so a manager that is down holds
+    up those pods alone; ``Fail`` because an unplaced pod would silently ignore the namespace's strategy.
+    """
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": _meta(registration.WEBHOOK_CONFIGURATION, namespace=None),
+        "webhooks": [
+            {
+                "name": registration.WEBHOOK_NAME,
+                "clientConfig": client_config,
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {names.SCHEDULING_ENABLED: "true"}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+                "reinvocationPolicy": "Never",
+            }
+        ],
+    }
+
+
 def manifests(
     *,
     cluster_id: str,
@@ -175,8 +293,13 @@ def manifests(
     image: str,
     identity_ttl: int,
     workload: bool,
+    webhook_client_config: dict[str, Any] | None = None,
 ) -> list[Manifest]:
-    """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployment and Service."""
+    """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployment and Service.
+
+    The pod webhook's registration comes last, once what serves it is in place; ``webhook_client_config``
+    says how the API server reaches it (default: through the manager's Service).
+    """
     identity = cluster_identity(
         cluster_id=cluster_id,
         cluster_name=cluster_name,
@@ -184,7 +307,15 @@ def manifests(
         api_server_url=api_server_url,
         auth_url=auth_url,
     )
-    items = [*all_crds(), namespace(), *manager_rbac(), identity, auth_token_secret(token)]
+    items = [
+        *all_crds(),
+        namespace(),
+        *component_rbac(MANAGER, manager_rules()),
+        *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
+        identity,
+        auth_token_secret(token),
+    ]
     if workload:
-        items += manager_workload(image=image, identity_ttl=identity_ttl)
+        items += [*manager_workload(image=image, identity_ttl=identity_ttl), virtual_kubelet_workload(image=image)]
+    items.append(pod_webhook_configuration(client_config=webhook_client_config or webhook_service_client_config()))
     return items

@@ -369,6 +369,18 @@ class KubeClient:
         result: dict[str, Any] = await self.request("DELETE", resource.path(namespace=namespace, name=name), body=body)
         return result
 
+    async def stream(self, path: str, *, params: Params | None = None) -> AsyncIterator[bytes]:
+        """GET ``path`` and yield the body as it arrives (``pods/log?follow=true``); no total deadline."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        response = await self._send("GET", path, params=params, body=None, content_type=None, timeout=timeout)
+        try:
+            async for chunk in response.content.iter_any():
+                yield chunk
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise UnreachableError(f"{self.name}: GET {path}: {exc}") from exc
+        finally:
+            response.release()
+
     async def watch(
         self,
         resource: Resource,

@@ -1,0 +1,113 @@
+"""``python -m liqo.apps.virtualkubelet``: the virtual kubelet of one cluster, for all its virtual nodes.
+
+Wiring only. The kubelet API (HTTPS) is served from the start; the virtual nodes run in the replica that
+holds the ``liqo-virtual-kubelet`` Lease. Separate from the manager so that either can die (a required
+fault drill) without taking the other along; docs/offloading.md says why one process serves every node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+import ssl
+import sys
+
+from aiohttp import web
+
+from liqo.api import names
+from liqo.api.identity import read_identity
+from liqo.kube import kubeconfig, pki
+from liqo.kube.client import KubeClient
+from liqo.kube.events import EventRecorder
+from liqo.kube.leaderelection import LeaderElector
+from liqo.kube.waiting import poll_until
+from liqo.virtualkubelet.kubeletapi import kubelet_app
+from liqo.virtualkubelet.kubelets import VirtualKubelets
+
+log = logging.getLogger("liqo.virtualkubelet")
+
+LEASE = "liqo-virtual-kubelet"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The virtual kubelet's flags."""
+    parser = argparse.ArgumentParser(prog="liqo-virtual-kubelet", description=__doc__.splitlines()[0])
+    parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
+    parser.add_argument("--listen", default="0.0.0.0:10250", help="HOST:PORT of the kubelet API")
+    parser.add_argument("--node-address", default="127.0.0.1", help="the nodes' InternalIP (where we listen)")
+    parser.add_argument("--cert", help="TLS certificate of the kubelet API (default: self-signed)")
+    parser.add_argument("--key", help="TLS key of the kubelet API")
+    parser.add_argument("--client-ca", help="CA the API server's client certificate must chain to")
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    if args.cert and args.key:
+        context.load_cert_chain(args.cert, args.key)
+    else:
+        pair = pki.issue(pki.make_ca("liqo-kubelet-ca"), common_name="liqo-virtual-kubelet", server=True)
+        kubeconfig.load_cert_chain(context, pair.cert.decode(), pair.key.decode())
+    if args.client_ca:
+        # Optional at the TLS level so that health probes need no certificate; the kubelet endpoints refuse
+        # requests without one (kubeletapi).
+        context.load_verify_locations(args.client_ca)
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Serve the kubelet API, campaign for the lease, run the virtual nodes while leading."""
+    access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
+    host, _, port = args.listen.rpartition(":")
+    async with KubeClient(access=access, name="local") as client:
+        local = await poll_until(
+            lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
+        )
+        identity = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        kubelets = VirtualKubelets(
+            client=client,
+            home_cluster_id=local.cluster_id,
+            address=args.node_address,
+            port=int(port),
+            holder=identity,
+            events=EventRecorder(client=client, component="liqo-virtual-kubelet", host=socket.gethostname()),
+        )
+
+        def locate(namespace: str, pod: str) -> tuple[KubeClient, str] | None:
+            reflector = kubelets.reflector_for(namespace, pod)
+            return reflector.remote_of(namespace, pod) if reflector else None
+
+        runner = web.AppRunner(kubelet_app(locate=locate, require_client_cert=bool(args.client_ca)), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, host, int(port), ssl_context=_tls(args)).start()
+        log.info("kubelet API on https://%s", args.listen)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        elector = LeaderElector(client=client, namespace=names.LIQO_NAMESPACE, name=LEASE, identity=identity)
+        campaign = asyncio.create_task(elector.run(kubelets.run))
+        await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        campaign.cancel()
+        await asyncio.gather(campaign, return_exceptions=True)
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
+    )
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

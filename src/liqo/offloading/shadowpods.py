@@ -1,0 +1,167 @@
+"""The provider's side of offloaded pods: every ShadowPod gets a real pod, for as long as it exists.
+
+The consumer never creates pods here: it asks with a ShadowPod, and this controller decides. That is what
+makes offloaded pods survive the consumer: if the home cluster is unreachable (split brain) nothing
+deletes the ShadowPod, so a pod that dies or is deleted by hand is simply created again. A ShadowPod
+carries a finalizer so that its deletion is seen even by a restarted controller, and the real pod is then
+deleted with the grace period the consumer asked for (the home pod's), before the ShadowPod is let go.
+The pod also has the ShadowPod as controlling owner: should the finalizer be removed by hand, the garbage
+collector still removes the pod.
+
+Keyed by ``namespace/name`` (a ShadowPod and its pod share both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from liqo.api import names
+from liqo.api.resources import SHADOW_PODS
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller
+from liqo.kube.errors import ApiError, ConflictError, NotFoundError
+from liqo.kube.events import EventRecorder
+from liqo.kube.resources import PODS
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def pod_from_shadow(shadow: Obj) -> Obj:
+    """The real pod created for ``shadow``, controlled by it (pure)."""
+    meta = shadow["metadata"]
+    labels = dict(meta.get("labels") or {}) | {names.SHADOW_POD: meta["name"]}
+    annotations = dict(meta.get("annotations") or {}) | {names.HOME_POD_UID: shadow["spec"].get("homePodUID", "")}
+    owner = {
+        "apiVersion": SHADOW_PODS.api_version,
+        "kind": SHADOW_PODS.kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": shadow["spec"]["pod"],
+    }
+
+
+def made_for(pod: Obj, shadow: Obj) -> bool:
+    """Whether ``pod`` was made for this very ShadowPod, not for a deleted namesake (pure)."""
+    return any(o.get("uid") == shadow["metadata"].get("uid") for o in pod["metadata"].get("ownerReferences") or [])
+
+
+def grace_period(shadow: Obj) -> int | None:
+    """The grace period the consumer asked for the pod's deletion, if any (pure)."""
+    value = (shadow["metadata"].get("annotations") or {}).get(names.GRACE_PERIOD)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _key(obj: Obj) -> list[str]:
+    meta = obj["metadata"]
+    return [f"{meta['namespace']}/{meta['name']}"]
+
+
+class ShadowPods:
+    """Creates, re-creates and deletes the pods of every ShadowPod in this cluster."""
+
+    def __init__(self, *, client: KubeClient, informers: SharedInformers, events: EventRecorder) -> None:
+        self._client = client
+        self._events = events
+        self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
+        self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
+        self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=4)
+        self.controller.watch(self.shadows, _key)
+        self.controller.watch(self.pods, _key)
+
+    async def reconcile(self, key: str) -> None:
+        """Converge the pod of ShadowPod ``key``."""
+        namespace, name = key.split("/", 1)
+        shadow = self.shadows.store.get(key)
+        pod = self.pods.store.get(key)
+        if shadow is None:
+            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+                # Its ShadowPod is gone (the garbage collector would get there too, later).
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
+            return
+        if shadow["metadata"].get("deletionTimestamp"):
+            await self._release(shadow, pod)
+            return
+        if names.FINALIZER not in (shadow["metadata"].get("finalizers") or []):
+            finalizers = [*(shadow["metadata"].get("finalizers") or []), names.FINALIZER]
+            await self._client.patch(
+                SHADOW_PODS,
+                name,
+                {"metadata": {"finalizers": finalizers, "resourceVersion": shadow["metadata"]["resourceVersion"]}},
+                namespace=namespace,
+            )
+            return  # the update comes back through the informer
+        if pod is not None and not made_for(pod, shadow):
+            if not pod["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
+            return
+        if pod is None:
+            await self._create(shadow)
+
+    async def _create(self, shadow: Obj) -> None:
+        meta = shadow["metadata"]
+        try:
+            await self._client.create(PODS, pod_from_shadow(shadow))
+        except ConflictError:
+            return  # created meanwhile (the informer is behind): the pod's event re-queues us
+        except ApiError as exc:
+            if exc.status in (400, 403, 422):  # refused: quota, admission, validation
+                await self._set_status(shadow, {"phase": "Refused", "message": exc.message})
+                await self._events.record(shadow, type="Warning", reason="PodRefused", message=exc.message)
+            raise
+        if (shadow.get("status") or {}).get("phase") != "Created":
+            await self._set_status(shadow, {"phase": "Created", "message": ""})
+        log.info("created pod %s/%s", meta["namespace"], meta["name"])
+
+    async def _set_status(self, shadow: Obj, status: Obj) -> None:
+        meta = shadow["metadata"]
+        body = {
+            "apiVersion": SHADOW_PODS.api_version,
+            "kind": SHADOW_PODS.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": status,
+        }
+        with contextlib.suppress(NotFoundError):
+            await self._client.apply(SHADOW_PODS, body, subresource="status")
+
+    async def _release(self, shadow: Obj, pod: Obj | None) -> None:
+        """Delete the pod with the consumer's grace period, then let the ShadowPod go."""
+        meta = shadow["metadata"]
+        if pod is not None:
+            if not pod["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(
+                        PODS,
+                        meta["name"],
+                        namespace=meta["namespace"],
+                        grace_period_seconds=grace_period(shadow),
+                        uid=pod["metadata"]["uid"],
+                    )
+            return  # the pod's deletion event re-queues us
+        finalizers = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
+        if finalizers != (meta.get("finalizers") or []):
+            with contextlib.suppress(NotFoundError):
+                await self._client.patch(
+                    SHADOW_PODS,
+                    meta["name"],
+                    {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
+                    namespace=meta["namespace"],
+                )

@@ -1,0 +1,184 @@
+"""One virtual kubelet per VirtualNode, inside one process: started, restarted and stopped as they come and go.
+
+Each VirtualNode gets a :class:`NodeController` (Node, Lease, health) and, once an identity on its
+provider exists, a :class:`~liqo.virtualkubelet.pods.PodReflector`. A renewed identity restarts the
+reflector with the new client: its informers re-list, and reconciling from fresh caches is idempotent, so
+nothing is lost or doubled. A deleted VirtualNode (unpeer, a withdrawn offer) stops both and deletes the
+Node; pods still bound to it are then deleted by the cluster's pod garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from liqo.api.peers import IDENTITY_LABEL, PeerClients
+from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
+from liqo.kube.client import KubeClient
+from liqo.kube.events import EventRecorder
+from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.resources import SECRETS
+from liqo.virtualkubelet.node import NodeController
+from liqo.virtualkubelet.pods import PodReflector
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class _Running:
+    """What runs for one VirtualNode."""
+
+    node: NodeController
+    node_task: asyncio.Task[None]
+    provider_id: str
+    reflector: PodReflector | None = None
+    reflector_task: asyncio.Task[None] | None = None
+    client: KubeClient | None = field(default=None)
+
+
+class VirtualKubelets:
+    """Follows the VirtualNodes of this cluster and runs a virtual kubelet for each."""
+
+    def __init__(
+        self, *, client: KubeClient, home_cluster_id: str, address: str, port: int, holder: str, events: EventRecorder
+    ) -> None:
+        self._client = client
+        self._home_cluster_id = home_cluster_id
+        self._address = address
+        self._port = port
+        self._holder = holder
+        self._events = events
+        self.virtual_nodes = Informer(client=client, resource=VIRTUAL_NODES)
+        self.identities = Informer(client=client, resource=SECRETS, label_selector=f"{IDENTITY_LABEL}=true")
+        self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
+        self.peers = PeerClients(on_change=self._identity_changed)
+        self.running: dict[str, _Running] = {}
+        self._dirty = asyncio.Event()
+        self.virtual_nodes.add_handler(
+            HandlerFuncs(add=self._mark, update=lambda _old, new: self._mark(new), delete=self._mark)
+        )
+        self.offloadings.add_handler(
+            HandlerFuncs(
+                add=self._offloadings_changed,
+                update=lambda _old, new: self._offloadings_changed(new),
+                delete=self._offloadings_changed,
+            )
+        )
+        self.identities.add_handler(
+            HandlerFuncs(
+                add=self.peers.update,
+                update=lambda _old, secret: self.peers.update(secret),
+                delete=self.peers.remove,
+            )
+        )
+
+    def _mark(self, _obj: Obj | None = None) -> None:
+        for running in self.running.values():
+            running.node.changed()
+        self._dirty.set()
+
+    def _offloadings_changed(self, _obj: Obj | None = None) -> None:
+        for running in self.running.values():
+            if running.reflector is not None:
+                running.reflector.twins_changed()
+
+    def _identity_changed(self, provider_id: str) -> None:
+        for running in self.running.values():
+            if running.provider_id == provider_id:
+                running.node.changed()
+        self._dirty.set()
+
+    def reflector_for(self, namespace: str, pod: str) -> PodReflector | None:
+        """The reflector running home pod ``namespace/pod`` (for the kubelet API)."""
+        for running in self.running.values():
+            if running.reflector is not None and running.reflector.pods.store.get(f"{namespace}/{pod}") is not None:
+                return running.reflector
+        return None
+
+    async def run(self) -> None:
+        """Run until cancelled; on the way out stop every node (the Nodes stay: a new leader takes them)."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                for informer in (self.virtual_nodes, self.identities, self.offloadings):
+                    group.create_task(informer.run())
+                for informer in (self.virtual_nodes, self.identities, self.offloadings):
+                    await informer.wait_synced()
+                group.create_task(self._converge_forever())
+        finally:
+            for key in list(self.running):
+                await self._stop(key, delete_node=False)
+            await self.peers.close()
+
+    async def _converge_forever(self) -> None:
+        while True:
+            self._dirty.clear()
+            await self.converge()
+            await self._dirty.wait()
+
+    async def converge(self) -> None:
+        """Start, restart and stop virtual kubelets to match the VirtualNodes and identities."""
+        wanted = {
+            f"{vn['metadata']['namespace']}/{vn['metadata']['name']}": vn
+            for vn in self.virtual_nodes.store.list()
+            if not vn["metadata"].get("deletionTimestamp")
+        }
+        for key in set(self.running) - set(wanted):
+            await self._stop(key, delete_node=True)
+        for key, vn in wanted.items():
+            running = self.running.get(key) or self._start(key, vn)
+            client = self.peers.get(running.provider_id)
+            if client is not running.client:
+                await self._restart_reflector(running, vn, client)
+
+    def _start(self, key: str, vn: Obj) -> _Running:
+        node = NodeController(
+            client=self._client,
+            virtual_node=lambda: self.virtual_nodes.store.get(key),
+            provider=lambda: self.peers.get(vn["spec"]["clusterID"]),
+            address=self._address,
+            port=self._port,
+            holder=self._holder,
+        )
+        task = asyncio.get_running_loop().create_task(node.run(), name=f"node {vn['metadata']['name']}")
+        running = _Running(node=node, node_task=task, provider_id=vn["spec"]["clusterID"])
+        self.running[key] = running
+        log.info("virtual node %s started", vn["metadata"]["name"])
+        return running
+
+    async def _restart_reflector(self, running: _Running, vn: Obj, client: KubeClient | None) -> None:
+        if running.reflector_task is not None:
+            running.reflector_task.cancel()
+            await asyncio.gather(running.reflector_task, return_exceptions=True)
+        running.reflector, running.reflector_task, running.client = None, None, client
+        if client is None:
+            return
+        reflector = PodReflector(
+            home=self._client,
+            provider=client,
+            node_name=vn["metadata"]["name"],
+            provider_id=running.provider_id,
+            home_cluster_id=self._home_cluster_id,
+            node_address=self._address,
+            offloadings=self.offloadings,
+            events=self._events,
+        )
+        running.reflector = reflector
+        running.reflector_task = asyncio.get_running_loop().create_task(
+            reflector.run(), name=f"pods {vn['metadata']['name']}"
+        )
+
+    async def _stop(self, key: str, *, delete_node: bool) -> None:
+        running = self.running.pop(key)
+        tasks = [t for t in (running.node_task, running.reflector_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if delete_node:
+            with contextlib.suppress(Exception):
+                await running.node.delete(key.split("/", 1)[1])
+            log.info("virtual node %s stopped and deleted", key)

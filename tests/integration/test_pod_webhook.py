@@ -1,0 +1,280 @@
+"""The pod webhook as the real API server calls it, on the session cluster with liqo installed.
+
+Pods are created through the API server and read back: whatever they carry was put there by the manager's
+webhook, over HTTPS, as registered by ``liqoctl install``. NamespaceOffloadings are created by hand
+(with the namespace's ``liqo.io/scheduling-enabled`` label, as the offloading controller would), so the
+webhook is tested on its own. The module installs liqo on the session cluster and removes it at the end;
+the last test checks what ``liqoctl uninstall`` leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from liqo.api import names
+from liqo.api.resources import NAMESPACE_OFFLOADINGS
+from liqo.install import manifests
+from liqo.install.installer import InstallOptions, install, uninstall
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS
+from liqo.local import clusters
+from liqo.offloading import registration
+from liqo.offloading.webhook import virtual_node_toleration
+from tests.helpers import LocalCluster, eventually, unique
+
+Object = dict[str, Any]
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+TYPE = names.VIRTUAL_NODE_TYPE
+LOCAL_TERM = {"matchExpressions": [{"key": TYPE, "operator": "NotIn", "values": [names.VIRTUAL_NODE]}]}
+SELECTOR = {"topology.liqo.io/region": "eu"}
+REMOTE_TERM = {
+    "matchExpressions": [
+        {"key": TYPE, "operator": "In", "values": [names.VIRTUAL_NODE]},
+        {"key": "topology.liqo.io/region", "operator": "In", "values": ["eu"]},
+    ]
+}
+
+
+def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """liqo on the session cluster for this module; uninstalled afterwards (a no-op if a test did)."""
+
+    async def run(action: Callable[[KubeClient], Awaitable[object]]) -> None:
+        async with cluster.client() as client:
+            await action(client)
+
+    asyncio.run(run(lambda c: install(c, InstallOptions(identity_ttl=600), progress=lambda _: None)))
+    yield cluster
+    asyncio.run(run(lambda c: uninstall(c, purge=False, progress=lambda _: None)))
+
+
+NamespaceFactory = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+async def make_namespace(installed: LocalCluster, kube: KubeClient) -> AsyncIterator[NamespaceFactory]:
+    """Namespaces (labelled for offloading or not, with a NamespaceOffloading or not), removed afterwards."""
+    made: list[str] = []
+
+    async def make(*, labelled: bool, strategy: str | None = None, selector: dict[str, str] | None = None) -> str:
+        name = unique("wh")
+        await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        made.append(name)
+        if strategy is not None:
+            spec: Object = {"podOffloadingStrategy": strategy, "clusterSelector": selector or {}}
+            await kube.create(
+                NAMESPACE_OFFLOADINGS,
+                {
+                    "apiVersion": NAMESPACE_OFFLOADINGS.api_version,
+                    "kind": NAMESPACE_OFFLOADINGS.kind,
+                    "metadata": {"name": names.OFFLOADING, "namespace": name},
+                    "spec": spec,
+                },
+            )
+        if labelled:  # after the NamespaceOffloading, as the offloading controller does (it unlabels otherwise)
+            await kube.patch(NAMESPACES, name, {"metadata": {"labels": {names.SCHEDULING_ENABLED: "true"}}})
+
+        async def has_default_service_account() -> bool:
+            try:
+                await kube.get(SERVICE_ACCOUNTS, "default", namespace=name)
+            except NotFoundError:
+                return False
+            return True
+
+        await eventually(has_default_service_account, timeout=30, message=f"default ServiceAccount in {name}")
+
+        async def webhook_consulted() -> bool:
+            # The API server matches namespaces from its own cache: a dry run tells when it sees the label.
+            return required_terms(await kube.create(PODS, pod(name), dry_run=True)) is not None
+
+        if labelled and strategy is not None:
+            await eventually(webhook_consulted, timeout=30, message=f"the webhook is called for pods in {name}")
+        return name
+
+    yield make
+    # NamespaceOffloadings first, while the manager runs: the offloading controller may hold a finalizer.
+    for name in made:
+        with contextlib.suppress(NotFoundError):
+            await kube.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=name)
+    for name in made:
+
+        async def offloading_gone(name: str = name) -> bool:
+            try:
+                await kube.get(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=name)
+            except NotFoundError:
+                return True
+            return False
+
+        await eventually(offloading_gone, timeout=60, message=f"NamespaceOffloading of {name} deleted")
+        with contextlib.suppress(NotFoundError):
+            await kube.delete(NAMESPACES, name)
+
+
+def pod(namespace: str, **spec: Any) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "web-", "namespace": namespace},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}], **spec},
+    }
+
+
+async def create_pod(kube: KubeClient, namespace: str, **spec: Any) -> Object:
+    created = await kube.create(PODS, pod(namespace, **spec))
+    return await kube.get(PODS, created["metadata"]["name"], namespace=namespace)
+
+
+def required_terms(pod_obj: Object) -> list[Object] | None:
+    node_affinity = (pod_obj["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+    terms: list[Object] | None = (node_affinity.get(REQUIRED) or {}).get("nodeSelectorTerms")
+    return terms
+
+
+def ours(pod_obj: Object) -> int:
+    return sum(1 for t in pod_obj["spec"].get("tolerations") or [] if t == virtual_node_toleration())
+
+
+@pytest.mark.parametrize(
+    ("strategy", "tolerated", "terms"),
+    [
+        ("Remote", True, [REMOTE_TERM]),
+        ("LocalAndRemote", True, [LOCAL_TERM, REMOTE_TERM]),
+        ("Local", False, [LOCAL_TERM]),
+    ],
+)
+async def test_the_api_server_has_the_webhook_place_new_pods_by_strategy(
+    kube: KubeClient, make_namespace: NamespaceFactory, strategy: str, tolerated: bool, terms: list[Object]
+) -> None:
+    namespace = await make_namespace(labelled=True, strategy=strategy, selector=SELECTOR)
+    created = await create_pod(kube, namespace)
+    assert ours(created) == (1 if tolerated else 0)
+    assert required_terms(created) == terms
+    # The API server's own default tolerations (not-ready, unreachable) are still there.
+    assert {t.get("key") for t in created["spec"]["tolerations"]} >= {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    }
+
+
+async def test_the_pods_own_affinity_and_tolerations_are_kept_and_anded(
+    kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    namespace = await make_namespace(labelled=True, strategy="Remote", selector=SELECTOR)
+    own_term = {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+    own_toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    created = await create_pod(
+        kube,
+        namespace,
+        tolerations=[own_toleration, virtual_node_toleration()],
+        affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [own_term]}}},
+    )
+    assert own_toleration in created["spec"]["tolerations"]
+    assert ours(created) == 1  # not duplicated
+    assert required_terms(created) == [
+        {"matchExpressions": own_term["matchExpressions"] + REMOTE_TERM["matchExpressions"]}
+    ]
+
+
+async def test_pods_outside_offloaded_namespaces_are_not_touched(
+    kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    namespace = await make_namespace(labelled=False)
+    created = await create_pod(kube, namespace)
+    assert ours(created) == 0
+    assert required_terms(created) is None
+
+
+async def test_with_the_manager_down_only_offloaded_namespaces_wait(
+    installed: LocalCluster, kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    offloaded = await make_namespace(labelled=True, strategy="Remote")
+    plain = await make_namespace(labelled=False)
+    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    try:
+        with pytest.raises(ApiError) as refused:
+            await kube.create(PODS, pod(offloaded))
+        assert f'failed calling webhook "{registration.WEBHOOK_NAME}"' in refused.value.message
+        assert required_terms(await create_pod(kube, plain)) is None
+    finally:
+        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+
+    placed: list[Object] = []
+
+    async def admitted_and_placed() -> bool:
+        try:  # the restarted manager refuses pods until its NamespaceOffloading cache is synced
+            placed.append(await create_pod(kube, offloaded))
+        except ApiError:
+            return False
+        return True
+
+    await eventually(admitted_and_placed, timeout=30, message="pods admitted again once the manager is back")
+    assert required_terms(placed[-1]) == [{"matchExpressions": REMOTE_TERM["matchExpressions"][:1]}]
+
+
+async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
+    installed: LocalCluster, kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    """The real-cluster path, minus the Deployment: the Secret every replica shares, the caBundle patch."""
+    namespace = await make_namespace(labelled=False)
+    dns = registration.service_dns_names(service="liqo-auth", namespace=namespace)
+    pairs = await asyncio.gather(
+        *(registration.shared_serving_pair(kube, namespace=namespace, dns_names=dns, labels={}) for _ in range(3))
+    )
+    assert len(set(pairs)) == 1  # concurrent replicas end up serving the same pair
+    stored = await kube.get(SECRETS, registration.SERVING_SECRET, namespace=namespace)
+    assert registration.pair_from_secret(stored) == pairs[0]
+
+    name = unique("liqo-test-mutator")
+    configuration = manifests.pod_webhook_configuration(
+        client_config={"service": {"namespace": namespace, "name": "liqo-auth", "path": "/mutate/pods"}}
+    )
+    configuration["metadata"]["name"] = name
+    hook = configuration["webhooks"][0]
+    hook["namespaceSelector"] = {"matchLabels": {unique("never"): "true"}}  # this test's only
+    hook["failurePolicy"] = "Ignore"
+    await kube.create(MUTATING_WEBHOOK_CONFIGURATIONS, configuration)
+    try:
+        assert await registration.publish_ca_bundle(kube, ca_pem=pairs[0].ca, name=name)
+        published = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
+        client_config = published["webhooks"][0]["clientConfig"]
+        assert base64.b64decode(client_config["caBundle"]).decode() == pairs[0].ca
+        assert client_config["service"]["name"] == "liqo-auth"
+        assert not await registration.publish_ca_bundle(kube, ca_pem=pairs[0].ca, name=name)  # already there
+    finally:
+        await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, name)
+
+
+async def test_install_dry_run_shows_it_and_uninstall_removes_it(
+    installed: LocalCluster, kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    """Last in the module: it uninstalls liqo (the module fixture's own uninstall is then a no-op)."""
+    kubeconfig = f"--kubeconfig={installed.kubeconfig}"
+    printed = await asyncio.to_thread(liqoctl, "install", "--dry-run", kubeconfig)
+    assert printed.returncode == 0, printed.stderr
+    assert "kind: MutatingWebhookConfiguration" in printed.stdout
+    assert f"name: {registration.WEBHOOK_CONFIGURATION}" in printed.stdout
+    registered = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
+    assert registered["webhooks"][0]["clientConfig"]["url"].endswith("/mutate/pods")
+
+    labelled = await make_namespace(labelled=True)
+    removed = await asyncio.to_thread(liqoctl, "uninstall", kubeconfig)
+    assert removed.returncode == 0, removed.stderr
+    with pytest.raises(NotFoundError):
+        await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
+    # Nobody is left to answer, and nobody is asked: pods in labelled namespaces are created as they are.
+    assert required_terms(await create_pod(kube, labelled)) is None

@@ -13,7 +13,7 @@ from liqo.api import names
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.resources import NAMESPACES, NODES, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
@@ -163,6 +163,8 @@ async def liqo_objects(client: KubeClient) -> list[str]:
         found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]
     namespaces, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
     found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
+    nodes, _ = await client.list_all(NODES, label_selector=f"{names.VIRTUAL_NODE_TYPE}={names.VIRTUAL_NODE}")
+    found += [f"Node {n['metadata']['name']}" for n in nodes]
     secrets, _ = await client.list_all(SECRETS, label_selector=names.REMOTE_CLUSTER_ID)
     found += [f"Secret {s['metadata']['namespace']}/{s['metadata']['name']}" for s in secrets]
     return found
@@ -171,7 +173,13 @@ async def liqo_objects(client: KubeClient) -> list[str]:
 async def expect_clean(*clients: KubeClient) -> None:
     for client in clients:
 
-        async def clean(client: KubeClient = client) -> bool:
-            return not await liqo_objects(client)
+        left: list[str] = []
 
-        await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
+        async def clean(client: KubeClient = client) -> bool:
+            left[:] = await liqo_objects(client)
+            return not left
+
+        try:
+            await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {', '.join(left)}") from None

@@ -115,8 +115,10 @@ class Supervisor:
                 await self._reconcile()
                 self._write_status()
                 self._wake.clear()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that races the event.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self._tick())
+                    async with asyncio.timeout(self._tick()):
+                        await self._wake.wait()
         finally:
             await self._stop_all()
             self._write_status(stopped=True)
@@ -275,7 +277,8 @@ class Supervisor:
         state.stopping = True
         _signal_group(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(state.exited.wait(), timeout=STOP_GRACE)
+            async with asyncio.timeout(STOP_GRACE):
+                await state.exited.wait()
         except TimeoutError:
             log.warning("%s did not stop within %.0fs: killing it", state.component.name, STOP_GRACE)
             _signal_group(process.pid, signal.SIGKILL)

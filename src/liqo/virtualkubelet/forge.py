@@ -272,3 +272,19 @@ def status_differs(home_pod: Obj, desired: Obj) -> bool:
         elif current.get(field) != value:
             return True
     return False
+
+
+_REPLACED_LISTS = ("podIPs", "hostIPs")
+"""Lists a strategic merge patch would merge by ``ip``: a re-created remote pod has a new IP, not two."""
+
+
+def status_patch(status: Obj) -> Obj:
+    """The strategic-merge body setting ``status`` on a home pod (pure).
+
+    Conditions merge by type (the scheduler's ``PodScheduled`` stays); the IP lists are replaced whole.
+    """
+    body = dict(status)
+    for field in _REPLACED_LISTS:
+        if field in body:
+            body[field] = [{"$patch": "replace"}, *body[field]]
+    return {"status": body}

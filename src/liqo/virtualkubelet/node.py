@@ -79,8 +79,11 @@ class NodeController:
                 await self.sync(now=loop.time())
             except KubeError as exc:
                 log.warning("virtual node sync failed: %s", exc)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel racing a change (then the
+            # node could never be stopped).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), RENEW_SECONDS)
+                async with asyncio.timeout(RENEW_SECONDS):
+                    await self._changed.wait()
 
     async def sync(self, *, now: float) -> None:
         """Apply the Node, its status (when it changed or is due) and renew its Lease."""

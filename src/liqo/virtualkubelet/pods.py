@@ -248,7 +248,7 @@ class PodReflector:
                 await self._home.patch(
                     PODS,
                     meta["name"],
-                    {"status": status},
+                    forge.status_patch(status),
                     namespace=meta["namespace"],
                     subresource="status",
                     patch_type="strategic",

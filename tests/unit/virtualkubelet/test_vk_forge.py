@@ -1,0 +1,222 @@
+"""The virtual kubelet's pure translations: node, lease, ShadowPod, status back-flow."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api import names
+from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
+from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.kubeletapi import log_params
+from liqo.virtualkubelet.pods import twins_on
+
+NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+
+
+def virtual_node(**resources: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "liqo-milan", "namespace": "liqo-tenant-m"},
+        "spec": {
+            "clusterID": "m",
+            "clusterName": "milan",
+            "resources": resources or {"cpu": "4", "memory": "8Gi"},
+            "labels": {"zone": "north"},
+        },
+    }
+
+
+def home_pod(**spec: Any) -> dict[str, Any]:
+    base = {
+        "nodeName": "liqo-milan",
+        "containers": [{"name": "c", "image": "nginx"}],
+        "tolerations": [{"key": names.VIRTUAL_NODE_TAINT, "operator": "Exists"}],
+    }
+    return {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "demo",
+            "uid": "u1",
+            "labels": {"app": "web"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "a"},
+        },
+        "spec": base | spec,
+    }
+
+
+def test_node_carries_the_labels_taint_and_offer() -> None:
+    node = forge.node_manifest(virtual_node())
+    labels = node["metadata"]["labels"]
+    assert labels[names.VIRTUAL_NODE_TYPE] == names.VIRTUAL_NODE
+    assert labels[names.REMOTE_CLUSTER_ID] == "m"
+    assert labels["zone"] == "north"  # the provider's labels
+    assert node["spec"]["taints"] == [{"key": names.VIRTUAL_NODE_TAINT, "value": "true", "effect": "NoExecute"}]
+    status = forge.node_status(virtual_node(), ready=True, message="ok", address="127.0.0.1", port=1, now=NOW)
+    assert (
+        status["status"]["capacity"] == status["status"]["allocatable"] == {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    )
+    assert status["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 1}}
+
+
+def test_ready_follows_the_provider_and_keeps_its_transition_time() -> None:
+    vn = virtual_node()
+    up = forge.node_status(vn, ready=True, message="ok", address="a", port=1, now=NOW)
+    later = NOW + datetime.timedelta(minutes=5)
+    still = forge.node_status(vn, ready=True, message="ok", address="a", port=1, now=later, previous=up)
+    down = forge.node_status(vn, ready=False, message="gone", address="a", port=1, now=later, previous=up)
+
+    def ready(node: dict[str, Any]) -> dict[str, Any]:
+        return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+    assert ready(still)["lastTransitionTime"] == ready(up)["lastTransitionTime"]
+    assert ready(still)["lastHeartbeatTime"] != ready(up)["lastHeartbeatTime"]
+    assert (ready(down)["status"], ready(down)["reason"]) == ("False", "ProviderUnreachable")
+    assert ready(down)["lastTransitionTime"] != ready(up)["lastTransitionTime"]
+
+
+def test_lease_is_owned_by_the_node() -> None:
+    node = {"metadata": {"name": "liqo-milan", "uid": "n1"}}
+    lease = forge.node_lease(node, holder="vk", now=NOW)
+    assert lease["metadata"]["namespace"] == "kube-node-lease"
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == "n1"
+    assert lease["spec"]["renewTime"].startswith("2030-01-01T00:00:00.")
+
+
+def test_shadow_pod_drops_scheduling_and_home_identity() -> None:
+    pod = home_pod(
+        priority=100,
+        priorityClassName="high",
+        serviceAccountName="builder",
+        affinity={"nodeAffinity": {}},
+        volumes=[{"name": "kube-api-access-x1"}, {"name": "data", "emptyDir": {}}],
+        containers=[
+            {
+                "name": "c",
+                "image": "nginx",
+                "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run"}, {"name": "data"}],
+            }
+        ],
+    )
+    shadow = forge.shadow_pod(pod, namespace="demo-abc", home_cluster_id="rome")
+    spec = shadow["spec"]["pod"]
+    for dropped in ("nodeName", "tolerations", "affinity", "priority", "priorityClassName", "serviceAccountName"):
+        assert dropped not in spec
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
+    assert shadow["spec"]["homePodUID"] == "u1"
+    assert shadow["metadata"]["namespace"] == "demo-abc"
+    assert shadow["metadata"]["labels"] == {"app": "web"} | names.peer_labels("rome")
+    assert shadow["metadata"]["annotations"] == {"team": "a"}
+    assert pod["spec"]["priority"] == 100  # the home pod is not modified
+
+
+@given(st.dictionaries(st.sampled_from(["nodeName", "nodeSelector", "hostname", "subdomain", "dnsPolicy"]), st.text()))
+def test_shadow_pod_keeps_every_field_but_the_dropped_ones(extra: dict[str, str]) -> None:
+    pod = home_pod(**extra)
+    spec = forge.shadow_pod(pod, namespace="t", home_cluster_id="r")["spec"]["pod"]
+    for key, value in extra.items():
+        if key in ("nodeName", "nodeSelector"):
+            assert key not in spec
+        else:
+            assert spec[key] == value
+
+
+def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> None:
+    shadow = forge.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
+    shadow["metadata"]["uid"] = "s1"
+    pod = pod_from_shadow(shadow)
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("ShadowPod", "s1", True)
+    assert pod["metadata"]["labels"][names.SHADOW_POD] == "web-1"
+    assert made_for(pod, shadow)
+    assert not made_for(pod, shadow | {"metadata": {**shadow["metadata"], "uid": "s2"}})
+    assert forge.runs_home_pod(pod, home_pod())
+    assert not forge.runs_home_pod(pod, home_pod() | {"metadata": {**home_pod()["metadata"], "uid": "u2"}})
+    assert pod["spec"] == shadow["spec"]["pod"]
+
+
+def test_grace_period_annotation() -> None:
+    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "7"}}}) == 7
+    assert grace_period({"metadata": {}}) is None
+    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "-1"}}}) is None
+
+
+def test_shadow_is_current_compares_spec_labels_and_annotations() -> None:
+    desired = forge.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
+    read = {**desired, "metadata": {**desired["metadata"], "uid": "s", "resourceVersion": "9"}, "status": {"x": 1}}
+    assert forge.shadow_is_current(read, desired)
+    changed = forge.shadow_pod(
+        home_pod(containers=[{"name": "c", "image": "nginx:2"}]), namespace="t", home_cluster_id="r"
+    )
+    assert not forge.shadow_is_current(read, changed)
+
+
+def test_home_status_mirrors_the_remote_pod_with_the_virtual_node_as_host() -> None:
+    remote = {
+        "metadata": {},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.5",
+            "hostIP": "192.168.1.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "c", "restartCount": 2, "ready": True}],
+            "nominatedNodeName": "x",
+        },
+    }
+    status = forge.home_status(remote, node_address="127.0.0.1")
+    assert status["hostIP"] == "127.0.0.1"
+    assert status["containerStatuses"][0]["restartCount"] == 2
+    assert "nominatedNodeName" not in status
+    home = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
+    assert forge.status_differs(home, status)
+    home["status"] |= {k: v for k, v in status.items() if k != "conditions"}
+    home["status"]["conditions"].append({"type": "Ready", "status": "True"})
+    assert not forge.status_differs(home, status)  # the scheduler's PodScheduled condition is not ours to drop
+
+
+def test_refused_status_is_pending_with_a_reason() -> None:
+    status = forge.refused_status(reason="ProviderRefused", message="hostNetwork pods are refused")
+    assert status["phase"] == "Pending"
+    assert status["conditions"][0]["reason"] == "ProviderRefused"
+
+
+def test_twins_on_a_provider_are_the_ready_ones() -> None:
+    def offloading(namespace: str, *twins: dict[str, str], deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"namespace": namespace, "name": "offloading"}
+        if deleting:
+            meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+        return {"metadata": meta, "status": {"remoteNamespacesConditions": list(twins)}}
+
+    ready = {"clusterID": "m", "phase": "Ready", "remoteNamespace": "a-r"}
+    items = [
+        offloading("a", ready, {"clusterID": "n", "phase": "Ready", "remoteNamespace": "a-r"}),
+        offloading("b", {"clusterID": "m", "phase": "Conflict", "remoteNamespace": "b"}),
+        offloading("c", ready | {"remoteNamespace": "c-r"}, deleting=True),
+    ]
+    assert twins_on(items, provider_id="m") == {"a": "a-r"}
+
+
+def test_log_params_pass_the_kubectl_options_on() -> None:
+    query = {"follow": "true", "tailLines": "5", "previous": "true", "bogus": "x"}
+    assert log_params(query, container="c") == {
+        "container": "c",
+        "follow": "true",
+        "tailLines": "5",
+        "previous": "true",
+    }
+
+
+def test_the_status_patch_replaces_ip_lists_and_merges_conditions() -> None:
+    status = forge.home_status(
+        {"status": {"podIPs": [{"ip": "10.0.0.3"}], "conditions": [{"type": "Ready", "status": "True"}]}},
+        node_address="127.0.0.1",
+    )
+    patch = forge.status_patch(status)["status"]
+    assert patch["podIPs"] == [{"$patch": "replace"}, {"ip": "10.0.0.3"}]
+    assert patch["hostIPs"] == [{"$patch": "replace"}, {"ip": "127.0.0.1"}]
+    assert patch["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert status["podIPs"] == [{"ip": "10.0.0.3"}]  # the status itself is untouched

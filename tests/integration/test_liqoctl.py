@@ -9,6 +9,7 @@ import sys
 import orjson
 import yaml
 
+from liqo.api.crds import all_crds
 from liqo.install import manifests
 from liqo.install.installer import BY_KIND
 from liqo.kube.client import KubeClient
@@ -86,9 +87,12 @@ async def test_dry_run_manifests_are_accepted_by_a_real_api_server(sites: dict[s
     assert printed.returncode == 0, printed.stderr
     documents = list(yaml.safe_load_all(printed.stdout))
     kinds = [d["kind"] for d in documents]
-    assert kinds.count("CustomResourceDefinition") == 5
+    assert kinds.count("CustomResourceDefinition") == len(all_crds())
     assert "Deployment" not in kinds  # a local cluster runs the manager under its supervisor
-    workload = manifests.manager_workload(image=manifests.DEFAULT_IMAGE, identity_ttl=7200)
+    workload = [
+        *manifests.manager_workload(image=manifests.DEFAULT_IMAGE, identity_ttl=7200),
+        manifests.virtual_kubelet_workload(image=manifests.DEFAULT_IMAGE),
+    ]
     async with sites["milan"].client() as client:
         for document in workload:
             admitted = await client.apply(BY_KIND[document["kind"]], document, dry_run=True)

@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local clean
 
 help:
-	@echo "make demo         set up, then two local clusters with liqo, rome peered with milan"
+	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
 	@echo "make test         set up, then lint and run the whole test suite"
 	@echo "make setup        install what the project needs (idempotent)"
 	@echo "make lint         ruff, mypy (strict), import-linter"

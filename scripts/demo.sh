@@ -32,3 +32,52 @@ kubectl --kubeconfig "$ROME" get resourceoffers -A
 echo; echo "== rome: the virtual node it produced"
 kubectl --kubeconfig "$ROME" get virtualnodes -A
 echo; $liqoctl info --kubeconfig "$ROME"
+
+echo; echo "== rome: the virtual node standing for milan"
+kubectl --kubeconfig "$ROME" get nodes -o wide
+
+echo; echo "== offloading namespace demo to milan (pods run remotely only)"
+kubectl --kubeconfig "$ROME" create namespace demo --dry-run=client -o yaml | kubectl --kubeconfig "$ROME" apply -f -
+$liqoctl offload namespace demo --pod-offloading-strategy Remote --kubeconfig "$ROME"
+
+echo; echo "== a sample app in rome: a ConfigMap, a Deployment of 3 replicas, a Service"
+kubectl --kubeconfig "$ROME" apply -n demo -f - <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-config}
+data: {greeting: "hello from rome"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx
+          ports: [{containerPort: 80}]
+          resources: {requests: {cpu: 100m, memory: 64Mi}}
+          volumeMounts: [{name: config, mountPath: /etc/web}]
+      volumes: [{name: config, configMap: {name: web-config}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80}]
+YAML
+kubectl --kubeconfig "$ROME" rollout status -n demo deployment/web --timeout=120s
+
+TWIN=$(kubectl --kubeconfig "$ROME" get namespaceoffloading offloading -n demo -o jsonpath='{.status.remoteNamespaceName}')
+echo; echo "== rome: the pods, bound to the virtual node"
+kubectl --kubeconfig "$ROME" get pods -n demo -o wide
+echo; echo "== milan: the same pods, Running on its real nodes in namespace $TWIN"
+kubectl --kubeconfig "$MILAN" get pods -n "$TWIN" -o wide
+echo; echo "== rome: kubectl logs of an offloaded pod (served through the virtual kubelet)"
+POD=$(kubectl --kubeconfig "$ROME" get pods -n demo -l app=web -o jsonpath='{.items[0].metadata.name}')
+kubectl --kubeconfig "$ROME" logs -n demo "$POD" --tail=5

@@ -8,12 +8,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from liqo.api import names
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import NAMESPACES, NODES, SECRETS
+from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
@@ -161,8 +162,9 @@ async def liqo_objects(client: KubeClient) -> list[str]:
             continue  # the admin's, not the peering's
         items, _ = await client.list_all(resource)
         found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]
-    namespaces, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
-    found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
+    for selector in (f"{names.TENANT}=true", names.ORIGIN_NAMESPACE):  # tenant and twin namespaces
+        namespaces, _ = await client.list_all(NAMESPACES, label_selector=selector)
+        found += [f"Namespace {n['metadata']['name']}" for n in namespaces]
     nodes, _ = await client.list_all(NODES, label_selector=f"{names.VIRTUAL_NODE_TYPE}={names.VIRTUAL_NODE}")
     found += [f"Node {n['metadata']['name']}" for n in nodes]
     secrets, _ = await client.list_all(SECRETS, label_selector=names.REMOTE_CLUSTER_ID)
@@ -172,10 +174,9 @@ async def liqo_objects(client: KubeClient) -> list[str]:
 
 async def expect_clean(*clients: KubeClient) -> None:
     for client in clients:
-
         left: list[str] = []
 
-        async def clean(client: KubeClient = client) -> bool:
+        async def clean(client: KubeClient = client, left: list[str] = left) -> bool:
             left[:] = await liqo_objects(client)
             return not left
 
@@ -183,3 +184,56 @@ async def expect_clean(*clients: KubeClient) -> None:
             await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {', '.join(left)}") from None
+
+
+Obj = dict[str, Any]
+
+
+# -- offloading --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Offloaded:
+    """A namespace of rome offloaded to milan (strategy Remote)."""
+
+    namespace: str
+    twin: str
+    node: str
+
+
+def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m") -> Obj:
+    labels = {"app": name}
+    container = {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "32Mi"}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+        },
+    }
+
+
+def pod(name: str, namespace: str, **spec: Any) -> Obj:
+    # Requests are needed: the provider's quota refuses pods without them (the home pod would say so).
+    requests = {"requests": {"cpu": "50m", "memory": "16Mi"}}
+    base = {"containers": [{"name": "app", "image": "nginx", "resources": requests}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": base | spec}
+
+
+def running(obj: Obj) -> bool:
+    return bool((obj.get("status") or {}).get("phase") == "Running")
+
+
+async def running_pods(client: KubeClient, namespace: str, count: int) -> list[Obj]:
+    found: list[Obj] = []
+
+    async def all_running() -> bool:
+        nonlocal found
+        found = [p for p in (await client.list_all(PODS, namespace=namespace))[0] if running(p)]
+        return len(found) == count
+
+    await eventually(all_running, timeout=60, message=f"{count} pods Running in {client.name}/{namespace}")
+    return found

@@ -9,88 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
-
-import pytest
 
 from liqo.api import names
-from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, VIRTUAL_NODES
+from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import DEPLOYMENTS, EVENTS, LEASES, NAMESPACES, NODES, PODS
-from liqo.offloading import operations as offloading
-from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean, unique
-
-Obj = dict[str, Any]
-
-
-@dataclass
-class Offloaded:
-    """A namespace of rome offloaded to milan (strategy Remote)."""
-
-    namespace: str
-    twin: str
-    node: str
-
-
-@pytest.fixture
-async def offloaded(sites: dict[str, Site], rome: KubeClient, milan: KubeClient) -> AsyncIterator[Offloaded]:
-    await operations.peer(rome, milan, timeout=30)
-    namespace = unique("off")
-    await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    try:
-        await offloading.offload(rome, namespace, pod_offloading_strategy="Remote")
-        await offloading.wait_offloaded(rome, namespace, timeout=60)
-        twin = names.twin_namespace(namespace, home_cluster_id=sites["rome"].cluster_id)
-        nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(sites["milan"].cluster_id))
-        yield Offloaded(namespace=namespace, twin=twin, node=nodes[0]["metadata"]["name"])
-    finally:
-        await offloading.unoffload(rome, namespace, timeout=60)
-        await rome.delete(NAMESPACES, namespace)
-        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=90)
-    await expect_clean(rome, milan)
-
-
-def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m") -> Obj:
-    labels = {"app": name}
-    container = {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "32Mi"}}}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-        },
-    }
-
-
-def pod(name: str, namespace: str, **spec: Any) -> Obj:
-    # Requests are needed: the provider's quota refuses pods without them (the home pod would say so).
-    requests = {"requests": {"cpu": "50m", "memory": "16Mi"}}
-    base = {"containers": [{"name": "app", "image": "nginx", "resources": requests}]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": base | spec}
-
-
-def running(obj: Obj) -> bool:
-    return bool((obj.get("status") or {}).get("phase") == "Running")
-
-
-async def running_pods(client: KubeClient, namespace: str, count: int) -> list[Obj]:
-    found: list[Obj] = []
-
-    async def all_running() -> bool:
-        nonlocal found
-        found = [p for p in (await client.list_all(PODS, namespace=namespace))[0] if running(p)]
-        return len(found) == count
-
-    await eventually(all_running, timeout=60, message=f"{count} pods Running in {client.name}/{namespace}")
-    return found
+from liqo.kube.resources import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS
+from tests.helpers import Obj, Offloaded, Site, deployment, eventually, pod, running, running_pods
 
 
 async def test_the_virtual_node_stands_for_the_offer(

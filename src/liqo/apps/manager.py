@@ -1,9 +1,10 @@
 """``python -m liqo.apps.manager``: the liqo manager of one cluster.
 
-Wiring only. Every replica serves the authentication endpoint (it is stateless but for single-use nonces);
-the control loops run in the replica that holds the ``liqo-manager`` Lease. The same entry point runs as a
-Deployment on a real cluster (in-cluster credentials) and as a supervised host process on a local one
-(``--kubeconfig``, loopback ``--auth-address``).
+Wiring only. Every replica serves the authentication endpoint (it is stateless but for single-use nonces)
+and, on the same HTTPS port, the pod webhook (with its own NamespaceOffloading cache, since the API server
+may call any replica); the control loops run in the replica that holds the ``liqo-manager`` Lease. The
+same entry point runs as a Deployment on a real cluster (in-cluster credentials) and as a supervised host
+process on a local one (``--kubeconfig``, loopback ``--auth-address``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import socket
 import ssl
 import sys
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -26,7 +28,8 @@ from liqo.api import names
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
-from liqo.kube import kubeconfig, pki
+from liqo.install.manifests import AUTH_SERVICE
+from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
@@ -35,6 +38,11 @@ from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
+from liqo.offloading import registration
+from liqo.offloading.namespacemaps import NamespaceMapController
+from liqo.offloading.namespaces import NamespaceOffloadings
+from liqo.offloading.shadowpods import ShadowPods
+from liqo.offloading.webhook import PodWebhook
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import Issued, PeerDenied, Provisioner, auth_app
 from liqo.peering.caches import PeeringCaches
@@ -128,29 +136,42 @@ async def _serve_auth(client: KubeClient, local: ClusterIdentity, args: argparse
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
     )
+    # The pod webhook, served by every replica on the same endpoint (docs/offloading.md, "Pod webhook").
+    PodWebhook(client=client).attach(app)
 
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = args.auth_address.rpartition(":")
-    site = web.TCPSite(runner, host, int(port), ssl_context=_server_tls(args))
+    tls, ca_pem = await _server_tls(client, args)
+    site = web.TCPSite(runner, host, int(port), ssl_context=tls)
     await site.start()
-    log.info("authentication endpoint on https://%s", args.auth_address)
+    log.info("authentication endpoint and pod webhook on https://%s", args.auth_address)
+    await registration.publish_ca_bundle(client, ca_pem=ca_pem)
     return runner
 
 
-def _server_tls(args: argparse.Namespace) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+async def _server_tls(client: KubeClient, args: argparse.Namespace) -> tuple[ssl.SSLContext, str]:
+    """The endpoint's TLS context, and the CA the API server must trust to call the pod webhook."""
     if args.auth_cert and args.auth_key:
-        context.load_cert_chain(args.auth_cert, args.auth_key)
-    else:
-        # Peers authenticate us by the HMAC on our answers, not by this certificate (docs/peering.md).
-        kubeconfig.load_cert_chain(context, *_self_signed())
-    return context
+        return _file_tls(args.auth_cert, args.auth_key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    # Peers authenticate us by the HMAC on our answers (docs/peering.md); the API server, calling the
+    # webhook through the Service, verifies this certificate: every replica serves the same one.
+    pair = await registration.shared_serving_pair(
+        client,
+        namespace=names.LIQO_NAMESPACE,
+        dns_names=registration.service_dns_names(service=AUTH_SERVICE, namespace=names.LIQO_NAMESPACE),
+        labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
+    )
+    kubeconfig.load_cert_chain(context, pair.cert, pair.key)
+    return context, pair.ca
 
 
-def _self_signed() -> tuple[str, str]:
-    pair = pki.issue(pki.make_ca("liqo-auth-ca"), common_name="liqo-auth", server=True)
-    return pair.cert.decode(), pair.key.decode()
+def _file_tls(cert: str, key: str) -> tuple[ssl.SSLContext, str]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    # The chain itself as the CA: the API server accepts a certificate found among its trusted ones as is.
+    return context, Path(cert).read_text()
 
 
 async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
@@ -168,20 +189,24 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
+    shadow_pods = ShadowPods(client=client, informers=informers, events=events)
+    namespace_maps = NamespaceMapController(client=client, informers=informers)
+    offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
 
     def peer_changed(peer_id: str) -> None:
         replicator.peer_changed(peer_id)
         status.controller.queue.add(peer_id)
+        offloadings.peer_changed(peer_id)
 
     peers.on_change = peer_changed
 
     outgoing.secrets.add_handler(
         HandlerFuncs(add=peers.update, update=lambda _old, secret: peers.update(secret), delete=peers.remove)
     )
-    controllers: list[Controller[Any]] = [c.controller for c in (outgoing, status, incoming, offers, acceptance)] + [
-        replicator.controller
-    ]
+    controllers: list[Controller[Any]] = [
+        c.controller for c in (outgoing, status, incoming, offers, acceptance, shadow_pods)
+    ] + [replicator.controller, namespace_maps.controller, *offloadings.controllers]
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(informers.run())
@@ -192,6 +217,7 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
                 group.create_task(controller.run())
     finally:
         await replicator.close()
+        await offloadings.close()
         await peers.close()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from liqo.cli import install, local, peering
+from liqo.cli import install, local, offloading, peering
 
 app = typer.Typer(
     name="liqoctl",
@@ -27,6 +27,8 @@ app.add_typer(peering.generate_app, name="generate")
 app.add_typer(peering.get_app, name="get")
 app.command("info")(peering.info)
 app.command("status")(peering.status)
+app.add_typer(offloading.offload_app, name="offload")
+app.add_typer(offloading.unoffload_app, name="unoffload")
 
 
 def run() -> None:

@@ -2,7 +2,8 @@
 
 Keyed by the consumer's cluster ID. The first time the consumer's ResourceRequest shows up in its tenant
 namespace, the namespace is annotated; when the request is gone while the annotation is there, the
-consumer has unpeered: its RBAC goes, and so do its tenant namespace (offers, quotas, replicas inside) and
+consumer has unpeered: its RBAC and NamespaceMap go (the map's finalizer holds it until its twin
+namespaces are deleted), and so do its tenant namespace (offers, quotas, replicas inside) and
 ForeignCluster — unless this cluster also consumes from that peer, which keeps both. The annotation makes
 the decision level-triggered: a restart in between changes nothing.
 """
@@ -14,7 +15,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
@@ -59,9 +60,11 @@ class IncomingPeering:
         log.info("peer %s withdrew its request: releasing its tenant namespace %s", peer_id, namespace)
         fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
         if wants_outgoing(fc):
-            for resource in (ROLE_BINDINGS, ROLES):
+            # The namespace stays (for our own peering with them); what the consumer had in it goes. Its
+            # NamespaceMap's finalizer holds it until the twin namespaces are deleted.
+            for resource, name in ((NAMESPACE_MAPS, peer_id), (ROLE_BINDINGS, PEER_ROLE), (ROLES, PEER_ROLE)):
                 with contextlib.suppress(NotFoundError):
-                    await self._client.delete(resource, PEER_ROLE, namespace=namespace)
+                    await self._client.delete(resource, name, namespace=namespace)
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: None}}})
             return
         if fc is not None:

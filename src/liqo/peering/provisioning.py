@@ -1,9 +1,9 @@
 """What a provider creates for an authenticated consumer, and how it gets the consumer's certificate signed.
 
-The consumer's tenant namespace, a Role that lets its user touch ResourceRequests and read ResourceOffers
-there and nothing else, the RoleBinding to that user, and a ForeignCluster for the consumer if the admin
-has none yet. Everything is applied idempotently (a renewal runs the same steps), labelled with the
-consumer's ID so that unpeer finds it.
+The consumer's tenant namespace, a Role that lets its user touch ResourceRequests and NamespaceMaps and
+read ResourceOffers there and nothing else, the RoleBinding to that user, and a ForeignCluster for the
+consumer if the admin has none yet. Everything is applied idempotently (a renewal runs the same steps),
+labelled with the consumer's ID so that unpeer finds it.
 
 Certificates are signed by the cluster itself through ``certificates.k8s.io/v1`` with the
 ``kubernetes.io/kube-apiserver-client`` signer: the provider never holds its CA key, the API server
@@ -22,7 +22,7 @@ from typing import Any
 from cryptography import x509
 
 from liqo.api import names
-from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, SHARING
+from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, ROLES
@@ -45,7 +45,11 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 
 
 def peer_role(consumer_id: str) -> dict[str, Any]:
-    """The Role of ``consumer_id``'s user in its tenant namespace (pure): requests yes, offers read-only."""
+    """The Role of ``consumer_id``'s user in its tenant namespace (pure).
+
+    Requests read/write, offers read (and their status, to accept), NamespaceMaps read/write (their status
+    read-only: it is this cluster's report).
+    """
     return {
         "apiVersion": f"{_RBAC}/v1",
         "kind": "Role",
@@ -63,6 +67,13 @@ def peer_role(consumer_id: str) -> dict[str, Any]:
             {"apiGroups": [DISCOVERY], "resources": ["resourcerequests/status"], "verbs": ["get"]},
             {"apiGroups": [SHARING], "resources": ["resourceoffers"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [SHARING], "resources": ["resourceoffers/status"], "verbs": ["get", "update", "patch"]},
+            # The consumer declares its offloaded namespaces; only this cluster creates the twins and reports.
+            {
+                "apiGroups": [OFFLOADING],
+                "resources": ["namespacemaps"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+            },
+            {"apiGroups": [OFFLOADING], "resources": ["namespacemaps/status"], "verbs": ["get"]},
         ],
     }
 

@@ -35,7 +35,7 @@ PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 CSR = make_csr(PEER)[1]
 
 
-def test_the_peer_role_allows_requests_and_reading_offers_only() -> None:
+def test_the_peer_role_allows_requests_namespace_maps_and_reading_offers_only() -> None:
     role = peer_role(PEER)
     assert role["metadata"] == {
         "name": "liqo-peer",
@@ -53,7 +53,18 @@ def test_the_peer_role_allows_requests_and_reading_offers_only() -> None:
     requests |= {("discovery.liqo.io", "resourcerequests", v) for v in ("update", "patch", "delete")}
     offers = {("sharing.liqo.io", "resourceoffers", v) for v in ("get", "list", "watch")}
     offer_status = {("sharing.liqo.io", "resourceoffers/status", v) for v in ("get", "update", "patch")}
-    assert granted == requests | {("discovery.liqo.io", "resourcerequests/status", "get")} | offers | offer_status
+    maps = {("offloading.liqo.io", "namespacemaps", v) for v in ("get", "list", "watch", "create")}
+    maps |= {("offloading.liqo.io", "namespacemaps", v) for v in ("update", "patch", "delete")}
+    map_status = {("offloading.liqo.io", "namespacemaps/status", "get")}
+    assert (
+        granted
+        == requests
+        | {("discovery.liqo.io", "resourcerequests/status", "get")}
+        | offers
+        | offer_status
+        | maps
+        | map_status
+    )
     assert all("resourceNames" not in rule for rule in role["rules"])
 
 

@@ -1,0 +1,311 @@
+"""The provider's side of namespace offloading: a twin namespace for every home namespace a consumer maps here.
+
+Keyed by the consumer's cluster ID. A consumer declares what it wants in one NamespaceMap (named after its
+ID, in its tenant namespace, written with its own identity); this controller is the only one that creates
+or deletes twin namespaces, so the consumer never needs the right to create namespaces here. The
+consumer's ID is taken from where the map lives, never from its spec: a consumer can only write in its
+own tenant namespace, so it cannot speak for another.
+
+Safety comes first: a namespace is touched only if it passes :func:`liqo.offloading.twins.is_twin_of` for
+that consumer. Any other namespace of the wanted name (an unrelated one, another consumer's twin, a
+system namespace) makes the mapping ``Conflict`` and is left alone. A twin is created with a plain create,
+never an apply, so a namespace appearing between the cache read and the write is refused by the API server
+rather than taken over; it is deleted with its UID as precondition, so a namesake is never deleted.
+
+The map carries a finalizer: deleting it (the consumer unoffloading its last namespace, the tenant
+namespace going away on unpeer or revoke) waits until every twin of that consumer is gone, so "the map is
+gone" means "the twins are gone" for whoever watches it. While the tenant namespace is terminating nothing
+is created; the twins are only deleted, which is what lets the tenant namespace finish terminating.
+
+The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
+every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from liqo.api import names
+from liqo.api.resources import NAMESPACE_MAPS
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES, Resource
+from liqo.offloading.twins import TWIN_ROLE, is_twin_of, twin_namespace_manifest, twin_rbac
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+RETRY_AFTER = 5.0
+"""A twin that failed to be written is retried this soon (its status says Error meanwhile)."""
+RESERVED_NAMES = frozenset({"default", names.LIQO_NAMESPACE})
+RESERVED_PREFIXES = ("kube-", names.TENANT_NAMESPACE_PREFIX)
+
+
+@dataclass(frozen=True)
+class TwinStatus:
+    """The state of one home namespace's twin, as the NamespaceMap status reports it."""
+
+    remote_namespace: str
+    phase: str
+    message: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        """The status entry (``message`` only when there is one)."""
+        entry = {"remoteNamespace": self.remote_namespace, "phase": self.phase}
+        if self.message:
+            entry["message"] = self.message
+        return entry
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do for one consumer's map: twins to create, twins to keep, twins to delete, and the status.
+
+    ``status`` is provisional for ``create`` (Pending) and ``keep`` (Ready): the writes decide.
+    """
+
+    create: dict[str, str] = field(default_factory=dict)
+    keep: dict[str, str] = field(default_factory=dict)
+    delete: list[Obj] = field(default_factory=list)
+    status: dict[str, TwinStatus] = field(default_factory=dict)
+
+
+def reserved(name: str) -> bool:
+    """Whether ``name`` may never be a twin here (system namespaces, liqo's own, tenant namespaces)."""
+    return name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES)
+
+
+def origin_of(namespace: Obj) -> str:
+    """The home namespace a twin stands for (``""`` if it is no twin)."""
+    return str((namespace["metadata"].get("labels") or {}).get(names.ORIGIN_NAMESPACE, ""))
+
+
+def terminating(obj: Obj | None) -> bool:
+    """Whether ``obj`` is being deleted."""
+    return bool(obj is not None and obj["metadata"].get("deletionTimestamp"))
+
+
+def twins_of(namespaces: Iterable[Obj], *, consumer_id: str) -> list[Obj]:
+    """The twins this cluster made for ``consumer_id`` (pure)."""
+    return [ns for ns in namespaces if is_twin_of(ns, consumer_id=consumer_id)]
+
+
+def plan_twins(*, consumer_id: str, mappings: Mapping[str, str], namespaces: Mapping[str, Obj]) -> Plan:
+    """Decide what to do about ``consumer_id``'s ``mappings`` (home → twin name), given every namespace by name.
+
+    - A wanted name taken by anything but this consumer's twin of that very home is a ``Conflict``; so is a
+      reserved name, and a name two homes want (the one whose twin exists wins, else the first in order).
+    - This consumer's twins that no mapping wants (home unoffloaded, or renamed) are deleted; until they are
+      gone their home is reported ``Pending``, so that the consumer waits for them.
+    - A wanted twin still being deleted is ``Pending``: it is created again once gone.
+
+    Pure; only namespaces passing :func:`is_twin_of` for ``consumer_id`` ever land in ``delete``.
+    """
+    plan = Plan()
+    claimants: dict[str, list[str]] = {}
+    for home, twin in sorted(mappings.items()):
+        claimants.setdefault(twin, []).append(home)
+    winners = {}
+    for twin, homes in claimants.items():
+        existing = namespaces.get(twin)
+        owner = origin_of(existing) if existing and is_twin_of(existing, consumer_id=consumer_id) else ""
+        winners[twin] = owner if owner in homes else homes[0]
+    for home, twin in sorted(mappings.items()):
+        existing = namespaces.get(twin)
+        if reserved(twin):
+            plan.status[home] = TwinStatus(twin, "Conflict", f"namespace {twin} is reserved on this cluster")
+        elif winners[twin] != home:
+            message = f"home namespaces {winners[twin]} and {home} both map to {twin}: {winners[twin]} has it"
+            plan.status[home] = TwinStatus(twin, "Conflict", message)
+        elif existing is None:
+            plan.create[home] = twin
+            plan.status[home] = TwinStatus(twin, "Pending", "creating the twin namespace")
+        elif not is_twin_of(existing, consumer_id=consumer_id):
+            message = (
+                f"namespace {twin} already exists on this cluster and is not a twin of this consumer's namespace"
+                f" {home}: it is left untouched"
+            )
+            plan.status[home] = TwinStatus(twin, "Conflict", message)
+        elif origin_of(existing) != home:
+            # Another home's twin that no mapping wants any more (below, it is deleted): the name frees up.
+            message = f"namespace {twin}, the former twin of {origin_of(existing)}, is being deleted"
+            plan.status[home] = TwinStatus(twin, "Pending", message)
+        elif terminating(existing):
+            message = f"the previous twin {twin} is being deleted; it is created again once gone"
+            plan.status[home] = TwinStatus(twin, "Pending", message)
+        else:
+            plan.keep[home] = twin
+            plan.status[home] = TwinStatus(twin, "Ready")
+    for namespace in twins_of(namespaces.values(), consumer_id=consumer_id):
+        name, home = namespace["metadata"]["name"], origin_of(namespace)
+        if mappings.get(home) == name:
+            continue
+        if not terminating(namespace):
+            plan.delete.append(namespace)
+        if home not in plan.status:
+            plan.status[home] = TwinStatus(name, "Pending", f"twin {name} is being deleted")
+    return plan
+
+
+def map_status(status: Mapping[str, TwinStatus]) -> dict[str, Any]:
+    """The NamespaceMap ``status`` for per-home twin states (pure).
+
+    No twin: no ``mappings`` at all (applying that drops ours), rather than an empty map, which server-side
+    apply can turn into a ``null`` the schema refuses.
+    """
+    if not status:
+        return {}
+    return {"mappings": {home: twin.to_dict() for home, twin in sorted(status.items())}}
+
+
+def consumer_of_map(namespace_map: Obj) -> list[str]:
+    """The consumer a NamespaceMap speaks for: its name, if it lives in that consumer's tenant namespace."""
+    meta = namespace_map["metadata"]
+    return [meta["name"]] if meta.get("namespace") == names.tenant_namespace(meta["name"]) else []
+
+
+def _peer_label(obj: Obj) -> list[str]:
+    peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
+    return [peer] if peer else []
+
+
+def _rbac_matches(current: Obj | None, desired: Obj) -> bool:
+    if current is None:
+        return False
+    fields = ("rules",) if desired["kind"] == "Role" else ("roleRef", "subjects")
+    labels = current["metadata"].get("labels") or {}
+    return all(current.get(f) == desired[f] for f in fields) and all(
+        labels.get(k) == v for k, v in desired["metadata"]["labels"].items()
+    )
+
+
+class NamespaceMapController:
+    """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
+
+    def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
+        self._client = client
+        self.maps = informers.informer(NAMESPACE_MAPS)
+        self.namespaces = informers.informer(NAMESPACES)
+        self.roles = informers.informer(ROLES, label_selector=names.REMOTE_CLUSTER_ID)
+        self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
+        self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
+        self.controller.watch(self.maps, consumer_of_map)
+        self.controller.watch(self.namespaces, self._consumers_of_namespace)
+        self.controller.watch(self.roles, _peer_label)
+        self.controller.watch(self.bindings, _peer_label)
+
+    def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
+        """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.
+
+        The latter matters when an unrelated namespace in the way is deleted: the conflict then resolves.
+        """
+        name = namespace["metadata"]["name"]
+        wanting = [
+            key
+            for nm in self.maps.store.list()
+            if name in ((nm.get("spec") or {}).get("mappings") or {}).values()
+            for key in consumer_of_map(nm)
+        ]
+        return _peer_label(namespace) + wanting
+
+    async def reconcile(self, consumer_id: str) -> Result | None:
+        """Converge the twins of ``consumer_id`` on its NamespaceMap."""
+        tenant_name = names.tenant_namespace(consumer_id)
+        tenant = self.namespaces.store.get(tenant_name)
+        namespace_map = self.maps.store.get(f"{tenant_name}/{consumer_id}")
+        if tenant is None or terminating(tenant) or namespace_map is None or terminating(namespace_map):
+            await self._teardown(consumer_id, namespace_map)
+            return None
+        await self._ensure_finalizer(namespace_map)
+        by_name = {ns["metadata"]["name"]: ns for ns in self.namespaces.store.list()}
+        mappings = (namespace_map.get("spec") or {}).get("mappings") or {}
+        plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name)
+        status = dict(plan.status)
+        for home, twin in plan.create.items():
+            status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin)
+        for home, twin in plan.keep.items():
+            status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+        for namespace in plan.delete:
+            meta = namespace["metadata"]
+            log.info("deleting twin namespace %s of %s/%s", meta["name"], consumer_id, origin_of(namespace))
+            with contextlib.suppress(NotFoundError, ConflictError):  # gone, or a namesake (uid precondition)
+                await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
+        desired = map_status(status)
+        if (namespace_map.get("status") or {}) != desired:
+            body = {
+                "apiVersion": NAMESPACE_MAPS.api_version,
+                "kind": NAMESPACE_MAPS.kind,
+                "metadata": {"name": consumer_id, "namespace": tenant_name},
+                "status": desired,
+            }
+            await self._client.apply(NAMESPACE_MAPS, body, subresource="status")
+        failed = any(twin.phase == "Error" for twin in status.values())
+        return Result(requeue_after=RETRY_AFTER) if failed else None
+
+    async def _create(self, *, consumer_id: str, home: str, twin: str) -> TwinStatus:
+        """Create the twin (never over an existing namespace), then the consumer's rights in it."""
+        manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home)
+        try:
+            await self._client.create(NAMESPACES, manifest)
+            log.info("created twin namespace %s of %s/%s", twin, consumer_id, home)
+        except ConflictError:
+            # It exists, though our cache did not show it: ours if we made it an instant ago, else someone's.
+            try:
+                existing = await self._client.get(NAMESPACES, twin)
+            except NotFoundError:
+                return TwinStatus(twin, "Pending", f"namespace {twin} is being deleted")
+            if not is_twin_of(existing, consumer_id=consumer_id) or origin_of(existing) != home:
+                return TwinStatus(twin, "Pending", f"namespace {twin} appeared meanwhile; looking again")
+            if terminating(existing):
+                return TwinStatus(twin, "Pending", f"the previous twin {twin} is being deleted")
+        except KubeError as exc:
+            return TwinStatus(twin, "Error", f"cannot create namespace {twin}: {exc}")
+        return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+
+    async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:
+        """Apply the consumer's Role and RoleBinding in ``twin`` unless the cache shows them as they should be."""
+        try:
+            for manifest in twin_rbac(namespace=twin, consumer_id=consumer_id):
+                resource: Resource = ROLES if manifest["kind"] == "Role" else ROLE_BINDINGS
+                informer = self.roles if resource is ROLES else self.bindings
+                if not _rbac_matches(informer.store.get(f"{twin}/{TWIN_ROLE}"), manifest):
+                    await self._client.apply(resource, manifest)
+        except KubeError as exc:
+            return TwinStatus(twin, "Error", f"cannot grant the consumer its rights in {twin}: {exc}")
+        return TwinStatus(twin, "Ready")
+
+    async def _ensure_finalizer(self, namespace_map: Obj) -> None:
+        meta = namespace_map["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if names.FINALIZER not in finalizers:
+            patch = {
+                "metadata": {"finalizers": [*finalizers, names.FINALIZER], "resourceVersion": meta["resourceVersion"]}
+            }
+            await self._client.patch(NAMESPACE_MAPS, meta["name"], patch, namespace=meta["namespace"])
+
+    async def _teardown(self, consumer_id: str, namespace_map: Obj | None) -> None:
+        """Delete every twin of ``consumer_id``; once none is left, let its NamespaceMap go."""
+        twins = twins_of(self.namespaces.store.list(), consumer_id=consumer_id)
+        for twin in twins:
+            if terminating(twin):
+                continue
+            meta = twin["metadata"]
+            log.info("deleting twin namespace %s of %s (no NamespaceMap wants it)", meta["name"], consumer_id)
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
+        if twins or namespace_map is None:
+            return  # the namespaces' deletion events bring us back
+        meta = namespace_map["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if names.FINALIZER in finalizers:
+            remaining = [f for f in finalizers if f != names.FINALIZER]
+            patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
+            with contextlib.suppress(NotFoundError):
+                await self._client.patch(NAMESPACE_MAPS, meta["name"], patch, namespace=meta["namespace"])

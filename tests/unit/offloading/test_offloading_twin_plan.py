@@ -1,0 +1,170 @@
+"""The provider's decisions about twin namespaces (liqo.offloading.namespacemaps), without a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api import names
+from liqo.offloading.namespacemaps import (
+    TwinStatus,
+    consumer_of_map,
+    map_status,
+    plan_twins,
+    reserved,
+    twins_of,
+)
+from liqo.offloading.twins import twin_namespace_manifest
+
+Obj = dict[str, Any]
+ROME = "rome0000-1111-2222-3333-444455556666"
+NAPLES = "naples00-1111-2222-3333-444455556666"
+
+
+def namespace(name: str, labels: dict[str, str] | None = None, *, deleting: bool = False, uid: str = "") -> Obj:
+    meta: Obj = {"name": name, "labels": labels or {}, "uid": uid or f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def twin(name: str, *, consumer: str = ROME, home: str, deleting: bool = False) -> Obj:
+    manifest = twin_namespace_manifest(name=name, consumer_id=consumer, home_namespace=home)
+    return namespace(name, manifest["metadata"]["labels"], deleting=deleting)
+
+
+def by_name(*items: Obj) -> dict[str, Obj]:
+    return {ns["metadata"]["name"]: ns for ns in items}
+
+
+def test_a_missing_twin_is_created() -> None:
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop-rome0000"}, namespaces={})
+    assert plan.create == {"shop": "shop-rome0000"}
+    assert plan.keep == {}
+    assert plan.delete == []
+    assert plan.status["shop"].phase == "Pending"
+
+
+def test_an_existing_twin_of_that_home_is_kept_and_ready() -> None:
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop-x"}, namespaces=by_name(twin("shop-x", home="shop")))
+    assert plan.keep == {"shop": "shop-x"}
+    assert plan.create == {}
+    assert plan.status == {"shop": TwinStatus("shop-x", "Ready")}
+
+
+def test_an_unrelated_namespace_is_a_conflict_and_never_touched() -> None:
+    unrelated = namespace("shop", {"team": "payments"})
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(unrelated))
+    assert (plan.create, plan.keep, plan.delete) == ({}, {}, [])
+    status = plan.status["shop"]
+    assert status.phase == "Conflict"
+    assert "already exists" in status.message
+    assert "left untouched" in status.message
+
+
+def test_another_consumers_twin_is_a_conflict_and_never_deleted() -> None:
+    theirs = twin("shop", consumer=NAPLES, home="shop")
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(theirs))
+    assert plan.status["shop"].phase == "Conflict"
+    assert plan.delete == []
+
+
+def test_reserved_names_are_conflicts() -> None:
+    for name in ("kube-system", "default", names.LIQO_NAMESPACE, names.tenant_namespace(NAPLES)):
+        assert reserved(name)
+        plan = plan_twins(consumer_id=ROME, mappings={"x": name}, namespaces={})
+        assert plan.status["x"].phase == "Conflict"
+        assert plan.create == {}
+    assert not reserved("shop")
+
+
+def test_a_twin_no_mapping_wants_is_deleted_and_reported_pending_until_gone() -> None:
+    stale = twin("old-x", home="old")
+    plan = plan_twins(consumer_id=ROME, mappings={}, namespaces=by_name(stale))
+    assert plan.delete == [stale]
+    assert plan.status == {"old": TwinStatus("old-x", "Pending", "twin old-x is being deleted")}
+    going = twin("old-x", home="old", deleting=True)
+    plan = plan_twins(consumer_id=ROME, mappings={}, namespaces=by_name(going))
+    assert plan.delete == []
+    assert plan.status["old"].phase == "Pending"
+    assert plan_twins(consumer_id=ROME, mappings={}, namespaces={}).status == {}
+
+
+def test_a_wanted_twin_being_deleted_is_pending() -> None:
+    plan = plan_twins(
+        consumer_id=ROME, mappings={"shop": "shop-x"}, namespaces=by_name(twin("shop-x", home="shop", deleting=True))
+    )
+    assert (plan.create, plan.keep, plan.delete) == ({}, {}, [])
+    assert plan.status["shop"].phase == "Pending"
+    assert "being deleted" in plan.status["shop"].message
+
+
+def test_two_homes_wanting_one_name_the_existing_twin_wins() -> None:
+    # "a" with DefaultName and "a-rome0000" with EnforceSameName both want "a-rome0000".
+    mappings = {"a": "a-rome0000", "a-rome0000": "a-rome0000"}
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=by_name(twin("a-rome0000", home="a-rome0000")))
+    assert plan.keep == {"a-rome0000": "a-rome0000"}
+    assert plan.status["a"].phase == "Conflict"
+    fresh = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={})
+    assert fresh.create == {"a": "a-rome0000"}
+    assert fresh.status["a-rome0000"].phase == "Conflict"
+
+
+def test_a_former_twin_of_another_home_is_replaced() -> None:
+    former = twin("a-rome0000", home="a")
+    plan = plan_twins(consumer_id=ROME, mappings={"a-rome0000": "a-rome0000"}, namespaces=by_name(former))
+    assert plan.delete == [former]
+    assert plan.status["a-rome0000"].phase == "Pending"
+    assert plan.create == {}
+
+
+def test_map_status_omits_empty_messages_and_an_empty_map() -> None:
+    assert map_status({}) == {}
+    status = map_status({"b": TwinStatus("b-x", "Ready"), "a": TwinStatus("a", "Conflict", "taken")})
+    assert status == {
+        "mappings": {
+            "a": {"remoteNamespace": "a", "phase": "Conflict", "message": "taken"},
+            "b": {"remoteNamespace": "b-x", "phase": "Ready"},
+        }
+    }
+
+
+def test_a_map_speaks_only_for_the_consumer_whose_tenant_namespace_holds_it() -> None:
+    assert consumer_of_map({"metadata": {"name": ROME, "namespace": names.tenant_namespace(ROME)}}) == [ROME]
+    assert consumer_of_map({"metadata": {"name": NAPLES, "namespace": names.tenant_namespace(ROME)}}) == []
+
+
+def test_twins_of_needs_both_labels() -> None:
+    only_peer = namespace("t", names.peer_labels(ROME))  # a tenant namespace, say: not a twin
+    assert twins_of([only_peer, twin("s", home="s"), twin("n", consumer=NAPLES, home="n")], consumer_id=ROME) == [
+        twin("s", home="s")
+    ]
+
+
+_name = st.from_regex(r"[a-z][a-z0-9-]{0,8}[a-z0-9]", fullmatch=True)
+_existing = st.one_of(
+    st.builds(lambda n: namespace(n, {"team": "x"}), _name),
+    st.builds(lambda n, h, d: twin(n, home=h, deleting=d), _name, _name, st.booleans()),
+    st.builds(lambda n, h: twin(n, consumer=NAPLES, home=h), _name, _name),
+    st.builds(lambda n: namespace(n, names.peer_labels(ROME)), _name),
+)
+
+
+@given(mappings=st.dictionaries(_name, _name, max_size=6), existing=st.lists(_existing, max_size=8))
+def test_only_this_consumers_twins_are_ever_deleted_and_nothing_existing_is_created(
+    mappings: dict[str, str], existing: list[Obj]
+) -> None:
+    namespaces = by_name(*existing)
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=namespaces)
+    labels = names.REMOTE_CLUSTER_ID, names.ORIGIN_NAMESPACE
+    for doomed in plan.delete:
+        assert doomed["metadata"]["labels"].get(labels[0]) == ROME
+        assert labels[1] in doomed["metadata"]["labels"]
+        assert not doomed["metadata"].get("deletionTimestamp")
+    assert not set(plan.create.values()) & set(namespaces)
+    assert len(set(plan.create.values()) | set(plan.keep.values())) == len(plan.create) + len(plan.keep)
+    assert set(mappings) <= set(plan.status)
+    for home, kept in plan.keep.items():
+        assert namespaces[kept]["metadata"]["labels"][names.ORIGIN_NAMESPACE] == home

@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local clean
+.PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local bench-offload clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint         ruff, mypy (strict), import-linter"
 	@echo "make unit         unit tests only (no clusters)"
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
+	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
 	@echo "make demo-down    stop and delete the demo clusters"
 
 setup: apt venv binaries
@@ -65,6 +66,9 @@ test: setup lint
 
 bench-local: setup
 	$(VENV)/bin/python benchmarks/local.py $(if $(PODS),--pods $(PODS))
+
+bench-offload: setup
+	$(VENV)/bin/python benchmarks/offload.py $(if $(PODS),--pods $(PODS))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

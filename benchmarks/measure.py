@@ -67,9 +67,12 @@ def _ready(pod: dict[str, Any]) -> bool:
     return False
 
 
-async def rollout(client: KubeClient, *, namespace: str, replicas: int, timeout: float = 1800) -> RolloutResult:
-    """Create a namespace and a Deployment in it; measure until all ``replicas`` pods are Ready."""
-    await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+async def rollout(
+    client: KubeClient, *, namespace: str, replicas: int, timeout: float = 1800, create_namespace: bool = True
+) -> RolloutResult:
+    """Create a Deployment (and its namespace, unless it exists); measure until ``replicas`` pods are Ready."""
+    if create_namespace:
+        await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     _, version = await client.list_all(PODS, namespace=namespace)
     first_seen: dict[str, float] = {}
     ready_at: dict[str, float] = {}

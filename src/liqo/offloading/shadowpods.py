@@ -81,7 +81,7 @@ class ShadowPods:
         self._events = events
         self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
         self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
-        self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=4)
+        self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=16)
         self.controller.watch(self.shadows, _key)
         self.controller.watch(self.pods, _key)
 
@@ -127,9 +127,9 @@ class ShadowPods:
                 await self._set_status(shadow, {"phase": "Refused", "message": exc.message})
                 await self._events.record(shadow, type="Warning", reason="PodRefused", message=exc.message)
             raise
-        if (shadow.get("status") or {}).get("phase") != "Created":
+        if (shadow.get("status") or {}).get("phase") == "Refused":  # no write per pod on the happy path
             await self._set_status(shadow, {"phase": "Created", "message": ""})
-        log.info("created pod %s/%s", meta["namespace"], meta["name"])
+        log.debug("created pod %s/%s", meta["namespace"], meta["name"])
 
     async def _set_status(self, shadow: Obj, status: Obj) -> None:
         meta = shadow["metadata"]

@@ -72,6 +72,22 @@ async def test_a_deployment_runs_in_milan_and_shows_at_home(
         subprocess.run, [*command, "--tail=1"], capture_output=True, text=True, timeout=30, check=False
     )
     assert tail.stdout.strip().splitlines() == logs.stdout.strip().splitlines()[-1:]
+    previous = await asyncio.to_thread(
+        subprocess.run, [*command, "--previous"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert previous.returncode != 0
+    assert "the provider answered" in previous.stderr  # milan has no previous container: its error, passed on
+    # -f streams: the lines arrive and the stream stays open until we stop it.
+    follow = await asyncio.create_subprocess_exec(*command, "-f", stdout=asyncio.subprocess.PIPE)
+    try:
+        assert follow.stdout is not None
+        async with asyncio.timeout(20):
+            first = await follow.stdout.readline()
+        assert b"simulated container started" in first
+        assert follow.returncode is None
+    finally:
+        follow.kill()
+        await follow.wait()
 
     # Scale down: the home pods go, and so do their ShadowPods and pods in milan.
     await rome.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 1}}, namespace=offloaded.namespace)

@@ -59,6 +59,8 @@ OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "
 TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
 SHADOW_POD_PHASES = ("Created", "Refused")
 MAX_CONTAINERS = 64
+MAX_SLOTS = 16
+"""A bound on ``largestSlots`` keeping offers small; providers publish a few (liqo's: 3)."""
 
 
 # -- schema fragments ------------------------------------------------------------------------------------
@@ -115,6 +117,17 @@ def _quantity_map(description: str) -> Schema:
         "type": "object",
         "description": description,
         "additionalProperties": _quantity("A quantity such as 2, 500m or 4Gi."),
+    }
+
+
+def _slots(description: str) -> Schema:
+    """The largest pods a provider can still place, each as a resource → quantity map, largest first."""
+    return {
+        "type": "array",
+        "description": description,
+        "items": _quantity_map("The free room of one node, capped by the offer."),
+        "maxItems": MAX_SLOTS,
+        "x-kubernetes-list-type": "atomic",
     }
 
 
@@ -349,6 +362,10 @@ def resource_offer_crd() -> dict[str, Any]:
             "providerClusterID": _cluster_id("The provider's cluster ID."),
             "providerClusterName": _string("The provider's human-readable name."),
             "resources": _quantity_map("The resources offered: cpu, memory, pods, extended resources..."),
+            "largestSlots": _slots(
+                "The largest pods the provider can still place on one of its nodes, largest CPU first: a pod"
+                " no slot holds is refused by the consumer's virtual kubelet instead of sent to no node."
+            ),
             "labels": _string_map("Labels for the virtual node standing for this offer."),
             "prices": _quantity_map("The price per resource unit-hour."),
             "timestamp": _timestamp("When the offer was made."),
@@ -432,6 +449,9 @@ def virtual_node_crd() -> dict[str, Any]:
             "clusterID": _cluster_id("The provider's cluster ID; never changes.", immutable=True),
             "clusterName": _string("The provider's human-readable name."),
             "resources": _quantity_map("The node's capacity: the accepted offer."),
+            "largestSlots": _slots(
+                "The accepted offer's largest slots: a pod none of them holds stays Pending here (DoesNotFitRemote)."
+            ),
             "labels": _string_map("The node's labels."),
             "offer": _string("The name of the ResourceOffer this node stands for."),
             "kubeconfigSecretRef": _object(

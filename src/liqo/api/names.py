@@ -77,6 +77,17 @@ GRACE_PERIOD = "liqo.io/grace-period-seconds"
 """On a ShadowPod about to be deleted: the home pod's grace period, which the provider honours."""
 SKIP_REFLECTION = "liqo.io/skip-reflection"
 """``"true"`` on a ConfigMap or Secret: never copy it to providers."""
+ORIGIN = "offloading.liqo.io/origin"
+"""On the copies a virtual kubelet keeps of another cluster's objects (home ConfigMaps and Secrets in a twin,
+a provider's pod Events at home): that cluster's ID. Reflection updates and deletes nothing without it."""
+POD_TOKEN = "offloading.liqo.io/pod-token"
+"""``"true"`` on the Secret in a twin holding the home ServiceAccount token of one offloaded pod."""
+HOME_POD = "liqo.io/home-pod"
+"""On a pod-token Secret: the home pod's name (the Secret's own name is a digest of it)."""
+RENEW_AT = "liqo.io/renew-at"
+"""On a pod-token Secret: when its token is replaced (at 80% of its lifetime, RFC 3339)."""
+LARGEST_SLOTS = "liqo.io/largest-slots"
+"""On virtual Nodes: the provider's largest slots (JSON), the biggest pods it can still place on one node."""
 TWIN_PREFIX_LENGTH = 8
 """How many characters of the home cluster ID suffix a twin namespace's DefaultName."""
 _DNS_LABEL_MAX = 63

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -380,6 +380,29 @@ class KubeClient:
             raise UnreachableError(f"{self.name}: GET {path}: {exc}") from exc
         finally:
             response.release()
+
+    async def websocket(
+        self, path: str, *, query: Sequence[tuple[str, str]], protocols: tuple[str, ...] = ()
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Open a WebSocket to ``path`` (``pods/exec``), offering ``protocols``; the caller closes it.
+
+        ``query`` is a list of pairs because exec repeats ``command`` once per argument.
+
+        Raises:
+            ApiError: the server refused the upgrade (its status, e.g. 403 or 404).
+            UnreachableError: the server could not be reached.
+        """
+        headers = await self._headers(None)
+        try:
+            return await self._session_for_requests().ws_connect(
+                self.server + path, params=list(query), headers=headers, protocols=protocols, max_msg_size=0
+            )
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                self._auth.invalidate()
+            raise api_error(exc.status, {"message": exc.message}) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise UnreachableError(f"{self.name}: websocket {path}: {exc}") from exc
 
     async def watch(
         self,

@@ -126,7 +126,9 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
     if not logs_file.exists():
         logs_file.write_text(_container_log_lines(spec.name))
     stages = sorted((bin_dir / toolchain.STAGES_DIR).glob("*.yaml"))
-    kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file))
+    exec_dir = cluster.root / "exec"
+    exec_dir.mkdir(exist_ok=True)
+    kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file), exec_dir=str(exec_dir))
     (cluster.config / "kwok.yaml").write_text(kwok)
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
     core = {c.name for c in components}

@@ -232,11 +232,13 @@ def scheduler_config(*, kubeconfig: str) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def kwok_config(*, stages: list[str], logs_file: str) -> str:
-    """kwok's configuration: its stages (pod and node lifecycles) and where container logs come from.
+def kwok_config(*, stages: list[str], logs_file: str, exec_dir: str) -> str:
+    """kwok's configuration: its stages (pod and node lifecycles), container logs, and exec.
 
     ``stages`` are the YAML texts of the Stage files shipped with kwok's module. Every container of every
     pod reads its logs from ``logs_file`` (CRI log format), which is what ``kubectl logs`` then shows.
+    ``kubectl exec`` runs the command on this machine, in ``exec_dir``, as kwok's user: a local cluster is
+    a development tool on loopback, and this is what lets exec be tested end to end without containers.
     """
     cluster_logs = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
@@ -244,7 +246,15 @@ def kwok_config(*, stages: list[str], logs_file: str) -> str:
         "metadata": {"name": "all-containers"},
         "spec": {"logs": [{"containers": [], "logsFile": logs_file, "follow": True}]},
     }
-    documents = [stage.strip() for stage in stages] + [yaml.safe_dump(cluster_logs, sort_keys=False).strip()]
+    cluster_exec = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterExec",
+        "metadata": {"name": "all-containers"},
+        "spec": {"execs": [{"containers": [], "local": {"workDir": exec_dir}}]},
+    }
+    documents = [stage.strip() for stage in stages] + [
+        yaml.safe_dump(document, sort_keys=False).strip() for document in (cluster_logs, cluster_exec)
+    ]
     return "\n---\n".join(documents) + "\n"
 
 

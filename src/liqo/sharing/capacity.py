@@ -9,6 +9,12 @@ re-offer a third cluster's resources as this one's — a loop once two clusters 
 A consumer's own pods here are not subtracted from its capacity: they already run inside its offer, and
 subtracting them would shrink the offer (and the quota enforcing it) as the consumer uses it, until the
 quota refuses pods that fit the share it was given.
+
+The offer is a sum over nodes, and a sum hides fragmentation: 8 CPUs free as 4 + 4 cannot run a pod of 6,
+yet a virtual node of capacity 8 makes the consumer's scheduler bind one to it. So the offer also carries
+its *largest slots* (:func:`largest_slots`): what a single pod can still get on one node, which the
+consumer's virtual kubelet checks before sending a pod. A slot is physical room, so unlike the offer it
+counts every pod on the node, the consumer's own included: they occupy the node whatever the quota says.
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ from decimal import Decimal
 from typing import Any
 
 from liqo.api import names
-from liqo.api.quantity import parse_quantity
+from liqo.api.podrequests import Resources, covers, pod_requests
+from liqo.api.quantity import parse_quantity, round_down
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_REPELLING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
-Resources = dict[str, Decimal]
+MAX_SLOTS = 3
+"""How many slots an offer carries: enough for a few distinct shapes, small enough to compare cheaply."""
 
 
 def free_capacity(
@@ -75,47 +84,96 @@ def is_eligible(node: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Resources:
-    """What the scheduler reserves for ``pod``: its effective requests, per resource.
+def is_placeable(node: Mapping[str, Any]) -> bool:
+    """Whether an offloaded pod can be placed on ``node``: eligible, and without a taint keeping pods off.
 
-    The rule of Kubernetes' ``resource.PodRequests``: regular containers and sidecars (init containers with
-    ``restartPolicy: Always``) run together, so their requests add up; every other init container runs alone
-    after the sidecars declared before it, so it needs its own requests plus theirs; the pod needs the larger
-    of the two phases, per resource. Pod-level requests (``spec.resources``), where set, replace that
-    aggregate, and the runtime's ``overhead`` comes on top.
+    The pods a provider runs for consumers tolerate none of its taints (the ShadowPod drops the home
+    pod's tolerations: they name home taints), so a ``NoSchedule`` or ``NoExecute`` taint — a control
+    plane, a node reserved for a team, one the node lifecycle controller marked — keeps every one of them
+    off; ``PreferNoSchedule`` only discourages the scheduler.
     """
-    spec = pod.get("spec") or {}
-    running = _sum(_container_requests(c) for c in spec.get("containers") or [])
-    sidecars: Resources = {}
-    init_peak: Resources = {}
-    for container in spec.get("initContainers") or []:
-        requests = _container_requests(container)
-        if container.get("restartPolicy") == "Always":
-            running = _sum((running, requests))
-            sidecars = _sum((sidecars, requests))
-            init_peak = _max(init_peak, sidecars)
-        else:
-            init_peak = _max(init_peak, _sum((sidecars, requests)))
-    effective = _max(running, init_peak)
-    effective |= _quantities((spec.get("resources") or {}).get("requests"))
-    return _sum((effective, _quantities(spec.get("overhead"))))
+    taints = (node.get("spec") or {}).get("taints") or []
+    return is_eligible(node) and not any(taint.get("effect") in _REPELLING_EFFECTS for taint in taints)
 
 
-def _container_requests(container: Mapping[str, Any]) -> Resources:
-    return _quantities((container.get("resources") or {}).get("requests"))
+def node_free(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> dict[str, Resources]:
+    """Per placeable node (by name): its allocatable minus the requests of the non-terminal pods bound to it.
+
+    Every pod counts (see the module's note on slots), each 1 toward ``pods``; never negative.
+    """
+    free: dict[str, Resources] = {
+        node["metadata"]["name"]: {
+            resource: parse_quantity(amount)
+            for resource, amount in ((node.get("status") or {}).get("allocatable") or {}).items()
+        }
+        for node in nodes
+        if is_placeable(node)
+    }
+    for pod in pods:
+        room = free.get((pod.get("spec") or {}).get("nodeName") or "")
+        if room is None or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
+            continue
+        for resource, amount in pod_requests(pod).items():
+            if resource in room:
+                room[resource] -= amount
+        if "pods" in room:
+            room["pods"] -= 1
+    return {name: {r: max(amount, Decimal(0)) for r, amount in room.items()} for name, room in free.items()}
 
 
-def _quantities(resources: Mapping[str, Any] | None) -> Resources:
-    return {name: parse_quantity(amount) for name, amount in (resources or {}).items()}
+def largest_slots(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    offer: Mapping[str, Decimal],
+) -> list[Resources]:
+    """The largest pods the provider can still place, as up to :data:`MAX_SLOTS` distinct shapes.
+
+    Args:
+        nodes: Node objects.
+        pods: Pod objects (of every namespace).
+        offer: The offer the slots go with (:func:`liqo.sharing.policy.compute_offer`).
+
+    Returns:
+        One shape per placeable node with room for one more pod (:func:`node_free`), over the offer's
+        resources but ``pods`` (0 for one the node lacks), each amount capped by the offer — a slot never
+        promises more than the offer — and rounded down as the offer is. Shapes another one covers are
+        dropped (every pod fitting them fits it too); of the rest, the largest by CPU and the largest by
+        memory are always kept (so that neither a CPU-heavy nor a memory-heavy pod is refused for want of a
+        slot), then the next ones by CPU. Ordered by CPU, then memory, then the other resources by name,
+        largest first. Empty when no node can take a pod.
+
+    ``pods`` is left out of the shapes: every pod needs exactly one, so it says nothing about size, and it
+    moves with every pod, which would make every pod look like a change of slots.
+    """
+    shapes: dict[tuple[tuple[str, Decimal], ...], Resources] = {}
+    for room in node_free(nodes, pods).values():
+        if room.get("pods", Decimal(1)) < 1:
+            continue  # full: not even the smallest pod goes there
+        shape = {
+            r: round_down(min(room.get(r, Decimal(0)), cap), resource=r) for r, cap in offer.items() if r != "pods"
+        }
+        shapes.setdefault(tuple(sorted(shape.items())), shape)
+    ordered = sorted(shapes.values(), key=_cpu_first, reverse=True)
+    if not ordered:
+        return []
+    # A shape covering another is at least as large in every resource, so it comes first in either order:
+    # the first by CPU and the first by memory are covered by nothing, and coverage needs only the shapes
+    # before a candidate (the scan stops as soon as enough slots are found).
+    chosen = [max(ordered, key=_memory_first)]
+    for index, shape in enumerate(ordered):
+        if len(chosen) == MAX_SLOTS:
+            break
+        if shape not in chosen and not any(covers(other, shape) for other in ordered[:index]):
+            chosen.append(shape)
+    return sorted(chosen, key=_cpu_first, reverse=True)
 
 
-def _sum(lists: Iterable[Resources]) -> Resources:
-    total: Resources = defaultdict(Decimal)
-    for resources in lists:
-        for name, amount in resources.items():
-            total[name] += amount
-    return dict(total)
+def _cpu_first(slot: Mapping[str, Decimal]) -> tuple[Decimal, ...]:
+    others = (amount for resource, amount in sorted(slot.items()) if resource not in ("cpu", "memory"))
+    return slot.get("cpu", Decimal(0)), slot.get("memory", Decimal(0)), *others
 
 
-def _max(a: Resources, b: Resources) -> Resources:
-    return {name: max(a.get(name, Decimal(0)), b.get(name, Decimal(0))) for name in a.keys() | b.keys()}
+def _memory_first(slot: Mapping[str, Decimal]) -> tuple[Decimal, ...]:
+    cpu, memory, *others = _cpu_first(slot)
+    return memory, cpu, *others

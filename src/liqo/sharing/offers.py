@@ -3,7 +3,9 @@
 Keyed by the consumer's cluster ID. The offer is recomputed from the real free capacity (nodes and pods
 from the informers) and that consumer's SharingPolicy whenever either moves, and written only when it
 changed by more than the policy's threshold or nears expiry — a busy cluster does not rewrite offers on
-every pod. Once the consumer accepts, a ResourceQuota holding the offered amounts goes into every namespace
+every pod —, or when its largest slots shrank (or grew beyond the threshold): those say what a single pod
+can still get on one node, and the consumer relies on them to never send a pod no node can take. Once
+the consumer accepts, a ResourceQuota holding the offered amounts goes into every namespace
 this cluster hosts for it, so the consumer can never use more than it was offered.
 """
 
@@ -21,7 +23,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS
-from liqo.sharing.capacity import free_capacity
+from liqo.sharing.capacity import free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
 QUOTA = "liqo-offer"
@@ -92,7 +94,8 @@ class OfferController:
             for ns in self.hosted.store.list()
             if (ns["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == consumer_id
         )
-        free = free_capacity(self.nodes.store.list(), self.pods.store.list(), exclude_namespaces=hosted)
+        nodes, pods = self.nodes.store.list(), self.pods.store.list()
+        free = free_capacity(nodes, pods, exclude_namespaces=hosted)
         resources = compute_offer(free, policy)
         if resources is None:
             await self._set_request_status(
@@ -101,12 +104,14 @@ class OfferController:
             await self._withdraw(consumer_id, offer)
             return None
         await self._set_request_status(request, request_status("Created"))
+        slots = largest_slots(nodes, pods, offer=resources)
         now = datetime.datetime.now(datetime.UTC)
-        if offer is None or needs_refresh(offer.get("spec"), resources, policy, now=now):
+        if offer is None or needs_refresh(offer.get("spec"), resources, policy, new_slots=slots, now=now):
             spec = offer_spec(
                 provider_id=self._local.cluster_id,
                 provider_name=self._local.cluster_name,
                 resources=resources,
+                slots=slots,
                 policy=policy,
                 now=now,
             )

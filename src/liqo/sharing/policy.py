@@ -9,17 +9,26 @@ with the published offer are then exactly the published ones, so an unchanged cl
 An offer is rewritten only when it moved by more than the policy's threshold, when what it says besides the
 amounts (labels, prices) changed, or when a third of its lifetime or less is left — a busy cluster does
 not rewrite offers (and wake every consumer) for each pod, yet a consumer never holds an offer that lapsed.
+
+Its largest slots (:func:`liqo.sharing.capacity.largest_slots`) follow a stricter rule, because they are
+a promise rather than a budget: the consumer sends a pod only if a slot holds it, so a published slot the
+provider can no longer place would send pods into a black hole. A slot that shrank — one no current slot
+covers — is therefore republished at once, whatever the threshold; a slot that grew is republished when it
+grew beyond the threshold (until then a pod it would now hold waits, Pending with its reason, at most until
+the next refresh). The cost: on a provider whose largest free node changes with every pod it places, every
+such pod rewrites the offer; on one with several equally large free nodes, the largest slot does not move.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from liqo.api.quantity import format_quantity, parse_quantity, round_down
+from liqo.api.podrequests import covers
+from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
 
 SHARE = "Share"
 DENY = "Deny"
@@ -132,6 +141,7 @@ def offer_spec(
     provider_id: str,
     provider_name: str,
     resources: Mapping[str, Decimal],
+    slots: Sequence[Mapping[str, Decimal]],
     policy: Policy,
     now: datetime.datetime,
 ) -> dict[str, Any]:
@@ -141,20 +151,22 @@ def offer_spec(
         provider_id: This cluster's ID.
         provider_name: This cluster's name.
         resources: The offer, as :func:`compute_offer` returns it.
+        slots: Its largest slots, as :func:`liqo.sharing.capacity.largest_slots` returns them.
         policy: The policy it was computed under (labels, prices, lifetime).
         now: The current time (timezone-aware).
 
     Returns:
         ``providerClusterID``, ``providerClusterName``, ``resources`` and ``prices`` (quantities; prices only
-        for offered resources), ``labels``, ``timestamp`` and ``expiry`` (``timestamp`` + the policy's TTL),
-        as RFC 3339 UTC times to the second.
+        for offered resources), ``largestSlots`` (quantities), ``labels``, ``timestamp`` and ``expiry``
+        (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second.
     """
     # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
     timestamp = _utc(now).replace(microsecond=0)
     return {
         "providerClusterID": provider_id,
         "providerClusterName": provider_name,
-        "resources": {name: format_quantity(amount, resource=name) for name, amount in resources.items()},
+        "resources": _formatted(resources),
+        "largestSlots": [_formatted(slot) for slot in slots],
         "labels": dict(policy.labels),
         "prices": {name: price for name, price in policy.prices.items() if name in resources},
         "timestamp": format_time(timestamp),
@@ -167,6 +179,7 @@ def needs_refresh(
     new_resources: Mapping[str, Decimal],
     policy: Policy,
     *,
+    new_slots: Sequence[Mapping[str, Decimal]],
     now: datetime.datetime,
 ) -> bool:
     """Whether the published offer ``current_spec`` must be replaced by one offering ``new_resources``.
@@ -175,15 +188,23 @@ def needs_refresh(
         current_spec: The published ResourceOffer's ``spec``, or ``None`` if there is none.
         new_resources: The offer computed now, as :func:`compute_offer` returns it.
         policy: The policy the new offer is computed under.
+        new_slots: The largest slots computed now (:func:`liqo.sharing.capacity.largest_slots`).
         now: The current time (timezone-aware).
 
     Returns:
         True if there is no offer; if a resource appeared, disappeared or moved by more than
-        ``refresh_threshold_percent`` of its published amount; if the labels or prices the policy gives
+        ``refresh_threshold_percent`` of its published amount; if the slots moved (:func:`slots_moved`;
+        published ones missing or unreadable count as moved); if the labels or prices the policy gives
         differ from the published ones; or if a third of the policy's TTL or less is left before expiry
         (an unreadable expiry counts as expired).
     """
     if current_spec is None:
+        return True
+    try:
+        published_slots = [_parsed(slot) for slot in current_spec["largestSlots"]]
+    except (KeyError, TypeError, AttributeError, QuantityError):
+        return True
+    if slots_moved(published_slots, new_slots, threshold_percent=policy.refresh_threshold_percent):
         return True
     current = {name: parse_quantity(amount) for name, amount in (current_spec.get("resources") or {}).items()}
     if current.keys() != new_resources.keys():
@@ -200,6 +221,21 @@ def needs_refresh(
     except (KeyError, ValueError):
         return True
     return expiry - _utc(now) <= datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
+
+
+def slots_moved(
+    published: Sequence[Mapping[str, Decimal]], current: Sequence[Mapping[str, Decimal]], *, threshold_percent: int
+) -> bool:
+    """Whether the ``current`` slots must replace the ``published`` ones (pure).
+
+    True if a published slot shrank — no current slot covers it: it promises what the provider can no
+    longer place —, or if a current slot grew — no published slot, enlarged by ``threshold_percent``,
+    covers it. Slots only reordered, or moved within the threshold upwards, are not a change.
+    """
+    if any(not any(covers(now, then) for now in current) for then in published):
+        return True
+    enlarged = [{r: amount * (100 + threshold_percent) / 100 for r, amount in slot.items()} for slot in published]
+    return any(not any(covers(then, now) for then in enlarged) for now in current)
 
 
 def format_time(moment: datetime.datetime) -> str:
@@ -224,6 +260,14 @@ def _utc(moment: datetime.datetime) -> datetime.datetime:
         # A naive time would be read as this machine's local time: a silent error of hours in expiries.
         raise ValueError(f"{moment} has no time zone")
     return moment.astimezone(datetime.UTC)
+
+
+def _formatted(resources: Mapping[str, Decimal]) -> dict[str, str]:
+    return {name: format_quantity(amount, resource=name) for name, amount in resources.items()}
+
+
+def _parsed(resources: Mapping[str, str | int]) -> dict[str, Decimal]:
+    return {name: parse_quantity(amount) for name, amount in resources.items()}
 
 
 def _checked_quantity(amount: str | int) -> str:

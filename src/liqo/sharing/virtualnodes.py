@@ -3,7 +3,10 @@
 Keyed by the provider's cluster ID. The decision (:func:`liqo.sharing.acceptance.decide`) follows the
 ForeignCluster's ``offerPolicy``; it is written to the offer's status, which the replicator carries back to
 the provider. In ``Manual`` mode a human's verdict in that status is kept. An accepted offer becomes (and
-its refreshes update) a VirtualNode, which the virtual kubelet turns into a Node.
+its refreshes update) a VirtualNode, which the virtual kubelet turns into a Node. The offer's largest slots
+go along unchanged: the virtual kubelet refuses pods none of them holds. An offer without them (a provider
+that does not publish slots) gives a VirtualNode without them, which the virtual kubelet reads as "not
+known" rather than as "nothing fits".
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
     """The VirtualNode standing for an accepted offer (pure)."""
     spec = offer.get("spec") or {}
     provider_name = spec.get("providerClusterName") or provider_id
+    slots = {"largestSlots": spec["largestSlots"]} if "largestSlots" in spec else {}
     return {
         "apiVersion": VIRTUAL_NODES.api_version,
         "kind": VIRTUAL_NODES.kind,
@@ -44,6 +48,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
             "clusterID": provider_id,
             "clusterName": provider_name,
             "resources": spec.get("resources") or {},
+            **slots,
             "labels": (spec.get("labels") or {})
             | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE, names.REMOTE_CLUSTER_ID: provider_id},
             "offer": offer["metadata"]["name"],

@@ -5,25 +5,33 @@ controllers only compare and apply. Three directions:
 
 - VirtualNode → Node (metadata and status) and its Lease;
 - home Pod → ShadowPod: the pod to run, minus what only means something in the home cluster (its node,
-  scheduling constraints that name home nodes, priority classes and service-account mounts that do not
-  exist remotely);
-- remote Pod → home Pod status: what ``kubectl get pods`` at home must show.
+  scheduling constraints that name home nodes, priority classes), its service-account mount taken from a
+  Secret the virtual kubelet keeps filled with a home token;
+- remote Pod → home Pod status: what ``kubectl get pods`` at home must show;
+- reflection (last section): home ConfigMaps and Secrets → copies in the twin, the pod's home token → a
+  Secret in the twin, the provider's pod Events → Events at home.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
+import json
 from typing import Any
 
 from liqo.api import names
 from liqo.api.resources import SHADOW_PODS
-from liqo.kube.resources import LEASES, NODES
+from liqo.kube.events import MAX_MESSAGE_LENGTH
+from liqo.kube.resources import CONFIGMAPS, LEASES, NODES, SECRETS, Resource
 
 Obj = dict[str, Any]
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 KUBELET_VERSION = "v1.37.2-liqo"
+EXEC_OVER_WEBSOCKETS = "ExtendWebSocketsToKubelet"
+"""The node-declared feature telling the API server this kubelet takes exec over WebSockets."""
 
 _DROPPED_POD_FIELDS = frozenset(
     {
@@ -45,7 +53,8 @@ _DROPPED_POD_FIELDS = frozenset(
     }
 )
 _TOKEN_VOLUME_PREFIX = "kube-api-access-"
-"""The projected volume the home ServiceAccount admission adds: its token is only valid at home."""
+"""The projected volume the home ServiceAccount admission adds (token, CA, namespace): the provider mounts
+the pod-token Secret in its place, under the same volume name so that the containers' mounts stay as they are."""
 _DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 _STATUS_FIELDS = (
     "phase",
@@ -60,6 +69,10 @@ _STATUS_FIELDS = (
     "message",
     "qosClass",
 )
+
+
+_CLEARED_FIELDS = ("reason", "message")
+"""Status fields a refusal sets at home and the remote pod, once running, may not have."""
 
 
 def _time(moment: datetime.datetime) -> str:
@@ -81,10 +94,16 @@ def node_manifest(virtual_node: Obj) -> Obj:
         "kubernetes.io/arch": "amd64",
         names.MANAGED_BY: names.MANAGED_BY_VALUE,
     }
+    metadata: Obj = {"name": virtual_node["metadata"]["name"], "labels": labels}
+    if "largestSlots" in spec:
+        # Capacity stays the offer (a sum over the provider's nodes); the slots, which the scheduler cannot
+        # use, are shown to people here and enforced by the pod reflector (liqo.virtualkubelet.fit).
+        slots = json.dumps(spec["largestSlots"], sort_keys=True, separators=(",", ":"))
+        metadata["annotations"] = {names.LARGEST_SLOTS: slots}
     return {
         "apiVersion": NODES.api_version,
         "kind": NODES.kind,
-        "metadata": {"name": virtual_node["metadata"]["name"], "labels": labels},
+        "metadata": metadata,
         "spec": {"taints": [{"key": names.VIRTUAL_NODE_TAINT, "value": "true", "effect": "NoExecute"}]},
     }
 
@@ -149,6 +168,8 @@ def node_status(
                 {"type": "Hostname", "address": virtual_node["metadata"]["name"]},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
+            # The API server then passes exec WebSockets through to us instead of translating them to SPDY.
+            "declaredFeatures": [EXEC_OVER_WEBSOCKETS],
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -184,24 +205,25 @@ def node_lease(node: Obj, *, holder: str, now: datetime.datetime) -> Obj:
 # -- pods --------------------------------------------------------------------------------------------------
 
 
-def remote_pod_spec(home_spec: Obj) -> Obj:
-    """The spec the provider runs for a home pod: scheduling and home-only identity removed (pure)."""
+def remote_pod_spec(home_spec: Obj, *, token_secret: str) -> Obj:
+    """The spec the provider runs for a home pod: scheduling removed, the home token from ``token_secret`` (pure)."""
     spec = {key: value for key, value in home_spec.items() if key not in _DROPPED_POD_FIELDS}
-    tokens = {v["name"] for v in spec.get("volumes") or [] if v.get("name", "").startswith(_TOKEN_VOLUME_PREFIX)}
-    if tokens:
-        spec["volumes"] = [v for v in spec["volumes"] if v.get("name") not in tokens]
-        for field in ("containers", "initContainers"):
-            if field in spec:
-                spec[field] = [_without_mounts(c, tokens) for c in spec[field]]
+    if "volumes" in spec:
+        spec["volumes"] = [_token_secret_volume(v, token_secret) if _is_token_volume(v) else v for v in spec["volumes"]]
     # The provider's default ServiceAccount must not mount its own token into a consumer's workload.
     spec["automountServiceAccountToken"] = False
     return spec
 
 
-def _without_mounts(container: Obj, volumes: set[str]) -> Obj:
-    mounts = [m for m in container.get("volumeMounts") or [] if m.get("name") not in volumes]
-    trimmed = {key: value for key, value in container.items() if key != "volumeMounts"}
-    return trimmed | ({"volumeMounts": mounts} if mounts else {})
+def _is_token_volume(volume: Obj) -> bool:
+    return bool(str(volume.get("name", "")).startswith(_TOKEN_VOLUME_PREFIX) and "projected" in volume)
+
+
+def _token_secret_volume(volume: Obj, secret: str) -> Obj:
+    source: Obj = {"secretName": secret}
+    if "defaultMode" in volume["projected"]:
+        source["defaultMode"] = volume["projected"]["defaultMode"]
+    return {"name": volume["name"], "secret": source}
 
 
 def shadow_pod(home_pod: Obj, *, namespace: str, home_cluster_id: str) -> Obj:
@@ -209,14 +231,18 @@ def shadow_pod(home_pod: Obj, *, namespace: str, home_cluster_id: str) -> Obj:
     meta = home_pod["metadata"]
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
     labels = dict(meta.get("labels") or {}) | names.peer_labels(home_cluster_id)
-    metadata: Obj = {"name": meta["name"], "namespace": namespace, "labels": labels}
+    # The provider's finalizer comes with the creation: one write less per pod than the provider adding it.
+    metadata: Obj = {"name": meta["name"], "namespace": namespace, "labels": labels, "finalizers": [names.FINALIZER]}
     if annotations:
         metadata["annotations"] = annotations
     return {
         "apiVersion": SHADOW_PODS.api_version,
         "kind": SHADOW_PODS.kind,
         "metadata": metadata,
-        "spec": {"pod": remote_pod_spec(home_pod["spec"]), "homePodUID": meta["uid"]},
+        "spec": {
+            "pod": remote_pod_spec(home_pod["spec"], token_secret=token_secret_name(meta["name"])),
+            "homePodUID": meta["uid"],
+        },
     }
 
 
@@ -243,6 +269,10 @@ def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     """
     remote = remote_pod.get("status") or {}
     status = {field: remote[field] for field in _STATUS_FIELDS if field in remote}
+    for field in _CLEARED_FIELDS:
+        # A refusal's reason (refused_status) must not outlive it: kubectl shows status.reason as the pod's
+        # STATUS, so a running pod would read "DoesNotFitRemote". None deletes it in the strategic merge.
+        status.setdefault(field, None)
     status["hostIP"] = node_address
     status["hostIPs"] = [{"ip": node_address}]
     return status
@@ -288,3 +318,253 @@ def status_patch(status: Obj) -> Obj:
         if field in body:
             body[field] = [{"$patch": "replace"}, *body[field]]
     return {"status": body}
+
+
+# -- reflection: ConfigMaps, Secrets, ServiceAccount tokens, Events ------------------------------------------
+#
+# What the virtual kubelet copies between home and a provider besides pods (liqo.virtualkubelet.reflection
+# does the I/O). Every copy is marked with ``names.ORIGIN`` (the cluster it comes from), and nothing unmarked
+# is ever updated or deleted: a twin, or a home namespace, may hold objects of the same name made by others.
+
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+"""Published by every cluster into every namespace: the provider's own must stay (its pods trust its API)."""
+SERVICE_ACCOUNT_TOKEN_TYPE = "kubernetes.io/service-account-token"
+"""Legacy token Secrets: home tokens the provider's token controller would fight over (and must not read)."""
+DEFAULT_TOKEN_SECONDS = 3600
+TOKEN_RENEWAL = 0.8
+"""Tokens are replaced at this fraction of their lifetime, as the kubelet does for projected tokens."""
+_COPIED_FIELDS = ("data", "binaryData", "type", "immutable")
+_CONTENT_FIELDS = ("data", "binaryData", "immutable")
+_NAME_MAX = 253
+_TOKEN_DIGEST_LENGTH = 10
+
+
+def reflectable(obj: Obj, *, resource: Resource) -> bool:
+    """Whether a home ConfigMap or Secret is ever copied to a provider, whatever the policy (pure).
+
+    Never: the cluster's root CA ConfigMap, ServiceAccount token Secrets, objects annotated
+    ``liqo.io/skip-reflection: "true"``, and copies or pod tokens themselves (a namespace that is both a twin
+    and offloaded onwards would otherwise bounce them from cluster to cluster).
+    """
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if (meta.get("annotations") or {}).get(names.SKIP_REFLECTION) == "true":
+        return False
+    if names.ORIGIN in labels or names.POD_TOKEN in labels:
+        return False
+    if resource == CONFIGMAPS:
+        return bool(meta["name"] != ROOT_CA_CONFIGMAP)
+    return bool(resource == SECRETS and obj.get("type") != SERVICE_ACCOUNT_TOKEN_TYPE)
+
+
+def reflected_copy(obj: Obj, *, resource: Resource, namespace: str, home_cluster_id: str) -> Obj:
+    """The copy of home ConfigMap or Secret ``obj`` in twin ``namespace``: same name, content and metadata (pure)."""
+    meta = obj["metadata"]
+    labels = dict(meta.get("labels") or {}) | names.peer_labels(home_cluster_id) | {names.ORIGIN: home_cluster_id}
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
+    copy_meta: Obj = {"name": meta["name"], "namespace": namespace, "labels": labels}
+    if kept:
+        copy_meta["annotations"] = kept
+    copy: Obj = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": copy_meta}
+    return copy | {field: obj[field] for field in _COPIED_FIELDS if field in obj}
+
+
+def is_copy(obj: Obj, *, origin: str) -> bool:
+    """Whether ``obj`` is a copy this virtual kubelet keeps of an object of cluster ``origin`` (pure)."""
+    return bool((obj["metadata"].get("labels") or {}).get(names.ORIGIN) == origin)
+
+
+def _same(current: Obj, desired: Obj, fields: tuple[str, ...]) -> bool:
+    # The API server leaves empty maps and a false ``immutable`` out of what it returns.
+    return all((current.get(field) or None) == (desired.get(field) or None) for field in fields)
+
+
+def copy_is_current(current: Obj, desired: Obj) -> bool:
+    """Whether the copy ``current`` (as read) already says what ``desired`` says (pure)."""
+    meta, wanted = current["metadata"], desired["metadata"]
+    return bool(
+        _same(current, desired, _COPIED_FIELDS)
+        and (meta.get("labels") or {}) == wanted.get("labels", {})
+        and (meta.get("annotations") or {}) == wanted.get("annotations", {})
+    )
+
+
+def must_replace(current: Obj, desired: Obj) -> bool:
+    """Whether the copy cannot be updated into ``desired`` and must be deleted and made anew (pure).
+
+    A Secret's type never changes, nor does an immutable object's content: the home object was deleted and
+    re-created differently under the same name.
+    """
+    if current.get("type") != desired.get("type"):
+        return True
+    return bool(current.get("immutable")) and not _same(current, desired, _CONTENT_FIELDS)
+
+
+def token_secret_name(pod_name: str) -> str:
+    """The pod-token Secret of home pod ``pod_name`` in its twin (pure).
+
+    The digest keeps it apart from the home Secrets copied into the same twin (a ``<pod>-token`` of the user's
+    is plausible); the name is cut so that the result is still a valid Secret name.
+    """
+    suffix = "-token-" + hashlib.sha256(pod_name.encode()).hexdigest()[:_TOKEN_DIGEST_LENGTH]
+    return pod_name[: _NAME_MAX - len(suffix)].rstrip("-.") + suffix
+
+
+def token_volume(home_spec: Obj) -> Obj | None:
+    """The projected ServiceAccount volume the home admission added to a pod, if any (pure)."""
+    return next((v for v in home_spec.get("volumes") or [] if _is_token_volume(v)), None)
+
+
+def token_seconds(volume: Obj) -> int:
+    """The token lifetime the projected volume asks for (pure)."""
+    for source in volume["projected"].get("sources") or []:
+        token = source.get("serviceAccountToken")
+        if token is not None:
+            return int(token.get("expirationSeconds") or DEFAULT_TOKEN_SECONDS)
+    return DEFAULT_TOKEN_SECONDS
+
+
+def service_account_of(home_pod: Obj) -> str:
+    """The home ServiceAccount a pod runs as (pure)."""
+    spec = home_pod["spec"]
+    return str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+
+
+def token_request(home_pod: Obj, *, seconds: int) -> Obj:
+    """The TokenRequest for the pod's ServiceAccount, bound to the pod: it dies with the pod (pure).
+
+    No audiences: the API server's own, as for the projected volume it replaces.
+    """
+    meta = home_pod["metadata"]
+    bound = {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]}
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds, "boundObjectRef": bound},
+    }
+
+
+def renewal_time(*, issued: datetime.datetime, expires: datetime.datetime) -> datetime.datetime:
+    """When a token issued at ``issued`` and expiring at ``expires`` is replaced (pure)."""
+    return issued + (expires - issued) * TOKEN_RENEWAL
+
+
+def parse_time(value: str) -> datetime.datetime:
+    """An RFC 3339 time as the API server writes it (pure)."""
+    return datetime.datetime.fromisoformat(value).astimezone(datetime.UTC)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def token_secret(
+    home_pod: Obj, *, namespace: str, home_cluster_id: str, token: str, ca: str, renew_at: datetime.datetime
+) -> Obj:
+    """The Secret in twin ``namespace`` the remote pod mounts as its ServiceAccount directory (pure).
+
+    Its keys are the projected volume's (``token``, ``ca.crt``, ``namespace``): the home token, the home CA
+    and the home namespace, so that the pod's client speaks to the home API server as at home.
+    """
+    meta = home_pod["metadata"]
+    return {
+        "apiVersion": SECRETS.api_version,
+        "kind": SECRETS.kind,
+        "metadata": {
+            "name": token_secret_name(meta["name"]),
+            "namespace": namespace,
+            "labels": names.peer_labels(home_cluster_id) | {names.POD_TOKEN: "true"},
+            "annotations": {
+                names.HOME_POD: meta["name"],
+                names.HOME_POD_UID: meta["uid"],
+                names.RENEW_AT: _time(renew_at),
+            },
+        },
+        "type": "Opaque",
+        "data": {"token": _b64(token), "ca.crt": _b64(ca), "namespace": _b64(meta["namespace"])},
+    }
+
+
+def is_pod_token(secret: Obj, *, home_cluster_id: str) -> bool:
+    """Whether ``secret`` is a pod-token Secret this virtual kubelet keeps (pure)."""
+    labels = secret["metadata"].get("labels") or {}
+    return bool(labels.get(names.POD_TOKEN) == "true" and labels.get(names.REMOTE_CLUSTER_ID) == home_cluster_id)
+
+
+def token_renew_at(secret: Obj, home_pod: Obj, *, ca: str) -> datetime.datetime | None:
+    """When the pod-token Secret's token must be replaced; None when it must be now (pure).
+
+    Now, too, when the Secret was written for a deleted namesake of the pod (its token died with it) or with
+    another CA or namespace.
+    """
+    annotations = secret["metadata"].get("annotations") or {}
+    data = secret.get("data") or {}
+    meta = home_pod["metadata"]
+    current = (
+        annotations.get(names.HOME_POD_UID) == meta["uid"]
+        and "token" in data
+        and data.get("ca.crt") == _b64(ca)
+        and data.get("namespace") == _b64(meta["namespace"])
+    )
+    renew = annotations.get(names.RENEW_AT)
+    if not current or not renew:
+        return None
+    try:
+        return parse_time(renew)
+    except ValueError:
+        return None
+
+
+def mirrorable(event: Obj) -> bool:
+    """Whether a provider Event may be mirrored at home: about a pod, and not itself a mirror (pure)."""
+    involved = event.get("involvedObject") or {}
+    labels = event["metadata"].get("labels") or {}
+    return bool(involved.get("kind") == "Pod" and involved.get("name") and names.ORIGIN not in labels)
+
+
+def _whole_seconds(stamp: str | None) -> str | None:
+    """A ``Time`` from a ``Time`` or ``MicroTime`` (the events.k8s.io fields), which core Events need."""
+    return _time(parse_time(stamp)) if stamp else None
+
+
+def mirrored_event(event: Obj, *, home_pod: Obj, provider_id: str) -> Obj:
+    """The home Event mirroring provider ``event`` onto ``home_pod``: same name, reason, message, type, count (pure).
+
+    Same name as the provider's, so that every change of that Event (its count growing) updates one home Event
+    and a re-list writes nothing new. Events written through events.k8s.io carry their count and times in
+    ``series``/``eventTime`` instead: they are folded into the core fields.
+    """
+    meta = home_pod["metadata"]
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+    }
+    if (event.get("involvedObject") or {}).get("fieldPath"):
+        involved["fieldPath"] = event["involvedObject"]["fieldPath"]
+    series = event.get("series") or {}
+    first = _whole_seconds(event.get("firstTimestamp") or event.get("eventTime"))
+    last = _whole_seconds(event.get("lastTimestamp") or series.get("lastObservedTime") or event.get("eventTime"))
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent") or "provider"
+    mirror: Obj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": event["metadata"]["name"],
+            "namespace": meta["namespace"],
+            "labels": names.peer_labels(provider_id) | {names.ORIGIN: provider_id},
+        },
+        "involvedObject": involved,
+        "type": event.get("type") or "Normal",
+        "reason": event.get("reason") or "",
+        "message": (event.get("message") or "")[:MAX_MESSAGE_LENGTH],
+        "count": max(int(event.get("count") or 0), int(series.get("count") or 0), 1),
+        "source": {"component": component},
+    }
+    if first or last:
+        mirror["firstTimestamp"] = first or last
+        mirror["lastTimestamp"] = last or first
+    return mirror

@@ -1,9 +1,10 @@
 """One virtual kubelet per VirtualNode, inside one process: started, restarted and stopped as they come and go.
 
 Each VirtualNode gets a :class:`NodeController` (Node, Lease, health) and, once an identity on its
-provider exists, a :class:`~liqo.virtualkubelet.pods.PodReflector`. A renewed identity restarts the
-reflector with the new client: its informers re-list, and reconciling from fresh caches is idempotent, so
-nothing is lost or doubled. A deleted VirtualNode (unpeer, a withdrawn offer) stops both and deletes the
+provider exists, a :class:`~liqo.virtualkubelet.pods.PodReflector` and, sharing its home pod informer, a
+:class:`~liqo.virtualkubelet.reflection.Reflection` (ConfigMaps, Secrets, pod tokens, Events). A renewed
+identity restarts both with the new client: their informers re-list, and reconciling from fresh caches is
+idempotent, so nothing is lost or doubled. A deleted VirtualNode (unpeer, a withdrawn offer) stops both and deletes the
 Node; pods still bound to it are then deleted by the cluster's pod garbage collector.
 """
 
@@ -21,8 +22,10 @@ from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import SECRETS
+from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.node import NodeController
 from liqo.virtualkubelet.pods import PodReflector
+from liqo.virtualkubelet.reflection import Reflection, ReflectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ class _Running:
     node_task: asyncio.Task[None]
     provider_id: str
     reflector: PodReflector | None = None
+    reflection: Reflection | None = None
     reflector_task: asyncio.Task[None] | None = None
     client: KubeClient | None = field(default=None)
 
@@ -45,8 +49,17 @@ class VirtualKubelets:
     """Follows the VirtualNodes of this cluster and runs a virtual kubelet for each."""
 
     def __init__(
-        self, *, client: KubeClient, home_cluster_id: str, address: str, port: int, holder: str, events: EventRecorder
+        self,
+        *,
+        client: KubeClient,
+        home_cluster_id: str,
+        address: str,
+        port: int,
+        holder: str,
+        events: EventRecorder,
+        policy: ReflectionPolicy,
     ) -> None:
+        self._policy = policy
         self._client = client
         self._home_cluster_id = home_cluster_id
         self._address = address
@@ -60,7 +73,7 @@ class VirtualKubelets:
         self.running: dict[str, _Running] = {}
         self._dirty = asyncio.Event()
         self.virtual_nodes.add_handler(
-            HandlerFuncs(add=self._mark, update=lambda _old, new: self._mark(new), delete=self._mark)
+            HandlerFuncs(add=self._mark, update=self._virtual_node_updated, delete=self._mark)
         )
         self.offloadings.add_handler(
             HandlerFuncs(
@@ -82,10 +95,19 @@ class VirtualKubelets:
             running.node.changed()
         self._dirty.set()
 
+    def _virtual_node_updated(self, old: Obj, new: Obj) -> None:
+        self._mark(new)
+        running = self.running.get(f"{new['metadata']['namespace']}/{new['metadata']['name']}")
+        # Only the slots decide whether a held-back pod may go (fit.fits); other changes concern the Node.
+        if running is not None and running.reflector is not None and fit.slots_of(old) != fit.slots_of(new):
+            running.reflector.slots_changed()
+
     def _offloadings_changed(self, _obj: Obj | None = None) -> None:
         for running in self.running.values():
             if running.reflector is not None:
                 running.reflector.twins_changed()
+            if running.reflection is not None:
+                running.reflection.twins_changed()
 
     def _identity_changed(self, provider_id: str) -> None:
         for running in self.running.values():
@@ -154,9 +176,10 @@ class VirtualKubelets:
         if running.reflector_task is not None:
             running.reflector_task.cancel()
             await asyncio.gather(running.reflector_task, return_exceptions=True)
-        running.reflector, running.reflector_task, running.client = None, None, client
+        running.reflector, running.reflection, running.reflector_task, running.client = None, None, None, client
         if client is None:
             return
+        key = f"{vn['metadata']['namespace']}/{vn['metadata']['name']}"
         reflector = PodReflector(
             home=self._client,
             provider=client,
@@ -166,11 +189,27 @@ class VirtualKubelets:
             node_address=self._address,
             offloadings=self.offloadings,
             events=self._events,
+            virtual_node=lambda: self.virtual_nodes.store.get(key),
         )
-        running.reflector = reflector
-        running.reflector_task = asyncio.get_running_loop().create_task(
-            reflector.run(), name=f"pods {vn['metadata']['name']}"
+        reflection = Reflection(
+            home=self._client,
+            provider=client,
+            node_name=vn["metadata"]["name"],
+            provider_id=running.provider_id,
+            home_cluster_id=self._home_cluster_id,
+            offloadings=self.offloadings,
+            home_pods=reflector.pods,
+            events=self._events,
+            policy=self._policy,
         )
+        running.reflector, running.reflection = reflector, reflection
+
+        async def both() -> None:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(reflector.run())
+                group.create_task(reflection.run())
+
+        running.reflector_task = asyncio.get_running_loop().create_task(both(), name=f"pods {vn['metadata']['name']}")
 
     async def _stop(self, key: str, *, delete_node: bool) -> None:
         running = self.running.pop(key)

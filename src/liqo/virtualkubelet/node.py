@@ -130,4 +130,5 @@ def _comparable(node: dict[str, Any]) -> dict[str, Any]:
         ),
         key=lambda c: str(c.get("type")),
     )
-    return {k: status.get(k) for k in ("capacity", "allocatable", "conditions", "addresses", "daemonEndpoints")}
+    kept = ("capacity", "allocatable", "conditions", "addresses", "daemonEndpoints", "declaredFeatures")
+    return {k: status.get(k) for k in kept}

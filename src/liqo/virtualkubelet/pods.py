@@ -6,7 +6,9 @@ reads the three caches and does the one next step towards agreement, so a restar
 manager, either API server) converges from whatever state it finds, without duplicates:
 
 - home pod alive, no ShadowPod → create the ShadowPod (a refusal by the provider lands on the home pod as
-  a Pending reason and an Event, never as a vanished pod);
+  a Pending reason and an Event, never as a vanished pod) — unless no slot of the provider holds the pod
+  (:mod:`liqo.virtualkubelet.fit`): then it stays Pending with ``DoesNotFitRemote`` and is checked again
+  whenever the VirtualNode's slots change (:meth:`PodReflector.slots_changed`);
 - remote pod → its phase, conditions, container statuses and IP onto the home pod;
 - home pod deleted → ShadowPod deleted with the home grace period → remote pod gone → home pod finalised;
 - ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from liqo.api import names
@@ -30,7 +33,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import PODS
-from liqo.virtualkubelet import forge
+from liqo.virtualkubelet import fit, forge
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +99,11 @@ class PodReflector:
         node_address: str,
         offloadings: Informer,
         events: EventRecorder,
-        workers: int = 8,
+        virtual_node: Callable[[], Obj | None],
+        workers: int = 32,
     ) -> None:
         self._home = home
+        self._virtual_node = virtual_node
         self._provider = provider
         self._provider_id = provider_id
         self._home_cluster_id = home_cluster_id
@@ -148,6 +153,11 @@ class PodReflector:
         for pod in self.pods.store.list():  # pods waiting for a twin may go now (or must stop)
             self.controller.queue.add(_key(pod))
 
+    def slots_changed(self) -> None:
+        """The VirtualNode's largest slots changed: pods held back for want of a slot may fit now."""
+        for pod in self.pods.store.list():
+            self.controller.queue.add(_key(pod))
+
     def remote_of(self, namespace: str, name: str) -> tuple[KubeClient, str] | None:
         """The provider's client and the twin namespace where home pod ``namespace/name`` runs."""
         twin = self.twins.get(namespace)
@@ -189,6 +199,12 @@ class PodReflector:
             # The provider (or its admin) let the pod go: the home controller must make a new one.
             await self._delete_home(home, grace=0)
             return None
+        slots = fit.slots_of(self._virtual_node())
+        if shadow is None and slots is not None and not fit.fits(home, slots):
+            # Sent, it would wait on the provider for a node that never comes. Only a pod not sent yet is
+            # held back: one already running stays, whatever the slots say now.
+            await self._refused(home, reason=fit.DOES_NOT_FIT, message=fit.misfit_message(home, slots))
+            return None  # checked again when the slots change (slots_changed)
         desired = forge.shadow_pod(home, namespace=twin_name, home_cluster_id=self._home_cluster_id)
         if shadow is None or not forge.shadow_is_current(shadow, desired):
             try:

@@ -8,8 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
-from liqo.sharing.capacity import free_capacity, is_eligible, pod_requests
+from liqo.sharing.capacity import free_capacity, is_eligible
 
 Object = dict[str, Any]
 

@@ -156,11 +156,15 @@ def test_offer_spec() -> None:
         offer_ttl_seconds=600,
     )
     resources = {"cpu": Decimal("2.5"), "memory": 3 * GI, "pods": Decimal(55)}
-    spec = offer_spec(provider_id="id-milan", provider_name="milan", resources=resources, policy=policy, now=NOW)
+    slots = [{"cpu": Decimal("1.5"), "memory": 2 * GI}, {"cpu": Decimal(1), "memory": 3 * GI}]
+    spec = offer_spec(
+        provider_id="id-milan", provider_name="milan", resources=resources, slots=slots, policy=policy, now=NOW
+    )
     assert spec == {
         "providerClusterID": "id-milan",
         "providerClusterName": "milan",
         "resources": {"cpu": "2500m", "memory": "3Gi", "pods": "55"},
+        "largestSlots": [{"cpu": "1500m", "memory": "2Gi"}, {"cpu": "1", "memory": "3Gi"}],
         "labels": {"liqo.io/provider": "milan"},
         "prices": {"cpu": "50m"},  # fpga is not offered
         "timestamp": "2030-01-02T03:04:05Z",
@@ -174,6 +178,7 @@ def test_times_are_written_in_utc() -> None:
         provider_id="id",
         provider_name="n",
         resources={},
+        slots=[],
         policy=BUILT_IN_DEFAULT,
         now=datetime.datetime(2030, 1, 2, 4, 4, 5, tzinfo=rome),
     )
@@ -196,18 +201,19 @@ def test_times_round_trip() -> None:
 
 POLICY = Policy(name="p", prices={"cpu": "1"}, labels={"zone": "north"})
 OFFERED = {"cpu": Decimal(4), "memory": 8 * GI, "pods": Decimal(50)}
+SLOTS = [{"cpu": Decimal(2), "memory": 4 * GI}]
 
 
 def published(resources: dict[str, Decimal] = OFFERED, *, policy: Policy = POLICY) -> Object:
-    return offer_spec(provider_id="id", provider_name="milan", resources=resources, policy=policy, now=NOW)
+    return offer_spec(provider_id="id", provider_name="milan", resources=resources, slots=SLOTS, policy=policy, now=NOW)
 
 
 def test_refresh_when_there_is_no_offer() -> None:
-    assert needs_refresh(None, OFFERED, POLICY, now=NOW)
+    assert needs_refresh(None, OFFERED, POLICY, new_slots=SLOTS, now=NOW)
 
 
 def test_no_refresh_for_the_same_offer() -> None:
-    assert not needs_refresh(published(), OFFERED, POLICY, now=NOW + datetime.timedelta(seconds=60))
+    assert not needs_refresh(published(), OFFERED, POLICY, new_slots=SLOTS, now=NOW + datetime.timedelta(seconds=60))
 
 
 @pytest.mark.parametrize(
@@ -215,36 +221,42 @@ def test_no_refresh_for_the_same_offer() -> None:
     [("4.4", False), ("3.6", False), ("4.401", True), ("3.599", True), ("0", True)],
 )
 def test_refresh_when_an_amount_moves_beyond_the_threshold(cpu: str, refresh: bool) -> None:
-    assert needs_refresh(published(), OFFERED | {"cpu": Decimal(cpu)}, POLICY, now=NOW) is refresh
+    assert needs_refresh(published(), OFFERED | {"cpu": Decimal(cpu)}, POLICY, new_slots=SLOTS, now=NOW) is refresh
 
 
 def test_refresh_when_a_resource_appears_or_disappears() -> None:
-    assert needs_refresh(published(), OFFERED | {"nvidia.com/gpu": Decimal(1)}, POLICY, now=NOW)
-    assert needs_refresh(published(), {"cpu": Decimal(4), "memory": 8 * GI}, POLICY, now=NOW)
+    assert needs_refresh(published(), OFFERED | {"nvidia.com/gpu": Decimal(1)}, POLICY, new_slots=SLOTS, now=NOW)
+    assert needs_refresh(published(), {"cpu": Decimal(4), "memory": 8 * GI}, POLICY, new_slots=SLOTS, now=NOW)
 
 
 def test_from_nothing_any_amount_is_a_change() -> None:
     empty = OFFERED | {"pods": Decimal(0)}
-    assert not needs_refresh(published(empty), empty, POLICY, now=NOW)
-    assert needs_refresh(published(empty), OFFERED | {"pods": Decimal(1)}, POLICY, now=NOW)
+    assert not needs_refresh(published(empty), empty, POLICY, new_slots=SLOTS, now=NOW)
+    assert needs_refresh(published(empty), OFFERED | {"pods": Decimal(1)}, POLICY, new_slots=SLOTS, now=NOW)
 
 
 def test_a_zero_threshold_refreshes_on_any_change() -> None:
     strict = Policy(name="p", prices={"cpu": "1"}, labels={"zone": "north"}, refresh_threshold_percent=0)
-    assert not needs_refresh(published(policy=strict), OFFERED, strict, now=NOW)
-    assert needs_refresh(published(policy=strict), OFFERED | {"cpu": Decimal("4.001")}, strict, now=NOW)
+    assert not needs_refresh(published(policy=strict), OFFERED, strict, new_slots=SLOTS, now=NOW)
+    assert needs_refresh(
+        published(policy=strict), OFFERED | {"cpu": Decimal("4.001")}, strict, new_slots=SLOTS, now=NOW
+    )
 
 
 def test_refresh_when_labels_or_prices_change() -> None:
-    assert needs_refresh(published(), OFFERED, Policy(name="p", prices={"cpu": "2"}, labels={"zone": "north"}), now=NOW)
-    assert needs_refresh(published(), OFFERED, Policy(name="p", prices={"cpu": "1"}, labels={}), now=NOW)
+    assert needs_refresh(
+        published(), OFFERED, Policy(name="p", prices={"cpu": "2"}, labels={"zone": "north"}), new_slots=SLOTS, now=NOW
+    )
+    assert needs_refresh(
+        published(), OFFERED, Policy(name="p", prices={"cpu": "1"}, labels={}), new_slots=SLOTS, now=NOW
+    )
 
 
 @pytest.mark.parametrize(("elapsed", "refresh"), [(0, False), (199, False), (200, True), (299, True), (400, True)])
 def test_refresh_when_a_third_of_the_lifetime_or_less_is_left(elapsed: int, refresh: bool) -> None:
     # The offer was made at NOW truncated to the second and lives 300 s.
     later = NOW.replace(microsecond=0) + datetime.timedelta(seconds=elapsed)
-    assert needs_refresh(published(), OFFERED, POLICY, now=later) is refresh
+    assert needs_refresh(published(), OFFERED, POLICY, new_slots=SLOTS, now=later) is refresh
 
 
 @pytest.mark.parametrize("expiry", [None, "soon", "2030-01-02T03:04:05"])
@@ -254,7 +266,7 @@ def test_an_unreadable_expiry_counts_as_expired(expiry: str | None) -> None:
         del spec["expiry"]
     else:
         spec["expiry"] = expiry
-    assert needs_refresh(spec, OFFERED, POLICY, now=NOW)
+    assert needs_refresh(spec, OFFERED, POLICY, new_slots=SLOTS, now=NOW)
 
 
 # -- properties ------------------------------------------------------------------------------------------------
@@ -294,7 +306,7 @@ def test_the_published_offer_says_exactly_what_was_computed(free: dict[str, Deci
     offer = compute_offer(free, policy)
     if offer is None:
         return
-    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=[], policy=policy, now=NOW)
     assert {name: parse_quantity(text) for name, text in spec["resources"].items()} == offer
 
 
@@ -305,10 +317,10 @@ def test_an_identical_recomputation_well_before_expiry_is_not_rewritten(
     offer = compute_offer(free, policy)
     if offer is None:
         return
-    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=[], policy=policy, now=NOW)
     # Anywhere in the first half of the offer's life (counted from its truncated timestamp).
     later = parse_time(spec["timestamp"]) + datetime.timedelta(seconds=elapsed * policy.offer_ttl_seconds / 2)
-    assert not needs_refresh(spec, offer, policy, now=later)
+    assert not needs_refresh(spec, offer, policy, new_slots=[], now=later)
 
 
 @given(free=FREE_CAPACITY, policy=POLICIES)
@@ -316,6 +328,6 @@ def test_an_offer_past_two_thirds_of_its_life_is_always_refreshed(free: dict[str
     offer = compute_offer(free, policy)
     if offer is None:
         return
-    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, policy=policy, now=NOW)
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=[], policy=policy, now=NOW)
     later = parse_time(spec["expiry"]) - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
-    assert needs_refresh(spec, offer, policy, now=later)
+    assert needs_refresh(spec, offer, policy, new_slots=[], now=later)

@@ -198,3 +198,27 @@ async def test_pods_milan_refuses_stay_pending_with_its_reason(
         return scheduled.get("reason") == "Unschedulable" and "Insufficient cpu" in scheduled.get("message", "")
 
     await eventually(unschedulable, timeout=30, message="a pod larger than the offer Pending as Unschedulable")
+
+
+async def test_kubectl_exec_reaches_the_remote_pod(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    await rome.create(PODS, pod("shell", offloaded.namespace))
+    await running_pods(rome, offloaded.namespace, 1)
+    exec_ = [*sites["rome"].cluster.kubectl(), "exec", "-n", offloaded.namespace, "shell", "--"]
+
+    def run(*command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*exec_, *command], capture_output=True, text=True, timeout=30, check=False)
+
+    # milan's KWOK runs exec commands on this machine, in milan's directory: where the output comes from.
+    where = await asyncio.to_thread(run, "pwd")
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip() == str(sites["milan"].cluster.dir.root / "exec")
+    # A failing command: the answer at home is the very one milan gives when asked directly.
+    failing = ("sh", "-c", "echo to-stderr >&2; exit 3")
+    home = await asyncio.to_thread(run, *failing)
+    direct = [*sites["milan"].cluster.kubectl(), "exec", "-n", offloaded.twin, "shell", "--", *failing]
+    there = await asyncio.to_thread(subprocess.run, direct, capture_output=True, text=True, timeout=30, check=False)
+    assert home.returncode == there.returncode != 0
+    assert "to-stderr" in home.stderr
+    assert "exit status 3" in home.stderr

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
 from liqo.virtualkubelet import forge
-from liqo.virtualkubelet.kubeletapi import log_params
+from liqo.virtualkubelet.kubeletapi import exec_query, log_params, offered_protocols
 from liqo.virtualkubelet.pods import twins_on
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
@@ -91,7 +91,7 @@ def test_shadow_pod_drops_scheduling_and_home_identity() -> None:
         priorityClassName="high",
         serviceAccountName="builder",
         affinity={"nodeAffinity": {}},
-        volumes=[{"name": "kube-api-access-x1"}, {"name": "data", "emptyDir": {}}],
+        volumes=[{"name": "kube-api-access-x1", "projected": {"sources": []}}, {"name": "data", "emptyDir": {}}],
         containers=[
             {
                 "name": "c",
@@ -105,8 +105,10 @@ def test_shadow_pod_drops_scheduling_and_home_identity() -> None:
     for dropped in ("nodeName", "tolerations", "affinity", "priority", "priorityClassName", "serviceAccountName"):
         assert dropped not in spec
     assert spec["automountServiceAccountToken"] is False
-    assert spec["volumes"] == [{"name": "data", "emptyDir": {}}]
-    assert spec["containers"][0]["volumeMounts"] == [{"name": "data"}]
+    # The home token comes from the pod-token Secret, mounted where the projected volume was.
+    token = {"name": "kube-api-access-x1", "secret": {"secretName": forge.token_secret_name("web-1")}}
+    assert spec["volumes"] == [token, {"name": "data", "emptyDir": {}}]
+    assert spec["containers"][0]["volumeMounts"] == pod["spec"]["containers"][0]["volumeMounts"]
     assert shadow["spec"]["homePodUID"] == "u1"
     assert shadow["metadata"]["namespace"] == "demo-abc"
     assert shadow["metadata"]["labels"] == {"app": "web"} | names.peer_labels("rome")
@@ -220,3 +222,19 @@ def test_the_status_patch_replaces_ip_lists_and_merges_conditions() -> None:
     assert patch["hostIPs"] == [{"$patch": "replace"}, {"ip": "127.0.0.1"}]
     assert patch["conditions"] == [{"type": "Ready", "status": "True"}]
     assert status["podIPs"] == [{"ip": "10.0.0.3"}]  # the status itself is untouched
+
+
+def test_exec_query_maps_the_kubelet_flags_and_keeps_the_command_in_order() -> None:
+    query = [("command", "sh"), ("command", "-c"), ("command", "echo hi"), ("input", "1"), ("output", "1")]
+    query += [("error", "0"), ("tty", "true"), ("other", "x")]
+    assert exec_query(query, container="app") == [
+        ("container", "app"),
+        ("command", "sh"),
+        ("command", "-c"),
+        ("command", "echo hi"),
+        ("stdin", "true"),
+        ("stdout", "true"),
+        ("tty", "true"),
+    ]
+    assert offered_protocols("v5.channel.k8s.io, v4.channel.k8s.io,") == ("v5.channel.k8s.io", "v4.channel.k8s.io")
+    assert offered_protocols("") == ()

@@ -28,6 +28,7 @@ from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
+from liqo.virtualkubelet.reflection import ReflectionPolicy
 
 log = logging.getLogger("liqo.virtualkubelet")
 
@@ -43,6 +44,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cert", help="TLS certificate of the kubelet API (default: self-signed)")
     parser.add_argument("--key", help="TLS key of the kubelet API")
     parser.add_argument("--client-ca", help="CA the API server's client certificate must chain to")
+    for kind in ("configmaps", "secrets"):
+        parser.add_argument(
+            f"--reflect-{kind}",
+            choices=["All", "None"],
+            default="All",
+            help=f"copy offloaded namespaces' {kind} to providers (None also deletes earlier copies)",
+        )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -78,6 +86,7 @@ async def run(args: argparse.Namespace) -> None:
             port=int(port),
             holder=identity,
             events=EventRecorder(client=client, component="liqo-virtual-kubelet", host=socket.gethostname()),
+            policy=ReflectionPolicy(configmaps=args.reflect_configmaps, secrets=args.reflect_secrets),
         )
 
         def locate(namespace: str, pod: str) -> tuple[KubeClient, str] | None:

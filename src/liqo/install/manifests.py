@@ -83,7 +83,9 @@ def manager_rules() -> list[dict[str, Any]]:
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
-    Secrets are read for the identities on providers (label-selected, but RBAC cannot express that).
+    Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
+    ConfigMaps, to copy offloaded namespaces' into their twins; tokens are requested for offloaded pods'
+    ServiceAccounts; Events are written (mirrored from providers with server-side apply, hence ``patch``).
     """
     read = ["get", "list", "watch"]
     return [
@@ -92,6 +94,7 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "delete"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": read},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": [*read, "create", "update", "patch"]},
         {

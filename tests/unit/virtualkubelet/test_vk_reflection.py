@@ -1,0 +1,548 @@
+"""Reflection: the pure forging of copies, pod tokens and mirrored Events, and the reconciles on a fake API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import re
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from liqo.api import names
+from liqo.api.resources import NAMESPACE_OFFLOADINGS
+from liqo.apps.virtualkubelet import parse_args
+from liqo.install.manifests import virtual_kubelet_rules
+from liqo.kube.client import KubeClient
+from liqo.kube.events import EventRecorder
+from liqo.kube.informer import Informer
+from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
+from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.reflection import Reflection, ReflectionPolicy
+from tests.helpers import eventually
+
+Obj = dict[str, Any]
+NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+HOME_ID = "rome-id"
+PROVIDER_ID = "milan-id"
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def configmap(name: str = "settings", **fields: Any) -> Obj:
+    meta = {"name": name, "namespace": "demo", "uid": "c1", "resourceVersion": "5"}
+    return {"metadata": meta | fields.pop("metadata", {}), "data": {"a": "1"}} | fields
+
+
+def secret(name: str = "creds", **fields: Any) -> Obj:
+    return configmap(name, **({"data": {"p": "cA=="}, "type": "Opaque"} | fields))
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def token_volume(**token: Any) -> Obj:
+    sources = [
+        {"serviceAccountToken": {"path": "token", **token}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+    ]
+    return {"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": sources}}
+
+
+def home_pod(name: str = "web-1", uid: str = "u1", **spec: Any) -> Obj:
+    mount = {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}
+    base = {
+        "nodeName": "liqo-milan",
+        "serviceAccountName": "builder",
+        "containers": [{"name": "c", "image": "nginx", "volumeMounts": [mount]}],
+        "volumes": [token_volume(expirationSeconds=3607), {"name": "data", "configMap": {"name": "settings"}}],
+    }
+    return {"metadata": {"name": name, "namespace": "demo", "uid": uid}, "spec": base | spec}
+
+
+# -- ConfigMaps and Secrets ---------------------------------------------------------------------------------
+
+
+def test_never_reflected() -> None:
+    assert forge.reflectable(configmap(), resource=CONFIGMAPS)
+    assert forge.reflectable(secret(), resource=SECRETS)
+    assert not forge.reflectable(configmap(forge.ROOT_CA_CONFIGMAP), resource=CONFIGMAPS)
+    assert forge.reflectable(secret(forge.ROOT_CA_CONFIGMAP), resource=SECRETS)  # only the ConfigMap is the CA's
+    assert not forge.reflectable(secret(type=forge.SERVICE_ACCOUNT_TOKEN_TYPE), resource=SECRETS)
+    skip = {"annotations": {names.SKIP_REFLECTION: "true"}}
+    assert not forge.reflectable(configmap(metadata=skip), resource=CONFIGMAPS)
+    assert not forge.reflectable(secret(metadata=skip), resource=SECRETS)
+    assert forge.reflectable(configmap(metadata={"annotations": {names.SKIP_REFLECTION: "false"}}), resource=CONFIGMAPS)
+    # Copies and pod tokens are never copied on (a twin that is itself offloaded).
+    assert not forge.reflectable(configmap(metadata={"labels": {names.ORIGIN: "x"}}), resource=CONFIGMAPS)
+    assert not forge.reflectable(secret(metadata={"labels": {names.POD_TOKEN: "true"}}), resource=SECRETS)
+
+
+def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:
+    home = secret(
+        immutable=True,
+        metadata={
+            "labels": {"app": "web"},
+            "annotations": {"team": "a", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        },
+    )
+    copy = forge.reflected_copy(home, resource=SECRETS, namespace="demo-rome", home_cluster_id=HOME_ID)
+    assert copy["apiVersion"] == "v1"
+    assert copy["kind"] == "Secret"
+    assert copy["metadata"] == {
+        "name": "creds",
+        "namespace": "demo-rome",
+        "labels": {"app": "web"} | names.peer_labels(HOME_ID) | {names.ORIGIN: HOME_ID},
+        "annotations": {"team": "a"},
+    }
+    assert (copy["data"], copy["type"], copy["immutable"]) == (home["data"], "Opaque", True)
+    assert forge.is_copy(copy, origin=HOME_ID)
+    assert not forge.is_copy(copy, origin="someone-else")
+    assert not forge.is_copy(configmap(), origin=HOME_ID)  # a namesake made on the provider
+
+
+@given(
+    data=st.dictionaries(st.from_regex(r"[a-z]{1,5}", fullmatch=True), st.text(max_size=5), max_size=3),
+    labels=st.dictionaries(st.sampled_from(["app", names.ORIGIN, names.REMOTE_CLUSTER_ID, "x"]), st.text(max_size=3)),
+)
+def test_a_copy_is_current_exactly_when_it_says_what_home_says(data: dict[str, str], labels: dict[str, str]) -> None:
+    home = configmap(data=data, metadata={"labels": labels})
+    desired = forge.reflected_copy(home, resource=CONFIGMAPS, namespace="t", home_cluster_id=HOME_ID)
+    # As the API server returns it: with uid and resourceVersion, without an empty data map.
+    read = {k: v for k, v in desired.items() if not (k == "data" and not v)}
+    read["metadata"] = desired["metadata"] | {"uid": "r1", "resourceVersion": "9"}
+    assert forge.is_copy(read, origin=HOME_ID)  # the marker wins over the home object's own labels
+    assert forge.copy_is_current(read, desired)
+    assert not forge.must_replace(read, desired)
+    changed = forge.reflected_copy(
+        configmap(data=data | {"new": "v"}, metadata={"labels": labels}),
+        resource=CONFIGMAPS,
+        namespace="t",
+        home_cluster_id=HOME_ID,
+    )
+    assert not forge.copy_is_current(read, changed)
+
+
+def test_an_immutable_or_retyped_copy_is_replaced_not_updated() -> None:
+    old = forge.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    same = forge.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    assert not forge.must_replace(old, same)
+    new_data = forge.reflected_copy(
+        secret(immutable=True, data={"p": "eA=="}), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID
+    )
+    assert forge.must_replace(old, new_data)
+    retyped = forge.reflected_copy(
+        secret(type="kubernetes.io/tls"), resource=SECRETS, namespace="t", home_cluster_id="r"
+    )
+    assert forge.must_replace(
+        forge.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id="r"), retyped
+    )
+    mutable = forge.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    assert not forge.must_replace(mutable, new_data | {"immutable": False})
+
+
+def test_the_policy_is_per_kind() -> None:
+    assert ReflectionPolicy().reflects(CONFIGMAPS)
+    assert ReflectionPolicy().reflects(SECRETS)
+    policy = ReflectionPolicy(secrets="None")
+    assert policy.reflects(CONFIGMAPS)
+    assert not policy.reflects(SECRETS)
+    args = parse_args(["--reflect-configmaps=None"])
+    assert (args.reflect_configmaps, args.reflect_secrets) == ("None", "All")
+    with pytest.raises(SystemExit):
+        parse_args(["--reflect-secrets=Some"])
+
+
+# -- ServiceAccount tokens ----------------------------------------------------------------------------------
+
+
+@given(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", fullmatch=True))
+def test_the_token_secret_name_is_a_valid_name_of_its_own(pod: str) -> None:
+    name = forge.token_secret_name(pod)
+    assert len(name) <= 253
+    assert DNS_SUBDOMAIN.match(name)
+    assert name == forge.token_secret_name(pod)
+    assert name != forge.token_secret_name(pod + "x")
+    assert name != f"{pod}-token"  # a plausible Secret of the user's
+
+
+def test_the_shadow_pod_mounts_the_token_secret_where_the_projected_volume_was() -> None:
+    pod = home_pod()
+    spec = forge.shadow_pod(pod, namespace="demo-rome", home_cluster_id=HOME_ID)["spec"]["pod"]
+    secret_volume = {"secretName": forge.token_secret_name("web-1"), "defaultMode": 420}
+    assert spec["volumes"] == [
+        {"name": "kube-api-access-abcde", "secret": secret_volume},
+        {"name": "data", "configMap": {"name": "settings"}},
+    ]
+    assert spec["containers"] == pod["spec"]["containers"]  # mounts unchanged: same volume name, same path
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+    user_projected = {"name": "mine", "projected": {"sources": []}}
+    assert forge.remote_pod_spec({"volumes": [user_projected]}, token_secret="x")["volumes"] == [user_projected]
+
+
+def test_the_token_request_is_bound_to_the_pod() -> None:
+    pod = home_pod()
+    volume = forge.token_volume(pod["spec"])
+    assert volume is not None
+    assert forge.token_seconds(volume) == 3607
+    assert forge.token_seconds(token_volume()) == forge.DEFAULT_TOKEN_SECONDS
+    assert forge.service_account_of(pod) == "builder"
+    assert forge.service_account_of(home_pod(serviceAccountName=None)) == "default"
+    request = forge.token_request(pod, seconds=3607)
+    assert request["spec"] == {
+        "expirationSeconds": 3607,
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "u1"},
+    }
+    assert forge.token_volume(home_pod(volumes=[])) is None
+
+
+@given(
+    issued=st.datetimes(min_value=datetime.datetime(2020, 1, 1), max_value=datetime.datetime(2040, 1, 1)),
+    lifetime=st.integers(min_value=600, max_value=2**32),
+)
+def test_tokens_are_renewed_at_80_percent_of_their_lifetime(issued: datetime.datetime, lifetime: int) -> None:
+    issued = issued.replace(tzinfo=datetime.UTC)
+    expires = issued + datetime.timedelta(seconds=lifetime)
+    renew = forge.renewal_time(issued=issued, expires=expires)
+    assert issued < renew < expires
+    assert abs((renew - issued).total_seconds() - 0.8 * lifetime) < 1
+
+
+def test_the_token_secret_holds_token_ca_namespace_and_when_to_renew() -> None:
+    renew = NOW + datetime.timedelta(minutes=48)
+    made = forge.token_secret(
+        home_pod(), namespace="demo-rome", home_cluster_id=HOME_ID, token="T", ca="CA", renew_at=renew
+    )
+    assert made["metadata"]["name"] == forge.token_secret_name("web-1")
+    assert made["data"] == {"token": b64("T"), "ca.crt": b64("CA"), "namespace": b64("demo")}
+    assert forge.is_pod_token(made, home_cluster_id=HOME_ID)
+    assert not forge.is_pod_token(made, home_cluster_id="other")
+    assert not forge.is_copy(made, origin=HOME_ID)
+    assert forge.token_renew_at(made, home_pod(), ca="CA") == renew
+    assert forge.token_renew_at(made, home_pod(uid="u2"), ca="CA") is None  # a namesake: its token died
+    assert forge.token_renew_at(made, home_pod(), ca="NEW CA") is None
+
+
+# -- Events -------------------------------------------------------------------------------------------------
+
+
+def remote_event(**fields: Any) -> Obj:
+    base = {
+        "metadata": {"name": "web-1.17a", "namespace": "demo-rome", "uid": "e1"},
+        "involvedObject": {
+            "kind": "Pod",
+            "name": "web-1",
+            "namespace": "demo-rome",
+            "uid": "r1",
+            "fieldPath": "spec.containers{c}",
+        },
+        "type": "Warning",
+        "reason": "BackOff",
+        "message": "back-off restarting",
+        "count": 4,
+        "source": {"component": "kubelet", "host": "milan-node-1"},
+        "firstTimestamp": "2030-01-01T00:00:00Z",
+        "lastTimestamp": "2030-01-01T00:05:00Z",
+    }
+    return base | fields
+
+
+def test_the_mirror_is_the_same_event_about_the_home_pod() -> None:
+    mirror = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    assert mirror["metadata"] == {
+        "name": "web-1.17a",
+        "namespace": "demo",
+        "labels": names.peer_labels(PROVIDER_ID) | {names.ORIGIN: PROVIDER_ID},
+    }
+    assert mirror["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "web-1",
+        "namespace": "demo",
+        "uid": "u1",
+        "fieldPath": "spec.containers{c}",
+    }
+    picked = {k: mirror[k] for k in ("type", "reason", "message", "count", "firstTimestamp", "lastTimestamp")}
+    assert picked == {k: remote_event()[k] for k in picked}
+    assert mirror["source"] == {"component": "kubelet"}
+
+
+def test_events_written_through_events_k8s_io_are_folded_into_core_fields() -> None:
+    event = remote_event(
+        count=None,
+        firstTimestamp=None,
+        lastTimestamp=None,
+        source={},
+        reportingComponent="default-scheduler",
+        eventTime="2030-01-01T00:00:00.123456Z",
+        series={"count": 3, "lastObservedTime": "2030-01-01T00:01:00.5Z"},
+    )
+    mirror = forge.mirrored_event(event, home_pod=home_pod(), provider_id=PROVIDER_ID)
+    assert mirror["count"] == 3
+    assert (mirror["firstTimestamp"], mirror["lastTimestamp"]) == ("2030-01-01T00:00:00Z", "2030-01-01T00:01:00Z")
+    assert mirror["source"] == {"component": "default-scheduler"}
+    assert forge.mirrored_event(remote_event(count=None), home_pod=home_pod(), provider_id="m")["count"] == 1
+    long = forge.mirrored_event(remote_event(message="x" * 5000), home_pod=home_pod(), provider_id="m")
+    assert len(long["message"]) == 1024
+
+
+def test_only_events_about_pods_and_never_mirrors_are_mirrored() -> None:
+    assert forge.mirrorable(remote_event())
+    shadow = remote_event(involvedObject={"kind": "ShadowPod", "name": "web-1"})
+    assert not forge.mirrorable(shadow)
+    mirror = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    assert not forge.mirrorable(mirror)  # a mirror seen again (both clusters offloading to each other)
+
+
+def test_the_virtual_kubelet_may_request_tokens_and_apply_events_at_home() -> None:
+    rules = virtual_kubelet_rules()
+    assert {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]} in rules
+    assert any("events" in r["resources"] and "patch" in r["verbs"] for r in rules)
+
+
+# -- reconciles, on a fake API ------------------------------------------------------------------------------
+
+
+class FakeApi:
+    """Lists and watches what it holds, and records every write (the test decides what lands in it)."""
+
+    def __init__(self, *objects: tuple[Resource, Obj]) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.calls: list[tuple[str, str, Any]] = []
+        self.watchers: list[tuple[Resource, str | None, asyncio.Queue[Obj]]] = []
+        self.token = 0
+        self.version = 0
+        for resource, obj in objects:
+            self.put(resource, obj)
+
+    def put(self, resource: Resource, obj: Obj, *, kind: str = "ADDED") -> None:
+        self.version += 1
+        meta = obj["metadata"]
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta["resourceVersion"] = str(self.version)
+        key = (resource.plural, meta.get("namespace", ""), meta["name"])
+        if kind == "DELETED":
+            del self.objects[key]
+        else:
+            self.objects[key] = obj
+        for watched, namespace, queue in self.watchers:
+            if watched == resource and namespace in (None, meta.get("namespace")):
+                queue.put_nowait({"type": kind, "object": obj})
+
+    async def list_all(
+        self, resource: Resource, *, namespace: str | None, label_selector: str | None, **_: Any
+    ) -> tuple[list[Obj], str]:
+        items = [
+            obj
+            for (plural, ns, _name), obj in self.objects.items()
+            if plural == resource.plural and namespace in (None, ns) and _selects(label_selector, obj)
+        ]
+        return items, str(self.version)
+
+    async def watch(self, resource: Resource, *, namespace: str | None, **_: Any) -> AsyncIterator[Obj]:
+        queue: asyncio.Queue[Obj] = asyncio.Queue()
+        self.watchers.append((resource, namespace, queue))
+        while True:
+            yield await queue.get()
+
+    async def apply(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
+        self.calls.append(("apply", resource.plural, obj))
+        return obj
+
+    async def replace(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
+        self.calls.append(("replace", resource.plural, obj))
+        return obj
+
+    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any) -> Obj:
+        self.calls.append(("delete", resource.plural, f"{namespace}/{name}"))
+        return {}
+
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Obj:
+        self.calls.append((method, path, body))
+        self.token += 1
+        lifetime = datetime.timedelta(seconds=body["spec"]["expirationSeconds"])
+        expires = (NOW + lifetime).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {"status": {"token": f"token-{self.token}", "expirationTimestamp": expires}}
+
+    async def create(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
+        self.calls.append(("create", resource.plural, obj))
+        return obj
+
+    async def patch(self, resource: Resource, name: str, patch: Any, **_: Any) -> Obj:
+        return {}
+
+
+def _selects(selector: str | None, obj: Obj) -> bool:
+    if not selector:
+        return True
+    key, _, value = selector.partition("=")
+    labels = obj["metadata"].get("labels") or {}
+    return key in labels and (not value or labels[key] == value)
+
+
+OFFLOADING = {
+    "metadata": {"name": "offloading", "namespace": "demo"},
+    "status": {
+        "remoteNamespacesConditions": [{"clusterID": PROVIDER_ID, "phase": "Ready", "remoteNamespace": "demo-rome"}]
+    },
+}
+
+
+@contextlib.asynccontextmanager
+async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIterator[Reflection]:
+    """A Reflection of namespace ``demo`` (twin ``demo-rome``), its informers synced, its controllers not run."""
+    home.put(NAMESPACE_OFFLOADINGS, OFFLOADING)
+    offloadings = Informer(client=home, resource=NAMESPACE_OFFLOADINGS)
+    pods = Informer(client=home, resource=PODS)
+    made = Reflection(
+        home=cast(KubeClient, home),
+        provider=cast(KubeClient, provider),
+        node_name="liqo-milan",
+        provider_id=PROVIDER_ID,
+        home_cluster_id=HOME_ID,
+        offloadings=offloadings,
+        home_pods=pods,
+        events=EventRecorder(client=home, component="test"),
+        policy=ReflectionPolicy(**policy),
+        clock=lambda: NOW,
+    )
+    tasks = [asyncio.create_task(offloadings.run()), asyncio.create_task(pods.run())]
+    try:
+        await offloadings.wait_synced(5)
+        await pods.wait_synced(5)
+        made.twins_changed()
+        await eventually(lambda: _true(made.twins and made._pairs["demo-rome"].synced), timeout=5, message="synced")
+        yield made
+    finally:
+        for task in tasks:
+            task.cancel()
+        for pair in list(made._pairs.values()):
+            await pair.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _true(value: Any) -> bool:
+    return bool(value)
+
+
+ROOT_CA = {"metadata": {"name": forge.ROOT_CA_CONFIGMAP, "namespace": "demo"}, "data": {"ca.crt": "HOME CA"}}
+
+
+async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
+    home = FakeApi((PODS, home_pod()), (CONFIGMAPS, dict(ROOT_CA)))
+    provider = FakeApi()
+    async with reflection(home, provider) as made:
+        result = await made.reconcile_token("demo/web-1")
+        method, path, body = home.calls[0]
+        assert (method, path) == ("POST", "/api/v1/namespaces/demo/serviceaccounts/builder/token")
+        assert body["spec"]["boundObjectRef"]["uid"] == "u1"
+        [(verb, plural, written)] = provider.calls
+        assert (verb, plural) == ("apply", "secrets")
+        assert written["data"]["token"] == b64("token-1")
+        assert written["data"]["ca.crt"] == b64("HOME CA")
+        assert result is not None
+        assert result.requeue_after == pytest.approx(0.8 * 3607, abs=1)
+
+        # Written and not due: nothing is asked, the next look is at the renewal time.
+        provider.put(SECRETS, written)
+        await eventually(lambda: _true(_remote(made, SECRETS, written)), timeout=5, message="the Secret seen")
+        result = await made.reconcile_token("demo/web-1")
+        assert len(home.calls) == 1
+        assert result is not None
+        assert result.requeue_after == pytest.approx(0.8 * 3607, abs=1)
+
+        # Due (the clock moved past the renewal time): a new token.
+        made._clock = lambda: NOW + datetime.timedelta(seconds=0.81 * 3607)
+        await made.reconcile_token("demo/web-1")
+        assert len(home.calls) == 2
+        assert provider.calls[-1][2]["data"]["token"] == b64("token-2")
+
+        # The pod is gone: so goes its Secret.
+        home.put(PODS, home.objects[("pods", "demo", "web-1")], kind="DELETED")
+        await eventually(lambda: _true(not made._home_pods.store.list()), timeout=5, message="the pod gone")
+        assert await made.reconcile_token("demo/web-1") is None
+        assert provider.calls[-1] == ("delete", "secrets", f"demo-rome/{forge.token_secret_name('web-1')}")
+
+
+async def test_no_token_without_the_projected_volume_nor_before_the_home_ca() -> None:
+    home = FakeApi((PODS, home_pod(volumes=[])), (PODS, home_pod("web-2", "u2")))
+    provider = FakeApi()
+    async with reflection(home, provider) as made:
+        assert await made.reconcile_token("demo/web-1") is None
+        assert await made.reconcile_token("demo/web-2") is None  # kube-root-ca.crt not published yet
+        assert not home.calls
+        assert not provider.calls
+
+
+async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
+    settings, theirs, changed = configmap(), configmap("theirs"), configmap("changed", data={"v": "2"})
+    home = FakeApi(
+        *[(CONFIGMAPS, obj) for obj in (settings, theirs, changed, dict(ROOT_CA))],
+        (SECRETS, secret()),
+    )
+
+    def copy(resource: Resource, obj: Obj) -> Obj:
+        return forge.reflected_copy(obj, resource=resource, namespace="demo-rome", home_cluster_id=HOME_ID)
+
+    foreign = {"metadata": {"name": "theirs", "namespace": "demo-rome"}, "data": {"x": "y"}}
+    provider = FakeApi(
+        (CONFIGMAPS, foreign),
+        (CONFIGMAPS, copy(CONFIGMAPS, configmap("gone"))),
+        (CONFIGMAPS, copy(CONFIGMAPS, configmap("changed", data={"v": "1"}))),
+        (SECRETS, copy(SECRETS, secret())),
+    )
+    async with reflection(home, provider, secrets="None") as made:
+        await made.reconcile_object(("configmaps", "demo", "settings"))
+        assert provider.calls[-1][:2] == ("create", "configmaps")
+        assert provider.calls[-1][2]["data"] == settings["data"]
+        await made.reconcile_object(("configmaps", "demo", "changed"))  # at the version the cache holds
+        [(verb, _, updated)] = provider.calls[1:]
+        assert (verb, updated["data"]) == ("replace", {"v": "2"})
+        assert (
+            updated["metadata"]["resourceVersion"]
+            == provider.objects[("configmaps", "demo-rome", "changed")]["metadata"]["resourceVersion"]
+        )
+        await made.reconcile_object(("configmaps", "demo", "theirs"))  # a namesake on the provider: left alone
+        await made.reconcile_object(("configmaps", "demo", forge.ROOT_CA_CONFIGMAP))
+        assert len(provider.calls) == 2
+        assert any(c[0] == "create" and c[2]["reason"] == "ReflectionConflict" for c in home.calls)
+        await made.reconcile_object(("configmaps", "demo", "gone"))  # deleted at home
+        assert provider.calls[-1] == ("delete", "configmaps", "demo-rome/gone")
+        await made.reconcile_object(("secrets", "demo", "creds"))  # the policy says None: the old copy goes
+        assert provider.calls[-1] == ("delete", "secrets", "demo-rome/creds")
+
+
+async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
+    remote_pod = {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "demo-rome",
+            "uid": "r1",
+            "labels": {names.SHADOW_POD: "web-1"},
+            "annotations": {names.HOME_POD_UID: "u1"},
+        }
+    }
+    other = remote_event(metadata={"name": "web-1.17b", "namespace": "demo-rome"})
+    other["involvedObject"] = other["involvedObject"] | {"uid": "old-pod"}
+    mirrored = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirrored["metadata"] |= {"name": "web-1.17c", "namespace": "demo-rome"}
+    home = FakeApi((PODS, home_pod()))
+    provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()), (EVENTS, other), (EVENTS, mirrored))
+    async with reflection(home, provider) as made:
+        await made.reconcile_event("demo-rome/web-1.17a")
+        [(verb, plural, event)] = home.calls
+        assert (verb, plural, event["involvedObject"]["uid"], event["count"]) == ("apply", "events", "u1", 4)
+        await made.reconcile_event("demo-rome/web-1.17b")  # about an earlier pod of that name
+        await made.reconcile_event("demo-rome/web-1.17c")  # itself a mirror
+        assert len(home.calls) == 1
+
+
+def _remote(made: Reflection, resource: Resource, obj: Obj) -> Obj | None:
+    return made._pairs["demo-rome"].remote[resource].store.get(f"demo-rome/{obj['metadata']['name']}")

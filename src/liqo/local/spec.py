@@ -66,11 +66,13 @@ def check_label(key: str, value: str) -> None:
 def node_cidr_mask(pod_cidr: ipaddress.IPv4Network, *, nodes: int, pods_per_node: int) -> int:
     """The per-node pod subnet size (prefix length) that fits ``nodes`` subnets in ``pod_cidr``.
 
-    A /24 per node is the Kubernetes default; smaller pod CIDRs get smaller node subnets, as long as each
-    one still holds ``pods_per_node`` addresses (plus network and broadcast).
+    A /24 per node is the Kubernetes default; nodes holding more pods get larger subnets, and smaller pod
+    CIDRs smaller ones, as long as each still holds ``pods_per_node`` addresses (plus network and broadcast).
     """
+    for_pods = 32 - math.ceil(math.log2(pods_per_node + 2))
+    for_nodes = pod_cidr.prefixlen + math.ceil(math.log2(nodes))
     # kube-controller-manager refuses node subnets more than 16 bits longer than the cluster CIDR.
-    mask = min(max(24, pod_cidr.prefixlen + math.ceil(math.log2(nodes))), pod_cidr.prefixlen + 16)
+    mask = min(max(for_nodes, min(24, for_pods)), pod_cidr.prefixlen + 16)
     if mask > 30 or 2 ** (32 - mask) - 2 < pods_per_node:
         raise SpecError(
             f"pod CIDR {pod_cidr} is too small for {nodes} node(s) of {pods_per_node} pods each: "

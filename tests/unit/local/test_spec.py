@@ -82,3 +82,10 @@ def test_node_mask_fits_every_node(prefix: int, nodes: int) -> None:
     assert cidr.prefixlen <= mask <= 30
     assert mask - cidr.prefixlen <= 16
     assert 2 ** (mask - cidr.prefixlen) >= nodes
+
+
+@given(pods=st.integers(min_value=1, max_value=4000), nodes=st.integers(min_value=1, max_value=20))
+def test_node_subnets_hold_the_pods_of_a_node(pods: int, nodes: int) -> None:
+    mask = node_cidr_mask(ipaddress.IPv4Network("10.0.0.0/8"), nodes=nodes, pods_per_node=pods)
+    assert 2 ** (32 - mask) - 2 >= pods
+    assert mask <= 24 or pods < 254  # a /24 (the Kubernetes default) unless more pods need more room

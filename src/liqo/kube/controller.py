@@ -81,17 +81,18 @@ class Controller(Generic[T]):
         self._workers = workers
         self._max_retries = max_retries
 
-    def watch(self, informer: Informer, key: Callable[[dict[str, Any]], Iterable[T]]) -> None:
+    def watch(self, informer: Informer, key: Callable[[dict[str, Any]], Iterable[T]], *, coalesce: float = 0.0) -> None:
         """Enqueue ``key(obj)`` for every object ``informer`` adds, updates or deletes.
 
         ``key`` maps an object to the items to reconcile (none, one, or several: an owner and its peers),
         as controller-runtime's ``Watches`` with a map function. It runs in the informer's handler, so it
-        must be cheap and pure.
+        must be cheap and pure. ``coalesce`` (seconds) delays the item so that a burst of events (every pod
+        of a rollout) makes one reconcile, not one per event.
         """
 
         def enqueue(obj: dict[str, Any]) -> None:
             for item in key(obj):
-                self.queue.add(item)
+                self.queue.add_after(item, coalesce)
 
         informer.add_handler(HandlerFuncs(add=enqueue, update=lambda _old, new: enqueue(new), delete=enqueue))
 

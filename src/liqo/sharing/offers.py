@@ -27,6 +27,7 @@ from liqo.sharing.capacity import free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
 QUOTA = "liqo-offer"
+CAPACITY_COALESCE_SECONDS = 1.0
 
 
 def quota_manifest(*, namespace: str, consumer_id: str, resources: dict[str, str]) -> dict[str, Any]:
@@ -62,8 +63,11 @@ class OfferController:
         self.controller.watch(self.requests, self._consumer_of_request)
         self.controller.watch(self.offers, _tenant_peer)
         self.controller.watch(self.hosted, lambda ns: [(ns["metadata"].get("labels") or {})[names.REMOTE_CLUSTER_ID]])
-        for informer in (self.policies, self.nodes, self.pods):
-            self.controller.watch(informer, lambda _obj: self.consumers())
+        self.controller.watch(self.policies, lambda _obj: self.consumers())
+        for informer in (self.nodes, self.pods):
+            # Capacity moves with every pod: recomputing every offer (O(pods)) once per event would make a
+            # rollout quadratic, so a burst is coalesced into one recomputation per second.
+            self.controller.watch(informer, lambda _obj: self.consumers(), coalesce=CAPACITY_COALESCE_SECONDS)
 
     def consumers(self) -> list[str]:
         """Every consumer with a request here (capacity or policy changes concern them all)."""

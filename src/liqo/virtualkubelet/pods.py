@@ -112,6 +112,7 @@ class PodReflector:
         self._offloadings = offloadings
         self.pods = Informer(client=home, resource=PODS, field_selector=f"spec.nodeName={node_name}")
         self.twins: dict[str, str] = {}
+        self._held: set[str] = set()  # pods held back for want of a slot: what a change of slots re-queues
         self._remote: dict[str, _Twin] = {}
         self.controller: Controller[str] = Controller(
             name=f"pods {node_name}", reconcile=self.reconcile, workers=workers
@@ -154,9 +155,13 @@ class PodReflector:
             self.controller.queue.add(_key(pod))
 
     def slots_changed(self) -> None:
-        """The VirtualNode's largest slots changed: pods held back for want of a slot may fit now."""
-        for pod in self.pods.store.list():
-            self.controller.queue.add(_key(pod))
+        """The VirtualNode's largest slots changed: pods held back for want of a slot may fit now.
+
+        Only those: slots move with every pod the provider places, and re-queueing every pod of the node
+        each time would make a rollout quadratic. A restarted process reconciles every pod anyway.
+        """
+        for key in list(self._held):
+            self.controller.queue.add(key)
 
     def remote_of(self, namespace: str, name: str) -> tuple[KubeClient, str] | None:
         """The provider's client and the twin namespace where home pod ``namespace/name`` runs."""
@@ -177,6 +182,8 @@ class PodReflector:
         """Take pod ``key`` one step closer to agreement between home and provider."""
         namespace, name = key.split("/", 1)
         home = self.pods.store.get(key)
+        if home is None:
+            self._held.discard(key)
         twin_name = self.twins.get(namespace)
         if twin_name is None:
             return await self._no_twin(home)
@@ -203,8 +210,10 @@ class PodReflector:
         if shadow is None and slots is not None and not fit.fits(home, slots):
             # Sent, it would wait on the provider for a node that never comes. Only a pod not sent yet is
             # held back: one already running stays, whatever the slots say now.
+            self._held.add(key)
             await self._refused(home, reason=fit.DOES_NOT_FIT, message=fit.misfit_message(home, slots))
             return None  # checked again when the slots change (slots_changed)
+        self._held.discard(key)
         desired = forge.shadow_pod(home, namespace=twin_name, home_cluster_id=self._home_cluster_id)
         if shadow is None or not forge.shadow_is_current(shadow, desired):
             try:

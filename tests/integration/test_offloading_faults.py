@@ -131,3 +131,31 @@ async def test_provider_api_server_down_for_a_minute(
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 5)}
     assert after == before
     assert {p["metadata"]["uid"] for p in await running_pods(rome, offloaded.namespace, 5)} == home_before
+
+
+async def test_pods_keep_running_in_milan_while_home_is_unreachable(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """Split brain: rome's API server gone; nothing in milan depends on it, so nothing there changes."""
+    await rome.create(DEPLOYMENTS, deployment("steady", offloaded.namespace, replicas=3, cpu="10m"))
+    await agree(rome, milan, offloaded, 3)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 3)}
+    name = sites["rome"].cluster.name
+    await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=False)
+    try:
+        # Meanwhile milan is asked directly: its pods are the same ones, still Running, and deleting one
+        # brings it back (its ShadowPod, which only rome could withdraw, still wants it).
+        victim = sorted(before)[0]
+        await milan.delete(PODS, victim, namespace=offloaded.twin)
+
+        async def back() -> bool:
+            pods = {p["metadata"]["name"]: p for p in (await milan.list_all(PODS, namespace=offloaded.twin))[0]}
+            again = pods.get(victim)
+            return again is not None and again["metadata"]["uid"] != before[victim] and running(again)
+
+        await eventually(back, timeout=30, message="milan re-created the pod while rome was away")
+        survivors = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 3)}
+        assert {n: u for n, u in survivors.items() if n != victim} == {n: u for n, u in before.items() if n != victim}
+    finally:
+        await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=True)
+    await agree(rome, milan, offloaded, 3)

@@ -43,3 +43,37 @@ class SharedInformers:
         """Whether every informer completed its first list within ``timeout`` seconds."""
         results = await asyncio.gather(*(i.wait_synced(timeout) for i in self._informers.values()))
         return all(results)
+
+
+class InformerGroup:
+    """Informers run together as one background task, started and stopped as a unit.
+
+    For watches whose set changes at run time (one group per namespace that comes and goes), where
+    :class:`SharedInformers` runs a fixed set for the life of the process.
+    """
+
+    def __init__(self, informers: list[Informer], *, name: str) -> None:
+        self.informers = informers
+        self.name = name
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def synced(self) -> bool:
+        """Whether every informer of the group completed its first list."""
+        return all(informer.has_synced for informer in self.informers)
+
+    def start(self) -> None:
+        """Start every informer (needs a running event loop)."""
+
+        async def run_all() -> None:
+            async with asyncio.TaskGroup() as group:
+                for informer in self.informers:
+                    group.create_task(informer.run(), name=f"informer {informer.name}")
+
+        self._task = asyncio.get_running_loop().create_task(run_all(), name=self.name)
+
+    async def stop(self) -> None:
+        """Stop every informer and wait until they are stopped."""
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.resources import SHADOW_PODS
+from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
@@ -58,31 +59,14 @@ def _terminating(obj: Obj | None) -> bool:
     return bool(obj and obj["metadata"].get("deletionTimestamp"))
 
 
-class _Twin:
+class _Twin(InformerGroup):
     """The provider's ShadowPods and pods of one twin namespace, as seen by our identity."""
 
     def __init__(self, *, provider: KubeClient, namespace: str, home_cluster_id: str) -> None:
         selector = f"{names.REMOTE_CLUSTER_ID}={home_cluster_id}"
         self.shadows = Informer(client=provider, resource=SHADOW_PODS, namespace=namespace, label_selector=selector)
         self.pods = Informer(client=provider, resource=PODS, namespace=namespace, label_selector=names.SHADOW_POD)
-        self.task: asyncio.Task[Any] | None = None
-
-    @property
-    def synced(self) -> bool:
-        return self.shadows.has_synced and self.pods.has_synced
-
-    def start(self) -> None:
-        async def both() -> None:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.shadows.run())
-                group.create_task(self.pods.run())
-
-        self.task = asyncio.get_running_loop().create_task(both())
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        super().__init__([self.shadows, self.pods], name=f"pods {namespace}")
 
 
 class PodReflector:

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from liqo.api import names
+from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, NotFoundError
@@ -79,7 +80,7 @@ class ReflectionPolicy:
         return mode == "All"
 
 
-class _Pair:
+class _Pair(InformerGroup):
     """One offloaded namespace and its twin, as seen by the informers of both sides.
 
     At home its ConfigMaps and Secrets; in the twin every ConfigMap and Secret (ours or not: a namesake that is
@@ -93,28 +94,8 @@ class _Pair:
         self.remote = {r: Informer(client=provider, resource=r, namespace=twin) for r in KINDS.values()}
         self.pods = Informer(client=provider, resource=PODS, namespace=twin, label_selector=names.SHADOW_POD)
         self.events = Informer(client=provider, resource=EVENTS, namespace=twin)
-        self.task: asyncio.Task[Any] | None = None
-
-    @property
-    def informers(self) -> list[Informer]:
-        return [*self.home.values(), *self.remote.values(), self.pods, self.events]
-
-    @property
-    def synced(self) -> bool:
-        return all(informer.has_synced for informer in self.informers)
-
-    def start(self) -> None:
-        async def all_of_them() -> None:
-            async with asyncio.TaskGroup() as group:
-                for informer in self.informers:
-                    group.create_task(informer.run())
-
-        self.task = asyncio.get_running_loop().create_task(all_of_them(), name=f"reflection {self.twin}")
-
-    async def stop(self) -> None:
-        if self.task:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
+        informers = [*self.home.values(), *self.remote.values(), self.pods, self.events]
+        super().__init__(informers, name=f"reflection {twin}")
 
 
 class Reflection:

@@ -129,7 +129,7 @@ async def offloaded(sites: dict[str, Site], rome: KubeClient, milan: KubeClient)
         nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(sites["milan"].cluster_id))
         yield Offloaded(namespace=namespace, twin=twin, node=nodes[0]["metadata"]["name"])
     finally:
-        await offloading.unoffload(rome, namespace, timeout=60)
+        await offloading.unoffload(rome, namespace, timeout=120)
         await rome.delete(NAMESPACES, namespace)
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=90)
     await expect_clean(rome, milan)

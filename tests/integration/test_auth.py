@@ -310,6 +310,8 @@ async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
         "resourcerequests.discovery.liqo.io/status": {"get"},
         "resourceoffers.sharing.liqo.io": {"get", "list", "watch"},
         "resourceoffers.sharing.liqo.io/status": {"get", "update", "patch"},
+        "namespacemaps.offloading.liqo.io": {"get", "list", "watch", "create", "update", "patch", "delete"},
+        "namespacemaps.offloading.liqo.io/status": {"get"},
     }
     assert non_resource_verbs == {"get"}
 

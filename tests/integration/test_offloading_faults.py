@@ -126,6 +126,9 @@ async def test_provider_api_server_down_for_a_minute(
         return ready(await rome.get(NODES, offloaded.node)) == "True"
 
     await eventually(ready_again, timeout=60, message="the virtual node Ready again")
+    # milan's own nodes came back with their addresses (its API server reaches its kubelets: logs, exec).
+    for node in (await milan.list_all(NODES))[0]:
+        assert {a["type"] for a in node["status"]["addresses"]} == {"InternalIP", "Hostname"}
     await agree(rome, milan, offloaded, 5)
     # The pods kept running in milan all along: the same pods, not re-created ones.
     after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 5)}

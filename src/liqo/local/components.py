@@ -276,5 +276,11 @@ def node_manifest(*, spec: ClusterSpec, index: int) -> dict[str, Any]:
                 **spec.node_labels,
             },
         },
-        "status": {"capacity": resources, "allocatable": resources},
+        # Both addresses from the start: kwok's node-initialize stage, run again after the node went
+        # NotReady (an API server outage), rewrites the list whole when either is missing, and loses the IP.
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
+        },
     }

@@ -41,36 +41,7 @@ kubectl --kubeconfig "$ROME" create namespace demo --dry-run=client -o yaml | ku
 $liqoctl offload namespace demo --pod-offloading-strategy Remote --kubeconfig "$ROME"
 
 echo; echo "== a sample app in rome: a ConfigMap, a Deployment of 3 replicas, a Service"
-kubectl --kubeconfig "$ROME" apply -n demo -f - <<'YAML'
-apiVersion: v1
-kind: ConfigMap
-metadata: {name: web-config}
-data: {greeting: "hello from rome"}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers:
-        - name: web
-          image: nginx
-          ports: [{containerPort: 80}]
-          resources: {requests: {cpu: 100m, memory: 64Mi}}
-          volumeMounts: [{name: config, mountPath: /etc/web}]
-      volumes: [{name: config, configMap: {name: web-config}}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: web}
-spec:
-  selector: {app: web}
-  ports: [{port: 80}]
-YAML
+kubectl --kubeconfig "$ROME" apply -n demo -f "$(dirname "$0")/../examples/demo-app.yaml"
 kubectl --kubeconfig "$ROME" rollout status -n demo deployment/web --timeout=120s
 
 TWIN=$(kubectl --kubeconfig "$ROME" get namespaceoffloading offloading -n demo -o jsonpath='{.status.remoteNamespaceName}')

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from liqo.peering import operations
 
 console = Console()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MAX_NODE_PODS = 5000
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,12 @@ def main() -> None:
     args = parser.parse_args()
     toolchain.ensure_binaries(progress=console.print)
     suffix = os.getpid()
-    # Room for both runs on milan: every node can hold all the pods.
+    # Room for both runs on milan (the baseline's pods stay): twice the pods, plus some, over the nodes.
+    node_pods = min(args.pods + 10, MAX_NODE_PODS)
+    nodes = max(args.nodes, math.ceil(2.2 * args.pods / node_pods))
     rome = ClusterSpec(name=f"bench-rome-{suffix}", nodes=1)
     milan = ClusterSpec(
-        name=f"bench-milan-{suffix}", nodes=args.nodes, node_cpu="64", node_memory="256Gi", node_pods=args.pods + 10
+        name=f"bench-milan-{suffix}", nodes=nodes, node_cpu="64", node_memory="256Gi", node_pods=node_pods
     )
     try:
         for spec in (rome, milan):
@@ -129,7 +133,7 @@ def main() -> None:
             for spec in (rome, milan):
                 clusters.down(spec.name, purge=True)
 
-    table = Table(title=f"bench-offload: {args.pods} pods, milan with {args.nodes} nodes")
+    table = Table(title=f"bench-offload: {args.pods} pods, milan with {nodes} nodes")
     for column in ("metric", "offloaded (rome → milan)", "direct on milan", "ratio"):
         table.add_column(column, justify="right")
     rows = [

@@ -58,6 +58,13 @@ NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
 OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "AllFailed", "Terminating")
 TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
 SHADOW_POD_PHASES = ("Created", "Refused")
+POD_SECURITY_LEVELS = ("baseline", "restricted")
+"""The Pod Security Standards profiles a provider may enforce on a peer's pods (PSA's own level names)."""
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+DEFAULT_MAX_GRACE_SECONDS = 120
+KEY_FINGERPRINT_PATTERN = r"^sha256:[0-9a-f]{64}$"
+"""A cluster key's fingerprint: SHA-256 of its public key (SubjectPublicKeyInfo, DER), lowercase hex."""
 MAX_CONTAINERS = 64
 MAX_SLOTS = 16
 """A bound on ``largestSlots`` keeping offers small; providers publish a few (liqo's: 3)."""
@@ -281,6 +288,12 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 "Whether this cluster provides resources to the peer.", PEERING_ENABLED, default="Auto"
             ),
             "offerPolicy": offer_policy,
+            "keyFingerprint": _string(
+                "The fingerprint of the peer's cluster key (sha256:<hex>). A consumer sets it from the provider's"
+                " identity and refuses any other provider; a provider pins it at the consumer's first"
+                " authentication and refuses any other key claiming this cluster ID. Clear it to re-pin.",
+                pattern=KEY_FINGERPRINT_PATTERN,
+            ),
         },
         required=("clusterID",),
     )
@@ -399,6 +412,45 @@ def resource_offer_crd() -> dict[str, Any]:
     )
 
 
+def _pod_security() -> Schema:
+    """What a provider lets the peers' pods do (docs/security.md, "ShadowPod admission")."""
+    toleration = _object(
+        "A toleration the peers' pods may carry (matched exactly).",
+        {
+            "key": _string("The taint key."),
+            "operator": _enum("Exists or Equal.", TOLERATION_OPERATORS, default="Equal"),
+            "value": _string("The taint value (Equal)."),
+            "effect": _enum("The taint effect; empty: every effect.", TAINT_EFFECTS),
+        },
+    )
+    return _object(
+        "What the peers' pods may do on this cluster.",
+        {
+            "level": _enum(
+                "The Pod Security Standards profile their pods must meet.", POD_SECURITY_LEVELS, default="baseline"
+            ),
+            "tolerations": {
+                "type": "array",
+                "description": "The only tolerations their pods may carry (default: none).",
+                "items": toleration,
+                "maxItems": 32,
+                "x-kubernetes-list-type": "atomic",
+            },
+            "shareStorage": {
+                "type": "boolean",
+                "description": "Whether their pods may use PersistentVolumeClaims and generic ephemeral volumes.",
+                "default": False,
+            },
+            "maxTerminationGracePeriodSeconds": _integer(
+                "The longest grace period their pods get (longer ones are cut to it).",
+                minimum=0,
+                maximum=86400,
+                default=DEFAULT_MAX_GRACE_SECONDS,
+            ),
+        },
+    )
+
+
 def sharing_policy_crd() -> dict[str, Any]:
     """SharingPolicy (cluster-scoped): what the provider shares, with whom, and at what price."""
     spec = _object(
@@ -424,6 +476,13 @@ def sharing_policy_crd() -> dict[str, Any]:
                 default=10,
             ),
             "offerTTLSeconds": _integer("How long an offer is valid unless refreshed.", minimum=1, default=300),
+            "podSecurity": _pod_security(),
+            "countLimits": {
+                "type": "boolean",
+                "description": "Whether the declared limits of the peers' pods must also add up within the accepted"
+                " offer (their requests always must).",
+                "default": True,
+            },
         },
         required=("action",),
     )

@@ -35,6 +35,34 @@ DENY = "Deny"
 DEFAULT_PERCENTAGE = 50
 DEFAULT_REFRESH_THRESHOLD_PERCENT = 10
 DEFAULT_OFFER_TTL_SECONDS = 300
+BASELINE = "baseline"
+RESTRICTED = "restricted"
+DEFAULT_MAX_GRACE_SECONDS = 120
+
+
+@dataclass(frozen=True)
+class PodSecurity:
+    """What a provider lets one consumer's pods do (a SharingPolicy's ``podSecurity``, defaults filled in)."""
+
+    level: str = BASELINE
+    """The Pod Security Standards profile (``baseline`` or ``restricted``) the pods must meet."""
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    """The only tolerations the pods may carry."""
+    share_storage: bool = False
+    """Whether the pods may use PersistentVolumeClaims and generic ephemeral volumes."""
+    max_grace_seconds: int = DEFAULT_MAX_GRACE_SECONDS
+    """The longest termination grace period the pods get."""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> PodSecurity:
+        """The ``podSecurity`` of a SharingPolicy ``spec`` (absent: the defaults)."""
+        spec = spec or {}
+        return cls(
+            level=spec.get("level", BASELINE),
+            tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
+            share_storage=bool(spec.get("shareStorage", False)),
+            max_grace_seconds=int(spec.get("maxTerminationGracePeriodSeconds", DEFAULT_MAX_GRACE_SECONDS)),
+        )
 
 
 @dataclass(frozen=True)
@@ -59,6 +87,10 @@ class Policy:
     """Labels for the consumers' virtual nodes."""
     refresh_threshold_percent: int = DEFAULT_REFRESH_THRESHOLD_PERCENT
     offer_ttl_seconds: int = DEFAULT_OFFER_TTL_SECONDS
+    pod_security: PodSecurity = field(default_factory=PodSecurity)
+    """What the consumer's pods may do here."""
+    count_limits: bool = True
+    """Whether the declared limits of the consumer's pods must also add up within the accepted offer."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -80,6 +112,8 @@ class Policy:
             labels=dict(spec.get("labels") or {}),
             refresh_threshold_percent=spec.get("refreshThresholdPercent", DEFAULT_REFRESH_THRESHOLD_PERCENT),
             offer_ttl_seconds=spec.get("offerTTLSeconds", DEFAULT_OFFER_TTL_SECONDS),
+            pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
+            count_limits=bool(spec.get("countLimits", True)),
         )
 
 

@@ -1,9 +1,10 @@
-"""Authentication against a real cluster: the handshake, what the identity may do, what a wrong token leaves.
+"""Authentication against a real cluster: the handshake, what the identity may do, what a refusal leaves.
 
 The provider's side runs as it does in the manager: the endpoint over HTTPS on loopback (a self-signed
 certificate the consumer does not verify) and the real provisioner, acting with exactly the manager's
 RBAC (``liqo-manager``'s rules, bound to a throw-away user), so a permission missing from the install
 manifests fails here. The consumer's identity is then used as is, through our client and through kubectl.
+Every refusal is checked for side effects on the real cluster: no namespace, ForeignCluster, pin or CSR.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules
 from liqo.kube import pki
@@ -42,20 +44,29 @@ from liqo.kube.resources import (
     SECRETS,
 )
 from liqo.peering import authclient
-from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import auth_app
+from liqo.peering.authprotocol import NonceStore, make_csr
+from liqo.peering.authserver import ProvisioningError, auth_app
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import LocalCluster, unique
+from tests.helpers import LocalCluster, eventually, unique
 
 TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
 TTL = 900
 RBAC = "rbac.authorization.k8s.io"
+PROVIDER_KEY = ClusterKey.generate()
+KEYS: dict[str, ClusterKey] = {}
+"""Each consumer's cluster key, made on first use."""
 
 
-@dataclass(frozen=True)
+def key_of(consumer: str) -> ClusterKey:
+    return KEYS.setdefault(consumer, ClusterKey.generate())
+
+
+@dataclass
 class Provider:
     cluster_id: str
     auth_url: str
+    token: list[str]
+    provisioner: KubeProvisioner
 
 
 @pytest.fixture
@@ -98,13 +109,15 @@ async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: 
     provisioner = KubeProvisioner(
         client=manager, api_server_url=kube.server, ca_pem=kube.access.ca_pem or "", identity_ttl=TTL
     )
+    token = [TOKEN]
 
     async def token_source() -> str:
-        return TOKEN
+        return token[0]
 
     app = auth_app(
         cluster_id=provider_id,
         cluster_name="provider",
+        key=PROVIDER_KEY,
         token_source=token_source,
         provisioner=provisioner,
         nonces=NonceStore(),
@@ -113,7 +126,7 @@ async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: 
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
     try:
-        yield Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}")
+        yield Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", token, provisioner)
     finally:
         await runner.cleanup()
 
@@ -141,15 +154,30 @@ async def csrs_of(kube: KubeClient, consumer: str) -> list[dict[str, Any]]:
     return items
 
 
-async def handshake(provider: Provider, consumer: str, *, token: str = TOKEN) -> authclient.Identity:
+async def handshake(
+    provider: Provider, consumer: str, *, token: str | None = TOKEN, key: ClusterKey | None = None
+) -> authclient.Identity:
     return await authclient.request_identity(
         auth_url=provider.auth_url,
+        key=key or key_of(consumer),
         token=token,
         consumer_id=consumer,
         consumer_name=f"consumer-{consumer[:8]}",
         consumer_auth_url="https://consumer.example:8443",
         expected_provider_id=provider.cluster_id,
+        expected_fingerprint=PROVIDER_KEY.fingerprint,
     )
+
+
+async def leftovers(kube: KubeClient, consumer: str) -> list[str]:
+    """What exists on the provider for ``consumer``: its tenant namespace, ForeignClusters and CSRs."""
+    found = [f"ForeignCluster {fc['metadata']['name']}" for fc in await foreign_clusters_of(kube, consumer)]
+    found += [f"CSR {csr['metadata']['name']}" for csr in await csrs_of(kube, consumer)]
+    with contextlib.suppress(NotFoundError):
+        namespace = await kube.get(NAMESPACES, names.tenant_namespace(consumer))
+        if not namespace["metadata"].get("deletionTimestamp"):
+            found.append(f"Namespace {namespace['metadata']['name']}")
+    return found
 
 
 async def allowed(client: KubeClient, **attributes: str) -> bool:
@@ -211,6 +239,7 @@ async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_nam
         "authURL": "https://consumer.example:8443",
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
+        "keyFingerprint": key_of(consumer_id).fingerprint,
     }
     assert await csrs_of(kube, consumer_id) == []
 
@@ -319,13 +348,93 @@ async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
 async def test_a_wrong_token_is_refused_and_creates_nothing(
     kube: KubeClient, provider: Provider, consumer_id: str
 ) -> None:
+    for token in ("not-the-token", None):
+        with pytest.raises(authclient.AuthRejected) as caught:
+            await handshake(provider, consumer_id, token=token)
+        assert caught.value.status == 401
+    assert await leftovers(kube, consumer_id) == []
+
+
+async def test_another_key_claiming_an_enrolled_consumers_id_is_refused_without_side_effects(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    """A token holder cannot become another consumer: the first to enrol a cluster ID pins its key."""
+    genuine = await handshake(provider, consumer_id)
+    before = sorted(await leftovers(kube, consumer_id))
+    [fc] = await foreign_clusters_of(kube, consumer_id)
     with pytest.raises(authclient.AuthRejected) as caught:
-        await handshake(provider, consumer_id, token="not-the-token")
-    assert caught.value.status == 401
-    with pytest.raises(NotFoundError):
-        await kube.get(NAMESPACES, names.tenant_namespace(consumer_id))
-    assert await foreign_clusters_of(kube, consumer_id) == []
-    assert await csrs_of(kube, consumer_id) == []
+        await handshake(provider, consumer_id, key=ClusterKey.generate())
+    assert caught.value.status == 403
+    assert "another key is registered" in caught.value.reason
+    assert sorted(await leftovers(kube, consumer_id)) == before
+    [after] = await foreign_clusters_of(kube, consumer_id)
+    assert after["metadata"]["resourceVersion"] == fc["metadata"]["resourceVersion"]
+    async with KubeClient.from_kubeconfig_dict(genuine.kubeconfig(), name="genuine") as peer:
+        await peer.list(RESOURCE_REQUESTS, namespace=genuine.namespace)  # the genuine identity still works
+
+
+async def test_a_rotated_token_enrols_no_one_new_and_breaks_no_one_enrolled(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    await handshake(provider, consumer_id)
+    provider.token[0] = "a-fresh-token-minted-by-generate-peer-command"
+    renewed = await handshake(provider, consumer_id, token=TOKEN)  # it still holds the old one: no matter
+    assert renewed.namespace == names.tenant_namespace(consumer_id)
+    newcomer = str(uuid.uuid4())
+    try:
+        with pytest.raises(authclient.AuthRejected, match=r"\(401\)"):
+            await handshake(provider, newcomer, token=TOKEN)
+        assert await leftovers(kube, newcomer) == []
+        await handshake(provider, newcomer, token=provider.token[0])
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await kube.delete(NAMESPACES, names.tenant_namespace(newcomer))
+        for fc in await foreign_clusters_of(kube, newcomer):
+            await kube.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+
+
+async def test_a_revoked_consumer_stays_refused_until_allowed_again(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    await handshake(provider, consumer_id)
+    [fc] = await foreign_clusters_of(kube, consumer_id)
+    await kube.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "No"}})
+    await kube.delete(NAMESPACES, names.tenant_namespace(consumer_id))  # what the manager's release does
+    for token in (TOKEN, None):
+        with pytest.raises(authclient.AuthRejected) as caught:
+            await handshake(provider, consumer_id, token=token)
+        assert caught.value.status == 403
+        assert "does not accept cluster" in caught.value.reason
+    assert await leftovers(kube, consumer_id) == [f"ForeignCluster {fc['metadata']['name']}"]
+    await kube.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "Auto"}})
+
+    async def namespace_gone() -> bool:
+        try:
+            await kube.get(NAMESPACES, names.tenant_namespace(consumer_id))
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(namespace_gone, timeout=60, message="the revoked tenant namespace is gone")
+    allowed_again = await handshake(provider, consumer_id)
+    assert allowed_again.namespace == names.tenant_namespace(consumer_id)
+
+
+async def test_a_failed_signature_leaves_nothing_behind(kube: KubeClient, manager: KubeClient, crds: None) -> None:
+    """A provisioning that fails half-way (here: no certificate in time) takes back what it created."""
+    consumer = str(uuid.uuid4())
+    provisioner = KubeProvisioner(
+        client=manager, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=0.001
+    )
+    with pytest.raises(ProvisioningError, match="signed no certificate"):
+        await provisioner.provision(
+            consumer_id=consumer,
+            consumer_name="doomed",
+            auth_url=None,
+            csr_pem=make_csr(consumer)[1],
+            key_fingerprint=key_of(consumer).fingerprint,
+        )
+    assert await leftovers(kube, consumer) == []
 
 
 async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_alone(
@@ -349,6 +458,7 @@ async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_a
     [fc] = await foreign_clusters_of(kube, consumer_id)
     assert fc["metadata"]["name"] == name
     assert (fc["spec"]["clusterName"], fc["spec"]["outgoingPeeringEnabled"]) == ("by-admin", "Yes")
+    assert fc["spec"]["keyFingerprint"] == key_of(consumer_id).fingerprint  # its empty pin filled in
     async with KubeClient.from_kubeconfig_dict(second.kubeconfig()) as peer:
         await peer.list(RESOURCE_REQUESTS, namespace=second.namespace)
     assert await csrs_of(kube, consumer_id) == []

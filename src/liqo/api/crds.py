@@ -38,6 +38,8 @@ QUANTITY_PATTERN = (
 
 CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 CLUSTER_ID_MAX_LENGTH = 63 - len(names.TENANT_NAMESPACE_PREFIX)
+CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+"""What a cluster ID really is (the UID of kube-system); where a name would be a mistake, only this passes."""
 """A cluster ID names the tenant namespace ``liqo-tenant-<ID>``, so it must keep that a DNS label."""
 
 PEERING_ENABLED = ("Yes", "No", "Auto")
@@ -457,8 +459,13 @@ def sharing_policy_crd() -> dict[str, Any]:
         "What to share with the peers it names (no peers: every other peer).",
         {
             "peers": _string_set(
-                "The peers (cluster IDs or names) this policy is for; empty: the default for every other peer.",
-                _string("A peer's cluster ID or name.", minLength=1),
+                "The peers (cluster IDs, as `kubectl get fc` shows them) this policy is for; empty: the default for"
+                " every other peer. Names are refused: a peer chooses its name, so a policy could be dodged by"
+                " renaming.",
+                _string(
+                    "A peer's cluster ID (a lowercase UUID).",
+                    pattern=CLUSTER_UUID_PATTERN,
+                ),
             ),
             "action": _enum("Share resources with the peers, or deny them peering.", SHARING_ACTIONS),
             "percentage": _integer("The share of the free capacity to offer, in percent.", minimum=1, maximum=100),

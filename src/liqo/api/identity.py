@@ -1,16 +1,22 @@
-"""Who this cluster is: the identity ConfigMap written by ``liqoctl install`` and read by every component."""
+"""Who this cluster is: the identity ConfigMap written by ``liqoctl install`` and read by every component.
+
+The ConfigMap is public within the cluster (its public key included); the private half of the cluster key
+lives in its own Secret, read only by the manager (:func:`read_cluster_key`).
+"""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import CONFIGMAPS
+from liqo.kube.resources import CONFIGMAPS, SECRETS
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,10 @@ class ClusterIdentity:
     api_server_url: str
     auth_url: str
     cluster_labels: dict[str, str]
+    public_key: str = ""
+    """The cluster key's public half (PEM), which peers verify this cluster's signatures with."""
+    key_fingerprint: str = ""
+    """Its fingerprint, ``sha256:<hex>``: what peers pin."""
 
     @classmethod
     def from_configmap(cls, configmap: dict[str, Any]) -> ClusterIdentity:
@@ -33,6 +43,8 @@ class ClusterIdentity:
             api_server_url=data["apiServerURL"],
             auth_url=data["authURL"],
             cluster_labels=orjson.loads(data.get("clusterLabels") or "{}"),
+            public_key=data.get("publicKey", ""),
+            key_fingerprint=data.get("keyFingerprint", ""),
         )
 
 
@@ -43,3 +55,12 @@ async def read_identity(client: KubeClient) -> ClusterIdentity | None:
     except NotFoundError:
         return None
     return ClusterIdentity.from_configmap(configmap)
+
+
+async def read_cluster_key(client: KubeClient) -> ClusterKey | None:
+    """This cluster's key pair from its Secret; None if liqo is not installed (yet)."""
+    try:
+        secret = await client.get(SECRETS, names.CLUSTER_KEY_SECRET, namespace=names.LIQO_NAMESPACE)
+    except NotFoundError:
+        return None
+    return ClusterKey.from_pem(base64.b64decode(secret["data"]["privateKey"]).decode())

@@ -14,7 +14,10 @@ CLUSTER_IDENTITY = "liqo-cluster-identity"
 """ConfigMap in LIQO_NAMESPACE: ``clusterID``, ``clusterName``, ``apiServerURL``, ``authURL``."""
 
 AUTH_TOKEN_SECRET = "liqo-auth-token"
-"""Secret in LIQO_NAMESPACE (key ``token``): what consumers must prove they know to get an identity."""
+"""Secret in LIQO_NAMESPACE (key ``token``): what a new consumer must prove it knows to enrol."""
+
+CLUSTER_KEY_SECRET = "liqo-cluster-key"
+"""Secret in LIQO_NAMESPACE (key ``privateKey``): this cluster's Ed25519 key (:mod:`liqo.api.clusterkey`)."""
 
 PEER_TOKEN_SECRET = "liqo-peer-token"
 """Secret in a consumer's tenant namespace (key ``token``): the provider's token, given out of band."""

@@ -25,7 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from liqo.api import names
-from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.clusterkey import ClusterKey
+from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
 from liqo.install.manifests import AUTH_SERVICE
@@ -44,7 +45,7 @@ from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.offloading.webhook import PodWebhook
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import Issued, PeerDenied, Provisioner, auth_app
+from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, Provisioner, auth_app
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
@@ -62,20 +63,33 @@ LEASE = "liqo-manager"
 
 
 class PolicyGate:
-    """Refuses identities to peers a SharingPolicy denies, before anything is created for them."""
+    """Refuses identities to peers a SharingPolicy denies, before anything is created for them.
+
+    It sits between the endpoint and the provisioner (peering cannot read sharing's policies itself), and
+    judges the consumer by the cluster ID the endpoint authenticated, never by the name it claims.
+    """
 
     def __init__(self, *, client: KubeClient, provisioner: Provisioner) -> None:
         self._client = client
         self._provisioner = provisioner
 
-    async def provision(self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str) -> Issued:
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        """The provisioner's record of ``consumer_id``."""
+        return await self._provisioner.record(consumer_id)
+
+    async def provision(
+        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+    ) -> Issued:
         """Provision ``consumer_id`` unless a policy denies it."""
         policies, _ = await self._client.list_all(SHARING_POLICIES)
-        policy = select_policy(policies, peer_id=consumer_id, peer_name=consumer_name)
-        if policy.action == "Deny":
+        if select_policy(policies, peer_id=consumer_id).action == "Deny":
             raise PeerDenied("this cluster's sharing policy denies peering with you")
         return await self._provisioner.provision(
-            consumer_id=consumer_id, consumer_name=consumer_name, auth_url=auth_url, csr_pem=csr_pem
+            consumer_id=consumer_id,
+            consumer_name=consumer_name,
+            auth_url=auth_url,
+            csr_pem=csr_pem,
+            key_fingerprint=key_fingerprint,
         )
 
 
@@ -98,7 +112,10 @@ async def run(args: argparse.Namespace) -> None:
         local = await poll_until(
             lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
         )
-        runner = await _serve_auth(client, local, args)
+        key = await poll_until(
+            lambda: read_cluster_key(client), timeout=3600, interval=2, message="this cluster has no key yet"
+        )
+        runner = await _serve_auth(client, local, key, args)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -109,14 +126,16 @@ async def run(args: argparse.Namespace) -> None:
             name=LEASE,
             identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
         )
-        campaign = asyncio.create_task(elector.run(lambda: _controllers(client, local)))
+        campaign = asyncio.create_task(elector.run(lambda: _controllers(client, local, key)))
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()
         await asyncio.gather(campaign, return_exceptions=True)
         await runner.cleanup()
 
 
-async def _serve_auth(client: KubeClient, local: ClusterIdentity, args: argparse.Namespace) -> web.AppRunner:
+async def _serve_auth(
+    client: KubeClient, local: ClusterIdentity, key: ClusterKey, args: argparse.Namespace
+) -> web.AppRunner:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
 
     async def token() -> str:
@@ -132,6 +151,7 @@ async def _serve_auth(client: KubeClient, local: ClusterIdentity, args: argparse
     app = auth_app(
         cluster_id=local.cluster_id,
         cluster_name=local.cluster_name,
+        key=key,
         token_source=token,
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
@@ -174,7 +194,7 @@ def _file_tls(cert: str, key: str) -> tuple[ssl.SSLContext, str]:
     return context, Path(cert).read_text()
 
 
-async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
+async def _controllers(client: KubeClient, local: ClusterIdentity, key: ClusterKey) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
     events = EventRecorder(client=client, component="liqo-manager", host=socket.gethostname())
@@ -182,7 +202,7 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     peers = PeerClients()
     caches = PeeringCaches(informers)
     outgoing = OutgoingPeering(
-        client=client, caches=caches, local=local, peers=peers, observations=observations, events=events
+        client=client, caches=caches, local=local, key=key, peers=peers, observations=observations, events=events
     )
     status = ForeignClusterStatus(client=client, caches=caches, local=local, peers=peers, observations=observations)
     incoming = IncomingPeering(client=client, informers=informers)

@@ -72,6 +72,9 @@ def peer_out_of_band(
     name: Annotated[str, typer.Argument(help="A name for the provider.")],
     auth_url: Annotated[str, typer.Option(help="The provider's authentication URL.")],
     cluster_id: Annotated[str, typer.Option(help="The provider's cluster ID.")],
+    key_fingerprint: Annotated[
+        str, typer.Option(help="The provider's key fingerprint (sha256:...): only that provider is trusted.")
+    ],
     auth_token: Annotated[str, typer.Option(help="The provider's token (from `liqoctl generate peer-command`).")],
     kubeconfig: Kubeconfig = None,
     context: Context = None,
@@ -82,7 +85,9 @@ def peer_out_of_band(
 
     async def run() -> dict[str, Any]:
         async with client_for(kubeconfig, context) as local:
-            command = PeerCommand(name=name, auth_url=auth_url, cluster_id=cluster_id, token=auth_token)
+            command = PeerCommand(
+                name=name, auth_url=auth_url, cluster_id=cluster_id, key_fingerprint=key_fingerprint, token=auth_token
+            )
             await operations.peer_out_of_band(local, command, offer_policy=_offer_policy(offer_policy))
             return await operations.wait_established(local, cluster_id, timeout=timeout, progress=progress)
 
@@ -109,13 +114,39 @@ def unpeer(
     out.print(f"unpeered {name}")
 
 
+def allow(
+    name: Annotated[str, typer.Argument(help="The consumer: ForeignCluster name, cluster name or ID.")],
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    forget_key: Annotated[
+        bool, typer.Option(help="Also forget its key (it was re-installed): the next token holder pins one.")
+    ] = False,
+) -> None:
+    """Let a revoked consumer peer with this cluster again."""
+
+    async def run() -> dict[str, Any]:
+        async with client_for(kubeconfig, context) as local:
+            return await operations.allow(local, name, forget_key=forget_key)
+
+    with expected_errors():
+        fc = asyncio.run(run())
+    out.print(f"{fc['metadata']['name']} ({fc['spec']['clusterID']}) may peer with this cluster again")
+
+
 @generate_app.command("peer-command")
-def generate_peer_command(kubeconfig: Kubeconfig = None, context: Context = None) -> None:
+def generate_peer_command(
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+    rotate_token: Annotated[
+        bool,
+        typer.Option(help="Mint a new token first: earlier commands stop enrolling; enrolled peers are unaffected."),
+    ] = False,
+) -> None:
     """Print the `liqoctl peer out-of-band` command a consumer runs to peer with this cluster."""
 
     async def run() -> PeerCommand:
         async with client_for(kubeconfig, context) as local:
-            return await operations.peer_command(local)
+            return await operations.peer_command(local, rotate_token=rotate_token)
 
     with expected_errors():
         command = asyncio.run(run())

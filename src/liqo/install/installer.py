@@ -2,7 +2,7 @@
 
 The cluster ID is the UID of the ``kube-system`` namespace: stable for the life of the cluster, the same
 after an uninstall and re-install, and needing no storage of its own. A re-install keeps the
-authentication token, so peers holding it keep working.
+authentication token and the cluster key, so peers holding the one or pinning the other keep working.
 
 Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
 cluster's supervisor, with a client certificate for the user ``liqo-manager`` and a loopback HTTPS port
@@ -12,9 +12,7 @@ for authentication; elsewhere it is the Deployment of the manifests.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +21,9 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import crd_name
-from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -46,6 +45,7 @@ from liqo.local import clusters
 from liqo.local.components import Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
 from liqo.offloading.registration import WEBHOOK_CONFIGURATION
+from liqo.peering.tokens import new_token, token_of
 
 Progress = Callable[[str], None]
 
@@ -146,12 +146,15 @@ async def plan(
     auth_url = options.auth_url or (local.auth_url if local else (previous.auth_url if previous else ""))
     if not auth_url:
         auth_url = f"https://{manifests.AUTH_SERVICE}.{names.LIQO_NAMESPACE}.svc"
+    key = await read_cluster_key(client) or ClusterKey.generate()
     identity = ClusterIdentity(
         cluster_id=cluster_id,
         cluster_name=cluster_name,
         api_server_url=options.api_server_url or client.server,
         auth_url=auth_url,
         cluster_labels=options.cluster_labels,
+        public_key=key.public_pem,
+        key_fingerprint=key.fingerprint,
     )
     items = manifests.manifests(
         cluster_id=identity.cluster_id,
@@ -160,6 +163,7 @@ async def plan(
         api_server_url=identity.api_server_url,
         auth_url=identity.auth_url,
         token=await _token(client),
+        key=key,
         image=options.image,
         identity_ttl=options.identity_ttl,
         workload=local is None,
@@ -272,10 +276,10 @@ async def _active_peers(client: KubeClient) -> list[str]:
 async def _token(client: KubeClient) -> str:
     """The existing token (a re-install must not invalidate what peers hold), or a new one."""
     try:
-        secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
+        token = token_of(await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE))
     except NotFoundError:
-        return secrets.token_urlsafe(32)
-    return base64.b64decode(secret["data"]["token"]).decode()
+        token = None
+    return token or new_token()
 
 
 def local_manager(client: KubeClient) -> LocalManager | None:

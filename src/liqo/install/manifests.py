@@ -14,8 +14,10 @@ import orjson
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import all_crds
 from liqo.offloading import registration
+from liqo.peering.tokens import token_secret
 
 MANAGER = "liqo-manager"
 """Name of the manager's ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment, and local user."""
@@ -130,9 +132,15 @@ def component_rbac(name: str, rules: list[dict[str, Any]]) -> list[Manifest]:
 
 
 def cluster_identity(
-    *, cluster_id: str, cluster_name: str, cluster_labels: dict[str, str], api_server_url: str, auth_url: str
+    *,
+    cluster_id: str,
+    cluster_name: str,
+    cluster_labels: dict[str, str],
+    api_server_url: str,
+    auth_url: str,
+    key: ClusterKey,
 ) -> Manifest:
-    """The ConfigMap every component reads to know which cluster it runs in."""
+    """The ConfigMap every component reads to know which cluster it runs in (with the key's public half)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -143,18 +151,20 @@ def cluster_identity(
             "clusterLabels": orjson.dumps(cluster_labels, option=orjson.OPT_SORT_KEYS).decode(),
             "apiServerURL": api_server_url,
             "authURL": auth_url,
+            "publicKey": key.public_pem,
+            "keyFingerprint": key.fingerprint,
         },
     }
 
 
-def auth_token_secret(token: str) -> Manifest:
-    """The Secret holding the token consumers must prove they know."""
+def cluster_key_secret(key: ClusterKey) -> Manifest:
+    """The Secret holding this cluster's private key (the manager signs with it)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(names.AUTH_TOKEN_SECRET),
+        "metadata": _meta(names.CLUSTER_KEY_SECRET),
         "type": "Opaque",
-        "stringData": {"token": token},
+        "stringData": {"privateKey": key.private_pem()},
     }
 
 
@@ -293,6 +303,7 @@ def manifests(
     api_server_url: str,
     auth_url: str,
     token: str,
+    key: ClusterKey,
     image: str,
     identity_ttl: int,
     workload: bool,
@@ -309,6 +320,7 @@ def manifests(
         cluster_labels=cluster_labels,
         api_server_url=api_server_url,
         auth_url=auth_url,
+        key=key,
     )
     items = [
         *all_crds(),
@@ -316,7 +328,8 @@ def manifests(
         *component_rbac(MANAGER, manager_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         identity,
-        auth_token_secret(token),
+        token_secret(token),
+        cluster_key_secret(key),
     ]
     if workload:
         items += [*manager_workload(image=image, identity_ttl=identity_ttl), virtual_kubelet_workload(image=image)]

@@ -1,17 +1,19 @@
-"""The consumer's side of authentication: turn the provider's token into a short-lived identity.
+"""The consumer's side of authentication: turn its cluster key (and, to enrol, the token) into an identity.
 
-:func:`request_identity` makes a fresh key (it never leaves this process), asks for a nonce, sends a
-signed request with a CSR and accepts the answer only if its signature — HMAC keyed with the token over
-the answer and *our* nonce — verifies and it comes from the provider we expected.
+:func:`request_identity` makes a fresh key for the identity (it never leaves this process), asks for a
+nonce, sends a request signed with the cluster key — plus the token's HMAC when it has a token — and
+accepts the answer only if it is signed by the provider's cluster key, the one whose fingerprint this
+cluster was given out of band (``liqoctl peer`` reads it from the provider's identity, the out-of-band
+command carries it), over the answer and *our* nonce.
 
 Why the auth server's TLS certificate is not verified: it is typically self-signed or signed by the
-provider's cluster CA, which the consumer does not know before this very handshake. Verifying it would
-add nothing anyway. The token never crosses the wire (only HMACs do, and the token is 32 random bytes,
-out of reach of an offline guess); the private key never leaves the consumer (the CSR holds the public
-key only); and the answer — API server URL, CA, certificate — is authenticated by its HMAC, bound to our
-nonce. A man in the middle can therefore neither learn the token, nor obtain a usable identity, nor make
-us trust its own API server: it can only make the handshake fail. TLS still keeps the exchange private.
-The API server itself is then reached with full verification against the CA received here.
+provider's cluster CA, which the consumer does not know before this very handshake. Verifying it would add
+nothing: the token never crosses the wire (only HMACs do, and the token is 32 random bytes, out of reach of
+an offline guess); the private keys never leave the consumer (the CSR and the request hold public keys
+only); and the answer — API server URL, CA, certificate — is signed by the provider's pinned key, bound to
+our nonce. A man in the middle, even one holding the token, can therefore neither obtain a usable identity
+nor make us trust its own API server: it can only make the handshake fail. TLS still keeps the exchange
+private. The API server itself is then reached with full verification against the CA received here.
 """
 
 from __future__ import annotations
@@ -26,17 +28,17 @@ import orjson
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from liqo.api import names
+from liqo.api import clusterkey, names
+from liqo.api.clusterkey import ClusterKey
 from liqo.peering.authprotocol import (
     MAX_BODY,
-    SIGNATURE,
     IdentityRequest,
     IdentityResponse,
     InvalidMessage,
     make_csr,
     parse_json,
-    sign,
-    verify,
+    sign_request,
+    verify_answer,
 )
 
 TIMEOUT = 60.0
@@ -62,7 +64,11 @@ class AuthRejected(AuthError):
 
 
 class BadAnswer(AuthError):
-    """The answer is malformed, unsigned, wrongly signed, or from another cluster than expected."""
+    """The answer is malformed, or from another cluster than expected."""
+
+
+class ProviderNotAuthenticated(BadAnswer):
+    """The answer is not signed by the provider's pinned key: someone else answered."""
 
 
 @dataclass(frozen=True)
@@ -146,32 +152,46 @@ def _url(auth_url: str, path: str) -> str:
     return auth_url.rstrip("/") + path
 
 
-async def fetch_ids(auth_url: str, *, timeout: float = 10.0) -> tuple[str, str]:
-    """The ``(clusterID, clusterName)`` the endpoint claims; unauthenticated, so a hint only."""
+@dataclass(frozen=True)
+class Ids:
+    """What an endpoint says it is: unauthenticated, so a hint for early, clear errors only."""
+
+    cluster_id: str
+    cluster_name: str
+    key_fingerprint: str
+
+
+async def fetch_ids(auth_url: str, *, timeout: float = 10.0) -> Ids:
+    """The cluster ID, name and key fingerprint the endpoint claims."""
     async with _session(timeout) as session:
         answer = await _call(session, "GET", _url(auth_url, "/ids"))
-    cluster_id, cluster_name = answer.get("clusterID"), answer.get("clusterName")
-    if not isinstance(cluster_id, str) or not cluster_id or not isinstance(cluster_name, str):
-        raise BadAnswer(f"{auth_url}/ids: 'clusterID' and 'clusterName' must be strings")
-    return cluster_id, cluster_name
+    fields = [answer.get(k) for k in ("clusterID", "clusterName", "keyFingerprint")]
+    if not all(isinstance(f, str) for f in fields) or not fields[0]:
+        raise BadAnswer(f"{auth_url}/ids: 'clusterID', 'clusterName' and 'keyFingerprint' must be strings")
+    return Ids(*fields)
 
 
 async def request_identity(
     *,
     auth_url: str,
-    token: str,
+    key: ClusterKey,
+    token: str | None,
     consumer_id: str,
     consumer_name: str,
     consumer_auth_url: str | None = None,
     expected_provider_id: str,
+    expected_fingerprint: str,
     timeout: float = TIMEOUT,
 ) -> Identity:
     """Run the handshake with the provider at ``auth_url`` and return the identity it issued.
 
+    ``key`` is this cluster's key; ``token`` the provider's, needed only until the provider knows our key.
+
     Raises:
         AuthUnreachable: the endpoint cannot be reached.
-        AuthRejected: the provider said no (401: wrong token; 403: denied by policy; 400: bad request).
-        BadAnswer: the answer does not verify, or comes from a cluster other than ``expected_provider_id``.
+        AuthRejected: the provider said no (401: wrong token or signature; 403: refused; 400: bad request).
+        ProviderNotAuthenticated: the answer is not signed by the key of ``expected_fingerprint``.
+        BadAnswer: the answer is malformed, or comes from a cluster other than ``expected_provider_id``.
     """
     key_pem, csr_pem = make_csr(consumer_id)
     async with _session(timeout) as session:
@@ -179,16 +199,25 @@ async def request_identity(
         if not isinstance(nonce, str) or not nonce:
             raise BadAnswer(f"{auth_url}/nonce: no nonce in the answer")
         message = IdentityRequest(
-            cluster_id=consumer_id, cluster_name=consumer_name, auth_url=consumer_auth_url, nonce=nonce, csr=csr_pem
+            cluster_id=consumer_id,
+            cluster_name=consumer_name,
+            auth_url=consumer_auth_url,
+            nonce=nonce,
+            csr=csr_pem,
+            public_key=key.public_pem,
         ).to_message()
-        message[SIGNATURE] = sign(token, message)
-        answer = await _call(session, "POST", _url(auth_url, "/identity"), message)
-    if not verify(token, answer, answer.get(SIGNATURE), nonce=nonce):
-        raise BadAnswer(f"{auth_url}: the answer's signature does not verify (altered, or not from the token's holder)")
+        answer = await _call(session, "POST", _url(auth_url, "/identity"), sign_request(message, key=key, token=token))
     try:
         response = IdentityResponse.from_message(answer)
     except InvalidMessage as exc:
         raise BadAnswer(f"{auth_url}: {exc}") from exc
+    presented = clusterkey.fingerprint(response.public_key)
+    if presented != expected_fingerprint:
+        raise ProviderNotAuthenticated(
+            f"{auth_url} answered with key {presented}, not the provider's {expected_fingerprint}: refused"
+        )
+    if not verify_answer(answer, public_key=response.public_key, nonce=nonce):
+        raise ProviderNotAuthenticated(f"{auth_url}: the answer is not signed by the provider's key (altered?)")
     if response.cluster_id != expected_provider_id:
         raise BadAnswer(f"{auth_url} is cluster {response.cluster_id}, not the expected {expected_provider_id}")
     _check_certificate(response.certificate, key_pem=key_pem)

@@ -1,10 +1,19 @@
 """The authentication protocol between peers, as pure functions: messages, signatures, nonces, CSRs.
 
-A consumer proves it knows the provider's token without sending it: every request carries an HMAC-SHA256
-keyed with the token over the canonical JSON of the message (sorted keys, compact, ``signature`` left
-out). The provider answers with an HMAC over its answer *plus the request's nonce*, so the consumer knows
-both that the answer comes from whoever holds the token and that it answers its own request, not an older
-one replayed at it. Nonces are single use and short-lived: a recorded request cannot be sent again.
+Two secrets, two jobs (docs/security.md, "Peer authentication"):
+
+- **the cluster keys** say *who* is talking. A consumer signs every identity request with its cluster key
+  (:mod:`liqo.api.clusterkey`) and sends the public half; a provider signs its answer with its own, over the
+  answer *plus the request's nonce*, so the answer is bound to that very request. Each side pins the other's
+  key (ForeignCluster ``spec.keyFingerprint``): a provider refuses any other key claiming a consumer's
+  cluster ID, a consumer refuses an answer from any other key than its provider's.
+- **the provider's token** says a consumer *may enrol*: a consumer the provider has no key for must also
+  prove it knows the token, by an HMAC-SHA256 keyed with it over the same message. The token never crosses
+  the wire, and once enrolled a consumer renews with its key alone, so the token can be rotated without
+  breaking anyone.
+
+What is signed is the canonical JSON of the message (sorted keys, compact) without the signature fields.
+Nonces are single use and short-lived: a recorded request cannot be sent again.
 
 The CSR checks are the provider's last line of defence: the API server takes user and groups from the
 certificate's CN and O, so a CSR asking for ``O=system:masters`` — or for another peer's CN — would turn a
@@ -33,19 +42,25 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
-from liqo.api import names
+from liqo.api import clusterkey, names
+from liqo.api.clusterkey import ClusterKey
 
+KEY_SIGNATURE = "keySignature"
+"""In a request: the consumer's cluster-key signature."""
+TOKEN_SIGNATURE = "tokenSignature"
+"""In a request: the HMAC keyed with the provider's token (needed to enrol only)."""
 SIGNATURE = "signature"
-"""The key of the signature in every signed message; it is never part of what is signed."""
+"""In an answer: the provider's cluster-key signature over the answer and the request's nonce."""
+_SIGNATURES = frozenset({KEY_SIGNATURE, TOKEN_SIGNATURE, SIGNATURE})
 NONCE_TTL = 60.0
 """Seconds a nonce stays valid: a handshake takes milliseconds, a replay window should not."""
 MAX_BODY = 64 * 1024
 """Largest request or answer accepted: a CSR and a certificate chain are a few KiB."""
 MIN_RSA_BITS = 2048
 
-_MAX_CLUSTER_ID = 63 - len(names.TENANT_NAMESPACE_PREFIX)
-"""The tenant namespace ``liqo-tenant-<ID>`` must remain a valid namespace name (a DNS label)."""
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+CLUSTER_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A cluster ID is the UID of its ``kube-system`` namespace: a lowercase UUID, never a name (a peer chooses
+its name freely, so nothing that decides may ever match one)."""
 _MAX_NAME = 253
 _MAX_URL = 2048
 _MAX_NONCE = 128
@@ -61,27 +76,53 @@ class InvalidMessage(ValueError):
 # -- signatures ------------------------------------------------------------------------------------------
 
 
-def canonical(message: Mapping[str, Any]) -> bytes:
-    """The bytes that are signed: compact JSON with sorted keys, without the ``signature`` key."""
-    return orjson.dumps({k: v for k, v in message.items() if k != SIGNATURE}, option=orjson.OPT_SORT_KEYS)
-
-
-def sign(token: str, message: Mapping[str, Any], *, nonce: str = "") -> str:
-    """HMAC-SHA256 keyed with ``token`` over ``canonical(message) + nonce``, base64-encoded.
+def canonical(message: Mapping[str, Any], *, nonce: str = "") -> bytes:
+    """The bytes that are signed: compact JSON with sorted keys, without the signature fields, then ``nonce``.
 
     Requests are signed without ``nonce`` (theirs is a field of the message); answers with the nonce of
     the request they answer, which binds the answer to that request.
     """
-    mac = hmac.new(token.encode(), canonical(message) + nonce.encode(), hashlib.sha256)
+    body = {k: v for k, v in message.items() if k not in _SIGNATURES}
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS) + nonce.encode()
+
+
+def token_signature(token: str, message: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 keyed with ``token`` over ``canonical(message)``, base64-encoded."""
+    mac = hmac.new(token.encode(), canonical(message), hashlib.sha256)
     return base64.b64encode(mac.digest()).decode()
 
 
-def verify(token: str, message: Mapping[str, Any], signature: object, *, nonce: str = "") -> bool:
-    """Whether ``signature`` is :func:`sign`'s signature of ``message`` (a non-string never is)."""
-    if not isinstance(signature, str):
+def verify_token(token: str, message: Mapping[str, Any]) -> bool:
+    """Whether the request ``message`` carries :func:`token_signature`'s HMAC (a non-string never is)."""
+    signature = message.get(TOKEN_SIGNATURE)
+    if not isinstance(signature, str) or not token:
         return False
     # compare_digest on bytes: constant time, and no TypeError on non-ASCII input.
-    return hmac.compare_digest(sign(token, message, nonce=nonce).encode(), signature.encode())
+    return hmac.compare_digest(token_signature(token, message).encode(), signature.encode())
+
+
+def sign_request(message: Mapping[str, Any], *, key: ClusterKey, token: str | None) -> dict[str, Any]:
+    """``message`` signed by the consumer's ``key``, and with the token's HMAC when a token is known."""
+    signed = dict(message)
+    signed[KEY_SIGNATURE] = key.sign(canonical(message))
+    if token:
+        signed[TOKEN_SIGNATURE] = token_signature(token, message)
+    return signed
+
+
+def verify_request(message: Mapping[str, Any], *, public_key: str) -> bool:
+    """Whether the request ``message`` is signed by the key it presents (``public_key``, already parsed)."""
+    return clusterkey.verify(public_key, canonical(message), message.get(KEY_SIGNATURE))
+
+
+def sign_answer(answer: Mapping[str, Any], *, key: ClusterKey, nonce: str) -> dict[str, Any]:
+    """The provider's ``answer`` signed with its ``key``, bound to the request's ``nonce``."""
+    return dict(answer) | {SIGNATURE: key.sign(canonical(answer, nonce=nonce))}
+
+
+def verify_answer(answer: Mapping[str, Any], *, public_key: str, nonce: str) -> bool:
+    """Whether ``answer`` is signed by ``public_key`` for the request of ``nonce``."""
+    return clusterkey.verify(public_key, canonical(answer, nonce=nonce), answer.get(SIGNATURE))
 
 
 # -- nonces ----------------------------------------------------------------------------------------------
@@ -155,12 +196,20 @@ def _string(message: Mapping[str, Any], key: str, *, max_length: int = MAX_BODY)
 
 
 def check_cluster_id(cluster_id: str) -> str:
-    """``cluster_id`` if it can name a tenant namespace (a DNS label once prefixed)."""
-    if len(cluster_id) > _MAX_CLUSTER_ID or not _DNS_LABEL.fullmatch(cluster_id):
-        raise InvalidMessage(
-            f"'clusterID' must be a lowercase DNS label of at most {_MAX_CLUSTER_ID} characters (a UUID)"
-        )
+    """``cluster_id`` if it is a cluster ID: a lowercase UUID (which also keeps ``liqo-tenant-<ID>`` a DNS label)."""
+    if not CLUSTER_ID.fullmatch(cluster_id):
+        raise InvalidMessage("'clusterID' must be a cluster ID: the lowercase UUID of the cluster's kube-system")
     return cluster_id
+
+
+def _public_key(message: Mapping[str, Any]) -> str:
+    value = message.get("publicKey")
+    try:
+        clusterkey.load_public_key(value)
+    except clusterkey.InvalidKey as exc:
+        raise InvalidMessage(str(exc)) from exc
+    assert isinstance(value, str)
+    return value
 
 
 def _check_url(key: str, url: str) -> str:
@@ -188,18 +237,30 @@ def parse_time(value: str) -> datetime.datetime:
 
 @dataclass(frozen=True)
 class IdentityRequest:
-    """``POST /identity``: who the consumer is, the nonce it was given, and its CSR (PEM)."""
+    """``POST /identity``: who the consumer is, its cluster key, the nonce it was given, and its CSR (PEM)."""
 
     cluster_id: str
     cluster_name: str
     auth_url: str | None
     nonce: str
     csr: str
+    public_key: str
 
     def to_message(self) -> dict[str, Any]:
         """The unsigned message (``authURL`` only when known)."""
-        message = {"clusterID": self.cluster_id, "clusterName": self.cluster_name, "nonce": self.nonce, "csr": self.csr}
+        message = {
+            "clusterID": self.cluster_id,
+            "clusterName": self.cluster_name,
+            "nonce": self.nonce,
+            "csr": self.csr,
+            "publicKey": self.public_key,
+        }
         return message | ({"authURL": self.auth_url} if self.auth_url else {})
+
+    @property
+    def key_fingerprint(self) -> str:
+        """The fingerprint of the consumer's cluster key (valid: :meth:`from_message` checked the key)."""
+        return clusterkey.fingerprint(self.public_key)
 
     @classmethod
     def from_message(cls, message: Mapping[str, Any]) -> IdentityRequest:
@@ -211,12 +272,13 @@ class IdentityRequest:
             auth_url=_check_url("authURL", _string(message, "authURL", max_length=_MAX_URL)) if has_auth_url else None,
             nonce=_string(message, "nonce", max_length=_MAX_NONCE),
             csr=_string(message, "csr"),
+            public_key=_public_key(message),
         )
 
 
 @dataclass(frozen=True)
 class IdentityResponse:
-    """The answer to ``POST /identity``: the provider, where to reach it, and the signed certificate."""
+    """The answer to ``POST /identity``: the provider, its cluster key, where to reach it, the certificate."""
 
     cluster_id: str
     cluster_name: str
@@ -225,6 +287,7 @@ class IdentityResponse:
     certificate: str
     namespace: str
     expires_at: datetime.datetime
+    public_key: str
 
     def to_message(self) -> dict[str, Any]:
         """The unsigned message."""
@@ -236,6 +299,7 @@ class IdentityResponse:
             "certificate": self.certificate,
             "namespace": self.namespace,
             "expiresAt": format_time(self.expires_at),
+            "publicKey": self.public_key,
         }
 
     @classmethod
@@ -255,6 +319,7 @@ class IdentityResponse:
             certificate=_string(message, "certificate"),
             namespace=_string(message, "namespace", max_length=63),
             expires_at=parse_time(_string(message, "expiresAt", max_length=64)),
+            public_key=_public_key(message),
         )
 
 

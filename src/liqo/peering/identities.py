@@ -67,9 +67,3 @@ def renewal_due(secret: dict[str, Any] | None) -> datetime.datetime | None:
 def expires_at(secret: dict[str, Any] | None) -> str | None:
     """The expiry annotation of an identity Secret."""
     return ((secret or {}).get("metadata", {}).get("annotations") or {}).get(names.EXPIRES_AT)
-
-
-def token_of(secret: dict[str, Any] | None) -> str | None:
-    """The provider's token from a ``liqo-peer-token`` Secret."""
-    data = (secret or {}).get("data") or {}
-    return base64.b64decode(data["token"]).decode() if data.get("token") else None

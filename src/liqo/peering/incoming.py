@@ -1,16 +1,26 @@
-"""The provider side of a peering ending: when a consumer withdraws its request, release what it had.
+"""The provider side of a peering ending: release what a consumer had when it leaves, is refused, or never came.
 
 Keyed by the consumer's cluster ID. The first time the consumer's ResourceRequest shows up in its tenant
-namespace, the namespace is annotated; when the request is gone while the annotation is there, the
-consumer has unpeered: its RBAC and NamespaceMap go (the map's finalizer holds it until its twin
-namespaces are deleted), and so do its tenant namespace (offers, quotas, replicas inside) and
-ForeignCluster — unless this cluster also consumes from that peer, which keeps both. The annotation makes
-the decision level-triggered: a restart in between changes nothing.
+namespace, the namespace is annotated; from then on the consumer is *engaged*. Its incoming side is
+released — RBAC and NamespaceMap (the map's finalizer holds it until its twin namespaces are deleted), and
+unless this cluster also consumes from that peer its tenant namespace (offers and replicas inside) and the
+ForeignCluster this cluster made for it — when:
+
+- an engaged consumer's request is gone: it unpeered (withdrawal);
+- its ForeignCluster says ``incomingPeeringEnabled: No``: the admin revoked it. The ForeignCluster stays —
+  it is the record that keeps the consumer refused, key pinned, until the admin allows it again;
+- it never engaged: a tenant made for a handshake whose consumer never sent a request within
+  :data:`ABANDONED_AFTER`. Without this, anyone holding the token could fill the cluster with tenants.
+
+The decision is a pure function of the cached objects and the time (:func:`verdict`), so a restart in
+between changes nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import enum
 import logging
 from typing import Any
 
@@ -18,7 +28,7 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Controller
+from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
 from liqo.peering.outgoing import wants_outgoing
@@ -27,10 +37,55 @@ log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
 PEER_ROLE = "liqo-peer"
+ABANDONED_AFTER = datetime.timedelta(minutes=10)
+"""A consumer sends its request seconds after its handshake; one that has not after this never will."""
+
+Obj = dict[str, Any]
+
+
+class Verdict(enum.Enum):
+    """What to do about one consumer's incoming side."""
+
+    NOTHING = "nothing"
+    MARK_ENGAGED = "mark"
+    RELEASE = "release"
+    RELEASE_REFUSED = "release-refused"
+    WAIT = "wait"
+    """Not engaged yet: look again when it would count as abandoned."""
+
+
+def refused(foreign_cluster: Obj | None) -> bool:
+    """Whether the admin refuses this peer as a consumer (revoked, or incoming peering disabled)."""
+    return bool(foreign_cluster and (foreign_cluster.get("spec") or {}).get("incomingPeeringEnabled") == "No")
+
+
+def _time(value: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def verdict(*, tenant: Obj | None, request: Obj | None, foreign_cluster: Obj | None, now: datetime.datetime) -> Verdict:
+    """What to do about a consumer's incoming side, from what the caches hold (pure)."""
+    if tenant is None or tenant["metadata"].get("deletionTimestamp"):
+        return Verdict.NOTHING
+    engaged = REQUESTED in (tenant["metadata"].get("annotations") or {})
+    if refused(foreign_cluster):
+        # With a peering of ours the other way, the namespace is ours too: release only the consumer's part.
+        has_incoming = engaged or request is not None or not wants_outgoing(foreign_cluster)
+        return Verdict.RELEASE_REFUSED if has_incoming else Verdict.NOTHING
+    if request is not None:
+        return Verdict.NOTHING if engaged else Verdict.MARK_ENGAGED
+    if engaged:
+        return Verdict.RELEASE
+    if wants_outgoing(foreign_cluster):
+        return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
+    created = tenant["metadata"].get("creationTimestamp")
+    if created and now - _time(created) >= ABANDONED_AFTER:
+        return Verdict.RELEASE
+    return Verdict.WAIT
 
 
 class IncomingPeering:
-    """Notices a consumer's request and releases everything of that consumer when it is withdrawn."""
+    """Notices a consumer's request; releases everything of a consumer that left, is refused, or never came."""
 
     def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
         self._client = client
@@ -40,40 +95,53 @@ class IncomingPeering:
         self.controller: Controller[str] = Controller(name="incoming-peering", reconcile=self.reconcile)
         self.controller.watch(self.namespaces, _peer_label)
         self.controller.watch(self.requests, lambda rr: [rr["metadata"]["name"]])
+        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
 
-    async def reconcile(self, peer_id: str) -> None:
-        """Mark a seen request, or release a withdrawn one."""
+    def _foreign_cluster(self, peer_id: str) -> Obj | None:
+        return next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+
+    async def reconcile(self, peer_id: str) -> Result | None:
+        """Mark a seen request, or release a consumer that left, is refused or never came."""
         namespace = names.tenant_namespace(peer_id)
         tenant = self.namespaces.store.get(namespace)
-        if tenant is None or tenant["metadata"].get("deletionTimestamp"):
-            return
-        requested = REQUESTED in (tenant["metadata"].get("annotations") or {})
-        if self.requests.store.get(f"{namespace}/{peer_id}") is not None:
-            if not requested:
-                await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: "true"}}})
-            return
-        if requested:
-            await self._release(peer_id)
+        fc = self._foreign_cluster(peer_id)
+        now = datetime.datetime.now(datetime.UTC)
+        decision = verdict(
+            tenant=tenant, request=self.requests.store.get(f"{namespace}/{peer_id}"), foreign_cluster=fc, now=now
+        )
+        if decision is Verdict.MARK_ENGAGED:
+            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: "true"}}})
+        elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
+            await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
+        elif decision is Verdict.WAIT and tenant is not None:
+            created = _time(tenant["metadata"]["creationTimestamp"])
+            return Result(requeue_after=max(1.0, (created + ABANDONED_AFTER - now).total_seconds()))
+        return None
 
-    async def _release(self, peer_id: str) -> None:
+    async def _release(self, peer_id: str, fc: Obj | None, *, keep_record: bool) -> None:
         namespace = names.tenant_namespace(peer_id)
-        log.info("peer %s withdrew its request: releasing its tenant namespace %s", peer_id, namespace)
-        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+        why = "is refused" if keep_record else "left (or never sent a request)"
+        log.info("consumer %s %s: releasing its tenant namespace %s", peer_id, why, namespace)
         if wants_outgoing(fc):
             # The namespace stays (for our own peering with them); what the consumer had in it goes. Its
             # NamespaceMap's finalizer holds it until the twin namespaces are deleted.
-            for resource, name in ((NAMESPACE_MAPS, peer_id), (ROLE_BINDINGS, PEER_ROLE), (ROLES, PEER_ROLE)):
+            for resource, name in (
+                (NAMESPACE_MAPS, peer_id),
+                (ROLE_BINDINGS, PEER_ROLE),
+                (ROLES, PEER_ROLE),
+                (RESOURCE_REQUESTS, peer_id),
+            ):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(resource, name, namespace=namespace)
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: None}}})
             return
-        if fc is not None:
+        if fc is not None and not keep_record:
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
         with contextlib.suppress(NotFoundError):
             await self._client.delete(NAMESPACES, namespace)
 
 
-def _peer_label(obj: dict[str, Any]) -> list[str]:
+def _peer_label(obj: Obj) -> list[str]:
     peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
     return [peer] if peer else []

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from liqo.api import names
+from liqo.api.crds import KEY_FINGERPRINT_PATTERN
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
@@ -26,6 +28,7 @@ from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
 from liqo.peering.tenants import tenant_namespace_manifest
+from liqo.peering.tokens import new_token, token_of, token_secret
 
 Progress = Callable[[str], None]
 
@@ -39,18 +42,19 @@ class PeeringError(RuntimeError):
 
 @dataclass(frozen=True)
 class PeerCommand:
-    """What a consumer needs to peer out of band."""
+    """What a consumer needs to peer out of band: where the provider is, its key, and the token to enrol."""
 
     name: str
     auth_url: str
     cluster_id: str
+    key_fingerprint: str
     token: str
 
     def render(self) -> str:
         """The command line to run on the consumer."""
         return (
-            f"liqoctl peer out-of-band {self.name} --auth-url {self.auth_url} "
-            f"--cluster-id {self.cluster_id} --auth-token {self.token}"
+            f"liqoctl peer out-of-band {self.name} --auth-url {self.auth_url} --cluster-id {self.cluster_id} "
+            f"--key-fingerprint {self.key_fingerprint} --auth-token {self.token}"
         )
 
 
@@ -64,12 +68,23 @@ async def installed(client: KubeClient, *, role: str) -> ClusterIdentity:
     return identity
 
 
-async def peer_command(client: KubeClient) -> PeerCommand:
-    """The out-of-band peer command for this (provider) cluster: its identity and its token."""
+async def peer_command(client: KubeClient, *, rotate_token: bool = False) -> PeerCommand:
+    """The out-of-band peer command for this (provider) cluster: its identity, its key and its token.
+
+    ``rotate_token`` first replaces the token: the commands printed before no longer enrol anyone, while
+    every consumer already enrolled keeps renewing with its key.
+    """
     identity = await installed(client, role="provider")
-    secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
-    token = base64.b64decode(secret["data"]["token"]).decode()
-    return PeerCommand(identity.cluster_name, identity.auth_url, identity.cluster_id, token)
+    if not identity.key_fingerprint:
+        raise PeeringError("this cluster has no cluster key yet: run `liqoctl install` again to create it")
+    if rotate_token:
+        await client.apply(SECRETS, token_secret(new_token()))
+    token = token_of(await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE))
+    if not token:
+        raise PeeringError(
+            f"Secret {names.LIQO_NAMESPACE}/{names.AUTH_TOKEN_SECRET} holds no token: run `liqoctl install`"
+        )
+    return PeerCommand(identity.cluster_name, identity.auth_url, identity.cluster_id, identity.key_fingerprint, token)
 
 
 async def peer_out_of_band(
@@ -77,19 +92,30 @@ async def peer_out_of_band(
 ) -> dict[str, Any]:
     """Declare an outgoing peering on the consumer behind ``client``; return its ForeignCluster.
 
-    The provider's ``/ids`` is checked first, so a wrong URL or cluster ID fails here, clearly, instead
-    of in the manager later.
+    The provider's ``/ids`` is checked first, so a wrong URL, cluster ID or fingerprint fails here, clearly,
+    instead of in the manager later (``/ids`` is unauthenticated: the manager still verifies the provider's
+    signature on every answer).
     """
     local = await installed(client, role="consumer")
     if command.cluster_id == local.cluster_id:
         raise PeeringError("a cluster cannot peer with itself")
+    if not re.fullmatch(KEY_FINGERPRINT_PATTERN, command.key_fingerprint):
+        raise PeeringError(
+            f"{command.key_fingerprint!r} is not a key fingerprint (sha256:<64 hex digits>, as"
+            " `liqoctl generate peer-command` prints it)"
+        )
     try:
-        remote_id, remote_name = await authclient.fetch_ids(command.auth_url)
+        ids = await authclient.fetch_ids(command.auth_url)
     except authclient.AuthError as exc:
         raise PeeringError(f"cannot reach the provider's authentication endpoint {command.auth_url}: {exc}") from exc
-    if remote_id != command.cluster_id:
+    if ids.cluster_id != command.cluster_id:
         raise PeeringError(
-            f"{command.auth_url} belongs to cluster {remote_name} ({remote_id}), not to {command.cluster_id}"
+            f"{command.auth_url} belongs to cluster {ids.cluster_name} ({ids.cluster_id}), not to {command.cluster_id}"
+        )
+    if ids.key_fingerprint != command.key_fingerprint:
+        raise PeeringError(
+            f"{command.auth_url} presents key {ids.key_fingerprint}, not {command.key_fingerprint}: check the"
+            " command (or someone else answers at that address)"
         )
     existing = await foreign_cluster(client, command.cluster_id)
     spec: dict[str, Any] = {
@@ -97,6 +123,7 @@ async def peer_out_of_band(
         "clusterName": command.name,
         "authURL": command.auth_url,
         "outgoingPeeringEnabled": "Yes",
+        "keyFingerprint": command.key_fingerprint,
     }
     if offer_policy:
         spec["offerPolicy"] = offer_policy
@@ -156,9 +183,9 @@ async def wait_established(
         outgoing = conditions.get("OutgoingPeering", {})
         if outgoing.get("status") == "Established":
             return await client.get(RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id))
-        problem = _first_problem(conditions)
-        if problem and problem[0] in ("Error", "Denied") and problem[1] == "OutgoingPeering":
-            raise PeeringError(f"peering refused: {problem[1]} {problem[0]}: {problem[2]}")
+        for kind, condition in conditions.items():
+            if _final(kind, condition):
+                raise PeeringError(f"peering refused: {kind} {condition['status']}: {condition.get('message', '')}")
         step = f"{outgoing.get('reason') or 'Waiting'}"
         if step != last:
             progress(f"waiting: {step}")
@@ -184,7 +211,7 @@ async def unpeer(
     If the peer also consumes from us, only our direction is undone (``outgoingPeeringEnabled: No``) and
     the ForeignCluster stays for theirs; otherwise the ForeignCluster is deleted (its finalizer runs the
     teardown) and we wait for the tenant namespace to go. A peer that only consumes from us is revoked
-    (:func:`revoke`).
+    (:func:`revoke`), and stays refused until :func:`allow`.
 
     Raises:
         PeeringError: no such peer, or the teardown did not finish in time (then ``force`` finishes the
@@ -227,27 +254,42 @@ async def unpeer(
 
 
 async def revoke(client: KubeClient, fc: dict[str, Any], *, timeout: float, progress: Progress) -> None:
-    """Provider side: stop hosting a consumer that cannot (or will not) unpeer itself.
+    """Provider side: stop hosting a consumer that cannot (or will not) unpeer itself, and keep refusing it.
 
-    Its tenant namespace goes (RBAC, request, offer and quota inside), so its identity is worth nothing
-    any more, and so does its ForeignCluster.
+    Its ForeignCluster says ``incomingPeeringEnabled: No`` from now on: the manager releases everything the
+    consumer had here (RBAC, twins, and its tenant namespace unless we consume from it), so its identity is
+    worth nothing, and refuses its handshakes until the admin allows it again (:func:`allow`).
     """
     peer_id = fc["spec"]["clusterID"]
     namespace = names.tenant_namespace(peer_id)
     progress(f"revoking {fc['metadata']['name']} ({peer_id}): it consumes from us, we do not consume from it")
-    for resource, target in ((NAMESPACES, namespace), (FOREIGN_CLUSTERS, fc["metadata"]["name"])):
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, target)
+    await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "No"}})
 
     async def gone() -> bool:
-        return not await _exists(client, NAMESPACES, namespace) and not await _exists(
-            client, FOREIGN_CLUSTERS, fc["metadata"]["name"]
-        )
+        return not await _exists(client, NAMESPACES, namespace)
 
     try:
         await poll_until(gone, timeout=timeout, message=f"tenant namespace {namespace} is still terminating")
     except WaitTimeout as exc:
         raise PeeringError(f"{exc}: kubectl describe namespace {namespace}") from exc
+    progress(
+        f"{fc['metadata']['name']} stays refused: `liqoctl allow {fc['metadata']['name']}` lets it peer again,"
+        f" `kubectl delete foreigncluster {fc['metadata']['name']}` forgets it"
+    )
+
+
+async def allow(client: KubeClient, name: str, *, forget_key: bool = False) -> dict[str, Any]:
+    """Provider side: let a revoked (or refused) consumer peer again; ``forget_key`` also unpins its key.
+
+    Forgetting the key is for a consumer that really changed it (a re-installed cluster): the next holder of
+    the token to claim its cluster ID pins a new one.
+    """
+    fc = await _find(client, name)
+    spec: dict[str, Any] = {"incomingPeeringEnabled": "Auto"}
+    if forget_key:
+        spec["keyFingerprint"] = None
+    patched: dict[str, Any] = await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": spec})
+    return patched
 
 
 async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_namespace: bool) -> None:
@@ -300,11 +342,16 @@ def _conditions(fc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in ((fc or {}).get("status") or {}).get("conditions") or []}
 
 
-def _first_problem(conditions: dict[str, dict[str, Any]]) -> tuple[str, str, str] | None:
-    for kind, condition in conditions.items():
-        if condition.get("status") in ("Error", "Denied"):
-            return condition["status"], kind, condition.get("message", "")
-    return None
+def _final(kind: str, condition: dict[str, Any]) -> bool:
+    """Whether a condition says the peering will not establish unless someone acts (stop waiting at once).
+
+    The provider refused us (a wrong token, a revocation, another key, a policy), the answer was not from the
+    provider, or the outgoing peering itself is denied or broken.
+    """
+    status = condition.get("status")
+    if kind == "AuthenticationStatus":
+        return status == "Denied" or condition.get("reason") == "ProviderNotAuthenticated"
+    return kind == "OutgoingPeering" and status in ("Error", "Denied")
 
 
 async def info(client: KubeClient) -> dict[str, Any]:

@@ -1,10 +1,14 @@
 """The consumer side of a peering: get (and renew) an identity, ask for resources, and undo it all.
 
 Keyed by the provider's cluster ID. While its ForeignCluster says ``outgoingPeeringEnabled: Yes`` the
-reconcile makes sure that the tenant namespace exists, that a valid identity is stored (handshake with
-the token when missing or due for renewal) and that the ResourceRequest exists; it comes back when the
-identity is due. Otherwise — or when the ForeignCluster is being deleted — it tears the outgoing side
-down: the request on the provider first (so the provider releases what it reserved for us), then the
+reconcile makes sure that the tenant namespace exists, that a valid identity is stored (a handshake signed
+with this cluster's key, carrying the token's HMAC, when missing or due for renewal; the answer must be
+signed by the provider key the ForeignCluster's ``keyFingerprint`` names) and that the ResourceRequest
+exists; it comes back when the identity is due. A provider's refusal (401, 403) is reported as a Denied
+authentication and tried again after a while, not hammered: it changes only when someone acts.
+
+Otherwise — or when the ForeignCluster is being deleted — it tears the outgoing side down: the request on
+the provider first (so the provider releases what it reserved for us), then the
 virtual nodes, offers, identity and token here, and the tenant namespace unless the peer also consumes
 from us. A finalizer on the ForeignCluster makes ``kubectl delete`` go through the same teardown.
 """
@@ -17,6 +21,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.peers import PeerClients
 from liqo.api.requests import withdrawn
@@ -28,11 +33,15 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
-from liqo.peering.identities import identity_secret, renewal_due, token_of
+from liqo.peering.identities import identity_secret, renewal_due
 from liqo.peering.observations import Observation, Observations
 from liqo.peering.tenants import tenant_namespace_manifest
+from liqo.peering.tokens import token_of
 
 log = logging.getLogger(__name__)
+
+RETRY_REFUSED_SECONDS = 30.0
+"""A handshake that cannot run (missing credentials) or was refused is tried again this soon."""
 
 
 def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, Any]:
@@ -65,12 +74,14 @@ class OutgoingPeering:
         client: KubeClient,
         caches: PeeringCaches,
         local: ClusterIdentity,
+        key: ClusterKey,
         peers: PeerClients,
         observations: Observations,
         events: EventRecorder,
     ) -> None:
         self._client = client
         self._local = local
+        self._key = key
         self._peers = peers
         self._observations = observations
         self._events = events
@@ -102,7 +113,7 @@ class OutgoingPeering:
         if due is None or due <= now:
             due = await self._authenticate(fc, now=now)
             if due is None:
-                return Result(requeue_after=30.0)
+                return Result(requeue_after=RETRY_REFUSED_SECONDS)
         await self._client.apply(RESOURCE_REQUESTS, resource_request(local=self._local, provider_id=peer_id))
         return Result(requeue_after=max(1.0, (due - now).total_seconds()))
 
@@ -112,21 +123,41 @@ class OutgoingPeering:
         namespace = names.tenant_namespace(peer_id)
         token = token_of(self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"))
         auth_url = fc["spec"].get("authURL")
-        if not token or not auth_url:
-            missing = "token of the peer (Secret liqo-peer-token)" if not token else "spec.authURL"
+        fingerprint = fc["spec"].get("keyFingerprint")
+        missing = [
+            what
+            for what, present in (
+                ("token of the peer (Secret liqo-peer-token)", token),
+                ("spec.authURL", auth_url),
+                ("spec.keyFingerprint (the provider's key; `liqoctl peer` sets it)", fingerprint),
+            )
+            if not present
+        ]
+        if missing:
             self._observations.report(
-                self._observations.authentication, peer_id, Observation(False, "MissingCredentials", f"no {missing}")
+                self._observations.authentication,
+                peer_id,
+                Observation(False, "MissingCredentials", "no " + ", no ".join(missing)),
             )
             return None
         try:
             identity = await authclient.request_identity(
                 auth_url=auth_url,
+                key=self._key,
                 token=token,
                 consumer_id=self._local.cluster_id,
                 consumer_name=self._local.cluster_name,
                 consumer_auth_url=self._local.auth_url,
                 expected_provider_id=peer_id,
+                expected_fingerprint=fingerprint,
             )
+        except (authclient.AuthRejected, authclient.ProviderNotAuthenticated) as exc:
+            # Final until someone acts (a new token, the provider's admin, the right fingerprint): reported,
+            # tried again after a while, never hammered.
+            reason = "Refused" if isinstance(exc, authclient.AuthRejected) else "ProviderNotAuthenticated"
+            self._observations.report(self._observations.authentication, peer_id, Observation(False, reason, str(exc)))
+            await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
+            return None
         except authclient.AuthError as exc:
             self._observations.report(
                 self._observations.authentication, peer_id, Observation(False, "HandshakeFailed", str(exc))

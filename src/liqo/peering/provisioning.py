@@ -1,9 +1,13 @@
 """What a provider creates for an authenticated consumer, and how it gets the consumer's certificate signed.
 
-The consumer's tenant namespace, a Role that lets its user touch ResourceRequests and NamespaceMaps and
-read ResourceOffers there and nothing else, the RoleBinding to that user, and a ForeignCluster for the
-consumer if the admin has none yet. Everything is applied idempotently (a renewal runs the same steps),
-labelled with the consumer's ID so that unpeer finds it.
+First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
+fingerprint of the consumer's cluster key. The first consumer to prove the token for a cluster ID pins its
+key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
+win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, a Role
+that lets its user touch ResourceRequests and NamespaceMaps and read ResourceOffers there and nothing else,
+and the RoleBinding to that user. Everything is idempotent (a renewal runs the same steps) and labelled
+with the consumer's ID so that unpeer finds it; and an attempt that fails removes what it created itself —
+the record it made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
 
 Certificates are signed by the cluster itself through ``certificates.k8s.io/v1`` with the
 ``kubernetes.io/kube-apiserver-client`` signer: the provider never holds its CA key, the API server
@@ -17,6 +21,8 @@ import asyncio
 import base64
 import logging
 import re
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from cryptography import x509
@@ -26,7 +32,7 @@ from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, ROLES
-from liqo.peering.authserver import Issued, ProvisioningError
+from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,7 @@ DEFAULT_IDENTITY_TTL = 7200
 MIN_IDENTITY_TTL = 600
 """The API server refuses ``expirationSeconds`` below 10 minutes."""
 CERTIFICATE_TIMEOUT = 30.0
+_PIN_ATTEMPTS = 5
 _RBAC = "rbac.authorization.k8s.io"
 _REFUSALS = {"Denied": "denied", "Failed": "not signed"}
 _DNS_SUBDOMAIN_MAX = 253
@@ -94,14 +101,15 @@ def peer_role_binding(consumer_id: str) -> dict[str, Any]:
 
 
 def consumer_foreign_cluster(
-    *, name: str, consumer_id: str, consumer_name: str, auth_url: str | None
+    *, name: str, consumer_id: str, consumer_name: str, auth_url: str | None, key_fingerprint: str
 ) -> dict[str, Any]:
-    """The ForeignCluster a provider creates for a new consumer (pure): incoming on demand, no outgoing."""
+    """The ForeignCluster a provider creates for a new consumer (pure): incoming on demand, no outgoing, its key."""
     spec: dict[str, Any] = {
         "clusterID": consumer_id,
         "clusterName": consumer_name,
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
+        "keyFingerprint": key_fingerprint,
     }
     if auth_url:
         spec["authURL"] = auth_url
@@ -111,6 +119,14 @@ def consumer_foreign_cluster(
         "metadata": {"name": name, "labels": names.peer_labels(consumer_id)},
         "spec": spec,
     }
+
+
+def record_of(foreign_cluster: dict[str, Any]) -> PeerRecord:
+    """What a ForeignCluster says of a consumer: its pinned key, whether it is refused (pure)."""
+    spec = foreign_cluster.get("spec") or {}
+    return PeerRecord(
+        key_fingerprint=spec.get("keyFingerprint") or None, refused=spec.get("incomingPeeringEnabled") == "No"
+    )
 
 
 def foreign_cluster_names(*, consumer_id: str, consumer_name: str) -> list[str]:
@@ -186,17 +202,37 @@ class KubeProvisioner:
         self._ttl = identity_ttl
         self._certificate_timeout = certificate_timeout
 
-    async def provision(self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str) -> Issued:
-        """Ensure the consumer's namespace, RBAC and ForeignCluster, then have its CSR signed."""
-        namespace = names.tenant_namespace(consumer_id)
-        tenant = await self._client.apply(NAMESPACES, tenant_namespace_manifest(consumer_id))
-        if tenant["metadata"].get("deletionTimestamp"):
-            # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
-            raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
-        await self._client.apply(ROLES, peer_role(consumer_id))
-        await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
-        await self._ensure_foreign_cluster(consumer_id=consumer_id, consumer_name=consumer_name, auth_url=auth_url)
-        certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        """This cluster's record of ``consumer_id``: its ForeignCluster, if there is one."""
+        fc = await self._foreign_cluster(consumer_id)
+        return record_of(fc) if fc is not None else None
+
+    async def provision(
+        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+    ) -> Issued:
+        """Pin the consumer's key, ensure its namespace and RBAC, then have its CSR signed; undo on failure."""
+        undo: list[Callable[[], Awaitable[Any]]] = []
+        try:
+            await self._pin(
+                consumer_id=consumer_id,
+                consumer_name=consumer_name,
+                auth_url=auth_url,
+                key_fingerprint=key_fingerprint,
+                undo=undo,
+            )
+            namespace = await self._tenant(consumer_id, undo=undo)
+            await self._client.apply(ROLES, peer_role(consumer_id))
+            await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
+            certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
+        except Exception:
+            for step in reversed(undo):
+                try:
+                    await step()
+                except NotFoundError:
+                    pass
+                except KubeError as exc:
+                    log.warning("could not undo a failed provisioning of %s: %s", consumer_id, exc)
+            raise
         expires_at = x509.load_pem_x509_certificate(certificate.encode()).not_valid_after_utc
         return Issued(
             api_server_url=self._api_server_url,
@@ -206,28 +242,98 @@ class KubeProvisioner:
             expires_at=expires_at,
         )
 
-    async def _ensure_foreign_cluster(self, *, consumer_id: str, consumer_name: str, auth_url: str | None) -> None:
-        """Create a ForeignCluster for the consumer unless one (whatever its name) has its cluster ID.
-
-        An existing one is left alone: the admin may have set it up (for a peering the other way, say).
-        """
+    async def _foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
         existing, _ = await self._client.list_all(FOREIGN_CLUSTERS)
-        if any((fc.get("spec") or {}).get("clusterID") == consumer_id for fc in existing):
+        return next((fc for fc in existing if (fc.get("spec") or {}).get("clusterID") == consumer_id), None)
+
+    async def _pin(
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        key_fingerprint: str,
+        undo: list[Callable[[], Awaitable[Any]]],
+    ) -> None:
+        """Make the consumer's ForeignCluster hold its key, or refuse; register how to undo what was done.
+
+        An existing ForeignCluster is the admin's (or a peering the other way): only its empty
+        ``keyFingerprint`` is filled in, conditioned on its resourceVersion.
+        """
+        for _ in range(_PIN_ATTEMPTS):
+            fc = await self._foreign_cluster(consumer_id)
+            if fc is None:
+                created = await self._create_foreign_cluster(
+                    consumer_id=consumer_id,
+                    consumer_name=consumer_name,
+                    auth_url=auth_url,
+                    key_fingerprint=key_fingerprint,
+                )
+                if created is not None:
+                    meta = created["metadata"]
+                    undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
+                    return
+                continue  # every name was taken meanwhile: by a racing claimant of this ID, or others
+            record = record_of(fc)
+            if record.refused:
+                raise PeerDenied(f"cluster {consumer_id} is refused here (incoming peering disabled)")
+            if record.key_fingerprint == key_fingerprint:
+                return
+            if record.key_fingerprint:
+                raise PeerDenied(f"another key is registered for cluster ID {consumer_id}")
+            meta = fc["metadata"]
+            patch = {
+                "metadata": {"resourceVersion": meta["resourceVersion"]},
+                "spec": {"keyFingerprint": key_fingerprint},
+            }
+            try:
+                pinned = await self._client.patch(FOREIGN_CLUSTERS, meta["name"], patch)
+            except ConflictError:
+                continue  # changed meanwhile: look again
+            log.info(
+                "pinned the key %s of consumer %s on ForeignCluster %s", key_fingerprint, consumer_id, meta["name"]
+            )
+            unpin = {
+                "metadata": {"resourceVersion": pinned["metadata"]["resourceVersion"]},
+                "spec": {"keyFingerprint": None},
+            }
+            undo.append(partial(self._client.patch, FOREIGN_CLUSTERS, meta["name"], unpin))
             return
+        raise ProvisioningError(f"the record of cluster {consumer_id} kept changing while registering its key; retry")
+
+    async def _tenant(self, consumer_id: str, *, undo: list[Callable[[], Awaitable[Any]]]) -> str:
+        """Ensure the tenant namespace (registering its deletion if this attempt made it)."""
+        namespace = names.tenant_namespace(consumer_id)
+        try:
+            tenant = await self._client.create(NAMESPACES, tenant_namespace_manifest(consumer_id))
+        except ConflictError:
+            tenant = await self._client.get(NAMESPACES, namespace)
+        else:
+            undo.append(partial(self._client.delete, NAMESPACES, namespace, uid=tenant["metadata"]["uid"]))
+        if tenant["metadata"].get("deletionTimestamp"):
+            # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
+            raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
+        return namespace
+
+    async def _create_foreign_cluster(
+        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, key_fingerprint: str
+    ) -> dict[str, Any] | None:
+        """Create the consumer's ForeignCluster under the first free name; None if every name is taken."""
         for name in foreign_cluster_names(consumer_id=consumer_id, consumer_name=consumer_name):
             manifest = consumer_foreign_cluster(
-                name=name, consumer_id=consumer_id, consumer_name=consumer_name, auth_url=auth_url
+                name=name,
+                consumer_id=consumer_id,
+                consumer_name=consumer_name,
+                auth_url=auth_url,
+                key_fingerprint=key_fingerprint,
             )
             try:
-                await self._client.create(FOREIGN_CLUSTERS, manifest)
+                created: dict[str, Any] = await self._client.create(FOREIGN_CLUSTERS, manifest)
             except ConflictError:
                 continue  # that name belongs to another peer (or a concurrent handshake created ours)
-            log.info("created ForeignCluster %s for consumer %s", name, consumer_id)
-            return
-        # Every name was taken: by our own ForeignCluster if a concurrent handshake won the race.
-        existing, _ = await self._client.list_all(FOREIGN_CLUSTERS)
-        if not any((fc.get("spec") or {}).get("clusterID") == consumer_id for fc in existing):
-            raise ProvisioningError(f"cannot create a ForeignCluster for {consumer_id}: its name is taken")
+            log.info("created ForeignCluster %s for consumer %s (key %s)", name, consumer_id, key_fingerprint)
+            return created
+        return None
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:
         """Create, approve and wait for a CSR; delete it whatever the outcome."""

@@ -89,8 +89,9 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     kind = "AuthenticationStatus"
     if outgoing:
         if state.authentication is not None and not state.authentication.ok:
-            # Missing credentials are usually about to arrive (the token follows the ForeignCluster).
-            severity = "Pending" if state.authentication.reason == "MissingCredentials" else "Error"
+            # Missing credentials are usually about to arrive (the token follows the ForeignCluster); a
+            # refusal is the provider's answer, which stays until someone acts.
+            severity = {"MissingCredentials": "Pending", "Refused": "Denied"}.get(state.authentication.reason, "Error")
             return _condition(kind, severity, state.authentication.reason, state.authentication.message)
         if state.identity is not None:
             return _condition(

@@ -90,9 +90,7 @@ class OfferController:
         if request is None or request["metadata"].get("deletionTimestamp"):
             await self._withdraw(consumer_id, offer)
             return None
-        policy = select_policy(
-            self.policies.store.list(), peer_id=consumer_id, peer_name=request["spec"].get("consumerClusterName", "")
-        )
+        policy = select_policy(self.policies.store.list(), peer_id=consumer_id)
         hosted = frozenset(
             ns["metadata"]["name"]
             for ns in self.hosted.store.list()

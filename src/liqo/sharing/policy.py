@@ -1,7 +1,9 @@
 """The provider's sharing decisions: which policy applies to a consumer, what it offers, when to re-offer.
 
-A SharingPolicy naming the consumer (by cluster ID or name) beats the default policy (one naming nobody),
-and among equals the first by name wins, so adding an unrelated policy never changes anyone's offer.
+A SharingPolicy naming the consumer's cluster ID beats the default policy (one naming nobody), and among
+equals the first by name wins, so adding an unrelated policy never changes anyone's offer. Consumers are
+named by cluster ID only, the one their certificate proves: a cluster name is whatever the consumer says,
+so a policy matching names could be dodged (or borrowed) by renaming.
 Without any policy a provider shares half of its free capacity, as docs/peering.md promises.
 
 Offers are rounded down to what a quantity can hold before anything else sees them: the amounts compared
@@ -74,7 +76,7 @@ class Policy:
     action: str = SHARE
     """``Share`` or ``Deny``."""
     peers: frozenset[str] = frozenset()
-    """Cluster IDs or names; empty: the default for every peer no other policy names."""
+    """Cluster IDs; empty: the default for every peer no other policy names."""
     percentage: int = DEFAULT_PERCENTAGE
     """The share of the free capacity to offer, 1-100."""
     limits: Mapping[str, Decimal] = field(default_factory=dict)
@@ -121,25 +123,24 @@ BUILT_IN_DEFAULT = Policy(name="")
 """What applies when no SharingPolicy does: share 50 % of the free capacity."""
 
 
-def select_policy(policies: Iterable[Mapping[str, Any]], *, peer_id: str, peer_name: str) -> Policy:
-    """The policy that applies to the peer ``peer_id`` (named ``peer_name``).
+def select_policy(policies: Iterable[Mapping[str, Any]], *, peer_id: str) -> Policy:
+    """The policy that applies to the peer whose authenticated cluster ID is ``peer_id``.
 
     Args:
         policies: SharingPolicy objects.
-        peer_id: The peer's cluster ID.
-        peer_name: The peer's cluster name (``""`` if unknown: then only the ID can match).
+        peer_id: The peer's cluster ID (from its certificate or its NamespaceMap's namespace, never from a
+            field the peer writes).
 
     Returns:
         The first by name of the policies naming the peer; else the first by name of the default policies
         (empty ``peers``); else :data:`BUILT_IN_DEFAULT`.
     """
-    identities = {peer_id, peer_name} - {""}
     naming, defaults = [], []
     for policy in policies:
         peers = set((policy.get("spec") or {}).get("peers") or ())
         if not peers:
             defaults.append(policy)
-        elif peers & identities:
+        elif peer_id in peers:
             naming.append(policy)
     chosen = naming or defaults
     if not chosen:

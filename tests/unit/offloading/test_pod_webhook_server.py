@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.install import manifests
 from liqo.kube.errors import NotFoundError, UnreachableError
@@ -283,6 +284,7 @@ def install_manifests(**extra: Any) -> list[Object]:
         api_server_url="https://127.0.0.1:6443",
         auth_url="https://127.0.0.1:8443",
         token="t",
+        key=ClusterKey.generate(),
         image="img",
         identity_ttl=7200,
         workload=True,

@@ -1,4 +1,4 @@
-"""The pure half of authentication: signatures, nonces, message fields and the CSR checks."""
+"""The pure half of authentication: key signatures and token HMACs, nonces, message fields and the CSR checks."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.peering.authprotocol import (
+    KEY_SIGNATURE,
+    SIGNATURE,
+    TOKEN_SIGNATURE,
     IdentityRequest,
     IdentityResponse,
     InvalidMessage,
@@ -26,12 +30,18 @@ from liqo.peering.authprotocol import (
     make_csr,
     parse_json,
     parse_time,
-    sign,
-    verify,
+    sign_answer,
+    sign_request,
+    token_signature,
+    verify_answer,
+    verify_request,
+    verify_token,
 )
 
 TOKEN = "c2VjcmV0LXRva2VuLW9mLTMyLWJ5dGVzLWxvbmctLS0"
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
+KEY = ClusterKey.generate()
+OTHER_KEY = ClusterKey.generate()
 
 
 def request_message(**overrides: Any) -> dict[str, Any]:
@@ -41,6 +51,7 @@ def request_message(**overrides: Any) -> dict[str, Any]:
         "authURL": "https://consumer.example:8443",
         "nonce": "n0nce",
         "csr": make_csr(PEER)[1],
+        "publicKey": KEY.public_pem,
     }
     return message | overrides
 
@@ -48,43 +59,66 @@ def request_message(**overrides: Any) -> dict[str, Any]:
 # -- signatures ------------------------------------------------------------------------------------------
 
 
-def test_a_signed_message_verifies_and_its_signature_key_is_not_signed() -> None:
-    message = request_message()
-    message["signature"] = sign(TOKEN, message)
-    assert verify(TOKEN, message, message["signature"])
-    assert sign(TOKEN, message) == message["signature"]
+def test_a_request_signed_with_its_key_and_the_token_verifies_both_ways() -> None:
+    signed = sign_request(request_message(), key=KEY, token=TOKEN)
+    assert verify_request(signed, public_key=KEY.public_pem)
+    assert verify_token(TOKEN, signed)
+    assert not verify_request(signed, public_key=OTHER_KEY.public_pem)
+    assert not verify_token(TOKEN + "x", signed)
 
 
-def test_canonical_json_is_compact_sorted_and_leaves_the_signature_out() -> None:
-    assert canonical({"b": 1, "a": {"d": [1, 2], "c": "x"}, "signature": "s"}) == b'{"a":{"c":"x","d":[1,2]},"b":1}'
+def test_a_request_without_a_token_carries_no_token_signature() -> None:
+    signed = sign_request(request_message(), key=KEY, token=None)
+    assert TOKEN_SIGNATURE not in signed
+    assert verify_request(signed, public_key=KEY.public_pem)
+    assert not verify_token(TOKEN, signed)
 
 
-@pytest.mark.parametrize("field", ["clusterID", "clusterName", "authURL", "nonce", "csr"])
-def test_changing_any_field_breaks_the_signature(field: str) -> None:
-    message = request_message()
-    signature = sign(TOKEN, message)
-    assert not verify(TOKEN, message | {field: message[field] + "x"}, signature)
-    assert not verify(TOKEN, {k: v for k, v in message.items() if k != field}, signature)
+def test_canonical_json_is_compact_sorted_and_leaves_every_signature_out() -> None:
+    message = {"b": 1, "a": {"d": [1, 2], "c": "x"}, SIGNATURE: "s", KEY_SIGNATURE: "k", TOKEN_SIGNATURE: "t"}
+    assert canonical(message) == b'{"a":{"c":"x","d":[1,2]},"b":1}'
+    assert canonical(message, nonce="n") == b'{"a":{"c":"x","d":[1,2]},"b":1}n'
 
 
-def test_adding_a_field_or_using_another_token_breaks_the_signature() -> None:
-    message = request_message()
-    signature = sign(TOKEN, message)
-    assert not verify(TOKEN, message | {"extra": "x"}, signature)
-    assert not verify(TOKEN + "x", message, signature)
+@pytest.mark.parametrize("field", ["clusterID", "clusterName", "authURL", "nonce", "csr", "publicKey"])
+def test_changing_or_removing_any_field_breaks_both_signatures(field: str) -> None:
+    signed = sign_request(request_message(), key=KEY, token=TOKEN)
+    for altered in (signed | {field: signed[field] + "x"}, {k: v for k, v in signed.items() if k != field}):
+        assert not verify_request(altered, public_key=KEY.public_pem)
+        assert not verify_token(TOKEN, altered)
 
 
-@pytest.mark.parametrize("signature", [None, 42, ["x"], "", "not base64 at all", "é"])
+def test_adding_a_field_breaks_both_signatures() -> None:
+    signed = sign_request(request_message(), key=KEY, token=TOKEN) | {"extra": "x"}
+    assert not verify_request(signed, public_key=KEY.public_pem)
+    assert not verify_token(TOKEN, signed)
+
+
+@pytest.mark.parametrize("signature", [None, 42, ["x"], "", "not base64 at all", "é", "A" * 200])
 def test_malformed_signatures_never_verify(signature: object) -> None:
-    assert not verify(TOKEN, request_message(), signature)
+    message = request_message() | {KEY_SIGNATURE: signature, TOKEN_SIGNATURE: signature}
+    assert not verify_request(message, public_key=KEY.public_pem)
+    assert not verify_token(TOKEN, message)
 
 
-def test_an_answer_is_bound_to_the_nonce_of_its_request() -> None:
+def test_an_empty_token_verifies_nothing() -> None:
+    message = request_message()
+    assert not verify_token("", message | {TOKEN_SIGNATURE: token_signature("", message)})
+
+
+def test_an_answer_is_bound_to_its_key_and_to_the_nonce_of_its_request() -> None:
+    answer = sign_answer({"clusterID": "provider", "certificate": "pem"}, key=KEY, nonce="nonce-1")
+    assert verify_answer(answer, public_key=KEY.public_pem, nonce="nonce-1")
+    assert not verify_answer(answer, public_key=KEY.public_pem, nonce="nonce-2")
+    assert not verify_answer(answer, public_key=OTHER_KEY.public_pem, nonce="nonce-1")
+    assert not verify_answer(answer | {"certificate": "other"}, public_key=KEY.public_pem, nonce="nonce-1")
+
+
+def test_a_token_hmac_is_no_answer_signature() -> None:
+    # A token holder can compute HMACs over anything; an answer must carry the provider's key signature.
     answer = {"clusterID": "provider", "certificate": "pem"}
-    signature = sign(TOKEN, answer, nonce="nonce-1")
-    assert verify(TOKEN, answer, signature, nonce="nonce-1")
-    assert not verify(TOKEN, answer, signature, nonce="nonce-2")
-    assert not verify(TOKEN, answer, signature)
+    forged = answer | {SIGNATURE: token_signature(TOKEN, answer)}
+    assert not verify_answer(forged, public_key=KEY.public_pem, nonce="")
 
 
 json_values = st.recursive(
@@ -92,23 +126,31 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=10,
 )
-messages = st.dictionaries(st.text(max_size=8).filter(lambda k: k != "signature"), json_values, min_size=1, max_size=6)
+messages = st.dictionaries(
+    st.text(max_size=8).filter(lambda k: k not in (SIGNATURE, KEY_SIGNATURE, TOKEN_SIGNATURE)),
+    json_values,
+    min_size=1,
+    max_size=6,
+)
 
 
 @given(message=messages, data=st.data())
 def test_any_change_to_any_field_is_detected(message: dict[str, Any], data: st.DataObject) -> None:
-    signature = sign(TOKEN, message)
+    signed = sign_request(message, key=KEY, token=TOKEN)
     key = data.draw(st.sampled_from(sorted(message)))
     replacement = data.draw(json_values.filter(lambda v: v != message[key] or type(v) is not type(message[key])))
-    assert not verify(TOKEN, message | {key: replacement}, signature)
+    assert not verify_request(signed | {key: replacement}, public_key=KEY.public_pem)
+    assert not verify_token(TOKEN, signed | {key: replacement})
 
 
 @given(message=messages, nonce=st.text(max_size=10))
-def test_key_order_and_a_decode_round_trip_do_not_change_the_signature(message: dict[str, Any], nonce: str) -> None:
-    signature = sign(TOKEN, message, nonce=nonce)
-    reordered = dict(reversed(list(message.items())))
-    assert verify(TOKEN, reordered, signature, nonce=nonce)
-    assert verify(TOKEN, parse_json(canonical(message)), signature, nonce=nonce)
+def test_key_order_and_a_decode_round_trip_do_not_change_the_signatures(message: dict[str, Any], nonce: str) -> None:
+    signed = sign_answer(message, key=KEY, nonce=nonce)
+    reordered = dict(reversed(list(signed.items())))
+    assert verify_answer(reordered, public_key=KEY.public_pem, nonce=nonce)
+    assert verify_answer(
+        parse_json(canonical(message)) | {SIGNATURE: signed[SIGNATURE]}, public_key=KEY.public_pem, nonce=nonce
+    )
 
 
 # -- nonces ----------------------------------------------------------------------------------------------
@@ -170,9 +212,12 @@ def test_nonces_are_unguessable() -> None:
 
 
 def test_a_request_round_trips_through_its_message() -> None:
-    request = IdentityRequest(cluster_id=PEER, cluster_name="c", auth_url=None, nonce="n", csr="pem")
+    request = IdentityRequest(
+        cluster_id=PEER, cluster_name="c", auth_url=None, nonce="n", csr="pem", public_key=KEY.public_pem
+    )
     assert "authURL" not in request.to_message()
     assert IdentityRequest.from_message(request.to_message()) == request
+    assert request.key_fingerprint == KEY.fingerprint
 
 
 @pytest.mark.parametrize(
@@ -182,9 +227,13 @@ def test_a_request_round_trips_through_its_message() -> None:
         ({"clusterName": ""}, "'clusterName' must be a non-empty string"),
         ({"nonce": 7}, "'nonce' must be a non-empty string"),
         ({"csr": ["pem"]}, "'csr' must be a non-empty string"),
-        ({"clusterID": "Upper-Case"}, "'clusterID' must be a lowercase DNS label"),
-        ({"clusterID": "../etc"}, "'clusterID' must be a lowercase DNS label"),
-        ({"clusterID": "a" * 52}, "'clusterID' must be a lowercase DNS label"),
+        ({"clusterID": "Upper-Case"}, "'clusterID' must be a cluster ID"),
+        ({"clusterID": "../etc"}, "'clusterID' must be a cluster ID"),
+        ({"clusterID": "rome"}, "'clusterID' must be a cluster ID"),
+        ({"clusterID": PEER.upper()}, "'clusterID' must be a cluster ID"),
+        ({"publicKey": None}, "'publicKey' must be an Ed25519 public key in PEM"),
+        ({"publicKey": "not a key"}, "'publicKey' is not a PEM public key"),
+        ({"publicKey": "x" * 5000}, "'publicKey' must be an Ed25519 public key in PEM"),
         ({"authURL": "file:///etc/passwd"}, "'authURL' must be an https:// URL"),
         ({"authURL": "http://consumer.example"}, "'authURL' must be an https:// URL"),
         ({"clusterName": "n" * 254}, "'clusterName' is longer than 253"),
@@ -196,10 +245,16 @@ def test_bad_request_fields_are_named(overrides: dict[str, Any], complaint: str)
         IdentityRequest.from_message(message)
 
 
-def test_the_longest_cluster_id_still_makes_a_valid_namespace_name() -> None:
-    longest = "a" * 51
-    assert IdentityRequest.from_message(request_message(clusterID=longest)).cluster_id == longest
-    assert len(names.tenant_namespace(longest)) == 63
+def test_an_rsa_or_ecdsa_cluster_key_is_refused() -> None:
+    ecdsa = ec.generate_private_key(ec.SECP256R1()).public_key()
+    pem = ecdsa.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    with pytest.raises(InvalidMessage, match="must be an Ed25519 key"):
+        IdentityRequest.from_message(request_message(publicKey=pem))
+
+
+def test_a_cluster_id_makes_a_valid_namespace_name() -> None:
+    assert IdentityRequest.from_message(request_message()).cluster_id == PEER
+    assert len(names.tenant_namespace(PEER)) <= 63
 
 
 def test_a_response_round_trips_and_carries_its_expiry_in_rfc3339() -> None:
@@ -212,6 +267,7 @@ def test_a_response_round_trips_and_carries_its_expiry_in_rfc3339() -> None:
         certificate="pem",
         namespace="liqo-tenant-x",
         expires_at=expires,
+        public_key=KEY.public_pem,
     )
     message = response.to_message()
     assert message["expiresAt"] == "2030-01-02T03:04:05Z"

@@ -1,4 +1,9 @@
-"""The authentication endpoint and client over real loopback HTTP, with a fake provisioner."""
+"""The authentication endpoint and client over real loopback HTTP, with a fake provisioner.
+
+The fake keeps the provider's records in memory and pins a new consumer's key as the real one does, so the
+checks' order and outcomes — who needs the token, who is refused, what is never looked at — are tested here;
+the Kubernetes side of pinning is tested on a real cluster (tests/integration/test_auth.py).
+"""
 
 from __future__ import annotations
 
@@ -21,15 +26,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
 from liqo.peering import authclient
-from liqo.peering.authprotocol import MAX_BODY, NonceStore, make_csr, sign
-from liqo.peering.authserver import Issued, PeerDenied, ProvisioningError, auth_app
+from liqo.peering.authprotocol import KEY_SIGNATURE, MAX_BODY, TOKEN_SIGNATURE, NonceStore, make_csr, sign_request
+from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError, auth_app
 
 TOKEN = "dG9rZW4tb2YtdGhlLXByb3ZpZGVyLTMyLWJ5dGVzLS0tLQ"
 PROVIDER = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 CONSUMER = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+PROVIDER_KEY = ClusterKey.generate()
+CONSUMER_KEY = ClusterKey.generate()
+INTRUDER_KEY = ClusterKey.generate()
 CA_KEY = ec.generate_private_key(ec.SECP256R1())
 CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
 
@@ -57,14 +66,23 @@ def signed_certificate(csr_pem: str, *, other_key: bool = False) -> tuple[str, d
 class FakeProvisioner:
     calls: list[dict[str, Any]] = field(default_factory=list)
     csrs: list[str] = field(default_factory=list)
+    records: dict[str, PeerRecord] = field(default_factory=dict)
+    lookups: list[str] = field(default_factory=list)
     error: Exception | None = None
     other_key: bool = False
 
-    async def provision(self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str) -> Issued:
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        self.lookups.append(consumer_id)
+        return self.records.get(consumer_id)
+
+    async def provision(
+        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+    ) -> Issued:
         self.calls.append({"consumer_id": consumer_id, "consumer_name": consumer_name, "auth_url": auth_url})
         self.csrs.append(csr_pem)
         if self.error:
             raise self.error
+        self.records.setdefault(consumer_id, PeerRecord(key_fingerprint=key_fingerprint, refused=False))
         certificate, expires_at = signed_certificate(csr_pem, other_key=self.other_key)
         return Issued(
             api_server_url="https://127.0.0.1:6443",
@@ -81,6 +99,7 @@ class Server:
     provisioner: FakeProvisioner
     nonces: NonceStore
     token: list[str | None]
+    token_reads: list[int]
     session: aiohttp.ClientSession
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -94,15 +113,18 @@ class Server:
         assert answer["expiresIn"] == 60
         return str(answer["nonce"])
 
-    async def signed(self, *, token: str = TOKEN, csr: str | None = None, **overrides: Any) -> dict[str, Any]:
-        """A request for /identity, signed with ``token`` after ``overrides`` are applied."""
+    async def signed(
+        self, *, token: str | None = TOKEN, key: ClusterKey = CONSUMER_KEY, csr: str | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """A request for /identity, signed with ``key`` (and ``token``) after ``overrides`` are applied."""
         message = {
             "clusterID": CONSUMER,
             "clusterName": "consumer",
             "nonce": await self.nonce(),
             "csr": csr or make_csr(CONSUMER)[1],
+            "publicKey": key.public_pem,
         } | overrides
-        return message | {"signature": sign(token, message)}
+        return sign_request(message, key=key, token=token)
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -117,15 +139,28 @@ async def serve(app: web.Application, *, ssl_context: ssl.SSLContext | None = No
 
 
 def make_app(
-    provisioner: FakeProvisioner, nonces: NonceStore, token: list[str | None], middlewares: tuple[Middleware, ...] = ()
+    provisioner: FakeProvisioner,
+    nonces: NonceStore,
+    token: list[str | None],
+    middlewares: tuple[Middleware, ...] = (),
+    *,
+    key: ClusterKey = PROVIDER_KEY,
+    token_reads: list[int] | None = None,
 ) -> web.Application:
     async def token_source() -> str:
+        if token_reads is not None:
+            token_reads.append(1)
         if token[0] is None:
             raise RuntimeError("Secret liqo-auth-token not found")
         return token[0]
 
     app = auth_app(
-        cluster_id=PROVIDER, cluster_name="provider", token_source=token_source, provisioner=provisioner, nonces=nonces
+        cluster_id=PROVIDER,
+        cluster_name="provider",
+        key=key,
+        token_source=token_source,
+        provisioner=provisioner,
+        nonces=nonces,
     )
     app.middlewares.extend(middlewares)
     return app
@@ -148,20 +183,30 @@ def clock() -> Clock:
 async def server(clock: Clock) -> AsyncIterator[Server]:
     provisioner, nonces = FakeProvisioner(), NonceStore(clock=clock)
     token: list[str | None] = [TOKEN]
-    runner, url = await serve(make_app(provisioner, nonces, token))
+    reads: list[int] = []
+    runner, url = await serve(make_app(provisioner, nonces, token, token_reads=reads))
     async with aiohttp.ClientSession() as session:
-        yield Server(url, provisioner, nonces, token, session)
+        yield Server(url, provisioner, nonces, token, reads, session)
     await runner.cleanup()
 
 
-async def handshake(url: str, *, token: str = TOKEN, expected: str = PROVIDER) -> authclient.Identity:
+async def handshake(
+    url: str,
+    *,
+    token: str | None = TOKEN,
+    key: ClusterKey = CONSUMER_KEY,
+    expected: str = PROVIDER,
+    fingerprint: str = PROVIDER_KEY.fingerprint,
+) -> authclient.Identity:
     return await authclient.request_identity(
         auth_url=url,
+        key=key,
         token=token,
         consumer_id=CONSUMER,
         consumer_name="consumer",
         consumer_auth_url="https://consumer.example:8443",
         expected_provider_id=expected,
+        expected_fingerprint=fingerprint,
     )
 
 
@@ -169,7 +214,8 @@ async def handshake(url: str, *, token: str = TOKEN, expected: str = PROVIDER) -
 
 
 async def test_ids_tell_who_the_provider_claims_to_be(server: Server) -> None:
-    assert await authclient.fetch_ids(server.url) == (PROVIDER, "provider")
+    ids = await authclient.fetch_ids(server.url)
+    assert (ids.cluster_id, ids.cluster_name, ids.key_fingerprint) == (PROVIDER, "provider", PROVIDER_KEY.fingerprint)
 
 
 async def test_a_consumer_with_the_token_gets_an_identity(server: Server) -> None:
@@ -186,6 +232,28 @@ async def test_a_consumer_with_the_token_gets_an_identity(server: Server) -> Non
     access = load_dict(identity.kubeconfig())
     assert access.server == "https://127.0.0.1:6443"
     assert (access.ca_pem, access.cert_pem, access.key_pem) == ("CA PEM", identity.cert_pem, identity.key_pem)
+    assert server.provisioner.records[CONSUMER].key_fingerprint == CONSUMER_KEY.fingerprint
+
+
+async def test_an_enrolled_consumer_renews_with_its_key_alone(server: Server) -> None:
+    """The token can be rotated (or lost) without breaking a peering: a known key needs no token."""
+    await handshake(server.url)
+    server.token[0] = "a-rotated-token"
+    reads = len(server.token_reads)
+    await handshake(server.url, token=None)
+    await handshake(server.url, token="the-old-token")
+    assert len(server.provisioner.calls) == 3
+    assert len(server.token_reads) == reads  # a known key: the token is not even read
+
+
+async def test_a_new_consumer_needs_the_token(server: Server) -> None:
+    for token in (None, "not-the-token"):
+        with pytest.raises(authclient.AuthRejected) as caught:
+            await handshake(server.url, token=token)
+        assert caught.value.status == 401
+        assert "bad token signature" in caught.value.reason
+    assert server.provisioner.calls == []
+    assert CONSUMER not in server.provisioner.records
 
 
 async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tmp_path: Path) -> None:
@@ -205,27 +273,54 @@ async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tm
 # -- what the server refuses -------------------------------------------------------------------------------
 
 
-async def test_a_wrong_token_is_401_and_provisions_nothing(server: Server) -> None:
+async def test_another_key_claiming_a_known_cluster_id_is_403_and_provisions_nothing(server: Server) -> None:
+    """A holder of the token cannot become another consumer: the ID's pinned key decides."""
+    await handshake(server.url)
     with pytest.raises(authclient.AuthRejected) as caught:
-        await handshake(server.url, token="not-the-token")
-    assert caught.value.status == 401
-    assert "bad signature" in caught.value.reason
+        await handshake(server.url, key=INTRUDER_KEY)
+    assert caught.value.status == 403
+    assert "another key is registered for cluster ID" in caught.value.reason
+    assert len(server.provisioner.calls) == 1
+    assert server.provisioner.records[CONSUMER].key_fingerprint == CONSUMER_KEY.fingerprint
+
+
+async def test_a_refused_consumer_is_403_with_the_token_and_its_own_key(server: Server) -> None:
+    server.provisioner.records[CONSUMER] = PeerRecord(key_fingerprint=CONSUMER_KEY.fingerprint, refused=True)
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url)
+    assert caught.value.status == 403
+    assert "does not accept cluster" in caught.value.reason
     assert server.provisioner.calls == []
 
 
-async def test_a_missing_signature_is_401(server: Server) -> None:
+async def test_a_refused_cluster_id_without_a_key_stays_refused_for_anyone(server: Server) -> None:
+    server.provisioner.records[CONSUMER] = PeerRecord(key_fingerprint=None, refused=True)
+    with pytest.raises(authclient.AuthRejected, match=r"\(403\)"):
+        await handshake(server.url, key=INTRUDER_KEY)
+    assert server.provisioner.calls == []
+
+
+async def test_a_missing_key_signature_is_401(server: Server) -> None:
     message = await server.signed()
-    del message["signature"]
-    assert await server.post("/identity", message) == (401, {"reason": "the request is not signed"})
-    assert server.provisioner.calls == []
+    del message[KEY_SIGNATURE]
+    status, answer = await server.post("/identity", message)
+    assert (status, answer["reason"]) == (401, "the request is not signed by the key it presents (or was altered)")
+    assert (server.provisioner.calls, server.provisioner.lookups) == ([], [])
+
+
+async def test_a_request_signed_by_another_key_than_it_presents_is_401(server: Server) -> None:
+    message = await server.signed(key=INTRUDER_KEY) | {"publicKey": CONSUMER_KEY.public_pem}
+    status, _ = await server.post("/identity", message)
+    assert status == 401
+    assert (server.provisioner.calls, server.provisioner.lookups) == ([], [])
 
 
 @pytest.mark.parametrize("signature", [None, 1, "", "AAAA"])
 async def test_a_malformed_signature_is_401(server: Server, signature: object) -> None:
-    message = await server.signed() | {"signature": signature}
+    message = await server.signed() | {KEY_SIGNATURE: signature}
     status, _ = await server.post("/identity", message)
     assert status == 401
-    assert server.provisioner.calls == []
+    assert (server.provisioner.calls, server.provisioner.lookups) == ([], [])
 
 
 @pytest.mark.parametrize(
@@ -235,14 +330,31 @@ async def test_a_malformed_signature_is_401(server: Server, signature: object) -
 async def test_a_tampered_field_is_401(server: Server, field: str, value: str) -> None:
     message = await server.signed() | {field: value}
     status, answer = await server.post("/identity", message)
-    assert (status, answer["reason"]) == (401, "bad signature: a wrong token, or an altered request")
-    assert server.provisioner.calls == []
+    if field == "clusterID":
+        assert status == 400  # the CSR is for the other ID: refused before any signature is checked
+    else:
+        assert (status, answer["reason"]) == (401, "the request is not signed by the key it presents (or was altered)")
+    assert (server.provisioner.calls, server.provisioner.lookups) == ([], [])
 
 
 async def test_a_tampered_csr_is_401_not_400(server: Server) -> None:
     message = await server.signed() | {"csr": make_csr(CONSUMER)[1]}
     status, _ = await server.post("/identity", message)
     assert status == 401
+
+
+async def test_a_token_hmac_over_a_tampered_request_is_401(server: Server) -> None:
+    """Signed by the key after a field changed, with the token's HMAC of the original: an altered request."""
+    original = await server.signed()
+    altered = sign_request(
+        {k: v for k, v in original.items() if k not in (KEY_SIGNATURE, TOKEN_SIGNATURE)} | {"clusterName": "x"},
+        key=CONSUMER_KEY,
+        token=None,
+    ) | {TOKEN_SIGNATURE: original[TOKEN_SIGNATURE]}
+    status, answer = await server.post("/identity", altered)
+    assert status == 401
+    assert "bad token signature" in answer["reason"]
+    assert server.provisioner.calls == []
 
 
 async def test_a_replayed_request_is_401(server: Server) -> None:
@@ -254,10 +366,16 @@ async def test_a_replayed_request_is_401(server: Server) -> None:
 
 
 async def test_a_nonce_the_server_never_issued_is_401(server: Server) -> None:
-    message = {"clusterID": CONSUMER, "clusterName": "consumer", "nonce": "made-up", "csr": make_csr(CONSUMER)[1]}
-    status, _ = await server.post("/identity", message | {"signature": sign(TOKEN, message)})
+    message = {
+        "clusterID": CONSUMER,
+        "clusterName": "consumer",
+        "nonce": "made-up",
+        "csr": make_csr(CONSUMER)[1],
+        "publicKey": CONSUMER_KEY.public_pem,
+    }
+    status, _ = await server.post("/identity", sign_request(message, key=CONSUMER_KEY, token=TOKEN))
     assert status == 401
-    assert server.provisioner.calls == []
+    assert (server.provisioner.calls, server.provisioner.lookups) == ([], [])
 
 
 async def test_an_expired_nonce_is_401(server: Server, clock: Clock) -> None:
@@ -304,14 +422,16 @@ async def test_malformed_json_is_400(server: Server, body: bytes) -> None:
 async def test_a_signed_request_missing_a_field_is_400_and_names_it(server: Server) -> None:
     message = await server.signed()
     del message["clusterName"]
-    message["signature"] = sign(TOKEN, message)
+    message = sign_request(message, key=CONSUMER_KEY, token=TOKEN)
     assert await server.post("/identity", message) == (400, {"reason": "'clusterName' must be a non-empty string"})
 
 
-async def test_a_cluster_id_that_cannot_name_a_namespace_is_400(server: Server) -> None:
-    status, answer = await server.post("/identity", await server.signed(clusterID="../../kube-system"))
+@pytest.mark.parametrize("cluster_id", ["../../kube-system", "rome", "a" * 51])
+async def test_a_cluster_id_that_is_not_one_is_400(server: Server, cluster_id: str) -> None:
+    status, answer = await server.post("/identity", await server.signed(clusterID=cluster_id))
     assert status == 400
-    assert "DNS label" in answer["reason"]
+    assert "must be a cluster ID" in answer["reason"]
+    assert server.provisioner.lookups == []
 
 
 async def test_an_oversized_body_is_413(server: Server) -> None:
@@ -325,7 +445,7 @@ async def test_a_denied_peer_gets_403_with_the_reason(server: Server) -> None:
     with pytest.raises(authclient.AuthRejected) as caught:
         await handshake(server.url)
     assert caught.value.status == 403
-    assert caught.value.reason == "provider does not share with consumer: SharingPolicy deny-all"
+    assert caught.value.reason == "provider refuses consumer: SharingPolicy deny-all"
 
 
 async def test_provisioning_errors_are_500_and_only_safe_ones_are_told(server: Server) -> None:
@@ -340,18 +460,20 @@ async def test_provisioning_errors_are_500_and_only_safe_ones_are_told(server: S
 
 
 @pytest.mark.parametrize("token", ["", None])
-async def test_without_a_token_every_request_is_503(server: Server, token: str | None) -> None:
+async def test_without_a_token_new_consumers_get_503_and_enrolled_ones_go_on(server: Server, token: str | None) -> None:
+    await handshake(server.url)
     server.token[0] = token
-    message = {"clusterID": CONSUMER, "clusterName": "c", "nonce": await server.nonce(), "csr": "x"}
-    status, answer = await server.post("/identity", message | {"signature": sign("", message)})
+    await handshake(server.url)
+    server.provisioner.records.clear()
+    status, answer = await server.post("/identity", await server.signed())
     assert (status, answer["reason"]) == (503, "this cluster has no authentication token yet")
-    assert server.provisioner.calls == []
+    assert len(server.provisioner.calls) == 2
 
 
 async def test_the_provisioner_gets_the_csr_as_checked_and_nothing_else(server: Server) -> None:
     """Text around the PEM block, or a second block, never reaches the API server's own parser."""
     csr = make_csr(CONSUMER)[1]
-    smuggled = make_csr("someone-else")[1]
+    smuggled = make_csr("b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d")[1]
     status, _ = await server.post("/identity", await server.signed(csr=f"hello\n{csr}{smuggled}"))
     assert status == 200
     assert server.provisioner.csrs == [csr]
@@ -371,7 +493,7 @@ async def test_logs_carry_no_secrets(server: Server, caplog: pytest.LogCaptureFi
     await server.post("/identity", message | {"clusterName": "tampered"})
     assert "identity issued to consumer" in caplog.text
     assert "refused (401)" in caplog.text
-    secrets = [TOKEN, message["signature"], message["nonce"], answer["signature"]]
+    secrets = [TOKEN, message[TOKEN_SIGNATURE], message[KEY_SIGNATURE], message["nonce"], answer["signature"]]
     secrets += [message["csr"].splitlines()[1], answer["certificate"].splitlines()[1]]
     for secret in secrets:
         assert secret not in caplog.text
@@ -399,7 +521,7 @@ def _body(response: web.Response) -> bytes:
 async def test_the_client_refuses_a_tampered_answer() -> None:
     runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (tamper,)))
     try:
-        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+        with pytest.raises(authclient.ProviderNotAuthenticated, match="not signed by the provider's key"):
             await handshake(url)
     finally:
         await runner.cleanup()
@@ -420,7 +542,7 @@ async def test_the_client_refuses_an_answer_to_another_request() -> None:
     runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (replay,)))
     try:
         await handshake(url)
-        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+        with pytest.raises(authclient.ProviderNotAuthenticated, match="not signed by the provider's key"):
             await handshake(url)
     finally:
         await runner.cleanup()
@@ -431,6 +553,17 @@ async def test_the_client_refuses_an_answer_from_another_provider(server: Server
         await handshake(server.url, expected="some-other-provider")
 
 
+async def test_a_fake_provider_holding_the_token_is_refused() -> None:
+    """Anyone with the token can run an endpoint that answers well-formed, HMAC'd answers: not signed by
+    the provider's key, they are refused, and the consumer never trusts its API server."""
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], key=INTRUDER_KEY))
+    try:
+        with pytest.raises(authclient.ProviderNotAuthenticated, match="not the provider's"):
+            await handshake(url)
+    finally:
+        await runner.cleanup()
+
+
 async def test_the_client_refuses_a_certificate_for_another_key(server: Server) -> None:
     server.provisioner.other_key = True
     with pytest.raises(authclient.BadAnswer, match="not for the key we sent"):
@@ -438,8 +571,22 @@ async def test_the_client_refuses_a_certificate_for_another_key(server: Server) 
 
 
 async def test_an_unsigned_answer_is_refused() -> None:
-    async def identity(_: web.Request) -> web.Response:
-        return web.json_response({"clusterID": PROVIDER})
+    """Well-formed, presenting the provider's public key (public, anyone has it), but not signed with it."""
+
+    async def identity(request: web.Request) -> web.Response:
+        csr = orjson.loads(await request.read())["csr"]
+        certificate, expires = signed_certificate(csr)
+        answer = {
+            "clusterID": PROVIDER,
+            "clusterName": "provider",
+            "apiServerURL": "https://attacker.example:6443",
+            "ca": "",
+            "certificate": certificate,
+            "namespace": names.tenant_namespace(CONSUMER),
+            "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "publicKey": PROVIDER_KEY.public_pem,
+        }
+        return web.json_response(answer)
 
     async def nonce(_: web.Request) -> web.Response:
         return web.json_response({"nonce": "n", "expiresIn": 60})
@@ -449,7 +596,7 @@ async def test_an_unsigned_answer_is_refused() -> None:
     app.router.add_post("/identity", identity)
     runner, url = await serve(app)
     try:
-        with pytest.raises(authclient.BadAnswer, match="signature does not verify"):
+        with pytest.raises(authclient.ProviderNotAuthenticated, match="not signed by the provider's key"):
             await handshake(url)
     finally:
         await runner.cleanup()

@@ -19,7 +19,7 @@ from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.kubeconfig import Access
 from liqo.kube.resources import CSRS, Resource
 from liqo.peering.authprotocol import make_csr
-from liqo.peering.authserver import Issued, ProvisioningError
+from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.provisioning import (
     KubeProvisioner,
     approved,
@@ -29,10 +29,13 @@ from liqo.peering.provisioning import (
     foreign_cluster_names,
     peer_role,
     peer_role_binding,
+    record_of,
 )
 
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 CSR = make_csr(PEER)[1]
+KEY = "sha256:" + "a" * 64
+OTHER_KEY = "sha256:" + "b" * 64
 
 
 def test_the_peer_role_allows_requests_namespace_maps_and_reading_offers_only() -> None:
@@ -77,19 +80,37 @@ def test_the_binding_names_the_peers_user_and_no_group() -> None:
     assert binding["metadata"]["namespace"] == names.tenant_namespace(PEER)
 
 
-def test_a_consumers_foreign_cluster_accepts_incoming_and_never_goes_outgoing() -> None:
-    fc = consumer_foreign_cluster(name="c", consumer_id=PEER, consumer_name="consumer", auth_url="https://c:8443")
+def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pins_its_key() -> None:
+    fc = consumer_foreign_cluster(
+        name="c", consumer_id=PEER, consumer_name="consumer", auth_url="https://c:8443", key_fingerprint=KEY
+    )
     assert fc["spec"] == {
         "clusterID": PEER,
         "clusterName": "consumer",
         "authURL": "https://c:8443",
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
+        "keyFingerprint": KEY,
     }
     assert fc["metadata"]["labels"][names.REMOTE_CLUSTER_ID] == PEER
-    assert (
-        "authURL" not in consumer_foreign_cluster(name="c", consumer_id=PEER, consumer_name="c", auth_url=None)["spec"]
+    without_url = consumer_foreign_cluster(
+        name="c", consumer_id=PEER, consumer_name="c", auth_url=None, key_fingerprint=KEY
     )
+    assert "authURL" not in without_url["spec"]
+    assert record_of(fc) == PeerRecord(key_fingerprint=KEY, refused=False)
+
+
+@pytest.mark.parametrize(
+    ("spec", "record"),
+    [
+        ({}, PeerRecord(None, False)),
+        ({"keyFingerprint": ""}, PeerRecord(None, False)),
+        ({"incomingPeeringEnabled": "No"}, PeerRecord(None, True)),
+        ({"incomingPeeringEnabled": "Yes", "keyFingerprint": KEY}, PeerRecord(KEY, False)),
+    ],
+)
+def test_a_record_reads_the_pin_and_the_refusal(spec: dict[str, Any], record: PeerRecord) -> None:
+    assert record_of({"metadata": {"name": "x"}, "spec": {"clusterID": PEER, **spec}}) == record
 
 
 @pytest.mark.parametrize(
@@ -154,10 +175,23 @@ class FakeKube:
         self.watch_events = watch_events
         self.later = later  # what a GET of the CSR returns once the watch has ended
         self.deleted: list[str] = []
+        self.patches: list[tuple[str, Any]] = []
+        self.conflicts = 0  # conditional patches to refuse with a conflict first
 
     async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self.objects[(resource.kind, obj["metadata"]["name"])] = obj
         return obj
+
+    async def patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        self.patches.append((name, patch))
+        current = self.objects[(resource.kind, name)]
+        if self.conflicts:
+            self.conflicts -= 1
+            raise ConflictError(409, "Conflict", name)
+        spec = {k: v for k, v in (current.get("spec", {}) | patch.get("spec", {})).items() if v is not None}
+        meta = current["metadata"] | {"resourceVersion": str(int(current["metadata"].get("resourceVersion", "1")) + 1)}
+        self.objects[(resource.kind, name)] = current | {"metadata": meta, "spec": spec}
+        return self.objects[(resource.kind, name)]
 
     async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
         return [o for (kind, _), o in self.objects.items() if kind == resource.kind], "1"
@@ -166,7 +200,7 @@ class FakeKube:
         name = obj["metadata"].get("name") or obj["metadata"]["generateName"] + "abcde"
         if (resource.kind, name) in self.objects:
             raise ConflictError(409, "AlreadyExists", name)
-        created = obj | {"metadata": obj["metadata"] | {"name": name, "resourceVersion": "1"}}
+        created = obj | {"metadata": obj["metadata"] | {"name": name, "resourceVersion": "1", "uid": f"uid-{name}"}}
         self.objects[(resource.kind, name)] = created
         return created
 
@@ -181,12 +215,15 @@ class FakeKube:
             await asyncio.Event().wait()  # a signer that never answers
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if resource != CSRS:
+            return self.objects[(resource.kind, name)]
         if self.later is None:
             raise NotFoundError(404, "NotFound", name)
         return self.later
 
-    async def delete(self, resource: Resource, name: str) -> None:
+    async def delete(self, resource: Resource, name: str, *, uid: str | None = None) -> None:
         self.deleted.append(name)
+        self.objects.pop((resource.kind, name), None)
 
 
 def provisioner(kube: FakeKube, *, timeout: float = 5.0) -> KubeProvisioner:
@@ -217,8 +254,14 @@ def signed(csr_pem: str) -> dict[str, Any]:
     }
 
 
-async def provision(target: KubeProvisioner, *, consumer_name: str = "rome") -> Issued:
-    return await target.provision(consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR)
+async def provision(target: KubeProvisioner, *, consumer_name: str = "rome", key: str = KEY) -> Issued:
+    return await target.provision(
+        consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR, key_fingerprint=key
+    )
+
+
+def foreign_cluster(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": "5", "uid": "u"}, "spec": {"clusterID": PEER, **spec}}
 
 
 async def test_the_certificate_comes_from_the_watch_and_the_csr_is_deleted() -> None:
@@ -228,7 +271,8 @@ async def test_the_certificate_comes_from_the_watch_and_the_csr_is_deleted() -> 
     assert (issued.api_server_url, issued.ca_pem) == ("https://api", "CA")
     assert issued.expires_at - datetime.datetime.now(datetime.UTC) > datetime.timedelta(seconds=7000)
     assert kube.deleted == ["liqo-peer-abcde"]
-    assert ("ForeignCluster", "rome") in kube.objects
+    assert kube.objects[("ForeignCluster", "rome")]["spec"]["keyFingerprint"] == KEY
+    assert ("Namespace", names.tenant_namespace(PEER)) in kube.objects
 
 
 async def test_a_watch_that_ends_is_followed_by_a_fresh_read() -> None:
@@ -237,11 +281,13 @@ async def test_a_watch_that_ends_is_followed_by_a_fresh_read() -> None:
     assert kube.deleted == ["liqo-peer-abcde"]
 
 
-async def test_a_signer_that_never_signs_is_a_clear_error_and_leaves_no_csr() -> None:
+async def test_a_signer_that_never_signs_is_a_clear_error_and_leaves_nothing_behind() -> None:
     kube = FakeKube(watch_events=[])
     with pytest.raises(ProvisioningError, match="signed no certificate within 0 s"):
         await provision(provisioner(kube, timeout=0.05))
-    assert kube.deleted == ["liqo-peer-abcde"]
+    # The CSR, then what this attempt created, newest first: the tenant namespace, the ForeignCluster.
+    assert kube.deleted == ["liqo-peer-abcde", names.tenant_namespace(PEER), "rome"]
+    assert not [key for key in kube.objects if key[0] in ("ForeignCluster", "Namespace")]
 
 
 async def test_a_denied_csr_is_an_error_and_leaves_no_csr() -> None:
@@ -249,7 +295,49 @@ async def test_a_denied_csr_is_an_error_and_leaves_no_csr() -> None:
     kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": denied}])
     with pytest.raises(ProvisioningError, match="was denied: policy"):
         await provision(provisioner(kube))
+    assert kube.deleted[0] == "liqo-peer-abcde"
+
+
+async def test_a_failure_keeps_what_existed_and_takes_back_only_its_own_pin() -> None:
+    kube = FakeKube(watch_events=[])
+    kube.objects[("ForeignCluster", "admins")] = foreign_cluster("admins")
+    kube.objects[("Namespace", names.tenant_namespace(PEER))] = {"metadata": {"name": names.tenant_namespace(PEER)}}
+    with pytest.raises(ProvisioningError):
+        await provision(provisioner(kube, timeout=0.05))
     assert kube.deleted == ["liqo-peer-abcde"]
+    assert "keyFingerprint" not in kube.objects[("ForeignCluster", "admins")]["spec"]
+    assert ("Namespace", names.tenant_namespace(PEER)) in kube.objects
+
+
+async def test_an_admins_foreign_cluster_gets_the_key_on_a_condition() -> None:
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "admins")] = foreign_cluster("admins", incomingPeeringEnabled="Yes")
+    kube.conflicts = 1  # someone changed it between our read and our write: read again, then pin
+    await provision(provisioner(kube))
+    assert [patch for _, patch in kube.patches] == [
+        {"metadata": {"resourceVersion": "5"}, "spec": {"keyFingerprint": KEY}},
+        {"metadata": {"resourceVersion": "5"}, "spec": {"keyFingerprint": KEY}},
+    ]
+    assert kube.objects[("ForeignCluster", "admins")]["spec"]["keyFingerprint"] == KEY
+    assert ("ForeignCluster", "rome") not in kube.objects
+
+
+@pytest.mark.parametrize(
+    ("spec", "complaint"),
+    [
+        ({"keyFingerprint": OTHER_KEY}, "another key is registered"),
+        ({"keyFingerprint": KEY, "incomingPeeringEnabled": "No"}, "is refused here"),
+    ],
+)
+async def test_a_record_found_refusing_at_provisioning_time_creates_nothing(
+    spec: dict[str, Any], complaint: str
+) -> None:
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "admins")] = foreign_cluster("admins", **spec)
+    with pytest.raises(PeerDenied, match=complaint):
+        await provision(provisioner(kube))
+    assert sorted(kind for kind, _ in kube.objects) == ["ForeignCluster"]
+    assert kube.patches == []
 
 
 async def test_a_foreign_cluster_name_taken_by_another_peer_falls_back_to_the_id() -> None:
@@ -261,11 +349,10 @@ async def test_a_foreign_cluster_name_taken_by_another_peer_falls_back_to_the_id
 
 async def test_a_terminating_tenant_namespace_is_a_retryable_error() -> None:
     kube = FakeKube(watch_events=[])
-
-    async def terminating(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        return obj | {"metadata": obj["metadata"] | {"deletionTimestamp": "2030-01-01T00:00:00Z"}}
-
-    kube.apply = terminating  # type: ignore[method-assign]
+    namespace = names.tenant_namespace(PEER)
+    kube.objects[("Namespace", namespace)] = {
+        "metadata": {"name": namespace, "deletionTimestamp": "2030-01-01T00:00:00Z"}
+    }
     with pytest.raises(ProvisioningError, match="is being deleted"):
         await provision(provisioner(kube))
-    assert kube.deleted == []
+    assert kube.deleted == ["rome"]  # the ForeignCluster this attempt made; no CSR was ever created

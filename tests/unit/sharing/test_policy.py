@@ -33,7 +33,7 @@ def sharing_policy(name: str, **spec: Any) -> Object:
 
 
 def test_without_policies_the_built_in_default_shares_half() -> None:
-    policy = select_policy([], peer_id="id-rome", peer_name="rome")
+    policy = select_policy([], peer_id="id-rome")
     assert policy == BUILT_IN_DEFAULT
     assert (policy.action, policy.percentage, policy.refresh_threshold_percent, policy.offer_ttl_seconds) == (
         "Share",
@@ -48,33 +48,38 @@ def test_a_policy_naming_the_peer_beats_the_default() -> None:
         sharing_policy("a-default", action="Share", percentage=10),
         sharing_policy("z-rome", peers=["id-rome"], action="Share", percentage=80),
     ]
-    assert select_policy(policies, peer_id="id-rome", peer_name="rome").name == "z-rome"
-    assert select_policy(policies, peer_id="id-naples", peer_name="naples").name == "a-default"
+    assert select_policy(policies, peer_id="id-rome").name == "z-rome"
+    assert select_policy(policies, peer_id="id-naples").name == "a-default"
 
 
-def test_a_peer_can_be_named_by_cluster_name() -> None:
+def test_a_name_never_matches_so_renaming_dodges_nothing() -> None:
+    """A peer chooses its cluster name; only the cluster ID its certificate proves selects a policy."""
     policies = [sharing_policy("default", action="Share"), sharing_policy("deny-rome", peers=["rome"], action="Deny")]
-    assert select_policy(policies, peer_id="id-rome", peer_name="rome").action == "Deny"
+    assert select_policy(policies, peer_id="id-rome").action == "Share"
+    assert (
+        select_policy([*policies, sharing_policy("deny", peers=["id-rome"], action="Deny")], peer_id="id-rome").action
+        == "Deny"
+    )
 
 
 def test_an_unknown_name_matches_no_policy_with_an_empty_peer() -> None:
     policies = [sharing_policy("odd", peers=[""], action="Deny")]
-    assert select_policy(policies, peer_id="id-rome", peer_name="") == BUILT_IN_DEFAULT
+    assert select_policy(policies, peer_id="id-rome") == BUILT_IN_DEFAULT
 
 
 def test_policies_for_other_peers_do_not_apply() -> None:
     policies = [sharing_policy("naples", peers=["id-naples"], action="Deny")]
-    assert select_policy(policies, peer_id="id-rome", peer_name="rome") == BUILT_IN_DEFAULT
+    assert select_policy(policies, peer_id="id-rome") == BUILT_IN_DEFAULT
 
 
 def test_among_equals_the_first_by_name_wins() -> None:
     policies = [
         sharing_policy("b", peers=["id-rome"], action="Share", percentage=20),
-        sharing_policy("a", peers=["rome", "other"], action="Deny"),
+        sharing_policy("a", peers=["id-rome", "other"], action="Deny"),
         sharing_policy("0-default", action="Share"),
     ]
-    assert select_policy(policies, peer_id="id-rome", peer_name="rome").name == "a"
-    assert select_policy(reversed(policies), peer_id="id-rome", peer_name="rome").name == "a"
+    assert select_policy(policies, peer_id="id-rome").name == "a"
+    assert select_policy(reversed(policies), peer_id="id-rome").name == "a"
 
 
 def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
@@ -105,7 +110,7 @@ def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
 def test_a_malformed_policy_fails_rather_than_being_skipped() -> None:
     policies = [sharing_policy("deny-rome", peers=["id-rome"], action="Deny", limits={"cpu": "lots"})]
     with pytest.raises(QuantityError):
-        select_policy(policies, peer_id="id-rome", peer_name="rome")
+        select_policy(policies, peer_id="id-rome")
 
 
 # -- what it offers --------------------------------------------------------------------------------------------

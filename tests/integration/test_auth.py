@@ -32,6 +32,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules
 from liqo.kube import pki
+from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import (
@@ -46,6 +47,7 @@ from liqo.kube.resources import (
 from liqo.peering import authclient
 from liqo.peering.authprotocol import NonceStore, make_csr
 from liqo.peering.authserver import ProvisioningError, auth_app
+from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
 from tests.helpers import LocalCluster, eventually, unique
 
@@ -462,3 +464,36 @@ async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_a
     async with KubeClient.from_kubeconfig_dict(second.kubeconfig()) as peer:
         await peer.list(RESOURCE_REQUESTS, namespace=second.namespace)
     assert await csrs_of(kube, consumer_id) == []
+
+
+async def test_a_tenant_whose_consumer_never_asks_for_resources_is_collected(
+    kube: KubeClient, manager: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    """A token holder could otherwise mint tenants at will: one that never sends a request goes away."""
+    engaged_id = str(uuid.uuid4())
+    await handshake(provider, consumer_id)
+    engaged = await handshake(provider, engaged_id)
+    try:
+        async with KubeClient.from_kubeconfig_dict(engaged.kubeconfig(), name="engaged") as peer:
+            await peer.create(RESOURCE_REQUESTS, resource_request(engaged.namespace, engaged_id))
+        informers = SharedInformers(manager)
+        incoming = IncomingPeering(client=manager, informers=informers, abandoned_after=datetime.timedelta(seconds=2))
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(informers.run())]
+            assert await informers.wait_synced(30)
+            tasks.append(group.create_task(incoming.controller.run()))
+
+            async def collected() -> bool:
+                return await leftovers(kube, consumer_id) == []
+
+            await eventually(collected, timeout=60, message="the idle consumer's tenant and record are gone")
+            tenant = await kube.get(NAMESPACES, engaged.namespace)
+            assert REQUESTED in tenant["metadata"]["annotations"]
+            assert len(await foreign_clusters_of(kube, engaged_id)) == 1
+            for task in tasks:
+                task.cancel()
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await kube.delete(NAMESPACES, names.tenant_namespace(engaged_id))
+        for fc in await foreign_clusters_of(kube, engaged_id):
+            await kube.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])

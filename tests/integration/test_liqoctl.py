@@ -74,7 +74,7 @@ async def test_peer_out_of_band_with_a_wrong_cluster_id_is_refused_before_anythi
         identity_url = (await client.get(CONFIGMAPS, "liqo-cluster-identity", namespace="liqo"))["data"]["authURL"]
     result = await run(
         "peer", "out-of-band", "milan", f"--auth-url={identity_url}", "--cluster-id=not-milan", "--auth-token=x",
-        f"--kubeconfig={sites['rome'].cluster.kubeconfig}",
+        f"--key-fingerprint=sha256:{'0' * 64}", f"--kubeconfig={sites['rome'].cluster.kubeconfig}",
     )  # fmt: skip
     assert result.returncode == 1
     assert "not to not-milan" in " ".join(result.stderr.split())

@@ -168,6 +168,7 @@ def _conditions(
             "reason": _string("A machine-readable, CamelCase reason for the status."),
             "message": _string("A human-readable explanation of the status."),
             "lastTransitionTime": _timestamp("When the status last changed."),
+            "lastProbeTime": _timestamp("When it was last checked (a handshake's outcome: when it was tried)."),
         },
         required=("type", "status"),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sys
 from typing import Annotated, Any
 
@@ -88,8 +89,9 @@ def peer_out_of_band(
             command = PeerCommand(
                 name=name, auth_url=auth_url, cluster_id=cluster_id, key_fingerprint=key_fingerprint, token=auth_token
             )
+            asked = datetime.datetime.now(datetime.UTC)
             await operations.peer_out_of_band(local, command, offer_policy=_offer_policy(offer_policy))
-            return await operations.wait_established(local, cluster_id, timeout=timeout, progress=progress)
+            return await operations.wait_established(local, cluster_id, timeout=timeout, progress=progress, since=asked)
 
     with expected_errors():
         offer = asyncio.run(run())

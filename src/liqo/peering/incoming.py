@@ -63,7 +63,14 @@ def _time(value: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def verdict(*, tenant: Obj | None, request: Obj | None, foreign_cluster: Obj | None, now: datetime.datetime) -> Verdict:
+def verdict(
+    *,
+    tenant: Obj | None,
+    request: Obj | None,
+    foreign_cluster: Obj | None,
+    now: datetime.datetime,
+    abandoned_after: datetime.timedelta = ABANDONED_AFTER,
+) -> Verdict:
     """What to do about a consumer's incoming side, from what the caches hold (pure)."""
     if tenant is None or tenant["metadata"].get("deletionTimestamp"):
         return Verdict.NOTHING
@@ -79,7 +86,7 @@ def verdict(*, tenant: Obj | None, request: Obj | None, foreign_cluster: Obj | N
     if wants_outgoing(foreign_cluster):
         return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
     created = tenant["metadata"].get("creationTimestamp")
-    if created and now - _time(created) >= ABANDONED_AFTER:
+    if created and now - _time(created) >= abandoned_after:
         return Verdict.RELEASE
     return Verdict.WAIT
 
@@ -87,8 +94,11 @@ def verdict(*, tenant: Obj | None, request: Obj | None, foreign_cluster: Obj | N
 class IncomingPeering:
     """Notices a consumer's request; releases everything of a consumer that left, is refused, or never came."""
 
-    def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
+    def __init__(
+        self, *, client: KubeClient, informers: SharedInformers, abandoned_after: datetime.timedelta = ABANDONED_AFTER
+    ) -> None:
         self._client = client
+        self._abandoned_after = abandoned_after
         self.namespaces = informers.informer(NAMESPACES, label_selector=f"{names.TENANT}=true")
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
@@ -107,7 +117,11 @@ class IncomingPeering:
         fc = self._foreign_cluster(peer_id)
         now = datetime.datetime.now(datetime.UTC)
         decision = verdict(
-            tenant=tenant, request=self.requests.store.get(f"{namespace}/{peer_id}"), foreign_cluster=fc, now=now
+            tenant=tenant,
+            request=self.requests.store.get(f"{namespace}/{peer_id}"),
+            foreign_cluster=fc,
+            now=now,
+            abandoned_after=self._abandoned_after,
         )
         if decision is Verdict.MARK_ENGAGED:
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: "true"}}})
@@ -115,7 +129,7 @@ class IncomingPeering:
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:
             created = _time(tenant["metadata"]["creationTimestamp"])
-            return Result(requeue_after=max(1.0, (created + ABANDONED_AFTER - now).total_seconds()))
+            return Result(requeue_after=max(1.0, (created + self._abandoned_after - now).total_seconds()))
         return None
 
     async def _release(self, peer_id: str, fc: Obj | None, *, keep_record: bool) -> None:

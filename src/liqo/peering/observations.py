@@ -7,17 +7,19 @@ It is process memory on purpose: after a restart both facts are re-learned withi
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Observation:
-    """One fact: ``ok`` or not, and why."""
+    """One fact: ``ok`` or not, and why; ``at``, when it was learned, for facts that must be known fresh."""
 
     ok: bool
     reason: str
     message: str = ""
+    at: datetime.datetime | None = None
 
 
 @dataclass

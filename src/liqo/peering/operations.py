@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import datetime
 import re
 import time
 from collections.abc import Callable
@@ -33,7 +34,11 @@ from liqo.peering.tokens import new_token, token_of, token_secret
 Progress = Callable[[str], None]
 
 PEER_TIMEOUT = 60.0
+PEERING_REQUESTED = "liqo.io/peering-requested-at"
+"""Stamped on the ForeignCluster by every `liqoctl peer`, so the manager tries again at once."""
 UNPEER_TIMEOUT = 60.0
+PEERING_REQUESTED = "liqo.io/peering-requested-at"
+"""Stamped on the ForeignCluster by every `liqoctl peer`, so the manager tries again at once."""
 
 
 class PeeringError(RuntimeError):
@@ -133,6 +138,8 @@ async def peer_out_of_band(
         "metadata": {
             "name": existing["metadata"]["name"] if existing else command.name,
             "labels": names.peer_labels(command.cluster_id),
+            # A change the manager sees even when nothing else changed: it tries again at once.
+            "annotations": {PEERING_REQUESTED: _now()},
         },
         "spec": spec,
     }
@@ -167,15 +174,26 @@ async def peer(
     """Peer ``consumer`` → ``provider`` with both at hand; return the accepted offer once there is one."""
     command = await peer_command(provider)
     progress(f"peering with {command.name} ({command.cluster_id})")
+    asked = datetime.datetime.now(datetime.UTC)
     await peer_out_of_band(consumer, command, offer_policy=offer_policy)
-    return await wait_established(consumer, command.cluster_id, timeout=timeout, progress=progress)
+    return await wait_established(consumer, command.cluster_id, timeout=timeout, progress=progress, since=asked)
 
 
 async def wait_established(
-    client: KubeClient, peer_id: str, *, timeout: float = PEER_TIMEOUT, progress: Progress = lambda _: None
+    client: KubeClient,
+    peer_id: str,
+    *,
+    timeout: float = PEER_TIMEOUT,
+    progress: Progress = lambda _: None,
+    since: datetime.datetime | None = None,
 ) -> dict[str, Any]:
-    """Wait until the outgoing peering with ``peer_id`` is Established; return the accepted offer."""
+    """Wait until the outgoing peering with ``peer_id`` is Established; return the accepted offer.
+
+    Fails at once on a refusal the manager learned at ``since`` or later (default: now), never on an older
+    one still shown from a previous attempt.
+    """
     deadline = time.monotonic() + timeout
+    asked = since or datetime.datetime.now(datetime.UTC)
     last = ""
     while True:
         fc = await foreign_cluster(client, peer_id)
@@ -184,7 +202,7 @@ async def wait_established(
         if outgoing.get("status") == "Established":
             return await client.get(RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id))
         for kind, condition in conditions.items():
-            if _final(kind, condition):
+            if _final(kind, condition, asked=asked):
                 raise PeeringError(f"peering refused: {kind} {condition['status']}: {condition.get('message', '')}")
         step = f"{outgoing.get('reason') or 'Waiting'}"
         if step != last:
@@ -342,16 +360,22 @@ def _conditions(fc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in ((fc or {}).get("status") or {}).get("conditions") or []}
 
 
-def _final(kind: str, condition: dict[str, Any]) -> bool:
+def _final(kind: str, condition: dict[str, Any], *, asked: datetime.datetime) -> bool:
     """Whether a condition says the peering will not establish unless someone acts (stop waiting at once).
 
-    The provider refused us (a wrong token, a revocation, another key, a policy), the answer was not from the
-    provider, or the outgoing peering itself is denied or broken.
+    The provider refused us (a wrong token, a revocation, another key, a policy) or the answer was not from
+    the provider — in a handshake tried at ``asked`` or later —, or the outgoing peering itself is denied.
     """
     status = condition.get("status")
     if kind == "AuthenticationStatus":
-        return status == "Denied" or condition.get("reason") == "ProviderNotAuthenticated"
+        refused = status == "Denied" or condition.get("reason") == "ProviderNotAuthenticated"
+        probed = condition.get("lastProbeTime")
+        return refused and bool(probed) and datetime.datetime.fromisoformat(str(probed)) >= asked
     return kind == "OutgoingPeering" and status in ("Error", "Denied")
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 async def info(client: KubeClient) -> dict[str, Any]:

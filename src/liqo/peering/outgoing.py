@@ -155,13 +155,13 @@ class OutgoingPeering:
             # Final until someone acts (a new token, the provider's admin, the right fingerprint): reported,
             # tried again after a while, never hammered.
             reason = "Refused" if isinstance(exc, authclient.AuthRejected) else "ProviderNotAuthenticated"
-            self._observations.report(self._observations.authentication, peer_id, Observation(False, reason, str(exc)))
+            refusal = Observation(False, reason, str(exc), at=datetime.datetime.now(datetime.UTC))
+            self._observations.report(self._observations.authentication, peer_id, refusal)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
             return None
         except authclient.AuthError as exc:
-            self._observations.report(
-                self._observations.authentication, peer_id, Observation(False, "HandshakeFailed", str(exc))
-            )
+            failure = Observation(False, "HandshakeFailed", str(exc), at=datetime.datetime.now(datetime.UTC))
+            self._observations.report(self._observations.authentication, peer_id, failure)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
             raise
         secret = identity_secret(

@@ -92,7 +92,12 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
             # Missing credentials are usually about to arrive (the token follows the ForeignCluster); a
             # refusal is the provider's answer, which stays until someone acts.
             severity = {"MissingCredentials": "Pending", "Refused": "Denied"}.get(state.authentication.reason, "Error")
-            return _condition(kind, severity, state.authentication.reason, state.authentication.message)
+            condition = _condition(kind, severity, state.authentication.reason, state.authentication.message)
+            if state.authentication.at is not None:
+                # When the handshake was tried: tells `liqoctl peer` a verdict on its request from an older one.
+                # To the microsecond: a refusal and the request after it often fall in the same second.
+                condition["lastProbeTime"] = state.authentication.at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            return condition
         if state.identity is not None:
             return _condition(
                 kind, "Established", "IdentityValid", f"identity valid until {expires_at(state.identity)}"

@@ -1,0 +1,341 @@
+"""Who a peer is, end to end: each attack on peer identity tried with what an attacker really holds.
+
+Real clusters with liqo installed (rome and naples consume, milan provides). The attacker holds milan's token
+(it is handed out to every consumer) and its own cluster key; it runs none of our code when it attacks, so the
+attacks below speak the protocol directly. Each is refused with a clear reason, and leaves nothing on milan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
+from liqo.api.identity import read_cluster_key
+from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES
+from liqo.kube import pki
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import CSRS, NAMESPACES, SECRETS
+from liqo.peering import authclient, operations
+from liqo.peering.authprotocol import NonceStore
+from liqo.peering.authserver import Issued, PeerRecord, auth_app
+from tests.helpers import Site, eventually, expect_clean
+from tests.integration.conftest import RUN_ID
+
+
+def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
+    )
+
+
+async def attack(
+    command: operations.PeerCommand, *, claim: str, key: ClusterKey, name: str = "attacker"
+) -> authclient.Identity:
+    """A handshake as anyone holding ``key`` and the token would run it, claiming cluster ID ``claim``."""
+    return await authclient.request_identity(
+        auth_url=command.auth_url,
+        key=key,
+        token=command.token,
+        consumer_id=claim,
+        consumer_name=name,
+        expected_provider_id=command.cluster_id,
+        expected_fingerprint=command.key_fingerprint,
+    )
+
+
+async def provider_side(milan: KubeClient, consumer: str) -> dict[str, Any]:
+    """What milan holds for ``consumer``, to compare before and after an attack."""
+    fcs, _ = await milan.list_all(FOREIGN_CLUSTERS)
+    csrs, _ = await milan.list_all(CSRS, label_selector=f"{names.REMOTE_CLUSTER_ID}={consumer}")
+    try:
+        tenant = (await milan.get(NAMESPACES, names.tenant_namespace(consumer)))["metadata"]["uid"]
+    except NotFoundError:
+        tenant = None
+    return {
+        "foreign clusters": sorted(
+            (f["metadata"]["name"], f["metadata"]["resourceVersion"]) for f in fcs if f["spec"]["clusterID"] == consumer
+        ),
+        "csrs": [c["metadata"]["name"] for c in csrs],
+        "tenant": tenant,
+    }
+
+
+async def forget(milan: KubeClient, consumer: str) -> None:
+    """Delete milan's record of ``consumer`` (a revoked peer's stays until the admin forgets it)."""
+    fcs, _ = await milan.list_all(FOREIGN_CLUSTERS)
+    for fc in fcs:
+        if fc["spec"]["clusterID"] == consumer:
+            with contextlib.suppress(NotFoundError):
+                await milan.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+
+
+async def test_a_wrong_token_fails_liqoctl_peer_at_once_with_the_providers_reason(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    command = await operations.peer_command(milan)
+    rome_kc = f"--kubeconfig={sites['rome'].cluster.kubeconfig}"
+    started = time.monotonic()
+    done = await asyncio.to_thread(
+        liqoctl,
+        "peer", "out-of-band", command.name, f"--auth-url={command.auth_url}", f"--cluster-id={command.cluster_id}",
+        f"--key-fingerprint={command.key_fingerprint}", "--auth-token=not-the-token", rome_kc,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    try:
+        assert done.returncode == 1
+        message = " ".join(done.stderr.split())
+        assert "bad token signature" in message, message
+        assert elapsed < operations.PEER_TIMEOUT / 2, f"waited {elapsed:.0f}s for a refusal"
+        assert (await provider_side(milan, sites["rome"].cluster_id))["tenant"] is None
+    finally:
+        await operations.unpeer(rome, command.cluster_id, timeout=60, force=True)
+    await expect_clean(rome, milan)
+
+
+async def test_a_consumer_cannot_claim_another_consumers_cluster_id(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, naples: KubeClient
+) -> None:
+    """naples holds milan's token and its own key; rome is peered: naples cannot become rome."""
+    rome_id = sites["rome"].cluster_id
+    await operations.peer(rome, milan, timeout=30)
+    try:
+        command = await operations.peer_command(milan)
+        naples_key = await read_cluster_key(naples)
+        assert naples_key is not None
+        before = await provider_side(milan, rome_id)
+        with pytest.raises(authclient.AuthRejected) as caught:
+            await attack(command, claim=rome_id, key=naples_key, name="rome")
+        assert caught.value.status == 403
+        assert "another key is registered" in caught.value.reason
+        assert await provider_side(milan, rome_id) == before
+    finally:
+        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+    await expect_clean(rome, milan, naples)
+
+
+def signed_for(csr_pem: str) -> tuple[str, str, datetime.datetime]:
+    """A certificate for the CSR's key from a CA of the attacker's own: ``(certificate, ca, expiry)``."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "attacker-ca")])
+    csr = x509.load_pem_x509_csr(csr_pem.encode())
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    expiry = now + datetime.timedelta(hours=2)
+
+    def build(subject: x509.Name, public_key: Any) -> x509.Certificate:
+        builder = x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)
+        builder = builder.serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(expiry)
+        return builder.sign(ca_key, hashes.SHA256())
+
+    pem = serialization.Encoding.PEM
+    leaf, ca = build(csr.subject, csr.public_key()), build(ca_name, ca_key.public_key())
+    return leaf.public_bytes(pem).decode(), ca.public_bytes(pem).decode(), expiry
+
+
+class AttackersProvisioner:
+    """What a fake provider hands out: a well-formed identity on the attacker's own API server."""
+
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        return None
+
+    async def provision(self, *, consumer_id: str, csr_pem: str, **_: Any) -> Issued:
+        certificate, ca, expiry = signed_for(csr_pem)
+        return Issued(
+            api_server_url="https://127.0.0.1:9",  # where the consumer's pods, Secrets and tokens would go
+            ca_pem=ca,
+            certificate_pem=certificate,
+            namespace=names.tenant_namespace(consumer_id),
+            expires_at=expiry,
+        )
+
+
+@pytest.fixture
+async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operations.PeerCommand]:
+    """An HTTPS endpoint run by a holder of milan's token, posing as milan (it lies about its key in /ids)."""
+    real = await operations.peer_command(milan)
+
+    async def token() -> str:
+        return real.token
+
+    app = auth_app(
+        cluster_id=real.cluster_id,
+        cluster_name=real.name,
+        key=ClusterKey.generate(),
+        token_source=token,
+        provisioner=AttackersProvisioner(),
+        nonces=NonceStore(),
+    )
+
+    @web.middleware
+    async def lie(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path == "/ids":
+            body = {"clusterID": real.cluster_id, "clusterName": real.name, "keyFingerprint": real.key_fingerprint}
+            return web.json_response(body)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app.middlewares.append(lie)
+    tls = pki.issue(pki.make_ca("fake-milan"), common_name="milan", ip_addresses=["127.0.0.1"], server=True)
+    pki.write_private(tmp_path / "tls.pem", tls.cert + tls.key)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "tls.pem")
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield operations.PeerCommand(real.name, url, real.cluster_id, real.key_fingerprint, real.token)
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_fake_provider_holding_the_token_gets_nothing(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, fake_milan: operations.PeerCommand
+) -> None:
+    """rome's manager refuses the answer: not signed by milan's key. No identity is stored, nothing trusted."""
+    milan_id = sites["milan"].cluster_id
+    namespace = names.tenant_namespace(milan_id)
+    try:
+        asked = datetime.datetime.now(datetime.UTC)
+        await operations.peer_out_of_band(rome, fake_milan)
+        with pytest.raises(operations.PeeringError, match=r"ProviderNotAuthenticated|not the provider's"):
+            await operations.wait_established(rome, milan_id, timeout=30, since=asked)
+        with pytest.raises(NotFoundError):
+            await rome.get(SECRETS, names.IDENTITY_SECRET, namespace=namespace)
+    finally:
+        await operations.unpeer(rome, milan_id, timeout=60, force=True)
+    await expect_clean(rome, milan)
+
+
+async def test_a_revoked_consumer_stays_refused_until_the_admin_allows_it_again(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    await operations.peer(rome, milan, timeout=30)
+    try:
+        await operations.unpeer(milan, rome_id, timeout=90)  # milan only provides to rome: a revocation
+        record = await operations.foreign_cluster(milan, rome_id)
+        assert record is not None
+        assert record["spec"]["incomingPeeringEnabled"] == "No"
+        # rome's manager tries again with its own key and the token (its identity is renewed from scratch).
+        await rome.delete(SECRETS, names.IDENTITY_SECRET, namespace=names.tenant_namespace(milan_id))
+
+        async def refused() -> bool:
+            fc = await operations.foreign_cluster(rome, milan_id)
+            conditions = {c["type"]: c for c in ((fc or {}).get("status") or {}).get("conditions") or []}
+            auth = conditions.get("AuthenticationStatus", {})
+            return auth.get("status") == "Denied" and "does not accept cluster" in auth.get("message", "")
+
+        await eventually(refused, timeout=60, message="rome's re-authentication is refused, and says why")
+        side = await provider_side(milan, rome_id)
+        assert side["tenant"] is None
+        assert side["csrs"] == []
+        await operations.allow(milan, rome_id)
+        await operations.peer(rome, milan, timeout=60)  # the user peers again: it works
+    finally:
+        await operations.unpeer(rome, milan_id, timeout=90, force=True)
+        await forget(milan, rome_id)
+    await expect_clean(rome, milan)
+
+
+async def test_incoming_peering_disabled_refuses_a_new_peer_at_once_with_the_reason(
+    sites: dict[str, Site], naples: KubeClient, milan: KubeClient
+) -> None:
+    naples_id, milan_id = sites["naples"].cluster_id, sites["milan"].cluster_id
+    await milan.create(
+        FOREIGN_CLUSTERS,
+        {
+            "apiVersion": FOREIGN_CLUSTERS.api_version,
+            "kind": FOREIGN_CLUSTERS.kind,
+            "metadata": {"name": f"naples-{RUN_ID}"},
+            "spec": {"clusterID": naples_id, "incomingPeeringEnabled": "No", "outgoingPeeringEnabled": "No"},
+        },
+    )
+    try:
+        started = time.monotonic()
+        with pytest.raises(operations.PeeringError, match="does not accept cluster"):
+            await operations.peer(naples, milan, timeout=60)
+        assert time.monotonic() - started < 30
+        assert (await provider_side(milan, naples_id))["tenant"] is None
+    finally:
+        await operations.unpeer(naples, milan_id, timeout=60, force=True)
+        await forget(milan, naples_id)
+    await expect_clean(naples, milan)
+
+
+async def test_a_policy_follows_the_certified_cluster_id_not_the_claimed_name(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    rome_id = sites["rome"].cluster_id
+    policy = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": f"deny-rome-{RUN_ID}"},
+        "spec": {"peers": [rome_id], "action": "Deny"},
+    }
+    await milan.create(SHARING_POLICIES, policy)
+    try:
+        rome_key = await read_cluster_key(rome)
+        assert rome_key is not None
+        command = await operations.peer_command(milan)
+        for claimed_name in ("naples", "milan", "Rome-but-renamed"):
+            with pytest.raises(authclient.AuthRejected, match="denies peering with you"):
+                await attack(command, claim=rome_id, key=rome_key, name=claimed_name)
+        assert (await provider_side(milan, rome_id))["tenant"] is None
+        # A policy naming peers by name would be dodged (or borrowed) by renaming: the schema refuses it.
+        by_name = policy | {"metadata": {"name": f"by-name-{RUN_ID}"}, "spec": {"peers": ["rome"], "action": "Deny"}}
+        with pytest.raises(ApiError) as caught:
+            await milan.create(SHARING_POLICIES, by_name)
+        assert caught.value.status == 422
+        assert "spec.peers[0]" in caught.value.message
+    finally:
+        await milan.delete(SHARING_POLICIES, f"deny-rome-{RUN_ID}")
+        await forget(milan, rome_id)
+    await expect_clean(rome, milan)
+
+
+async def test_rotating_the_token_keeps_established_peers_and_refuses_the_old_command(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, naples: KubeClient
+) -> None:
+    milan_id = sites["milan"].cluster_id
+    old = await operations.peer_command(milan)
+    await operations.peer(rome, milan, timeout=30)
+    try:
+        new = await operations.peer_command(milan, rotate_token=True)
+        assert new.token != old.token
+        # rome renews from scratch (its identity deleted): its key is enough.
+        await rome.delete(SECRETS, names.IDENTITY_SECRET, namespace=names.tenant_namespace(milan_id))
+
+        async def renewed() -> bool:
+            try:
+                await rome.get(SECRETS, names.IDENTITY_SECRET, namespace=names.tenant_namespace(milan_id))
+            except NotFoundError:
+                return False
+            return True
+
+        await eventually(renewed, timeout=60, message="rome renews its identity after the token was rotated")
+        asked = datetime.datetime.now(datetime.UTC)
+        await operations.peer_out_of_band(naples, old)
+        with pytest.raises(operations.PeeringError, match="bad token signature"):
+            await operations.wait_established(naples, milan_id, timeout=30, since=asked)
+    finally:
+        for client in (rome, naples):
+            await operations.unpeer(client, milan_id, timeout=60, force=True)
+    await expect_clean(rome, milan, naples)

@@ -18,7 +18,7 @@ import pytest
 
 from liqo.api import names
 from liqo.api.quantity import parse_quantity
-from liqo.api.resources import RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -380,6 +380,10 @@ async def test_unpeer_never_hangs_on_an_unreachable_provider(
     fc = await operations.foreign_cluster(milan, rome_id)
     assert fc is not None  # the provider never heard from rome: it still hosts it, until revoked
     await operations.unpeer(milan, fc["metadata"]["name"], timeout=60)
+    revoked = await operations.foreign_cluster(milan, rome_id)
+    assert revoked is not None  # the record of the revocation stays, refusing rome until allowed again
+    assert revoked["spec"]["incomingPeeringEnabled"] == "No"
+    await milan.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])  # the admin forgets rome
     await expect_clean(milan)
 
 

@@ -73,13 +73,13 @@ def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
     spec: Object = {"containers": draw(st.lists(containers(restricted=restricted), min_size=1, max_size=2))}
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers(restricted=restricted))]
-    volumes = [
+    volumes: list[Object] = [
         {"name": "cfg", "configMap": {"name": "cfg"}},
         {"name": "sec", "secret": {"secretName": "s"}},
         {"name": "tmp", "emptyDir": {}},
         {"name": "info", "projected": {"sources": [{"downwardAPI": {"items": []}}, {"configMap": {"name": "c"}}]}},
     ]
-    spec["volumes"] = draw(st.lists(st.sampled_from(volumes), max_size=4, unique_by=lambda v: v["name"]))
+    spec["volumes"] = draw(st.lists(st.sampled_from(volumes), max_size=4, unique_by=lambda v: str(v["name"])))
     if draw(st.booleans()):
         spec["tolerations"] = [dict(ALLOWED_TOLERATION)]
     if draw(st.booleans()):

@@ -124,6 +124,10 @@ class SecurityPolicy(Protocol):
         """The longest termination grace period the pods get."""
 
 
+PolicySelector = Callable[[Sequence[Mapping[str, Any]], str], SecurityPolicy]
+"""Which policy applies to a consumer, given every SharingPolicy (pure; the manager passes ``liqo.sharing``'s)."""
+
+
 @dataclass(frozen=True)
 class Violation:
     """A field the provider refuses, and the rule that refuses it."""

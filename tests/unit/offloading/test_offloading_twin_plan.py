@@ -31,7 +31,7 @@ def namespace(name: str, labels: dict[str, str] | None = None, *, deleting: bool
 
 
 def twin(name: str, *, consumer: str = ROME, home: str, deleting: bool = False) -> Obj:
-    manifest = twin_namespace_manifest(name=name, consumer_id=consumer, home_namespace=home)
+    manifest = twin_namespace_manifest(name=name, consumer_id=consumer, home_namespace=home, level="baseline")
     return namespace(name, manifest["metadata"]["labels"], deleting=deleting)
 
 

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_REVIEW = 4 * 1024 * 1024
 """Largest AdmissionReview accepted: a pod may be up to the API server's 3 MiB request limit, plus the
-envelope. (The authentication routes of the same endpoint keep their own, much smaller, limit.)"""
+envelope."""
 LOOKUP_TIMEOUT = 2.0
 """Seconds a cache miss may spend asking the API server, well within the configuration's 5 s timeout."""
 

@@ -206,9 +206,11 @@ class NamespaceMapController:
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
         self.controller.watch(self.roles, _peer_label)
         self.controller.watch(self.bindings, _peer_label)
-        self.controller.watch(
-            self.policies, lambda _: [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
-        )
+        self.controller.watch(self.policies, self._every_consumer)
+
+    def _every_consumer(self, _policy: Obj) -> list[str]:
+        """Every consumer with a map: a SharingPolicy change may move any one's pod security level."""
+        return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
         """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.

@@ -128,18 +128,21 @@ class ShadowPods:
         if pod is None:
             await self._create(shadow)
 
-    def verdict(self, shadow: Obj) -> Verdict:
-        """The webhook's verdict on ``shadow``, from the caches."""
+    async def verdict(self, shadow: Obj) -> Verdict:
+        """The webhook's verdict on ``shadow``, from the caches (a namespace they miss is asked for)."""
+        name = shadow["metadata"]["namespace"]
+        namespace = self.namespaces.store.get(name)
+        if namespace is None:
+            with contextlib.suppress(NotFoundError):
+                namespace = await self._client.get(NAMESPACES, name)
         policies = self.policies.store.list()
         return shadow_pod_verdict(
-            shadow,
-            namespace=self.namespaces.store.get(shadow["metadata"]["namespace"]),
-            policy_of=lambda consumer: self._select(policies, consumer),
+            shadow, namespace=namespace, policy_of=lambda consumer: self._select(policies, consumer)
         )
 
     async def _create(self, shadow: Obj) -> None:
         meta = shadow["metadata"]
-        verdict = self.verdict(shadow)
+        verdict = await self.verdict(shadow)
         if not verdict.allowed:
             refused = {"phase": "Refused", "message": verdict.message()}
             if (shadow.get("status") or {}) != refused:  # once, not at every re-queue

@@ -268,13 +268,16 @@ async def test_install_dry_run_shows_it_and_uninstall_removes_it(
     assert printed.returncode == 0, printed.stderr
     assert "kind: MutatingWebhookConfiguration" in printed.stdout
     assert f"name: {registration.WEBHOOK_CONFIGURATION}" in printed.stdout
+    assert "kind: ValidatingWebhookConfiguration" in printed.stdout
+    assert f"name: {registration.VALIDATING_CONFIGURATION}" in printed.stdout
     registered = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
     assert registered["webhooks"][0]["clientConfig"]["url"].endswith("/mutate/pods")
 
     labelled = await make_namespace(labelled=True)
     removed = await asyncio.to_thread(liqoctl, "uninstall", kubeconfig)
     assert removed.returncode == 0, removed.stderr
-    with pytest.raises(NotFoundError):
-        await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
+    for resource, name, _ in registration.REGISTRATIONS:
+        with pytest.raises(NotFoundError):
+            await kube.get(resource, name)
     # Nobody is left to answer, and nobody is asked: pods in labelled namespaces are created as they are.
     assert required_terms(await create_pod(kube, labelled)) is None

@@ -34,7 +34,7 @@ from liqo.local.components import WEBHOOK_CLIENT
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
 from liqo.offloading.twins import pod_security_labels
 from liqo.peering import operations
-from tests.helpers import Offloaded, Site, eventually, unique
+from tests.helpers import Offloaded, Site, eventually, pod, unique
 
 Object = dict[str, Any]
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -335,3 +335,28 @@ async def test_the_webhook_listener_answers_the_api_server_only(
     # And the authentication listener, which peers reach, no longer serves the webhooks.
     auth = f"{local.auth_url}{VALIDATE_PATH}"
     assert await _post(auth, _context(ca=ca)) == 404
+
+
+async def test_a_home_pod_milan_refuses_shows_the_refused_field_at_home(
+    rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """End to end: rome's virtual kubelet forges the ShadowPod, milan's webhook refuses it, rome shows why."""
+    name = unique("hostpath")
+    spec = pod(name, offloaded.namespace)["spec"]
+    spec["containers"][0]["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
+    spec["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    await rome.create(PODS, pod(name, offloaded.namespace, **spec))
+    ready: list[Object] = []
+
+    async def refused_at_home() -> bool:
+        home = await rome.get(PODS, name, namespace=offloaded.namespace)
+        conditions = {c["type"]: c for c in (home.get("status") or {}).get("conditions") or []}
+        ready.append(conditions.get("Ready") or {})
+        return ready[-1].get("reason") == "ProviderRefused"
+
+    await eventually(refused_at_home, timeout=60, message="the home pod Pending with milan's refusal")
+    assert "spec.pod.volumes[0].hostPath: hostPath volumes are refused (baseline)" in ready[-1]["message"]
+    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+    assert any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == name for e in events)
+    await nothing_left(milan, offloaded.twin, name)
+    await rome.delete(PODS, name, namespace=offloaded.namespace)

@@ -231,7 +231,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
 ) -> None:
     """The real-cluster path, minus the Deployment: the Secret every replica shares, the caBundle patch."""
     namespace = await make_namespace(labelled=False)
-    dns = registration.service_dns_names(service="liqo-auth", namespace=namespace)
+    dns = registration.service_dns_names(service=manifests.WEBHOOK_SERVICE, namespace=namespace)
     pairs = await asyncio.gather(
         *(registration.shared_serving_pair(kube, namespace=namespace, dns_names=dns, labels={}) for _ in range(3))
     )
@@ -241,7 +241,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
 
     name = unique("liqo-test-mutator")
     configuration = manifests.pod_webhook_configuration(
-        client_config={"service": {"namespace": namespace, "name": "liqo-auth", "path": "/mutate/pods"}}
+        client_config={"service": {"namespace": namespace, "name": manifests.WEBHOOK_SERVICE, "path": "/mutate/pods"}}
     )
     configuration["metadata"]["name"] = name
     hook = configuration["webhooks"][0]
@@ -253,7 +253,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
         published = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
         client_config = published["webhooks"][0]["clientConfig"]
         assert base64.b64decode(client_config["caBundle"]).decode() == pairs[0].ca
-        assert client_config["service"]["name"] == "liqo-auth"
+        assert client_config["service"]["name"] == manifests.WEBHOOK_SERVICE
         assert not await registration.publish_ca_bundle(kube, ca_pem=pairs[0].ca, name=name)  # already there
     finally:
         await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, name)
@@ -268,13 +268,16 @@ async def test_install_dry_run_shows_it_and_uninstall_removes_it(
     assert printed.returncode == 0, printed.stderr
     assert "kind: MutatingWebhookConfiguration" in printed.stdout
     assert f"name: {registration.WEBHOOK_CONFIGURATION}" in printed.stdout
+    assert "kind: ValidatingWebhookConfiguration" in printed.stdout
+    assert f"name: {registration.VALIDATING_CONFIGURATION}" in printed.stdout
     registered = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
     assert registered["webhooks"][0]["clientConfig"]["url"].endswith("/mutate/pods")
 
     labelled = await make_namespace(labelled=True)
     removed = await asyncio.to_thread(liqoctl, "uninstall", kubeconfig)
     assert removed.returncode == 0, removed.stderr
-    with pytest.raises(NotFoundError):
-        await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
+    for resource, name, _ in registration.REGISTRATIONS:
+        with pytest.raises(NotFoundError):
+            await kube.get(resource, name)
     # Nobody is left to answer, and nobody is asked: pods in labelled namespaces are created as they are.
     assert required_terms(await create_pod(kube, labelled)) is None

@@ -1,10 +1,11 @@
 """``python -m liqo.apps.manager``: the liqo manager of one cluster.
 
 Wiring only. Every replica serves the authentication endpoint (it is stateless but for single-use nonces)
-and, on the same HTTPS port, the pod webhook (with its own NamespaceOffloading cache, since the API server
-may call any replica); the control loops run in the replica that holds the ``liqo-manager`` Lease. The
-same entry point runs as a Deployment on a real cluster (in-cluster credentials) and as a supervised host
-process on a local one (``--kubeconfig``, loopback ``--auth-address``).
+and, on a listener of its own that peers do not reach, the webhooks (pod mutator, ShadowPod validator),
+each with its own caches, since the API server may call any replica; the control loops run in the replica
+that holds the ``liqo-manager`` Lease. The same entry point runs as a Deployment on a real cluster
+(in-cluster credentials) and as a supervised host process on a local one (``--kubeconfig``, loopback
+``--auth-address`` and ``--webhook-address``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
-from liqo.install.manifests import AUTH_SERVICE
+from liqo.install.manifests import AUTH_SERVICE, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -40,10 +42,11 @@ from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
+from liqo.offloading.admission import ShadowPodWebhook
 from liqo.offloading.namespacemaps import NamespaceMapController
 from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
-from liqo.offloading.webhook import PodWebhook
+from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, Provisioner, auth_app
 from liqo.peering.caches import PeeringCaches
@@ -54,7 +57,7 @@ from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
 from liqo.sharing.offers import OfferController
-from liqo.sharing.policy import select_policy
+from liqo.sharing.policy import PodSecurity, select_policy
 from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
@@ -93,6 +96,11 @@ class PolicyGate:
         )
 
 
+def pod_security(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> PodSecurity:
+    """What ``consumer_id``'s pods may do here: its SharingPolicy's ``podSecurity`` (by cluster ID only)."""
+    return select_policy(policies, peer_id=consumer_id).pod_security
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The manager's flags."""
     parser = argparse.ArgumentParser(prog="liqo-manager", description=__doc__.splitlines()[0] if __doc__ else None)
@@ -100,13 +108,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--auth-address", default="0.0.0.0:8443", help="HOST:PORT of the authentication endpoint")
     parser.add_argument("--auth-cert", help="TLS certificate of the endpoint (default: self-signed)")
     parser.add_argument("--auth-key", help="TLS key of the endpoint")
+    parser.add_argument("--webhook-address", default="0.0.0.0:9443", help="HOST:PORT of the webhook listener")
+    parser.add_argument("--webhook-cert", help="TLS certificate of the webhook listener (default: the shared pair)")
+    parser.add_argument("--webhook-key", help="TLS key of the webhook listener")
+    parser.add_argument(
+        "--webhook-client-ca", help="CA file: the webhook listener then requires a client certificate it signed"
+    )
     parser.add_argument("--identity-ttl", type=int, default=7200, help="lifetime of issued identities, seconds")
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
 
 async def run(args: argparse.Namespace) -> None:
-    """Serve authentication, campaign for the lease, run the controllers while leading."""
+    """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
     async with KubeClient(access=access, name="local") as client:
         local = await poll_until(
@@ -115,7 +129,8 @@ async def run(args: argparse.Namespace) -> None:
         key = await poll_until(
             lambda: read_cluster_key(client), timeout=3600, interval=2, message="this cluster has no key yet"
         )
-        runner = await _serve_auth(client, local, key, args)
+        shared = await _shared_pair(client) if not (args.auth_cert and args.webhook_cert) else None
+        runners = [await _serve_auth(client, local, key, args, shared), await _serve_webhooks(client, args, shared)]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -130,11 +145,16 @@ async def run(args: argparse.Namespace) -> None:
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()
         await asyncio.gather(campaign, return_exceptions=True)
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
 
 
 async def _serve_auth(
-    client: KubeClient, local: ClusterIdentity, key: ClusterKey, args: argparse.Namespace
+    client: KubeClient,
+    local: ClusterIdentity,
+    key: ClusterKey,
+    args: argparse.Namespace,
+    shared: registration.ServingPair | None,
 ) -> web.AppRunner:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
 
@@ -156,42 +176,66 @@ async def _serve_auth(
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
     )
-    # The pod webhook, served by every replica on the same endpoint (docs/offloading.md, "Pod webhook").
-    PodWebhook(client=client).attach(app)
-
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    host, _, port = args.auth_address.rpartition(":")
-    tls, ca_pem = await _server_tls(client, args)
-    site = web.TCPSite(runner, host, int(port), ssl_context=tls)
-    await site.start()
-    log.info("authentication endpoint and pod webhook on https://%s", args.auth_address)
-    await registration.publish_ca_bundle(client, ca_pem=ca_pem)
+    tls, _ = _server_tls(args.auth_cert, args.auth_key, shared)
+    runner = await _start(app, args.auth_address, tls)
+    log.info("authentication endpoint on https://%s", args.auth_address)
     return runner
 
 
-async def _server_tls(client: KubeClient, args: argparse.Namespace) -> tuple[ssl.SSLContext, str]:
-    """The endpoint's TLS context, and the CA the API server must trust to call the pod webhook."""
-    if args.auth_cert and args.auth_key:
-        return _file_tls(args.auth_cert, args.auth_key)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    # Peers authenticate us by the HMAC on our answers (docs/peering.md); the API server, calling the
-    # webhook through the Service, verifies this certificate: every replica serves the same one.
-    pair = await registration.shared_serving_pair(
+async def _serve_webhooks(
+    client: KubeClient, args: argparse.Namespace, shared: registration.ServingPair | None
+) -> web.AppRunner:
+    """The webhooks, on their own listener: peers reach the authentication one, never this one."""
+    app = web.Application(client_max_size=MAX_REVIEW)
+    PodWebhook(client=client).attach(app)
+    ShadowPodWebhook(client=client, select=pod_security).attach(app)
+    tls, ca_pem = _server_tls(args.webhook_cert, args.webhook_key, shared)
+    if args.webhook_client_ca:
+        # Only the API server (a client certificate of that CA) may call; a peer that can reach the port
+        # fails the TLS handshake before any request is read.
+        tls.verify_mode = ssl.CERT_REQUIRED
+        tls.load_verify_locations(cafile=args.webhook_client_ca)
+    runner = await _start(app, args.webhook_address, tls)
+    log.info("webhooks on https://%s", args.webhook_address)
+    await registration.publish_ca_bundles(client, ca_pem=ca_pem)
+    return runner
+
+
+async def _start(app: web.Application, address: str, tls: ssl.SSLContext) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
+    return runner
+
+
+async def _shared_pair(client: KubeClient) -> registration.ServingPair:
+    """The pair every replica serves when no files are given (the API server trusts one bundle)."""
+    dns_names = [
+        *registration.service_dns_names(service=WEBHOOK_SERVICE, namespace=names.LIQO_NAMESPACE),
+        *registration.service_dns_names(service=AUTH_SERVICE, namespace=names.LIQO_NAMESPACE),
+    ]
+    return await registration.shared_serving_pair(
         client,
         namespace=names.LIQO_NAMESPACE,
-        dns_names=registration.service_dns_names(service=AUTH_SERVICE, namespace=names.LIQO_NAMESPACE),
+        dns_names=dns_names,
         labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
     )
-    kubeconfig.load_cert_chain(context, pair.cert, pair.key)
-    return context, pair.ca
 
 
-def _file_tls(cert: str, key: str) -> tuple[ssl.SSLContext, str]:
+def _server_tls(
+    cert: str | None, key: str | None, shared: registration.ServingPair | None
+) -> tuple[ssl.SSLContext, str]:
+    """A listener's TLS context, and the CA a client must trust to call it."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert, key)
-    # The chain itself as the CA: the API server accepts a certificate found among its trusted ones as is.
-    return context, Path(cert).read_text()
+    if cert and key:
+        context.load_cert_chain(cert, key)
+        # The chain itself as the CA: the API server accepts a certificate found among its trusted ones as is.
+        return context, Path(cert).read_text()
+    if shared is None:
+        raise ValueError("a listener without its own certificate needs the shared serving pair")
+    kubeconfig.load_cert_chain(context, shared.cert, shared.key)
+    return context, shared.ca
 
 
 async def _controllers(client: KubeClient, local: ClusterIdentity, key: ClusterKey) -> None:
@@ -209,8 +253,8 @@ async def _controllers(client: KubeClient, local: ClusterIdentity, key: ClusterK
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
-    shadow_pods = ShadowPods(client=client, informers=informers, events=events)
-    namespace_maps = NamespaceMapController(client=client, informers=informers)
+    shadow_pods = ShadowPods(client=client, informers=informers, events=events, select=pod_security)
+    namespace_maps = NamespaceMapController(client=client, informers=informers, select=pod_security)
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
 

@@ -5,8 +5,9 @@ after an uninstall and re-install, and needing no storage of its own. A re-insta
 authentication token and the cluster key, so peers holding the one or pinning the other keep working.
 
 Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
-cluster's supervisor, with a client certificate for the user ``liqo-manager`` and a loopback HTTPS port
-for authentication; elsewhere it is the Deployment of the manifests.
+cluster's supervisor, with a client certificate for the user ``liqo-manager``, a loopback HTTPS port for
+authentication and another for the webhooks (which accepts only the API server's webhook client
+certificate); elsewhere it is the Deployment of the manifests.
 """
 
 from __future__ import annotations
@@ -38,19 +39,22 @@ from liqo.kube.resources import (
     SECRETS,
     SERVICE_ACCOUNTS,
     SERVICES,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
     Resource,
 )
 from liqo.kube.waiting import poll_until
 from liqo.local import clusters
-from liqo.local.components import Component, Probe
+from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
-from liqo.offloading.registration import WEBHOOK_CONFIGURATION
+from liqo.offloading.registration import REGISTRATIONS
 from liqo.peering.tokens import new_token, token_of
 
 Progress = Callable[[str], None]
 
 _KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
-BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS)}
+BY_KIND: dict[str, Resource] = {
+    r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
+}
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
 UNINSTALL_DEADLINE = 120.0
@@ -74,26 +78,32 @@ class InstallOptions:
 
 @dataclass(frozen=True)
 class LocalManager:
-    """Where the manager of a local cluster keeps its files, and its authentication port."""
+    """Where the manager of a local cluster keeps its files, and its authentication and webhook ports."""
 
     cluster: str
     directory: Path
     port: int
     kubelet_port: int
+    webhook_port: int
 
     @property
     def auth_url(self) -> str:
         """The authentication endpoint on loopback."""
         return f"https://127.0.0.1:{self.port}"
 
-    def webhook_client_config(self) -> dict[str, Any]:
-        """The pod webhook on the loopback endpoint, whose certificate the cluster's CA signs."""
+    @property
+    def webhook_url(self) -> str:
+        """The webhook listener on loopback."""
+        return f"https://127.0.0.1:{self.webhook_port}"
+
+    def webhook_client_config(self, path: str) -> dict[str, Any]:
+        """The webhook at ``path`` on the loopback listener, whose certificate the cluster's CA signs."""
         ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
-        return manifests.webhook_url_client_config(auth_url=self.auth_url, ca_pem=ca)
+        return manifests.webhook_url_client_config(webhook_url=self.webhook_url, ca_pem=ca, path=path)
 
     def component(self, *, identity_ttl: int) -> Component:
         """The manager as a component of the cluster's supervisor."""
-        ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
+        pki = ClusterDir.named(self.cluster).pki
         return Component(
             name=manifests.MANAGER,
             argv=[
@@ -104,9 +114,13 @@ class LocalManager:
                 f"--auth-address=127.0.0.1:{self.port}",
                 f"--auth-cert={self.directory / 'auth.crt'}",
                 f"--auth-key={self.directory / 'auth.key'}",
+                f"--webhook-address=127.0.0.1:{self.webhook_port}",
+                f"--webhook-cert={self.directory / 'webhook.crt'}",
+                f"--webhook-key={self.directory / 'webhook.key'}",
+                f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
                 f"--identity-ttl={identity_ttl}",
             ],
-            probe=Probe(url=f"{self.auth_url}/healthz", ca=ca),
+            probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
             after=["kube-apiserver"],
         )
 
@@ -167,7 +181,7 @@ async def plan(
         image=options.image,
         identity_ttl=options.identity_ttl,
         workload=local is None,
-        webhook_client_config=local.webhook_client_config() if local else None,
+        webhook_client_config=local.webhook_client_config if local else manifests.webhook_service_client_config,
     )
     return items, identity
 
@@ -201,10 +215,11 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             raise InstallError(
                 f"peerings are still active ({', '.join(active)}): unpeer first, or uninstall with --purge"
             )
-    # The webhook goes first: with failurePolicy Fail, once the manager is gone every pod created in a
-    # namespace still labelled for offloading would be refused.
-    with contextlib.suppress(NotFoundError):
-        await client.delete(MUTATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION)
+    # The webhooks go first: with failurePolicy Fail, once the manager is gone every pod created in a
+    # namespace still labelled for offloading (every ShadowPod written in a twin) would be refused.
+    for resource, name, _ in REGISTRATIONS:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
     local = local_manager(client)
     if local is not None:
         progress(f"stopping the manager and the virtual kubelet of local cluster {local.cluster}")
@@ -216,6 +231,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             (DEPLOYMENTS, manifests.MANAGER),
             (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
             (SERVICES, manifests.AUTH_SERVICE),
+            (SERVICES, manifests.WEBHOOK_SERVICE),
         )
         for resource, name in workloads:
             with contextlib.suppress(NotFoundError):
@@ -290,9 +306,14 @@ def local_manager(client: KubeClient) -> LocalManager | None:
     directory = ClusterDir.named(name).root / "liqo"
     auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
     kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
-    fresh = iter(free_ports(2))
+    webhook = _kept_port(name, manifests.MANAGER, "--webhook-address=")
+    fresh = iter(free_ports(3))
     return LocalManager(
-        cluster=name, directory=directory, port=auth or next(fresh), kubelet_port=kubelet or next(fresh)
+        cluster=name,
+        directory=directory,
+        port=auth or next(fresh),
+        kubelet_port=kubelet or next(fresh),
+        webhook_port=webhook or next(fresh),
     )
 
 
@@ -310,6 +331,9 @@ def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     local.directory.mkdir(parents=True, exist_ok=True)
     clusters.issue_client_kubeconfig(local.cluster, user=manifests.MANAGER, path=local.directory / "manager.kubeconfig")
     clusters.issue_serving_pair(local.cluster, cert=local.directory / "auth.crt", key=local.directory / "auth.key")
+    clusters.issue_serving_pair(
+        local.cluster, cert=local.directory / "webhook.crt", key=local.directory / "webhook.key"
+    )
     clusters.issue_client_kubeconfig(
         local.cluster, user=manifests.VIRTUAL_KUBELET, path=local.directory / "virtual-kubelet.kubeconfig"
     )

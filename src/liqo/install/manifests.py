@@ -1,13 +1,14 @@
 """What ``liqoctl install`` puts on a cluster, as plain manifests (pure functions, no I/O).
 
 The same list serves both launchers: applied as is on a real cluster (where the manager is a Deployment),
-or, on a local cluster, applied without the Deployment and Service because the manager runs as a host
+or, on a local cluster, applied without the Deployments and Services because the manager runs as a host
 process under the cluster's supervisor. ``--dry-run`` prints exactly this list.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -26,6 +27,9 @@ VIRTUAL_KUBELET = "liqo-virtual-kubelet"
 KUBELET_PORT = 10250
 AUTH_SERVICE = "liqo-auth"
 AUTH_PORT = 8443
+WEBHOOK_SERVICE = "liqo-webhook"
+"""The ClusterIP Service through which the API server calls the webhooks (never the peers' ``liqo-auth``)."""
+WEBHOOK_PORT = 9443
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 
 Manifest = dict[str, Any]
@@ -77,6 +81,12 @@ def manager_rules() -> list[dict[str, Any]]:
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["mutatingwebhookconfigurations"],
             "resourceNames": [registration.WEBHOOK_CONFIGURATION],
+            "verbs": ["get", "patch"],
+        },
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": [registration.VALIDATING_CONFIGURATION],
             "verbs": ["get", "patch"],
         },
     ]
@@ -169,14 +179,22 @@ def cluster_key_secret(key: ClusterKey) -> Manifest:
 
 
 def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
-    """The manager as a Deployment plus the Service exposing its authentication endpoint (real clusters)."""
+    """The manager as a Deployment, with its Services: authentication for peers, webhooks for the API server.
+
+    Two Services because peers reach one and must not reach the other: ``liqo-auth`` (LoadBalancer) serves
+    the authentication listener only; ``liqo-webhook`` (ClusterIP) the webhook listener (real clusters).
+    """
     labels = {"app.kubernetes.io/name": MANAGER}
     container = {
         "name": "manager",
         "image": image,
         "command": ["python", "-m", "liqo.apps.manager"],
-        "args": [f"--auth-address=0.0.0.0:{AUTH_PORT}", f"--identity-ttl={identity_ttl}"],
-        "ports": [{"name": "auth", "containerPort": AUTH_PORT}],
+        "args": [
+            f"--auth-address=0.0.0.0:{AUTH_PORT}",
+            f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
+            f"--identity-ttl={identity_ttl}",
+        ],
+        "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -208,6 +226,16 @@ def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
                 "type": "LoadBalancer",
                 "selector": labels,
                 "ports": [{"name": "https", "port": 443, "targetPort": "auth"}],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(WEBHOOK_SERVICE),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": labels,
+                "ports": [{"name": "https", "port": 443, "targetPort": "webhook"}],
             },
         },
     ]
@@ -246,19 +274,21 @@ def virtual_kubelet_workload(*, image: str) -> Manifest:
     }
 
 
-def webhook_service_client_config() -> dict[str, Any]:
-    """How the API server reaches the pod webhook on a real cluster: the manager's Service.
+def webhook_service_client_config(path: str) -> dict[str, Any]:
+    """How the API server reaches the webhook at ``path`` on a real cluster: the manager's webhook Service.
 
     No ``caBundle``: each manager publishes its serving CA at start-up (:mod:`liqo.offloading.registration`).
     """
-    return {
-        "service": {"namespace": names.LIQO_NAMESPACE, "name": AUTH_SERVICE, "path": registration.PATH, "port": 443}
-    }
+    return {"service": {"namespace": names.LIQO_NAMESPACE, "name": WEBHOOK_SERVICE, "path": path, "port": 443}}
 
 
-def webhook_url_client_config(*, auth_url: str, ca_pem: bytes) -> dict[str, Any]:
-    """How the API server reaches the pod webhook of a local cluster: the manager's loopback endpoint."""
-    return {"url": f"{auth_url.rstrip('/')}{registration.PATH}", "caBundle": base64.b64encode(ca_pem).decode()}
+def webhook_url_client_config(*, webhook_url: str, ca_pem: bytes, path: str) -> dict[str, Any]:
+    """How the API server reaches the webhook at ``path`` of a local cluster: the manager's loopback listener."""
+    return {"url": f"{webhook_url.rstrip('/')}{path}", "caBundle": base64.b64encode(ca_pem).decode()}
+
+
+ClientConfig = Callable[[str], dict[str, Any]]
+"""How the API server reaches the webhook served at a path."""
 
 
 def pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
@@ -295,6 +325,45 @@ def pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
     }
 
 
+def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
+    """The registration of the ShadowPod validating webhook (docs/security.md, "ShadowPod admission").
+
+    Called for ShadowPod creations and updates in twin namespaces only (the labels only this cluster's
+    manager writes), so nothing else in the cluster depends on the manager; ``Fail`` because a ShadowPod
+    let through unchecked would be run by the provider (the controller checks again before making its pod).
+    """
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": _meta(registration.VALIDATING_CONFIGURATION, namespace=None),
+        "webhooks": [
+            {
+                "name": registration.VALIDATING_WEBHOOK_NAME,
+                "clientConfig": client_config,
+                "rules": [
+                    {
+                        "operations": ["CREATE", "UPDATE"],
+                        "apiGroups": [liqo_resources.VIRTUAL_KUBELET],
+                        "apiVersions": ["*"],
+                        "resources": ["shadowpods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": names.REMOTE_CLUSTER_ID, "operator": "Exists"},
+                        {"key": names.ORIGIN_NAMESPACE, "operator": "Exists"},
+                    ]
+                },
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }
+        ],
+    }
+
+
 def manifests(
     *,
     cluster_id: str,
@@ -307,12 +376,12 @@ def manifests(
     image: str,
     identity_ttl: int,
     workload: bool,
-    webhook_client_config: dict[str, Any] | None = None,
+    webhook_client_config: ClientConfig = webhook_service_client_config,
 ) -> list[Manifest]:
-    """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployment and Service.
+    """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployments and Services.
 
-    The pod webhook's registration comes last, once what serves it is in place; ``webhook_client_config``
-    says how the API server reaches it (default: through the manager's Service).
+    The webhooks' registrations come last, once what serves them is in place; ``webhook_client_config``
+    says how the API server reaches a webhook's path (default: through the manager's webhook Service).
     """
     identity = cluster_identity(
         cluster_id=cluster_id,
@@ -333,5 +402,6 @@ def manifests(
     ]
     if workload:
         items += [*manager_workload(image=image, identity_ttl=identity_ttl), virtual_kubelet_workload(image=image)]
-    items.append(pod_webhook_configuration(client_config=webhook_client_config or webhook_service_client_config()))
+    items.append(pod_webhook_configuration(client_config=webhook_client_config(registration.PATH)))
+    items.append(shadow_pod_webhook_configuration(client_config=webhook_client_config(registration.VALIDATE_PATH)))
     return items

@@ -95,3 +95,12 @@ def split_key(key: str) -> tuple[str | None, str]:
     """The (namespace, name) pair of a cache key made by :func:`object_key`."""
     namespace, sep, name = key.partition("/")
     return (namespace, name) if sep else (None, namespace)
+
+
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)

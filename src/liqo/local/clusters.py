@@ -32,7 +32,17 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
 from liqo.local import toolchain
-from liqo.local.components import Component, kwok_config, node_manifest, plan, scheduler_config
+from liqo.local.components import (
+    WEBHOOK_CLIENT,
+    WEBHOOK_CLIENT_CA,
+    Component,
+    admission_config,
+    kwok_config,
+    node_manifest,
+    plan,
+    scheduler_config,
+    webhook_client_kubeconfig,
+)
 from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refresh_ports, write_json
 from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone
 from liqo.local.spec import ClusterSpec, check_name
@@ -119,6 +129,9 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
     ports = refresh_ports(Ports(**previous) if previous else None, reserved=_ports_of_other_clusters(spec.name))
     _write_pki(spec, cluster, ports)
     cluster.config.mkdir(parents=True, exist_ok=True)
+    (cluster.config / "admission.yaml").write_text(
+        admission_config(kubeconfig=str(cluster.pki / "webhook-client.kubeconfig"))
+    )
     (cluster.config / "scheduler.yaml").write_text(
         scheduler_config(kubeconfig=str(cluster.pki / "scheduler.kubeconfig"))
     )
@@ -170,12 +183,7 @@ def _enable_all(cluster: ClusterDir) -> bool:
 def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
     """Create missing certificates and (always) the kubeconfigs, whose server URL follows the port."""
     d = cluster.pki
-    ca_files = (d / "ca.crt", d / "ca.key")
-    if not all(path.exists() for path in ca_files):
-        ca = pki.make_ca(f"liqo-local-{spec.name}-ca")
-        pki.write_private(d / "ca.key", ca.key)
-        (d / "ca.crt").write_bytes(ca.cert)
-    ca = pki.KeyPair((d / "ca.crt").read_bytes(), (d / "ca.key").read_bytes())
+    ca = _ca(d, "ca", f"liqo-local-{spec.name}-ca")
     if not (d / "sa.key").exists():
         sa_key = pki.new_key()
         pki.write_private(d / "sa.key", pki.key_pem(sa_key))
@@ -206,6 +214,15 @@ def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
             pair = pki.issue(ca, **params)
             pki.write_private(d / f"{name}.key", pair.key)
             (d / f"{name}.crt").write_bytes(pair.cert)
+    webhook_ca = _ca(d, WEBHOOK_CLIENT_CA, f"liqo-local-{spec.name}-webhook-client-ca")
+    if not (d / f"{WEBHOOK_CLIENT}.crt").exists():
+        pair = pki.issue(webhook_ca, common_name="kube-apiserver-webhook-client", client=True)
+        pki.write_private(d / f"{WEBHOOK_CLIENT}.key", pair.key)
+        (d / f"{WEBHOOK_CLIENT}.crt").write_bytes(pair.cert)
+    webhook_client = webhook_client_kubeconfig(
+        cert=(d / f"{WEBHOOK_CLIENT}.crt").read_bytes(), key=(d / f"{WEBHOOK_CLIENT}.key").read_bytes()
+    )
+    pki.write_private(d / "webhook-client.kubeconfig", yaml.safe_dump(webhook_client, sort_keys=False).encode())
     server = f"https://127.0.0.1:{ports.apiserver}"
     for user, target in (
         ("admin", cluster.kubeconfig),
@@ -222,6 +239,16 @@ def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
             key=(d / f"{user}.key").read_bytes(),
         )
         pki.write_private(target, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def _ca(directory: Path, name: str, common_name: str) -> pki.KeyPair:
+    """The CA ``name`` of a cluster's PKI, made if missing."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    if not (cert.exists() and key.exists()):
+        ca = pki.make_ca(common_name)
+        pki.write_private(key, ca.key)
+        cert.write_bytes(ca.cert)
+    return pki.KeyPair(cert.read_bytes(), key.read_bytes())
 
 
 def _start_supervisor(cluster: ClusterDir) -> None:

@@ -12,11 +12,15 @@ Flag choices worth knowing:
 - kube-controller-manager signs CSRs with the cluster CA (``certificates.k8s.io`` works) and allocates
   node pod CIDRs, which kwok then uses for pod IPs;
 - kube-controller-manager and kube-scheduler get generous client QPS: on a simulated cluster the
-  interesting limits are the API server's and ours, not the default 20 QPS client throttle.
+  interesting limits are the API server's and ours, not the default 20 QPS client throttle;
+- the API server presents a client certificate to admission webhooks (``--admission-control-config-file``),
+  signed by a CA of its own that signs nothing else: liqo's webhook listener accepts that CA only. Not the
+  cluster CA, which also signs (through CSRs) the identities this cluster issues to its peers.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,10 @@ from liqo.local.layout import ClusterDir, Ports
 from liqo.local.spec import ClusterSpec
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+WEBHOOK_CLIENT_CA = "webhook-client-ca"
+"""PKI name of the CA whose only certificate is the API server's webhook client identity."""
+WEBHOOK_CLIENT = "apiserver-webhook-client"
+"""PKI name of the client certificate the API server presents to admission webhooks."""
 CLIENT_QPS = 500
 CLIENT_BURST = 1000
 
@@ -145,6 +153,7 @@ def plan(*, spec: ClusterSpec, ports: Ports, cluster: ClusterDir, bin_dir: Path)
             f"--kubelet-client-key={pki('apiserver-kubelet-client.key')}",
             f"--kubelet-certificate-authority={ca}",
             "--kubelet-preferred-address-types=InternalIP",
+            f"--admission-control-config-file={cluster.config / 'admission.yaml'}",
             "--profiling=false",
         ],
         probe=Probe(url=f"{api}/readyz", **admin),
@@ -230,6 +239,33 @@ def scheduler_config(*, kubeconfig: str) -> str:
         "leaderElection": {"leaderElect": False},
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def admission_config(*, kubeconfig: str) -> str:
+    """kube-apiserver's admission configuration: the webhooks' client credentials come from ``kubeconfig``."""
+    webhook = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration"}
+    config = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {"name": name, "configuration": webhook | {"kubeConfigFile": kubeconfig}}
+            for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def webhook_client_kubeconfig(*, cert: bytes, key: bytes) -> dict[str, Any]:
+    """The credentials the API server presents to every webhook (user ``*``: whatever host it calls)."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "users": [{"name": "*", "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
+    }
 
 
 def kwok_config(*, stages: list[str], logs_file: str, exec_dir: str) -> str:

@@ -17,6 +17,9 @@ namespace going away on unpeer or revoke) waits until every twin of that consume
 gone" means "the twins are gone" for whoever watches it. While the tenant namespace is terminating nothing
 is created; the twins are only deleted, which is what lets the tenant namespace finish terminating.
 
+Each twin carries the Pod Security Admission labels of its consumer's policy level; the controller follows
+the SharingPolicies and corrects the labels of the twins it keeps when the level changes.
+
 The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
 every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
 """
@@ -30,13 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import NAMESPACE_MAPS
+from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES, Resource
-from liqo.offloading.twins import TWIN_ROLE, is_twin_of, twin_namespace_manifest, twin_rbac
+from liqo.offloading.podsecurity import PolicySelector
+from liqo.offloading.twins import TWIN_ROLE, is_twin_of, pod_security_patch, twin_namespace_manifest, twin_rbac
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +193,11 @@ def _rbac_matches(current: Obj | None, desired: Obj) -> bool:
 class NamespaceMapController:
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
-    def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
+    def __init__(self, *, client: KubeClient, informers: SharedInformers, select: PolicySelector) -> None:
         self._client = client
+        self._select = select
         self.maps = informers.informer(NAMESPACE_MAPS)
+        self.policies = informers.informer(SHARING_POLICIES)
         self.namespaces = informers.informer(NAMESPACES)
         self.roles = informers.informer(ROLES, label_selector=names.REMOTE_CLUSTER_ID)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
@@ -200,6 +206,11 @@ class NamespaceMapController:
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
         self.controller.watch(self.roles, _peer_label)
         self.controller.watch(self.bindings, _peer_label)
+        self.controller.watch(self.policies, self._every_consumer)
+
+    def _every_consumer(self, _policy: Obj) -> list[str]:
+        """Every consumer with a map: a SharingPolicy change may move any one's pod security level."""
+        return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
         """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.
@@ -228,10 +239,13 @@ class NamespaceMapController:
         mappings = (namespace_map.get("spec") or {}).get("mappings") or {}
         plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name)
         status = dict(plan.status)
+        level = self._select(self.policies.store.list(), consumer_id).level
         for home, twin in plan.create.items():
-            status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin)
+            status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin, level=level)
         for home, twin in plan.keep.items():
-            status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+            status[home] = await self._ensure_pod_security(by_name[twin], level=level)
+            if status[home].phase == "Ready":
+                status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
         for namespace in plan.delete:
             meta = namespace["metadata"]
             log.info("deleting twin namespace %s of %s/%s", meta["name"], consumer_id, origin_of(namespace))
@@ -249,9 +263,9 @@ class NamespaceMapController:
         failed = any(twin.phase == "Error" for twin in status.values())
         return Result(requeue_after=RETRY_AFTER) if failed else None
 
-    async def _create(self, *, consumer_id: str, home: str, twin: str) -> TwinStatus:
+    async def _create(self, *, consumer_id: str, home: str, twin: str, level: str) -> TwinStatus:
         """Create the twin (never over an existing namespace), then the consumer's rights in it."""
-        manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home)
+        manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home, level=level)
         try:
             await self._client.create(NAMESPACES, manifest)
             log.info("created twin namespace %s of %s/%s", twin, consumer_id, home)
@@ -268,6 +282,18 @@ class NamespaceMapController:
         except KubeError as exc:
             return TwinStatus(twin, "Error", f"cannot create namespace {twin}: {exc}")
         return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+
+    async def _ensure_pod_security(self, namespace: Obj, *, level: str) -> TwinStatus:
+        """Bring a kept twin's Pod Security Admission labels to the consumer's current level."""
+        name = namespace["metadata"]["name"]
+        patch = pod_security_patch(namespace, level=level)
+        if patch is not None:
+            try:
+                await self._client.patch(NAMESPACES, name, patch)
+            except KubeError as exc:
+                return TwinStatus(name, "Error", f"cannot set the pod security level of {name}: {exc}")
+            log.info("twin namespace %s: pod security level %s", name, level)
+        return TwinStatus(name, "Ready")
 
     async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:
         """Apply the consumer's Role and RoleBinding in ``twin`` unless the cache shows them as they should be."""

@@ -1,20 +1,20 @@
-"""How the API server finds and trusts the pod webhook: its registration names, certificate and CA bundle.
+"""How the API server finds and trusts the webhooks: their registration names, certificate and CA bundle.
 
 (Kept apart from :mod:`liqo.offloading.webhook` so that ``liqoctl install``, which writes the
-registration, does not import the HTTP server.)
+registrations, does not import the HTTP server.)
 
-Peers never verify the manager's endpoint certificate (they authenticate its answers by HMAC,
-docs/peering.md), but the API server does when it calls the webhook, against the ``caBundle`` of the
-MutatingWebhookConfiguration. On a local cluster install writes that bundle itself: the endpoint's
-certificate comes from the cluster's CA and the webhook is called by URL on loopback. On a real cluster
-the webhook is called through the ``liqo-auth`` Service, so:
+Two webhooks, both served by every manager replica on the webhook listener (not the authentication
+listener peers reach, docs/security.md, "Webhooks"): the pod mutator and the ShadowPod validator. The API
+server verifies the listener's certificate against the ``caBundle`` of each configuration. On a local
+cluster install writes that bundle itself: the certificate comes from the cluster's CA and the webhooks are
+called by URL on loopback. On a real cluster they are called through the ``liqo-webhook`` Service, so:
 
 - every replica must serve the *same* certificate, or the API server would trust only whichever replica
   last published its CA, and a rolling update would refuse pods while old and new replicas overlap. The
   pair lives in one Secret; the first replica creates it, the others (and later restarts) reuse it, and
   a replica that finds it close to expiry (or not covering the Service's names) replaces it — a
   conflicting write means another replica did it first, and its pair is used;
-- at start-up each replica publishes the CA into the configuration's ``caBundle`` if it is not there yet
+- at start-up each replica publishes the CA into each configuration's ``caBundle`` if it is not there yet
   (a strategic-merge patch of that one field, which ``liqoctl install`` never sets for a Service, so a
   re-install does not erase it).
 """
@@ -33,7 +33,7 @@ from cryptography import x509
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
-from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS
+from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Resource
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,17 @@ WEBHOOK_CONFIGURATION = "liqo-pod-mutator"
 WEBHOOK_NAME = "pods.offloading.liqo.io"
 """The webhook's name in that configuration: what the API server names in its errors."""
 PATH = "/mutate/pods"
-"""Where the manager's HTTPS endpoint serves the webhook."""
+"""Where the manager's webhook listener serves the pod webhook."""
+VALIDATING_CONFIGURATION = "liqo-shadowpod-validator"
+"""The ValidatingWebhookConfiguration registering the ShadowPod webhook (cluster-scoped)."""
+VALIDATING_WEBHOOK_NAME = "shadowpods.offloading.liqo.io"
+VALIDATE_PATH = "/validate/shadowpods"
+"""Where the manager's webhook listener serves the ShadowPod webhook."""
+REGISTRATIONS: tuple[tuple[Resource, str, str], ...] = (
+    (MUTATING_WEBHOOK_CONFIGURATIONS, WEBHOOK_CONFIGURATION, WEBHOOK_NAME),
+    (VALIDATING_WEBHOOK_CONFIGURATIONS, VALIDATING_CONFIGURATION, VALIDATING_WEBHOOK_NAME),
+)
+"""Every webhook configuration liqo installs: (resource, configuration name, webhook name)."""
 
 SERVING_SECRET = "liqo-manager-tls"
 """Secret (``kubernetes.io/tls``, plus ``ca.crt``) holding the pair every manager replica serves."""
@@ -111,20 +121,22 @@ def serving_secret(pair: ServingPair, *, namespace: str, labels: Mapping[str, st
     }
 
 
-def ca_bundle_patch(configuration: Mapping[str, Any], *, ca_pem: str) -> dict[str, Any] | None:
-    """The strategic-merge patch publishing ``ca_pem`` for our webhook, or None when there is nothing to do.
+def ca_bundle_patch(
+    configuration: Mapping[str, Any], *, ca_pem: str, webhook: str = WEBHOOK_NAME
+) -> dict[str, Any] | None:
+    """The strategic-merge patch publishing ``ca_pem`` for ``webhook``, or None when there is nothing to do.
 
     Nothing to do when the webhook is called by URL (a local cluster: install wrote the bundle) or when
     the bundle is already ``ca_pem``.
     """
     bundle = base64.b64encode(ca_pem.encode()).decode()
-    for webhook in configuration.get("webhooks") or []:
-        if webhook.get("name") != WEBHOOK_NAME:
+    for hook in configuration.get("webhooks") or []:
+        if hook.get("name") != webhook:
             continue
-        client_config = webhook.get("clientConfig") or {}
+        client_config = hook.get("clientConfig") or {}
         if "service" not in client_config or client_config.get("caBundle") == bundle:
             return None
-        return {"webhooks": [{"name": WEBHOOK_NAME, "clientConfig": {"caBundle": bundle}}]}
+        return {"webhooks": [{"name": webhook, "clientConfig": {"caBundle": bundle}}]}
     return None
 
 
@@ -160,21 +172,34 @@ async def shared_serving_pair(
     raise ConflictError(409, "Conflict", f"Secret {namespace}/{SERVING_SECRET} keeps changing under us")
 
 
-async def publish_ca_bundle(client: KubeClient, *, ca_pem: str, name: str = WEBHOOK_CONFIGURATION) -> bool:
-    """Put ``ca_pem`` in the webhook configuration's ``caBundle`` if it is called through a Service.
+async def publish_ca_bundle(
+    client: KubeClient,
+    *,
+    ca_pem: str,
+    resource: Resource = MUTATING_WEBHOOK_CONFIGURATIONS,
+    name: str = WEBHOOK_CONFIGURATION,
+    webhook: str = WEBHOOK_NAME,
+) -> bool:
+    """Put ``ca_pem`` in the configuration's ``caBundle`` for ``webhook`` if it is called through a Service.
 
     Returns:
         Whether the configuration was patched. A missing configuration (liqo installed by an older
         version) is logged, not raised: the rest of the manager works without the webhook.
     """
     try:
-        configuration = await client.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
+        configuration = await client.get(resource, name)
     except NotFoundError:
-        log.warning("MutatingWebhookConfiguration %s not found: pods will not be placed by liqo", name)
+        log.warning("%s %s not found: its webhook is not called", resource.kind, name)
         return False
-    patch = ca_bundle_patch(configuration, ca_pem=ca_pem)
+    patch = ca_bundle_patch(configuration, ca_pem=ca_pem, webhook=webhook)
     if patch is None:
         return False
-    await client.patch(MUTATING_WEBHOOK_CONFIGURATIONS, name, patch, patch_type="strategic")
-    log.info("published the serving CA in MutatingWebhookConfiguration %s", name)
+    await client.patch(resource, name, patch, patch_type="strategic")
+    log.info("published the serving CA in %s %s", resource.kind, name)
     return True
+
+
+async def publish_ca_bundles(client: KubeClient, *, ca_pem: str) -> None:
+    """:func:`publish_ca_bundle` for every configuration of :data:`REGISTRATIONS`."""
+    for resource, name, webhook in REGISTRATIONS:
+        await publish_ca_bundle(client, ca_pem=ca_pem, resource=resource, name=name, webhook=webhook)

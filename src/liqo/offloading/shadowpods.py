@@ -8,6 +8,11 @@ deleted with the grace period the consumer asked for (the home pod's), before th
 The pod also has the ShadowPod as controlling owner: should the finalizer be removed by hand, the garbage
 collector still removes the pod.
 
+Before making a pod the controller judges the ShadowPod again, with the verdict the validating webhook
+gives (:mod:`liqo.offloading.podsecurity`): a ShadowPod stored while the webhook was not registered (before
+an upgrade, or with the registration removed) gets no pod, only the status ``Refused`` and a Warning Event.
+The pod is made with the verdict's resets (no ServiceAccount token, the grace period capped).
+
 Keyed by ``namespace/name`` (a ShadowPod and its pod share both).
 """
 
@@ -15,24 +20,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import SHADOW_PODS
+from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
 from liqo.kube.errors import ApiError, ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.resources import PODS
+from liqo.kube.resources import NAMESPACES, PODS
+from liqo.offloading.podsecurity import PolicySelector, Reset, Verdict, apply_resets, shadow_pod_verdict
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 
-def pod_from_shadow(shadow: Obj) -> Obj:
-    """The real pod created for ``shadow``, controlled by it (pure)."""
+def pod_from_shadow(shadow: Obj, *, resets: Sequence[Reset]) -> Obj:
+    """The real pod created for ``shadow``, controlled by it, with the verdict's ``resets`` applied (pure)."""
     meta = shadow["metadata"]
     labels = dict(meta.get("labels") or {}) | {names.SHADOW_POD: meta["name"]}
     annotations = dict(meta.get("annotations") or {}) | {names.HOME_POD_UID: shadow["spec"].get("homePodUID", "")}
@@ -53,7 +60,7 @@ def pod_from_shadow(shadow: Obj) -> Obj:
             "annotations": annotations,
             "ownerReferences": [owner],
         },
-        "spec": shadow["spec"]["pod"],
+        "spec": apply_resets(shadow["spec"]["pod"], resets),
     }
 
 
@@ -76,11 +83,16 @@ def _key(obj: Obj) -> list[str]:
 class ShadowPods:
     """Creates, re-creates and deletes the pods of every ShadowPod in this cluster."""
 
-    def __init__(self, *, client: KubeClient, informers: SharedInformers, events: EventRecorder) -> None:
+    def __init__(
+        self, *, client: KubeClient, informers: SharedInformers, events: EventRecorder, select: PolicySelector
+    ) -> None:
         self._client = client
         self._events = events
+        self._select = select
         self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
         self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
+        self.namespaces = informers.informer(NAMESPACES)
+        self.policies = informers.informer(SHARING_POLICIES)
         self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=16)
         self.controller.watch(self.shadows, _key)
         self.controller.watch(self.pods, _key)
@@ -116,10 +128,29 @@ class ShadowPods:
         if pod is None:
             await self._create(shadow)
 
+    async def verdict(self, shadow: Obj) -> Verdict:
+        """The webhook's verdict on ``shadow``, from the caches (a namespace they miss is asked for)."""
+        name = shadow["metadata"]["namespace"]
+        namespace = self.namespaces.store.get(name)
+        if namespace is None:
+            with contextlib.suppress(NotFoundError):
+                namespace = await self._client.get(NAMESPACES, name)
+        policies = self.policies.store.list()
+        return shadow_pod_verdict(
+            shadow, namespace=namespace, policy_of=lambda consumer: self._select(policies, consumer)
+        )
+
     async def _create(self, shadow: Obj) -> None:
         meta = shadow["metadata"]
+        verdict = await self.verdict(shadow)
+        if not verdict.allowed:
+            refused = {"phase": "Refused", "message": verdict.message()}
+            if (shadow.get("status") or {}) != refused:  # once, not at every re-queue
+                await self._set_status(shadow, refused)
+                await self._events.record(shadow, type="Warning", reason="PodRefused", message=verdict.message())
+            return
         try:
-            await self._client.create(PODS, pod_from_shadow(shadow))
+            await self._client.create(PODS, pod_from_shadow(shadow, resets=verdict.resets))
         except ConflictError:
             return  # created meanwhile (the informer is behind): the pod's event re-queues us
         except ApiError as exc:

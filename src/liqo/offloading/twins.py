@@ -5,6 +5,10 @@ not count as the provider's free capacity, and unpeer finds it) and its home nam
 ``ORIGIN_NAMESPACE``. The consumer's identity gets, in the twin only, what the virtual kubelet needs: its
 ShadowPods and reflected objects, read access to the pods the provider made and to their logs and events,
 and exec. It never gets to create pods directly: the provider decides what runs, from the ShadowPod.
+
+A twin also carries the Pod Security Admission labels of the consumer's policy level (``enforce``, ``warn``
+and ``audit``, version ``latest``): Kubernetes' own admission then checks the real pods too, a second
+opinion on the provider's verdict that does not depend on liqo's code.
 """
 
 from __future__ import annotations
@@ -20,16 +24,31 @@ _ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
 _READ = ["get", "list", "watch"]
 
 
-def twin_namespace_manifest(*, name: str, consumer_id: str, home_namespace: str) -> dict[str, Any]:
-    """The twin namespace ``name`` of ``consumer_id``'s ``home_namespace`` (pure)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": name,
-            "labels": names.peer_labels(consumer_id) | {names.ORIGIN_NAMESPACE: home_namespace},
-        },
-    }
+PSA_MODES = ("enforce", "warn", "audit")
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """The Pod Security Admission labels enforcing ``level`` (``baseline`` or ``restricted``) (pure)."""
+    labels = {}
+    for mode in PSA_MODES:
+        labels[f"pod-security.kubernetes.io/{mode}"] = level
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = "latest"
+    return labels
+
+
+def twin_namespace_manifest(*, name: str, consumer_id: str, home_namespace: str, level: str) -> dict[str, Any]:
+    """The twin namespace ``name`` of ``consumer_id``'s ``home_namespace``, its pods held to ``level`` (pure)."""
+    labels = names.peer_labels(consumer_id) | {names.ORIGIN_NAMESPACE: home_namespace} | pod_security_labels(level)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def pod_security_patch(namespace: dict[str, Any], *, level: str) -> dict[str, Any] | None:
+    """The merge patch bringing a twin's PSA labels to ``level``, or None if they are there already (pure)."""
+    current = namespace["metadata"].get("labels") or {}
+    wanted = pod_security_labels(level)
+    if all(current.get(key) == value for key, value in wanted.items()):
+        return None
+    return {"metadata": {"labels": wanted}}
 
 
 def is_twin_of(namespace: dict[str, Any], *, consumer_id: str) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_REVIEW = 4 * 1024 * 1024
 """Largest AdmissionReview accepted: a pod may be up to the API server's 3 MiB request limit, plus the
-envelope. (The authentication routes of the same endpoint keep their own, much smaller, limit.)"""
+envelope."""
 LOOKUP_TIMEOUT = 2.0
 """Seconds a cache miss may spend asking the API server, well within the configuration's 5 s timeout."""
 
@@ -225,6 +225,8 @@ class PodReview:
     group: str
     sub_resource: str
     obj: Object | None
+    old_obj: Object | None = None
+    """The object before an UPDATE (None otherwise)."""
 
     @property
     def is_pod_create(self) -> bool:
@@ -254,7 +256,8 @@ def parse_review(body: bytes) -> PodReview:
         raise InvalidReview("the AdmissionReview request has no uid")
     kind = request.get("kind")
     obj = request.get("object")
-    if not isinstance(kind, dict) or not (obj is None or isinstance(obj, dict)):
+    old = request.get("oldObject")
+    if not isinstance(kind, dict) or not all(o is None or isinstance(o, dict) for o in (obj, old)):
         raise InvalidReview("the AdmissionReview request needs a kind and an object")
     return PodReview(
         uid=uid,
@@ -264,6 +267,7 @@ def parse_review(body: bytes) -> PodReview:
         group=str(kind.get("group") or ""),
         sub_resource=str(request.get("subResource") or ""),
         obj=obj,
+        old_obj=old,
     )
 
 
@@ -318,14 +322,7 @@ class PodWebhook:
 
     async def handle(self, request: web.Request) -> web.Response:
         """Answer one AdmissionReview."""
-        try:
-            review = parse_review(await request.clone(client_max_size=MAX_REVIEW).read())
-        except web.HTTPRequestEntityTooLarge:
-            return _json({"reason": f"the body is larger than {MAX_REVIEW} bytes"}, status=413)
-        except InvalidReview as exc:
-            log.info("%s from %s refused (400): %s", PATH, request.remote, exc)
-            return _json({"reason": str(exc)}, status=400)
-        return _json(await self.review(review))
+        return await serve_review(request, self.review)
 
     async def review(self, review: PodReview) -> Object:
         """The answer to ``review``: the patch of the namespace's strategy, or why the pod must wait."""
@@ -359,10 +356,23 @@ class PodWebhook:
             return None
 
 
+async def serve_review(request: web.Request, review: Callable[[PodReview], Awaitable[Object]]) -> web.Response:
+    """Parse the AdmissionReview of ``request`` and answer it with ``review`` (400/413 for what is none)."""
+    try:
+        parsed = parse_review(await request.clone(client_max_size=MAX_REVIEW).read())
+    except web.HTTPRequestEntityTooLarge:
+        return json_response({"reason": f"the body is larger than {MAX_REVIEW} bytes"}, status=413)
+    except InvalidReview as exc:
+        log.info("%s from %s refused (400): %s", request.path, request.remote, exc)
+        return json_response({"reason": str(exc)}, status=400)
+    return json_response(await review(parsed))
+
+
 def _pod_name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return str(meta.get("name") or f"{meta.get('generateName') or ''}*")
 
 
-def _json(body: Object, *, status: int = 200) -> web.Response:
+def json_response(body: Object, *, status: int = 200) -> web.Response:
+    """A JSON answer."""
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")

@@ -50,6 +50,7 @@ _DROPPED_POD_FIELDS = frozenset(
         "automountServiceAccountToken",
         "schedulingGates",
         "resourceClaims",
+        "runtimeClassName",  # home runtime classes mean nothing remotely (and the provider refuses them)
     }
 )
 _TOKEN_VOLUME_PREFIX = "kube-api-access-"

@@ -2,7 +2,15 @@ from pathlib import Path
 
 import yaml
 
-from liqo.local.components import Component, kwok_config, node_manifest, plan, scheduler_config
+from liqo.local.components import (
+    Component,
+    admission_config,
+    kwok_config,
+    node_manifest,
+    plan,
+    scheduler_config,
+    webhook_client_kubeconfig,
+)
 from liqo.local.layout import ClusterDir, Ports
 from liqo.local.spec import ClusterSpec
 
@@ -64,3 +72,19 @@ def test_generated_configs_are_valid_yaml() -> None:
     scheduler = yaml.safe_load(scheduler_config(kubeconfig="/k"))
     assert scheduler["clientConnection"]["kubeconfig"] == "/k"
     assert scheduler["leaderElection"]["leaderElect"] is False
+
+
+def test_the_api_server_presents_its_webhook_client_certificate_to_both_webhook_plugins() -> None:
+    apiserver = next(c for c in components() if c.name == "kube-apiserver")
+    assert "--admission-control-config-file=/state/rome/config/admission.yaml" in apiserver.argv
+    config = yaml.safe_load(admission_config(kubeconfig="/state/rome/pki/webhook-client.kubeconfig"))
+    assert config["kind"] == "AdmissionConfiguration"
+    plugins = {p["name"]: p["configuration"] for p in config["plugins"]}
+    assert sorted(plugins) == ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"]
+    for plugin in plugins.values():
+        assert plugin["kind"] == "WebhookAdmissionConfiguration"
+        assert plugin["kubeConfigFile"] == "/state/rome/pki/webhook-client.kubeconfig"
+    credentials = webhook_client_kubeconfig(cert=b"CERT", key=b"KEY")
+    (user,) = credentials["users"]
+    assert user["name"] == "*"  # whatever webhook host the API server calls
+    assert set(user["user"]) == {"client-certificate-data", "client-key-data"}

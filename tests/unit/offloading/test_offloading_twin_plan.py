@@ -16,7 +16,7 @@ from liqo.offloading.namespacemaps import (
     reserved,
     twins_of,
 )
-from liqo.offloading.twins import twin_namespace_manifest
+from liqo.offloading.twins import is_twin_of, pod_security_labels, pod_security_patch, twin_namespace_manifest
 
 Obj = dict[str, Any]
 ROME = "rome0000-1111-2222-3333-444455556666"
@@ -31,7 +31,7 @@ def namespace(name: str, labels: dict[str, str] | None = None, *, deleting: bool
 
 
 def twin(name: str, *, consumer: str = ROME, home: str, deleting: bool = False) -> Obj:
-    manifest = twin_namespace_manifest(name=name, consumer_id=consumer, home_namespace=home)
+    manifest = twin_namespace_manifest(name=name, consumer_id=consumer, home_namespace=home, level="baseline")
     return namespace(name, manifest["metadata"]["labels"], deleting=deleting)
 
 
@@ -168,3 +168,17 @@ def test_only_this_consumers_twins_are_ever_deleted_and_nothing_existing_is_crea
     assert set(mappings) <= set(plan.status)
     for home, kept in plan.keep.items():
         assert namespaces[kept]["metadata"]["labels"][names.ORIGIN_NAMESPACE] == home
+
+
+def test_twins_carry_the_psa_labels_of_the_level_and_a_change_is_one_patch() -> None:
+    baseline = twin("web-rome", home="web")
+    labels = baseline["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "baseline"
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
+    assert pod_security_patch(baseline, level="baseline") is None
+    patch = pod_security_patch(baseline, level="restricted")
+    assert patch == {"metadata": {"labels": pod_security_labels("restricted")}}
+    patched = namespace("web-rome", labels | patch["metadata"]["labels"])
+    assert pod_security_patch(patched, level="restricted") is None
+    assert is_twin_of(patched, consumer_id=ROME)  # the twin labels are left alone

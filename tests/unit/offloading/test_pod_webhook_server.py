@@ -292,14 +292,14 @@ def install_manifests(**extra: Any) -> list[Object]:
     )
 
 
-def test_install_registers_the_webhook_last_through_the_service_by_default() -> None:
-    configuration = install_manifests()[-1]
+def test_install_registers_the_webhooks_last_through_the_webhook_service_by_default() -> None:
+    configuration, validator = install_manifests()[-2:]
     assert configuration["kind"] == "MutatingWebhookConfiguration"
     assert configuration["metadata"]["name"] == "liqo-pod-mutator"
     (hook,) = configuration["webhooks"]
     assert hook == {
         "name": "pods.offloading.liqo.io",
-        "clientConfig": {"service": {"namespace": "liqo", "name": "liqo-auth", "path": "/mutate/pods", "port": 443}},
+        "clientConfig": {"service": {"namespace": "liqo", "name": "liqo-webhook", "path": "/mutate/pods", "port": 443}},
         "rules": [
             {
                 "operations": ["CREATE"],
@@ -316,21 +316,63 @@ def test_install_registers_the_webhook_last_through_the_service_by_default() -> 
         "timeoutSeconds": 5,
         "reinvocationPolicy": "Never",
     }
-
-
-def test_a_local_cluster_registers_the_loopback_url_and_its_ca() -> None:
-    config = manifests.webhook_url_client_config(auth_url="https://127.0.0.1:40123/", ca_pem=b"CA")
-    configuration = install_manifests(webhook_client_config=config)[-1]
-    assert configuration["webhooks"][0]["clientConfig"] == {
-        "url": "https://127.0.0.1:40123/mutate/pods",
-        "caBundle": base64.b64encode(b"CA").decode(),
+    assert validator["kind"] == "ValidatingWebhookConfiguration"
+    assert validator["metadata"]["name"] == "liqo-shadowpod-validator"
+    (check,) = validator["webhooks"]
+    assert check == {
+        "name": "shadowpods.offloading.liqo.io",
+        "clientConfig": {
+            "service": {"namespace": "liqo", "name": "liqo-webhook", "path": "/validate/shadowpods", "port": 443}
+        },
+        "rules": [
+            {
+                "operations": ["CREATE", "UPDATE"],
+                "apiGroups": ["virtualkubelet.liqo.io"],
+                "apiVersions": ["*"],
+                "resources": ["shadowpods"],
+                "scope": "Namespaced",
+            }
+        ],
+        "namespaceSelector": {
+            "matchExpressions": [
+                {"key": "liqo.io/remote-cluster-id", "operator": "Exists"},
+                {"key": "liqo.io/origin-namespace", "operator": "Exists"},
+            ]
+        },
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
     }
 
 
-def test_the_manager_may_read_and_patch_its_own_webhook_configuration_only() -> None:
-    (rule,) = [r for r in manifests.manager_rules() if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert rule["resourceNames"] == ["liqo-pod-mutator"]
-    assert sorted(rule["verbs"]) == ["get", "patch"]
+def test_the_webhook_service_is_cluster_internal_and_not_the_peers_one() -> None:
+    services = {m["metadata"]["name"]: m for m in install_manifests() if m["kind"] == "Service"}
+    assert services["liqo-webhook"]["spec"]["type"] == "ClusterIP"
+    assert services["liqo-webhook"]["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook"}]
+    assert services["liqo-auth"]["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "auth"}]
+
+
+def test_a_local_cluster_registers_the_loopback_url_and_its_ca() -> None:
+    def config(path: str) -> Object:
+        return manifests.webhook_url_client_config(webhook_url="https://127.0.0.1:40123/", ca_pem=b"CA", path=path)
+
+    mutator, validator = install_manifests(webhook_client_config=config)[-2:]
+    bundle = base64.b64encode(b"CA").decode()
+    assert mutator["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:40123/mutate/pods", "caBundle": bundle}
+    assert validator["webhooks"][0]["clientConfig"] == {
+        "url": "https://127.0.0.1:40123/validate/shadowpods",
+        "caBundle": bundle,
+    }
+
+
+def test_the_manager_may_read_and_patch_its_own_webhook_configurations_only() -> None:
+    rules = [r for r in manifests.manager_rules() if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert {(tuple(r["resources"]), tuple(r["resourceNames"])) for r in rules} == {
+        (("mutatingwebhookconfigurations",), ("liqo-pod-mutator",)),
+        (("validatingwebhookconfigurations",), ("liqo-shadowpod-validator",)),
+    }
+    assert all(sorted(r["verbs"]) == ["get", "patch"] for r in rules)
 
 
 def configuration(client_config: Object, name: str = registration.WEBHOOK_NAME) -> Object:

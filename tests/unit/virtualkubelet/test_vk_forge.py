@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.offloading.podsecurity import Reset
 from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
 from liqo.virtualkubelet import forge
 from liqo.virtualkubelet.kubeletapi import exec_query, log_params, offered_protocols
@@ -130,7 +131,7 @@ def test_shadow_pod_keeps_every_field_but_the_dropped_ones(extra: dict[str, str]
 def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> None:
     shadow = forge.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
     shadow["metadata"]["uid"] = "s1"
-    pod = pod_from_shadow(shadow)
+    pod = pod_from_shadow(shadow, resets=[Reset("terminationGracePeriodSeconds", 5, "capped")])
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ShadowPod", "s1", True)
     assert pod["metadata"]["labels"][names.SHADOW_POD] == "web-1"
@@ -138,7 +139,7 @@ def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> Non
     assert not made_for(pod, shadow | {"metadata": {**shadow["metadata"], "uid": "s2"}})
     assert forge.runs_home_pod(pod, home_pod())
     assert not forge.runs_home_pod(pod, home_pod() | {"metadata": {**home_pod()["metadata"], "uid": "u2"}})
-    assert pod["spec"] == shadow["spec"]["pod"]
+    assert pod["spec"] == shadow["spec"]["pod"] | {"terminationGracePeriodSeconds": 5}
 
 
 def test_grace_period_annotation() -> None:

@@ -1,0 +1,426 @@
+"""What a consumer's pod may do on this provider: the verdict on a ShadowPod, and the fields the provider resets.
+
+A ShadowPod is written by a peer, and the manager turns it into a real pod with its own cluster-wide right to
+create pods: whatever the ShadowPod asks for, the provider grants, unless it is refused here first. So the
+pod is judged by the provider alone, from the peer's :class:`SecurityPolicy` (a SharingPolicy's
+``podSecurity``), in two families of rules (docs/security.md, "ShadowPod admission"):
+
+- the Pod Security Standards, as Kubernetes defines them: *baseline* always (no host namespaces, privileged
+  containers, added capabilities beyond the runtime's default set, hostPath volumes, host ports, unconfined
+  AppArmor or seccomp, custom SELinux user/role/type, unmasked ``/proc``, unsafe sysctls, Windows host
+  processes), *restricted* when the policy says so (volume types, no privilege escalation, non-root, a
+  seccomp profile, every capability dropped but ``NET_BIND_SERVICE``);
+- the provider's business, which a pod spec can claim but a consumer must not decide: the node
+  (``nodeName``), tolerations (only the policy's), priority and preemption, the runtime class, the
+  ServiceAccount (only the twin's ``default``, never its token: home tokens reach offloaded pods as
+  Secrets), projected ServiceAccount tokens and pod certificates (credentials issued by this cluster),
+  storage claims unless the policy shares storage, resource claims, scheduling gates and ephemeral
+  containers.
+
+Two fields are not refused but reset, where the pod is made: ``automountServiceAccountToken`` is forced
+false and ``terminationGracePeriodSeconds`` is cut to the policy's maximum.
+
+One pure function, :func:`shadow_pod_verdict`, serves the validating webhook (before the ShadowPod is
+stored) and the ShadowPod controller (before the pod is created: for ShadowPods stored while the webhook
+was not registered). A peer writes the input, so nothing here may raise on it: a value of the wrong type is
+a violation naming the field, like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from liqo.api import names
+from liqo.offloading.twins import is_twin_of
+
+BASELINE = "baseline"
+RESTRICTED = "restricted"
+DEFAULT_GRACE_SECONDS = 30
+"""What Kubernetes gives a pod that does not say: it counts against the policy's maximum too."""
+
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+"""The container runtimes' default capability set: adding one of these grants nothing new."""
+RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+"""Sysctls namespaced to the pod and isolated from the node (the baseline's list)."""
+SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+CONFINED_PROFILES = ("RuntimeDefault", "Localhost")
+"""Seccomp and AppArmor profile types that confine a container (the field form). Tuples, not sets: a peer's
+value may be unhashable, and membership must compare rather than hash."""
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+)
+STORAGE_VOLUME_TYPES = ("persistentVolumeClaim", "ephemeral")
+"""Volumes that claim the provider's storage: only when the policy shares it."""
+REFUSED_PROJECTIONS = {
+    "serviceAccountToken": "a token of this cluster's ServiceAccount; home tokens come as Secrets",
+    "podCertificate": "a certificate issued by this cluster",
+}
+PROVIDER_FIELDS = {
+    "nodeName": "the provider's scheduler picks the node",
+    "priorityClassName": "priorities are the provider's to give",
+    "priority": "priorities are the provider's to give",
+    "preemptionPolicy": "preemption is the provider's to allow",
+    "runtimeClassName": "runtime classes are the provider's to choose",
+}
+"""Pod fields that must be absent (empty), with why."""
+REFUSED_LISTS = {
+    "resourceClaims": "resource claims would allocate the provider's devices",
+    "schedulingGates": "scheduling gates would hold the pod on the provider",
+    "ephemeralContainers": "ephemeral containers are not run for peers",
+}
+_CONTAINER_KINDS = ("containers", "initContainers")
+
+
+class SecurityPolicy(Protocol):
+    """What a provider lets one consumer's pods do (``liqo.sharing.policy.PodSecurity`` is one)."""
+
+    @property
+    def level(self) -> str:
+        """``baseline`` or ``restricted``."""
+
+    @property
+    def tolerations(self) -> Sequence[Mapping[str, Any]]:
+        """The only tolerations the pods may carry."""
+
+    @property
+    def share_storage(self) -> bool:
+        """Whether the pods may claim storage (PVCs, generic ephemeral volumes)."""
+
+    @property
+    def max_grace_seconds(self) -> int:
+        """The longest termination grace period the pods get."""
+
+
+PolicySelector = Callable[[Sequence[Mapping[str, Any]], str], SecurityPolicy]
+"""Which policy applies to a consumer, given every SharingPolicy (pure; the manager passes ``liqo.sharing``'s)."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A field the provider refuses, and the rule that refuses it."""
+
+    path: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.rule}"
+
+
+@dataclass(frozen=True)
+class Reset:
+    """A top-level pod spec field the provider sets whatever the consumer asked."""
+
+    field: str
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the provider makes of a pod: refused if any violation, else run with the resets applied."""
+
+    violations: tuple[Violation, ...] = ()
+    resets: tuple[Reset, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the pod may run (after :func:`apply_resets`)."""
+        return not self.violations
+
+    def message(self) -> str:
+        """Every violation, for the refusal the consumer sees on its home pod."""
+        return "this provider refuses the pod: " + "; ".join(str(v) for v in self.violations)
+
+
+def apply_resets(spec: Mapping[str, Any], resets: Sequence[Reset]) -> dict[str, Any]:
+    """``spec`` with the ``resets`` applied (pure; applying them twice changes nothing more)."""
+    return {**spec, **{reset.field: reset.value for reset in resets}}
+
+
+def shadow_pod_verdict(
+    shadow: Any, *, namespace: Mapping[str, Any] | None, policy_of: Callable[[str], SecurityPolicy]
+) -> Verdict:
+    """The verdict on a ShadowPod in ``namespace`` (None: not found), under its consumer's policy.
+
+    The consumer is the one the *namespace* belongs to (a twin this cluster made), never a label on the
+    ShadowPod, which the consumer writes. ``policy_of`` gives a consumer's policy.
+    """
+    consumer = twin_consumer(namespace)
+    if consumer is None:
+        rule = "ShadowPods are accepted only in twin namespaces this cluster made for a consumer"
+        return Verdict(violations=(Violation("metadata.namespace", rule),))
+    if not isinstance(shadow, Mapping):
+        return Verdict(violations=(Violation("(object)", "must be an object"),))
+    meta = shadow.get("metadata")
+    spec = shadow.get("spec")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    pod = spec.get("pod") if isinstance(spec, Mapping) else None
+    return pod_verdict(pod, annotations=annotations, policy=policy_of(consumer))
+
+
+def twin_consumer(namespace: Mapping[str, Any] | None) -> str | None:
+    """The consumer whose twin ``namespace`` is, or None if it is no twin (pure)."""
+    if namespace is None:
+        return None
+    consumer = ((namespace.get("metadata") or {}).get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
+    if not consumer or not is_twin_of(dict(namespace), consumer_id=consumer):
+        return None
+    return str(consumer)
+
+
+def pod_verdict(spec: Any, *, annotations: Any, policy: SecurityPolicy, path: str = "spec.pod") -> Verdict:
+    """The verdict on pod ``spec`` (with the ShadowPod's ``annotations``) under ``policy`` (pure, never raises)."""
+    check = _Check(restricted=policy.level != BASELINE)
+    pod = check.mapping(spec, path)
+    if pod is None:
+        if spec is None:
+            check.refuse(path, "is required")
+        return Verdict(violations=tuple(check.violations))
+    check.annotations(annotations)
+    check.pod_level(pod, path)
+    check.provider_fields(pod, path, policy)
+    check.volumes(pod.get("volumes"), f"{path}.volumes", share_storage=policy.share_storage)
+    for kind in _CONTAINER_KINDS:
+        for index, container in check.items(pod.get(kind), f"{path}.{kind}"):
+            check.container(container, f"{path}.{kind}[{index}]", pod_context=pod.get("securityContext"))
+    resets = _resets(pod, path, policy, check)
+    return Verdict(violations=tuple(check.violations), resets=tuple(resets))
+
+
+def _resets(pod: Mapping[str, Any], path: str, policy: SecurityPolicy, check: _Check) -> list[Reset]:
+    resets = []
+    if pod.get("automountServiceAccountToken") is not False:
+        reason = "the provider's ServiceAccount token is never mounted into a consumer's pod"
+        resets.append(Reset("automountServiceAccountToken", False, reason))
+    grace = pod.get("terminationGracePeriodSeconds")
+    if grace is not None and not _is_int(grace):
+        check.refuse(f"{path}.terminationGracePeriodSeconds", "must be an integer")
+    elif (DEFAULT_GRACE_SECONDS if grace is None else grace) > policy.max_grace_seconds:
+        reason = f"cut to this provider's maximum of {policy.max_grace_seconds} s"
+        resets.append(Reset("terminationGracePeriodSeconds", policy.max_grace_seconds, reason))
+    return resets
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _off(value: Any) -> bool:
+    """Whether a flag is unset or false (anything else, a wrong type included, is not)."""
+    return value is None or value is False
+
+
+class _Check:
+    """Collects violations while walking a pod; every accessor tolerates any JSON value."""
+
+    def __init__(self, *, restricted: bool) -> None:
+        self.restricted = restricted
+        self.violations: list[Violation] = []
+
+    def refuse(self, path: str, rule: str) -> None:
+        self.violations.append(Violation(path, rule))
+
+    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
+        """``value`` if it is an object; None if absent or (refused) of another type."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.refuse(path, "must be an object")
+            return None
+        return value
+
+    def items(self, value: Any, path: str) -> list[tuple[int, Mapping[str, Any]]]:
+        """The objects of list ``value`` with their indices; a non-list or non-object item is refused."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.refuse(path, "must be a list")
+            return []
+        found = []
+        for index, item in enumerate(value):
+            obj = self.mapping(item, f"{path}[{index}]")
+            if obj is not None:
+                found.append((index, obj))
+            elif item is None:
+                self.refuse(f"{path}[{index}]", "must be an object")
+        return found
+
+    def strings(self, value: Any, path: str) -> list[str]:
+        """The strings of list ``value``; anything else is refused."""
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            self.refuse(path, "must be a list of strings")
+            return []
+        return list(value)
+
+    # -- the pod --------------------------------------------------------------------------------------------
+
+    def annotations(self, value: Any) -> None:
+        annotations = self.mapping(value, "metadata.annotations")
+        for key, profile in (annotations or {}).items():
+            if isinstance(key, str) and key.startswith(APPARMOR_ANNOTATION):
+                confined = isinstance(profile, str) and (
+                    profile == "runtime/default" or profile.startswith("localhost/")
+                )
+                if not confined:
+                    rule = "AppArmor must stay confined: runtime/default or localhost/<profile> (baseline)"
+                    self.refuse(f"metadata.annotations[{key}]", rule)
+
+    def pod_level(self, pod: Mapping[str, Any], path: str) -> None:
+        for flag, shares in (("hostNetwork", "network"), ("hostPID", "processes"), ("hostIPC", "IPC")):
+            if not _off(pod.get(flag)):
+                self.refuse(f"{path}.{flag}", f"the node's {shares} are not shared (baseline)")
+        context = self.mapping(pod.get("securityContext"), f"{path}.securityContext")
+        if context is None:
+            return
+        at = f"{path}.securityContext"
+        self.security_options(context, at)
+        for index, sysctl in self.items(context.get("sysctls"), f"{at}.sysctls"):
+            name = sysctl.get("name")
+            if not isinstance(name, str) or name not in SAFE_SYSCTLS:
+                self.refuse(f"{at}.sysctls[{index}].name", "only the node-isolated sysctls are allowed (baseline)")
+        if self.restricted:
+            self.run_as_user(context, at)
+
+    def security_options(self, context: Mapping[str, Any], at: str) -> None:
+        """The baseline rules that apply alike to the pod's and each container's security context."""
+        windows = self.mapping(context.get("windowsOptions"), f"{at}.windowsOptions")
+        if windows is not None and not _off(windows.get("hostProcess")):
+            self.refuse(f"{at}.windowsOptions.hostProcess", "Windows host processes are refused (baseline)")
+        selinux = self.mapping(context.get("seLinuxOptions"), f"{at}.seLinuxOptions")
+        if selinux is not None:
+            if selinux.get("type") not in (None, *SELINUX_TYPES):
+                self.refuse(f"{at}.seLinuxOptions.type", "only the container SELinux types are allowed (baseline)")
+            for field in ("user", "role"):
+                if selinux.get(field) not in (None, ""):
+                    self.refuse(f"{at}.seLinuxOptions.{field}", f"a custom SELinux {field} is refused (baseline)")
+        for field, name in (("seccompProfile", "seccomp"), ("appArmorProfile", "AppArmor")):
+            profile = self.mapping(context.get(field), f"{at}.{field}")
+            if profile is not None and profile.get("type") not in (None, *CONFINED_PROFILES):
+                self.refuse(f"{at}.{field}.type", f"{name} must stay confined: RuntimeDefault or Localhost (baseline)")
+
+    def run_as_user(self, context: Mapping[str, Any], at: str) -> None:
+        user = context.get("runAsUser")
+        if user is not None and (not _is_int(user) or user == 0):
+            self.refuse(f"{at}.runAsUser", "must not be 0: containers run as non-root (restricted)")
+
+    def provider_fields(self, pod: Mapping[str, Any], path: str, policy: SecurityPolicy) -> None:
+        for field, why in PROVIDER_FIELDS.items():
+            if pod.get(field) not in (None, ""):
+                self.refuse(f"{path}.{field}", f"must not be set: {why}")
+        for field, why in REFUSED_LISTS.items():
+            if pod.get(field) not in (None, []):
+                self.refuse(f"{path}.{field}", f"must be empty: {why}")
+        for field in ("serviceAccountName", "serviceAccount"):
+            if pod.get(field) not in (None, "", "default"):
+                self.refuse(f"{path}.{field}", "only the twin namespace's default ServiceAccount is used")
+        allowed = [_toleration_id(t) for t in policy.tolerations]
+        for index, toleration in self.items(pod.get("tolerations"), f"{path}.tolerations"):
+            seconds = toleration.get("tolerationSeconds")
+            if _toleration_id(toleration) not in allowed or not (seconds is None or _is_int(seconds)):
+                self.refuse(f"{path}.tolerations[{index}]", "not among the tolerations this provider allows")
+
+    def volumes(self, value: Any, path: str, *, share_storage: bool) -> None:
+        for index, volume in self.items(value, path):
+            at = f"{path}[{index}]"
+            if volume.get("hostPath") is not None:
+                self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
+            for kind in STORAGE_VOLUME_TYPES:
+                if volume.get(kind) is not None and not share_storage:
+                    self.refuse(f"{at}.{kind}", "this provider does not share storage with you")
+            if self.restricted:
+                for kind in sorted(set(volume) - RESTRICTED_VOLUME_TYPES - {"name", "hostPath"}):
+                    if volume.get(kind) is not None:
+                        self.refuse(f"{at}.{kind}", "volume type not allowed (restricted)")
+            projected = self.mapping(volume.get("projected"), f"{at}.projected")
+            if projected is None:
+                continue
+            for source_index, source in self.items(projected.get("sources"), f"{at}.projected.sources"):
+                for kind, what in REFUSED_PROJECTIONS.items():
+                    if source.get(kind) is not None:
+                        self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
+
+    # -- containers -----------------------------------------------------------------------------------------
+
+    def container(self, container: Mapping[str, Any], at: str, *, pod_context: Any) -> None:
+        for index, port in self.items(container.get("ports"), f"{at}.ports"):
+            host_port = port.get("hostPort")
+            if host_port is not None and (not _is_int(host_port) or host_port != 0):
+                self.refuse(f"{at}.ports[{index}].hostPort", "host ports are refused (baseline)")
+        context = self.mapping(container.get("securityContext"), f"{at}.securityContext") or {}
+        sc = f"{at}.securityContext"
+        if not _off(context.get("privileged")):
+            self.refuse(f"{sc}.privileged", "privileged containers are refused (baseline)")
+        if context.get("procMount") not in (None, "Default"):
+            self.refuse(f"{sc}.procMount", "/proc stays masked: Default only (baseline)")
+        self.security_options(context, sc)
+        capabilities = self.mapping(context.get("capabilities"), f"{sc}.capabilities") or {}
+        allowed = RESTRICTED_CAPABILITIES if self.restricted else BASELINE_CAPABILITIES
+        level = RESTRICTED if self.restricted else BASELINE
+        for capability in self.strings(capabilities.get("add"), f"{sc}.capabilities.add"):
+            if capability not in allowed:
+                self.refuse(f"{sc}.capabilities.add", f"capability {capability} is not allowed ({level})")
+        if self.restricted:
+            self.restricted_container(context, capabilities, sc, pod_context=pod_context)
+
+    def restricted_container(
+        self, context: Mapping[str, Any], capabilities: Mapping[str, Any], sc: str, *, pod_context: Any
+    ) -> None:
+        pod = pod_context if isinstance(pod_context, Mapping) else {}
+        if context.get("allowPrivilegeEscalation") is not False:
+            self.refuse(f"{sc}.allowPrivilegeEscalation", "must be false (restricted)")
+        non_root = context.get("runAsNonRoot")
+        if non_root is not True and not (non_root is None and pod.get("runAsNonRoot") is True):
+            self.refuse(f"{sc}.runAsNonRoot", "must be true, here or for the whole pod (restricted)")
+        self.run_as_user(context, sc)
+        seccomp = context.get("seccompProfile")
+        pod_seccomp = pod.get("seccompProfile")
+        pod_confined = isinstance(pod_seccomp, Mapping) and pod_seccomp.get("type") in CONFINED_PROFILES
+        if seccomp is None and not pod_confined:
+            self.refuse(f"{sc}.seccompProfile", "RuntimeDefault or Localhost, here or for the whole pod (restricted)")
+        if "ALL" not in self.strings(capabilities.get("drop"), f"{sc}.capabilities.drop"):
+            self.refuse(f"{sc}.capabilities.drop", "must drop ALL (restricted)")
+
+
+def _toleration_id(toleration: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies a toleration (``tolerationSeconds`` aside: it only shortens it)."""
+    return (
+        toleration.get("key") or "",
+        toleration.get("operator") or "Equal",
+        toleration.get("value") or "",
+        toleration.get("effect") or "",
+    )

@@ -1,0 +1,362 @@
+"""ShadowPod admission on the provider, attacked with the consumer's own identity (docs/security.md).
+
+rome is peered with milan and has a namespace offloaded there; each attack writes a ShadowPod into rome's
+twin on milan with rome's identity kubeconfig on milan, while rome's manager and virtual kubelet are
+stopped (nothing of ours on the consumer side helps or interferes). Milan's API server calls milan's
+ShadowPod webhook, which refuses with a message naming the field; afterwards neither a ShadowPod nor a pod
+exists. The rest: a ShadowPod outside a twin, the twin's Pod Security Admission labels (Kubernetes itself
+refusing a pod there), the grace period cut to the cap, and the webhook listener that only the API server
+can talk to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from liqo.api import names
+from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
+from liqo.install import manifests
+from liqo.install.installer import local_manager
+from liqo.kube import kubeconfig
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS
+from liqo.local import clusters
+from liqo.local.components import WEBHOOK_CLIENT
+from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
+from liqo.offloading.twins import pod_security_labels
+from liqo.peering import operations
+from tests.helpers import Offloaded, Site, eventually, pod, unique
+
+Object = dict[str, Any]
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+REQUESTS = {"requests": {"cpu": "100m", "memory": "64Mi"}}
+"""What the twin's quota asks of every pod."""
+
+
+def shadow_pod(name: str, namespace: str, consumer_id: str, **pod: Any) -> Object:
+    spec: Object = {"containers": [{"name": "c", "image": "nginx", "resources": REQUESTS}], **pod}
+    return {
+        "apiVersion": SHADOW_PODS.api_version,
+        "kind": SHADOW_PODS.kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": names.peer_labels(consumer_id)},
+        "spec": {"pod": spec, "homePodUID": "not-a-home-pod"},
+    }
+
+
+def container(**security_context: Any) -> list[Object]:
+    return [{"name": "c", "image": "nginx", "securityContext": security_context}]
+
+
+RESTRICTED_BUT_ROOT = container(
+    allowPrivilegeEscalation=False,
+    runAsNonRoot=True,
+    runAsUser=0,
+    seccompProfile={"type": "RuntimeDefault"},
+    capabilities={"drop": ["ALL"]},
+)
+# (name, pod fields, the field the refusal must name); runAsUser 0 is tried under a restricted policy.
+ATTACKS: list[tuple[str, Object, str]] = [
+    (
+        "hostPath /",
+        {
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
+        },
+        "spec.pod.volumes[0].hostPath",
+    ),
+    (
+        "hostPort",
+        {"containers": [{"name": "c", "image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+        "spec.pod.containers[0].ports[0].hostPort",
+    ),
+    (
+        "SYS_ADMIN",
+        {"containers": container(capabilities={"add": ["SYS_ADMIN"]})},
+        "spec.pod.containers[0].securityContext.capabilities.add",
+    ),
+    ("nodeName", {"nodeName": "NODE"}, "spec.pod.nodeName"),
+    (
+        "control-plane toleration",
+        {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]},
+        "spec.pod.tolerations[0]",
+    ),
+    ("system priority class", {"priorityClassName": "system-node-critical"}, "spec.pod.priorityClassName"),
+    (
+        "generic ephemeral volume",
+        {
+            "volumes": [
+                {
+                    "name": "scratch",
+                    "ephemeral": {
+                        "volumeClaimTemplate": {
+                            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+                        }
+                    },
+                }
+            ]
+        },
+        "spec.pod.volumes[0].ephemeral",
+    ),
+    (
+        "custom-audience token",
+        {
+            "volumes": [
+                {
+                    "name": "vault",
+                    "projected": {"sources": [{"serviceAccountToken": {"audience": "vault", "path": "token"}}]},
+                }
+            ]
+        },
+        "spec.pod.volumes[0].projected.sources[0].serviceAccountToken",
+    ),
+]
+
+
+@pytest.fixture
+async def rome_as_peer(sites: dict[str, Site], rome: KubeClient, offloaded: Offloaded) -> AsyncIterator[KubeClient]:
+    """rome's identity on milan, with rome's manager and virtual kubelet stopped meanwhile."""
+    identity = await operations.peer_kubeconfig(rome, sites["milan"].cluster_id)
+    components = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+    name = sites["rome"].cluster.name
+    await asyncio.to_thread(clusters.set_components, name, components, enabled=False)
+    try:
+        async with KubeClient.from_kubeconfig_dict(identity, name="rome-on-milan") as client:
+            yield client
+    finally:
+        await asyncio.to_thread(clusters.set_components, name, components, enabled=True)
+
+
+async def nothing_left(milan: KubeClient, namespace: str, name: str) -> None:
+    for resource in (SHADOW_PODS, PODS):
+        with pytest.raises(NotFoundError):
+            await milan.get(resource, name, namespace=namespace)
+
+
+async def refused(peer: KubeClient, body: Object) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        await peer.create(SHADOW_PODS, body)
+    return caught.value
+
+
+async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_field(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    rome_id = sites["rome"].cluster_id
+    nodes, _ = await milan.list_all(NODES)
+    for attack, fields, field in ATTACKS:
+        pod = fields | {"nodeName": nodes[0]["metadata"]["name"]} if "nodeName" in fields else fields
+        name = unique("attack")
+        error = await refused(rome_as_peer, shadow_pod(name, offloaded.twin, rome_id, **pod))
+        assert error.status == 403, (attack, error)
+        assert f'admission webhook "{VALIDATING_WEBHOOK_NAME}" denied the request' in error.message, attack
+        assert field in error.message, (attack, error.message)
+        await nothing_left(milan, offloaded.twin, name)
+
+    # runAsUser 0 passes baseline; under a restricted policy for rome it is refused.
+    policy: Object = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": unique("restricted-rome")},
+        "spec": {"action": "Share", "peers": [rome_id], "podSecurity": {"level": "restricted"}},
+    }
+    await milan.create(SHARING_POLICIES, policy)
+    try:
+        name = unique("root")
+        body = shadow_pod(name, offloaded.twin, rome_id, containers=RESTRICTED_BUT_ROOT)
+        messages: list[str] = []
+
+        async def refused_as_root() -> bool:
+            try:
+                await rome_as_peer.create(SHADOW_PODS, body, dry_run=True)
+            except ApiError as exc:
+                messages.append(exc.message)
+                return True
+            return False
+
+        await eventually(refused_as_root, timeout=30, message="the webhook applying rome's restricted policy")
+        assert "spec.pod.containers[0].securityContext.runAsUser" in messages[-1]
+        assert "(restricted)" in messages[-1]
+        error = await refused(rome_as_peer, body)
+        assert "runAsUser" in error.message
+        await nothing_left(milan, offloaded.twin, name)
+
+        async def twin_restricted() -> bool:
+            labels = (await milan.get(NAMESPACES, offloaded.twin))["metadata"].get("labels") or {}
+            return labels.get(ENFORCE) == "restricted"
+
+        await eventually(twin_restricted, timeout=30, message="the twin's PSA labels following the policy")
+    finally:
+        await milan.delete(SHARING_POLICIES, policy["metadata"]["name"])
+
+    async def twin_baseline() -> bool:
+        labels = (await milan.get(NAMESPACES, offloaded.twin))["metadata"].get("labels") or {}
+        return all(labels.get(k) == v for k, v in pod_security_labels("baseline").items())
+
+    await eventually(twin_baseline, timeout=30, message="the twin back to baseline once the policy is gone")
+
+
+async def test_grace_period_is_cut_to_the_cap_and_the_token_never_mounted(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    name = unique("grace")
+    body = shadow_pod(
+        name,
+        offloaded.twin,
+        sites["rome"].cluster_id,
+        terminationGracePeriodSeconds=3600,
+        automountServiceAccountToken=True,
+    )
+    await rome_as_peer.create(SHADOW_PODS, body)
+    try:
+        made: list[Object] = []
+
+        async def pod_made() -> bool:
+            try:
+                made.append(await milan.get(PODS, name, namespace=offloaded.twin))
+            except NotFoundError:
+                return False
+            return True
+
+        await eventually(pod_made, timeout=30, message="milan making the pod")
+        assert made[-1]["spec"]["terminationGracePeriodSeconds"] == 120  # the default maxTermination...
+        assert made[-1]["spec"]["automountServiceAccountToken"] is False
+    finally:
+        await rome_as_peer.delete(SHADOW_PODS, name, namespace=offloaded.twin)
+
+    async def gone() -> bool:
+        try:
+            await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(gone, timeout=30, message="the ShadowPod released by milan")
+
+
+async def test_a_shadow_pod_outside_a_twin_is_refused(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    rome_id = sites["rome"].cluster_id
+    plain = unique("plain")
+    await milan.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plain}})
+    try:
+        # The peer cannot even write there.
+        error = await refused(rome_as_peer, shadow_pod("x", plain, rome_id))
+        assert error.status == 403
+        # Written by someone else (who may write ShadowPods but not pods), labelled for rome: the webhook
+        # is not called outside twins, and the controller refuses to make its pod.
+        await milan.create(SHADOW_PODS, shadow_pod("x", plain, rome_id))
+        found: list[Object] = []
+
+        async def marked_refused() -> bool:
+            found.append(await milan.get(SHADOW_PODS, "x", namespace=plain))
+            return (found[-1].get("status") or {}).get("phase") == "Refused"
+
+        await eventually(marked_refused, timeout=30, message="the ShadowPod outside a twin marked Refused")
+        assert "metadata.namespace" in found[-1]["status"]["message"]
+        with pytest.raises(NotFoundError):
+            await milan.get(PODS, "x", namespace=plain)
+        events, _ = await milan.list_all(EVENTS, namespace=plain)
+        assert any(e["reason"] == "PodRefused" and e["type"] == "Warning" for e in events)
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await milan.delete(SHADOW_PODS, "x", namespace=plain)
+        await milan.delete(NAMESPACES, plain)
+
+
+async def test_the_twin_carries_psa_labels_and_kubernetes_refuses_a_baseline_violation(
+    milan: KubeClient, offloaded: Offloaded
+) -> None:
+    labels = (await milan.get(NAMESPACES, offloaded.twin))["metadata"]["labels"]
+    assert {k: labels.get(k) for k in pod_security_labels("baseline")} == pod_security_labels("baseline")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": unique("admin"), "namespace": offloaded.twin},
+        "spec": {
+            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "h", "mountPath": "/h"}]}],
+            "volumes": [{"name": "h", "hostPath": {"path": "/"}}],
+        },
+    }
+    with pytest.raises(ApiError) as caught:
+        await milan.create(PODS, pod)  # milan's admin: PodSecurity admission, not liqo, refuses it
+    assert caught.value.status == 403
+    assert 'violates PodSecurity "baseline:latest"' in caught.value.message
+    assert "hostPath" in caught.value.message
+
+
+def _context(*, ca: bytes, cert: bytes | None = None, key: bytes | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cadata=ca.decode())
+    if cert is not None and key is not None:
+        kubeconfig.load_cert_chain(context, cert.decode(), key.decode())
+    return context
+
+
+async def _post(url: str, context: ssl.SSLContext) -> int:
+    async with aiohttp.ClientSession() as session, session.post(url, data=b"{}", ssl=context) as response:
+        return response.status
+
+
+async def test_the_webhook_listener_answers_the_api_server_only(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    local = local_manager(milan)
+    assert local is not None
+    url = f"{local.webhook_url}{VALIDATE_PATH}"
+    pki = sites["milan"].cluster.dir.pki
+    ca = (pki / "ca.crt").read_bytes()
+    # The API server's webhook client identity gets an answer (400: the body is no AdmissionReview).
+    api_server = _context(
+        ca=ca, cert=(pki / f"{WEBHOOK_CLIENT}.crt").read_bytes(), key=(pki / f"{WEBHOOK_CLIENT}.key").read_bytes()
+    )
+    assert await _post(url, api_server) == 400
+    # Nobody else does: no certificate, or the peer's identity (signed by milan's cluster CA).
+    identity = await operations.peer_kubeconfig(rome, sites["milan"].cluster_id)
+    user = identity["users"][0]["user"]
+    peer = _context(
+        ca=ca,
+        cert=base64.b64decode(user["client-certificate-data"]),
+        key=base64.b64decode(user["client-key-data"]),
+    )
+    for context in (_context(ca=ca), peer):
+        with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+            await _post(url, context)
+    # And the authentication listener, which peers reach, no longer serves the webhooks.
+    auth = f"{local.auth_url}{VALIDATE_PATH}"
+    assert await _post(auth, _context(ca=ca)) == 404
+
+
+async def test_a_home_pod_milan_refuses_shows_the_refused_field_at_home(
+    rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """End to end: rome's virtual kubelet forges the ShadowPod, milan's webhook refuses it, rome shows why."""
+    name = unique("hostpath")
+    spec = pod(name, offloaded.namespace)["spec"]
+    spec["containers"][0]["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
+    spec["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
+    await rome.create(PODS, pod(name, offloaded.namespace, **spec))
+    ready: list[Object] = []
+
+    async def refused_at_home() -> bool:
+        home = await rome.get(PODS, name, namespace=offloaded.namespace)
+        conditions = {c["type"]: c for c in (home.get("status") or {}).get("conditions") or []}
+        ready.append(conditions.get("Ready") or {})
+        return ready[-1].get("reason") == "ProviderRefused"
+
+    await eventually(refused_at_home, timeout=60, message="the home pod Pending with milan's refusal")
+    assert "spec.pod.volumes[0].hostPath: hostPath volumes are refused (baseline)" in ready[-1]["message"]
+    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+    assert any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == name for e in events)
+    await nothing_left(milan, offloaded.twin, name)
+    await rome.delete(PODS, name, namespace=offloaded.namespace)

@@ -1,0 +1,166 @@
+"""The ShadowPod webhook's answers, over a fake API (list, a silent watch, get): who is judged, and how.
+
+The verdict itself is property-tested in test_pod_security; here: the consumer comes from the namespace,
+its policy from the SharingPolicies, an unchanged update passes, a cold cache or a broken policy refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from liqo.api import names
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import NAMESPACES, Resource
+from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook
+from liqo.offloading.webhook import PodReview
+from liqo.sharing.policy import PodSecurity, select_policy
+
+Object = dict[str, Any]
+ROME = "rome-id"
+
+
+def twin(name: str, consumer: str = ROME) -> Object:
+    labels = {names.REMOTE_CLUSTER_ID: consumer, names.ORIGIN_NAMESPACE: "web"}
+    return {"metadata": {"name": name, "labels": labels, "resourceVersion": "1"}}
+
+
+def policy(name: str, *, peers: list[str], level: str) -> Object:
+    spec = {"action": "Share", "peers": peers, "podSecurity": {"level": level}}
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+
+
+@dataclass
+class FakeApi:
+    namespaces: list[Object] = field(default_factory=list)
+    policies: list[Object] = field(default_factory=list)
+    live: dict[str, Object] = field(default_factory=dict)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    gets: list[str] = field(default_factory=list)
+
+    async def list_all(self, resource: Resource, **_: Any) -> tuple[builtins.list[Object], str]:
+        await self.synced.wait()
+        return (self.namespaces if resource is NAMESPACES else self.policies), "1"
+
+    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Object]:
+        await asyncio.Event().wait()
+        yield {}
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Object:
+        assert resource is NAMESPACES
+        self.gets.append(name)
+        if name not in self.live:
+            raise NotFoundError(404, "NotFound", "not found")
+        return self.live[name]
+
+
+def select(policies: Sequence[Mapping[str, Any]], consumer: str) -> PodSecurity:
+    return select_policy(policies, peer_id=consumer).pod_security
+
+
+def review(namespace: str, pod: Object, *, operation: str = "CREATE", old_pod: Object | None = None) -> PodReview:
+    def shadow(spec: Object) -> Object:
+        return {"metadata": {"name": "p", "namespace": namespace, "labels": {}}, "spec": {"pod": spec}}
+
+    return PodReview(
+        uid="u1",
+        namespace=namespace,
+        operation=operation,
+        kind="ShadowPod",
+        group="virtualkubelet.liqo.io",
+        sub_resource="",
+        obj=shadow(pod),
+        old_obj=shadow(old_pod) if old_pod is not None else None,
+    )
+
+
+PLAIN = {"containers": [{"name": "c", "image": "nginx"}]}
+HOST_PATH = {**PLAIN, "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}
+ROOT = {"containers": [{"name": "c", "image": "nginx", "securityContext": {"runAsUser": 0}}]}
+
+
+@pytest.fixture
+async def webhook() -> AsyncIterator[tuple[ShadowPodWebhook, FakeApi]]:
+    api = FakeApi(
+        namespaces=[twin("web-rome"), twin("web-naples", consumer="naples-id")],
+        policies=[policy("strict-naples", peers=["naples-id"], level="restricted")],
+    )
+    hook = ShadowPodWebhook(client=api, select=select)
+    tasks = [asyncio.create_task(i.run()) for i in (hook.namespaces, hook.policies)]
+    yield hook, api
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def synced(hook: ShadowPodWebhook, api: FakeApi) -> None:
+    api.synced.set()
+    assert await hook.namespaces.wait_synced(5)
+    assert await hook.policies.wait_synced(5)
+
+
+def answer(response: Object) -> tuple[bool, int | None, str]:
+    status = response["response"].get("status") or {}
+    return response["response"]["allowed"], status.get("code"), status.get("message", "")
+
+
+async def test_until_its_caches_are_synced_it_refuses_with_503(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    hook, _ = webhook
+    assert answer(await hook.review(review("web-rome", PLAIN))) == (False, 503, NOT_SYNCED)
+
+
+async def test_the_consumers_policy_is_the_namespaces(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    hook, api = webhook
+    await synced(hook, api)
+    assert answer(await hook.review(review("web-rome", PLAIN))) == (True, None, "")
+    assert answer(await hook.review(review("web-rome", ROOT)))[0]  # baseline for rome
+    allowed, code, message = answer(await hook.review(review("web-naples", ROOT)))  # restricted for naples
+    assert (allowed, code) == (False, 403)
+    assert "spec.pod.containers[0].securityContext.runAsUser" in message
+    allowed, code, message = answer(await hook.review(review("web-rome", HOST_PATH)))
+    assert (allowed, code) == (False, 403)
+    assert "spec.pod.volumes[0].hostPath: hostPath volumes are refused (baseline)" in message
+
+
+async def test_a_namespace_missing_from_the_cache_is_looked_up(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    hook, api = webhook
+    await synced(hook, api)
+    api.live["fresh-rome"] = twin("fresh-rome")
+    assert answer(await hook.review(review("fresh-rome", PLAIN)))[0]
+    allowed, code, message = answer(await hook.review(review("kube-system", PLAIN)))
+    assert (allowed, code) == (False, 403)
+    assert "metadata.namespace" in message
+    assert api.gets == ["fresh-rome", "kube-system"]
+
+
+async def test_an_update_that_leaves_the_pod_alone_passes_whatever_the_policy_says_now(
+    webhook: tuple[ShadowPodWebhook, FakeApi],
+) -> None:
+    hook, api = webhook
+    await synced(hook, api)
+    # A ShadowPod admitted before naples' policy tightened: its finalizer can still be written and removed.
+    assert answer(await hook.review(review("web-naples", ROOT, operation="UPDATE", old_pod=ROOT)))[0]
+    assert not answer(await hook.review(review("web-naples", ROOT, operation="UPDATE", old_pod=PLAIN)))[0]
+
+
+async def test_other_requests_pass(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    hook, api = webhook
+    await synced(hook, api)
+    other = review("web-rome", HOST_PATH)
+    for changed in ({"kind": "Pod", "group": ""}, {"sub_resource": "status"}, {"operation": "DELETE"}):
+        assert answer(await hook.review(PodReview(**{**other.__dict__, **changed})))[0], changed
+
+
+async def test_a_malformed_policy_refuses_rather_than_guess(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    hook, api = webhook
+    broken = {"action": "Share", "peers": [ROME], "limits": {"cpu": "lots"}}
+    api.policies.append({"metadata": {"name": "broken", "resourceVersion": "1"}, "spec": broken})
+    await synced(hook, api)
+    allowed, code, message = answer(await hook.review(review("web-rome", PLAIN)))
+    assert (allowed, code) == (False, 500)
+    assert "cannot judge pods in namespace web-rome" in message

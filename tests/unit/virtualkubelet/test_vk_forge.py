@@ -141,10 +141,37 @@ def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> Non
     assert pod["spec"] == shadow["spec"]["pod"]
 
 
+def annotated(value: str | None) -> dict[str, Any]:
+    return {"metadata": {"annotations": {} if value is None else {names.GRACE_PERIOD: value}}}
+
+
+def provider_pod(own: Any = 30) -> dict[str, Any]:
+    return {"spec": {"terminationGracePeriodSeconds": own}}
+
+
 def test_grace_period_annotation() -> None:
-    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "7"}}}) == 7
-    assert grace_period({"metadata": {}}) is None
-    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "-1"}}}) is None
+    assert grace_period(annotated("7"), provider_pod()) == 7
+    assert grace_period(annotated("0"), provider_pod()) == 0
+    assert grace_period({"metadata": {}}, provider_pod()) is None
+    for malformed in ("-1", "²", "1e9", "٣", "7 ", "", "0x10", "1" * 40, "1" * 5000):
+        assert grace_period(annotated(malformed), provider_pod()) is None, malformed
+
+
+def test_grace_period_never_exceeds_the_pods_own() -> None:
+    assert grace_period(annotated("3600"), provider_pod(45)) == 45
+    assert grace_period(annotated("999999999999999999"), provider_pod(0)) == 0
+    # A pod without one (or with nonsense the API server would never store) gets the API server's default.
+    assert grace_period(annotated("3600"), {"spec": {}}) == 30
+    assert grace_period(annotated("3600"), provider_pod("60")) == 30
+    assert grace_period(annotated("3600"), provider_pod(True)) == 30
+
+
+@given(value=st.one_of(st.text(), st.from_regex(r"\A[0-9]{1,40}\Z")), own=st.integers(min_value=0, max_value=2**40))
+def test_grace_period_of_any_annotation_is_none_or_within_the_pods_own(value: str, own: int) -> None:
+    found = grace_period(annotated(value), provider_pod(own))
+    assert found is None or 0 <= found <= own
+    if value.isascii() and value.isdigit() and len(value) <= 18:
+        assert found == min(int(value), own)
 
 
 def test_shadow_is_current_compares_spec_labels_and_annotations() -> None:

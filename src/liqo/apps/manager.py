@@ -39,7 +39,7 @@ from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
-from liqo.offloading.namespacemaps import NamespaceMapController
+from liqo.offloading.namespacemaps import NamespaceMapController, parse_reserved
 from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.offloading.webhook import PodWebhook
@@ -87,8 +87,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--auth-cert", help="TLS certificate of the endpoint (default: self-signed)")
     parser.add_argument("--auth-key", help="TLS key of the endpoint")
     parser.add_argument("--identity-ttl", type=int, default=7200, help="lifetime of issued identities, seconds")
+    parser.add_argument(
+        "--reserved-namespaces",
+        type=_reserved_namespaces,
+        default=(),
+        help="namespace names (or prefixes ending in *) no consumer's twin may take, besides default, kube-*, liqo*",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def _reserved_namespaces(text: str) -> tuple[str, ...]:
+    try:
+        return parse_reserved(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -109,7 +122,9 @@ async def run(args: argparse.Namespace) -> None:
             name=LEASE,
             identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
         )
-        campaign = asyncio.create_task(elector.run(lambda: _controllers(client, local)))
+        campaign = asyncio.create_task(
+            elector.run(lambda: _controllers(client, local, reserved_namespaces=args.reserved_namespaces))
+        )
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()
         await asyncio.gather(campaign, return_exceptions=True)
@@ -174,7 +189,7 @@ def _file_tls(cert: str, key: str) -> tuple[ssl.SSLContext, str]:
     return context, Path(cert).read_text()
 
 
-async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
+async def _controllers(client: KubeClient, local: ClusterIdentity, *, reserved_namespaces: tuple[str, ...]) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
     events = EventRecorder(client=client, component="liqo-manager", host=socket.gethostname())
@@ -190,7 +205,7 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
     shadow_pods = ShadowPods(client=client, informers=informers, events=events)
-    namespace_maps = NamespaceMapController(client=client, informers=informers)
+    namespace_maps = NamespaceMapController(client=client, informers=informers, reserved=reserved_namespaces)
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
 

@@ -70,6 +70,7 @@ class InstallOptions:
     auth_url: str | None = None
     image: str = manifests.DEFAULT_IMAGE
     identity_ttl: int = 7200
+    reserved_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class LocalManager:
         ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
         return manifests.webhook_url_client_config(auth_url=self.auth_url, ca_pem=ca)
 
-    def component(self, *, identity_ttl: int) -> Component:
+    def component(self, *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> Component:
         """The manager as a component of the cluster's supervisor."""
         ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
         return Component(
@@ -104,7 +105,7 @@ class LocalManager:
                 f"--auth-address=127.0.0.1:{self.port}",
                 f"--auth-cert={self.directory / 'auth.crt'}",
                 f"--auth-key={self.directory / 'auth.key'}",
-                f"--identity-ttl={identity_ttl}",
+                *manifests.manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=ca),
             after=["kube-apiserver"],
@@ -164,6 +165,7 @@ async def plan(
         identity_ttl=options.identity_ttl,
         workload=local is None,
         webhook_client_config=local.webhook_client_config() if local else None,
+        reserved_namespaces=options.reserved_namespaces,
     )
     return items, identity
 
@@ -312,7 +314,8 @@ def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     clusters.issue_serving_pair(
         local.cluster, cert=local.directory / "kubelet.crt", key=local.directory / "kubelet.key"
     )
-    components = [local.component(identity_ttl=options.identity_ttl), local.virtual_kubelet_component()]
+    manager = local.component(identity_ttl=options.identity_ttl, reserved_namespaces=options.reserved_namespaces)
+    components = [manager, local.virtual_kubelet_component()]
     clusters.add_components(local.cluster, components, timeout=MANAGER_DEADLINE)
 
 

@@ -158,14 +158,25 @@ def auth_token_secret(token: str) -> Manifest:
     }
 
 
-def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
+def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[str]:
+    """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
+    flags = [f"--identity-ttl={identity_ttl}"]
+    if reserved_namespaces:
+        flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
+    return flags
+
+
+def manager_workload(*, image: str, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[Manifest]:
     """The manager as a Deployment plus the Service exposing its authentication endpoint (real clusters)."""
     labels = {"app.kubernetes.io/name": MANAGER}
     container = {
         "name": "manager",
         "image": image,
         "command": ["python", "-m", "liqo.apps.manager"],
-        "args": [f"--auth-address=0.0.0.0:{AUTH_PORT}", f"--identity-ttl={identity_ttl}"],
+        "args": [
+            f"--auth-address=0.0.0.0:{AUTH_PORT}",
+            *manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
+        ],
         "ports": [{"name": "auth", "containerPort": AUTH_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}},
         "securityContext": {
@@ -297,6 +308,7 @@ def manifests(
     identity_ttl: int,
     workload: bool,
     webhook_client_config: dict[str, Any] | None = None,
+    reserved_namespaces: tuple[str, ...] = (),
 ) -> list[Manifest]:
     """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployment and Service.
 
@@ -319,6 +331,7 @@ def manifests(
         auth_token_secret(token),
     ]
     if workload:
-        items += [*manager_workload(image=image, identity_ttl=identity_ttl), virtual_kubelet_workload(image=image)]
+        manager = manager_workload(image=image, identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces)
+        items += [*manager, virtual_kubelet_workload(image=image)]
     items.append(pod_webhook_configuration(client_config=webhook_client_config or webhook_service_client_config()))
     return items

@@ -33,9 +33,13 @@ from liqo.kube.resources import (
     CLUSTER_ROLES,
     CONFIGMAPS,
     CRDS,
+    CSRS,
     DEPLOYMENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
+    NODES,
+    ROLE_BINDINGS,
+    ROLES,
     SECRETS,
     SERVICE_ACCOUNTS,
     SERVICES,
@@ -49,7 +53,18 @@ from liqo.offloading.registration import WEBHOOK_CONFIGURATION
 
 Progress = Callable[[str], None]
 
-_KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
+_KINDS = (
+    CRDS,
+    NAMESPACES,
+    SERVICE_ACCOUNTS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    ROLES,
+    ROLE_BINDINGS,
+    CONFIGMAPS,
+    SECRETS,
+    DEPLOYMENTS,
+)
 BY_KIND: dict[str, Resource] = {r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS)}
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
@@ -188,7 +203,7 @@ async def install(client: KubeClient, options: InstallOptions, *, progress: Prog
 
 
 async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> None:
-    """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs, data and tenants.
+    """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs and everything of liqo's.
 
     Raises:
         InstallError: peerings are still active (without ``purge``), or something would not go away.
@@ -219,13 +234,16 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             with contextlib.suppress(NotFoundError):
                 await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
     if purge:
-        progress("deleting liqo resources, tenant namespaces and CRDs")
+        progress("deleting liqo resources, tenant and twin namespaces, virtual nodes and CRDs")
         await _purge(client)
     progress("deleting RBAC and the liqo namespace")
-    for resource in (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES):
-        for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
-            with contextlib.suppress(NotFoundError):
-                await client.delete(resource, name)
+    for resource, name in (
+        *((CLUSTER_ROLE_BINDINGS, component) for component in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
+        *((CLUSTER_ROLES, role) for role in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
+        *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
+    ):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
@@ -242,17 +260,24 @@ async def _purge(client: KubeClient) -> None:
                     await client.patch(
                         resource, meta["name"], {"metadata": {"finalizers": None}}, namespace=meta.get("namespace")
                     )
-    tenants, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
-    for tenant in tenants:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(NAMESPACES, tenant["metadata"]["name"])
+    # Then whatever else is ours, found by label: tenant namespaces, twins (the consumers' pods and Secrets are
+    # in them), virtual Nodes (their virtual kubelet is gone), CSRs a failed handshake may have left.
+    ours = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
+    namespaces, _ = await client.list_all(NAMESPACES, label_selector=ours)
+    namespaces = [ns for ns in namespaces if ns["metadata"]["name"] != names.LIQO_NAMESPACE]  # last, by uninstall
+    nodes, _ = await client.list_all(NODES, label_selector=f"{ours},{names.VIRTUAL_NODE_TYPE}={names.VIRTUAL_NODE}")
+    csrs, _ = await client.list_all(CSRS, label_selector=ours)
+    for resource, items in ((NAMESPACES, namespaces), (NODES, nodes), (CSRS, csrs)):
+        for item in items:
+            with contextlib.suppress(NotFoundError):
+                await client.delete(resource, item["metadata"]["name"])
     for resource in liqo_resources.ALL:
         with contextlib.suppress(NotFoundError):
             await client.delete(CRDS, crd_name(resource))
     for resource in liqo_resources.ALL:
         await _wait_gone(client, CRDS, crd_name(resource))
-    for tenant in tenants:
-        await _wait_gone(client, NAMESPACES, tenant["metadata"]["name"])
+    for namespace in namespaces:
+        await _wait_gone(client, NAMESPACES, namespace["metadata"]["name"])
 
 
 async def _active_peers(client: KubeClient) -> list[str]:

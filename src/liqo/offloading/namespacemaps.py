@@ -44,9 +44,9 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES, Resource
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
 from liqo.offloading.namespaces import retry_delay
-from liqo.offloading.twins import TWIN_ROLE, is_twin_of, twin_namespace_manifest, twin_rbac
+from liqo.offloading.twins import is_twin_of, twin_namespace_manifest, twin_role_binding
 
 log = logging.getLogger(__name__)
 
@@ -230,12 +230,11 @@ def _peer_label(obj: Obj) -> list[str]:
     return [peer] if peer else []
 
 
-def _rbac_matches(current: Obj | None, desired: Obj) -> bool:
+def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     if current is None:
         return False
-    fields = ("rules",) if desired["kind"] == "Role" else ("roleRef", "subjects")
     labels = current["metadata"].get("labels") or {}
-    return all(current.get(f) == desired[f] for f in fields) and all(
+    return all(current.get(f) == desired[f] for f in ("roleRef", "subjects")) and all(
         labels.get(k) == v for k, v in desired["metadata"]["labels"].items()
     )
 
@@ -249,12 +248,10 @@ class NamespaceMapController:
         self._failures: dict[str, int] = {}  # consumer → transient failures in a row (the retry's backoff)
         self.maps = informers.informer(NAMESPACE_MAPS)
         self.namespaces = informers.informer(NAMESPACES)
-        self.roles = informers.informer(ROLES, label_selector=names.REMOTE_CLUSTER_ID)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.maps, consumer_of_map)
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
-        self.controller.watch(self.roles, _peer_label)
         self.controller.watch(self.bindings, _peer_label)
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
@@ -331,13 +328,11 @@ class NamespaceMapController:
         return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
 
     async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:
-        """Apply the consumer's Role and RoleBinding in ``twin`` unless the cache shows them as they should be."""
+        """Apply the consumer's RoleBinding in ``twin`` unless the cache shows it as it should be."""
+        binding = twin_role_binding(namespace=twin, consumer_id=consumer_id)
         try:
-            for manifest in twin_rbac(namespace=twin, consumer_id=consumer_id):
-                resource: Resource = ROLES if manifest["kind"] == "Role" else ROLE_BINDINGS
-                informer = self.roles if resource is ROLES else self.bindings
-                if not _rbac_matches(informer.store.get(f"{twin}/{TWIN_ROLE}"), manifest):
-                    await self._client.apply(resource, manifest)
+            if not _binding_matches(self.bindings.store.get(f"{twin}/{names.PEER_BINDING}"), binding):
+                await self._client.apply(ROLE_BINDINGS, binding)
         except KubeError as exc:
             return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")
         return TwinStatus(twin, "Ready")

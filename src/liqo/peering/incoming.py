@@ -2,7 +2,7 @@
 
 Keyed by the consumer's cluster ID. The first time the consumer's ResourceRequest shows up in its tenant
 namespace, the namespace is annotated; when the request is gone while the annotation is there, the
-consumer has unpeered: its RBAC and NamespaceMap go (the map's finalizer holds it until its twin
+consumer has unpeered: its RoleBinding and NamespaceMap go (the map's finalizer holds it until its twin
 namespaces are deleted), and so do its tenant namespace (offers, quotas, replicas inside) and
 ForeignCluster — unless this cluster also consumes from that peer, which keeps both. The annotation makes
 the decision level-triggered: a restart in between changes nothing.
@@ -20,13 +20,12 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
 from liqo.peering.outgoing import wants_outgoing
 
 log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
-PEER_ROLE = "liqo-peer"
 
 
 class IncomingPeering:
@@ -62,7 +61,7 @@ class IncomingPeering:
         if wants_outgoing(fc):
             # The namespace stays (for our own peering with them); what the consumer had in it goes. Its
             # NamespaceMap's finalizer holds it until the twin namespaces are deleted.
-            for resource, name in ((NAMESPACE_MAPS, peer_id), (ROLE_BINDINGS, PEER_ROLE), (ROLES, PEER_ROLE)):
+            for resource, name in ((NAMESPACE_MAPS, peer_id), (ROLE_BINDINGS, names.PEER_BINDING)):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(resource, name, namespace=namespace)
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: None}}})

@@ -66,7 +66,11 @@ def uninstall_command(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     purge: Annotated[
-        bool, typer.Option(help="Also delete the CRDs, every liqo resource and tenant namespace.")
+        bool,
+        typer.Option(
+            help="Also delete the CRDs, every liqo resource, and the namespaces (tenants, twins), virtual"
+            " nodes and CSRs liqo made."
+        ),
     ] = False,
 ) -> None:
     """Uninstall liqo (refused while peerings are active, unless --purge)."""

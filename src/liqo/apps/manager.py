@@ -28,7 +28,7 @@ from liqo.api import names
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
-from liqo.install.manifests import AUTH_SERVICE
+from liqo.install.manifests import AUTH_SERVICE, MANAGER
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -58,7 +58,8 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
 
-LEASE = "liqo-manager"
+LEASE = MANAGER
+"""Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
 
 
 class PolicyGate:

@@ -79,6 +79,8 @@ DENIED: list[Attributes] = [
     {"verb": "deletecollection", "resource": "secrets", "namespace": "default"},
     {"verb": "update", "resource": "namespaces", "name": "default"},
     {"verb": "deletecollection", "group": "discovery.liqo.io", "resource": "foreignclusters"},
+    # No quota of its own making: the budget is kept by the provider itself.
+    {"verb": "create", "resource": "resourcequotas", "namespace": "default"},
     # Nodes are the virtual kubelet's; pods it only creates and deletes (for ShadowPods), never changes.
     {"verb": "patch", "resource": "nodes", "name": "any"},
     {"verb": "update", "resource": "pods", "namespace": "default"},

@@ -60,7 +60,6 @@ def manager_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": [*_READ, "create", "patch", "delete"]},
         # Identities and peer tokens in tenant namespaces (label-selected informer: RBAC cannot say so), the token.
         {"apiGroups": [""], "resources": ["secrets"], "verbs": [*_READ, "create", "patch", "delete"]},
-        {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": [*_READ, "create", "patch", "delete"]},
         {"apiGroups": [""], "resources": ["nodes"], "verbs": _READ},
         # Pods: read for capacity; create and delete for the ShadowPods it runs as a provider.
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "create", "delete"]},

@@ -43,6 +43,7 @@ def test_the_manager_holds_no_wildcard_verb_no_escalate_and_no_role_writing() ->
     rules = granted(manifests.manager_rules() + manifests.manager_namespace_rules())
     assert all(verb != "*" for _, _, verb, _ in rules)
     assert all(verb not in ("escalate", "deletecollection", "impersonate") for _, _, verb, _ in rules)
+    assert not [r for r in rules if r[1] == "resourcequotas"]
     rbac = {(resource, verb, name) for group, resource, verb, name in rules if group == RBAC}
     assert {r for r, _, _ in rbac} == {"rolebindings", "clusterroles"}
     assert {(verb, name) for resource, verb, name in rbac if resource == "clusterroles"} == {

@@ -30,7 +30,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
-from liqo.install.manifests import manager_rules
+from liqo.install.manifests import manager_rules, peer_cluster_roles
 from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -73,7 +73,9 @@ class Provider:
 
 @pytest.fixture
 async def manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[KubeClient]:
-    """A client with exactly the manager's permissions."""
+    """A client with exactly the manager's cluster-wide permissions, and the peer ClusterRoles it binds."""
+    for role in peer_cluster_roles():  # as install puts them (idempotent; like the CRDs, left in place)
+        await kube.apply(CLUSTER_ROLES, role)
     user = unique("liqo-manager-test")
     await kube.create(
         CLUSTER_ROLES,
@@ -230,10 +232,10 @@ async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_nam
     assert (
         ns["metadata"]["labels"] | names.peer_labels(consumer_id) | {names.TENANT: "true"} == ns["metadata"]["labels"]
     )
-    assert (await kube.get(ROLES, "liqo-peer", namespace=tenant))["metadata"]["labels"] == names.peer_labels(
-        consumer_id
-    )
-    await kube.get(ROLE_BINDINGS, "liqo-peer", namespace=tenant)
+    binding = await kube.get(ROLE_BINDINGS, "liqo-peer", namespace=tenant)
+    assert binding["metadata"]["labels"] == names.peer_labels(consumer_id)
+    assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "ClusterRole", "name": names.PEER_TENANT_ROLE}
+    assert (await kube.list_all(ROLES, namespace=tenant))[0] == []  # no Role: the manager may not write any
     [fc] = await foreign_clusters_of(kube, consumer_id)
     assert fc["spec"] == {
         "clusterID": consumer_id,

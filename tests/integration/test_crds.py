@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from liqo.api.crds import MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -85,6 +86,10 @@ def privileged(container: str = "containers") -> dict[str, Any]:
 
 def namespace_offloading(namespace: str, name: str = "offloading", **spec: Any) -> Obj:
     return obj(NAMESPACE_OFFLOADINGS, name, spec, namespace=namespace)
+
+
+def namespace_map(namespace: str, mappings: dict[str, str]) -> Obj:
+    return obj(NAMESPACE_MAPS, unique("nm"), {"consumerClusterID": "c1", "mappings": mappings}, namespace=namespace)
 
 
 def without(document: Obj, field: str) -> Obj:
@@ -228,6 +233,29 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
         lambda ns: (SHADOW_PODS, shadow_pod(ns, **privileged("initContainers"))),
         ("privileged containers are refused by this provider",),
     ),
+    "namespace-map-oversize": (
+        lambda ns: (
+            NAMESPACE_MAPS,
+            namespace_map(ns, {f"ns-{i}": f"ns-{i}-c1" for i in range(MAX_NAMESPACE_MAPPINGS + 1)}),
+        ),
+        ("spec.mappings: Too many: 1001: must have at most 1000 items",),
+    ),
+    "namespace-map-bad-home": (
+        lambda ns: (NAMESPACE_MAPS, namespace_map(ns, {"Kube_System": "a-c1"})),
+        ("spec.mappings: Invalid value", "every home namespace (key) must be a namespace name"),
+    ),
+    "namespace-map-long-home": (
+        lambda ns: (NAMESPACE_MAPS, namespace_map(ns, {"a" * 64: "a-c1"})),
+        ("spec.mappings: Invalid value", "at most 63 characters"),
+    ),
+    "namespace-map-bad-twin": (
+        lambda ns: (NAMESPACE_MAPS, namespace_map(ns, {"shop": "../etc"})),
+        ('spec.mappings.shop: Invalid value: "../etc"', "should match"),
+    ),
+    "namespace-map-long-twin": (
+        lambda ns: (NAMESPACE_MAPS, namespace_map(ns, {"shop": "a" * 64})),
+        ("spec.mappings.shop: Too long: may not be more than 63",),
+    ),
     "offloading-name": (
         lambda ns: (NAMESPACE_OFFLOADINGS, namespace_offloading(ns, "mine")),
         ("a NamespaceOffloading must be named 'offloading'",),
@@ -253,6 +281,14 @@ async def test_invalid_objects_are_refused_with_a_readable_message(
     assert refused.value.status == 422
     for substring in expected:
         assert substring in refused.value.message
+
+
+@pytest.mark.usefixtures("crds")
+async def test_a_namespace_map_at_its_bound_is_accepted(kube: KubeClient, namespace: str) -> None:
+    """The bound is usable: 1000 entries of the longest names fit (and CEL's runtime cost allows checking them)."""
+    mappings = {f"{i:04d}".ljust(63, "x"): f"{i:04d}".ljust(63, "y") for i in range(MAX_NAMESPACE_MAPPINGS)}
+    created = await kube.create(NAMESPACE_MAPS, namespace_map(namespace, mappings))
+    assert len(created["spec"]["mappings"]) == MAX_NAMESPACE_MAPPINGS
 
 
 @pytest.mark.usefixtures("crds")

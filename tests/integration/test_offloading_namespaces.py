@@ -20,11 +20,11 @@ from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import CONFIGMAPS, EVENTS, NAMESPACES, PODS, ROLE_BINDINGS, ROLES, SECRETS
+from liqo.kube.resources import CLUSTER_ROLES, CONFIGMAPS, EVENTS, NAMESPACES, PODS, ROLE_BINDINGS, ROLES, SECRETS
 from liqo.local import clusters
 from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError
-from liqo.offloading.twins import TWIN_ROLE, twin_rules
+from liqo.offloading.twins import twin_rules
 from liqo.peering import operations as peering
 from tests.helpers import Site, eventually, liqo_objects, unique
 from tests.helpers import expect_clean as _expect_clean
@@ -86,9 +86,16 @@ async def check_twin(provider: KubeClient, *, consumer_id: str, home: str, twin:
     assert labels[names.REMOTE_CLUSTER_ID] == consumer_id
     assert labels[names.ORIGIN_NAMESPACE] == home
     assert labels[names.MANAGED_BY] == names.MANAGED_BY_VALUE
-    role = await provider.get(ROLES, TWIN_ROLE, namespace=twin)
+    role = await provider.get(CLUSTER_ROLES, names.PEER_TWIN_ROLE)
     assert role["rules"] == twin_rules()
-    binding = await provider.get(ROLE_BINDINGS, TWIN_ROLE, namespace=twin)
+    roles, _ = await provider.list_all(ROLES, namespace=twin)
+    assert roles == []  # the manager writes no Role: it binds the installed ClusterRole
+    binding = await provider.get(ROLE_BINDINGS, names.PEER_BINDING, namespace=twin)
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "liqo-peer-twin",
+    }
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": names.peer_user(consumer_id)}
     ]
@@ -254,7 +261,7 @@ async def test_enforce_same_name_over_an_unrelated_namespace_is_a_conflict_that_
         assert unrelated["metadata"].get("deletionTimestamp") is None
         assert unrelated["metadata"]["labels"].get("team") == "milan-payments"
         assert names.REMOTE_CLUSTER_ID not in unrelated["metadata"]["labels"]
-        assert await get_or_none(milan, ROLES, TWIN_ROLE, home) is None
+        assert await get_or_none(milan, ROLE_BINDINGS, names.PEER_BINDING, home) is None
         assert (await milan.get(CONFIGMAPS, "precious", namespace=home))["data"] == {"k": "v"}
     finally:
         await release(rome, home)

@@ -36,7 +36,10 @@ QUANTITY_PATTERN = (
 )
 """A Kubernetes quantity, as the API server's own ResourceList schema checks it."""
 
-CLUSTER_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL_MAX_LENGTH = 63
+"""A namespace name: lowercase letters, digits and ``-``, at most 63 characters (RFC 1123 label)."""
+CLUSTER_ID_PATTERN = DNS_LABEL_PATTERN
 CLUSTER_ID_MAX_LENGTH = 63 - len(names.TENANT_NAMESPACE_PREFIX)
 CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 """What a cluster ID really is (the UID of kube-system); where a name would be a mistake, only this passes."""
@@ -68,6 +71,10 @@ DEFAULT_MAX_GRACE_SECONDS = 120
 KEY_FINGERPRINT_PATTERN = r"^sha256:[0-9a-f]{64}$"
 """A cluster key's fingerprint: SHA-256 of its public key (SubjectPublicKeyInfo, DER), lowercase hex."""
 MAX_CONTAINERS = 64
+MAX_NAMESPACE_MAPPINGS = 1000
+"""Namespaces one consumer may offload to a provider. Each is a namespace the provider creates, so the bound is
+the consumer's reach into the provider's namespace list; and 1000 entries keep the map (spec and the status
+the provider writes back, ~0.6 MB with messages and managed fields) well under etcd's 1.5 MiB object limit."""
 MAX_SLOTS = 16
 """A bound on ``largestSlots`` keeping offers small; providers publish a few (liqo's: 3)."""
 
@@ -711,12 +718,24 @@ def namespace_map_crd() -> dict[str, Any]:
             "message": _string("Why, when it is not Ready."),
         },
     )
+    twin_name = _string("The twin namespace's name here.", maxLength=DNS_LABEL_MAX_LENGTH, pattern=DNS_LABEL_PATTERN)
+    mappings = {
+        "type": "object",
+        "description": f"Home namespace to twin namespace name (at most {MAX_NAMESPACE_MAPPINGS}).",
+        "maxProperties": MAX_NAMESPACE_MAPPINGS,
+        "additionalProperties": twin_name,
+        # OpenAPI constrains values, not keys: CEL checks the home namespaces.
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.all(home, size(home) <= {DNS_LABEL_MAX_LENGTH} && home.matches('{DNS_LABEL_PATTERN}'))",
+                "message": "every home namespace (key) must be a namespace name: lowercase letters, digits and"
+                f" '-', at most {DNS_LABEL_MAX_LENGTH} characters",
+            }
+        ],
+    }
     spec = _object(
         "The consumer's offloaded namespaces and the name of their twins here.",
-        {
-            "consumerClusterID": _cluster_id("The consumer's cluster ID."),
-            "mappings": _string_map("Home namespace to twin namespace name."),
-        },
+        {"consumerClusterID": _cluster_id("The consumer's cluster ID."), "mappings": mappings},
         required=("consumerClusterID",),
     )
     status = _object(

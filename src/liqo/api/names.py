@@ -7,6 +7,9 @@ what to delete by these labels alone.
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 LIQO_NAMESPACE = "liqo"
 """Where liqo's own components, the cluster identity and the authentication token live."""
 
@@ -45,6 +48,30 @@ PEER_USER_PREFIX = "liqo.io:peer:"
 """Peers authenticate as the user ``liqo.io:peer:<cluster-id>`` (their certificate's CN)."""
 
 FINALIZER = "liqo.io/cleanup"
+
+PEER_TENANT_ROLE = "liqo-peer-tenant"
+"""ClusterRole (installed by ``liqoctl install``) of a consumer's user in its tenant namespace, bound there only."""
+PEER_TWIN_ROLE = "liqo-peer-twin"
+"""ClusterRole (installed by ``liqoctl install``) of a consumer's user in its twin namespaces, bound there only."""
+PEER_BINDING = "liqo-peer"
+"""Name of the RoleBinding of a consumer's user in its tenant namespace and in each of its twins."""
+
+
+_NAME_BASE_MAX = 48
+"""A peer's name is cut to this, so that ``liqo-<name>-<8 ID characters>`` is a node name of at most 62."""
+_ID_PREFIX = 8
+
+
+def foreign_cluster_names(*, cluster_id: str, cluster_name: str) -> list[str]:
+    """Names to try, in order, for the ForeignCluster of peer ``cluster_id`` that calls itself ``cluster_name``.
+
+    The peer picks its name, so it is only a hint: lowercased, every run of anything but ``a-z0-9`` made a
+    ``-``, cut short; then the same with the first characters of the ID, for when another peer has that name;
+    then the ID. The caller takes the first one no other peer's ForeignCluster has (pure).
+    """
+    base = re.sub(r"[^a-z0-9]+", "-", cluster_name.lower()).strip("-")[:_NAME_BASE_MAX].rstrip("-")
+    tried = [base, f"{base}-{cluster_id[:_ID_PREFIX]}"] if base else []
+    return list(dict.fromkeys([*tried, cluster_id]))
 
 
 def tenant_namespace(cluster_id: str) -> str:
@@ -94,6 +121,24 @@ LARGEST_SLOTS = "liqo.io/largest-slots"
 TWIN_PREFIX_LENGTH = 8
 """How many characters of the home cluster ID suffix a twin namespace's DefaultName."""
 _DNS_LABEL_MAX = 63
+VIRTUAL_NODE_PREFIX = "liqo-"
+_DIGEST_LENGTH = 12
+
+
+def virtual_node_name(foreign_cluster: str) -> str:
+    """The virtual node of the provider whose ForeignCluster is named ``foreign_cluster`` (pure).
+
+    ForeignCluster names are unique on a cluster and there is one per provider, so node names are too; a node
+    name is also its ``kubernetes.io/hostname`` label, hence at most 63 characters. Names up to 62 are used
+    as they are; longer ones are cut and end in a digest of the whole, which makes them exactly 63 long, so a
+    cut name never equals another provider's uncut one.
+    """
+    name = f"{VIRTUAL_NODE_PREFIX}{foreign_cluster}"
+    if len(name) < _DNS_LABEL_MAX:
+        return name
+    digest = hashlib.sha256(foreign_cluster.encode()).hexdigest()[:_DIGEST_LENGTH]
+    # A dot of the ForeignCluster's name may not precede the "-" (DNS), so the cut part keeps none.
+    return f"{name[: _DNS_LABEL_MAX - _DIGEST_LENGTH - 1].replace('.', '-')}-{digest}"
 
 
 def twin_namespace(namespace: str, *, home_cluster_id: str, enforce_same_name: bool = False) -> str:

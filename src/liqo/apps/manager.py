@@ -31,7 +31,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
-from liqo.install.manifests import AUTH_SERVICE, WEBHOOK_SERVICE
+from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -43,7 +43,7 @@ from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
 from liqo.offloading.admission import ShadowPodWebhook
-from liqo.offloading.namespacemaps import NamespaceMapController
+from liqo.offloading.namespacemaps import NamespaceMapController, parse_reserved
 from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
@@ -62,7 +62,8 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
 
-LEASE = "liqo-manager"
+LEASE = MANAGER
+"""Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
 
 
 class PolicyGate:
@@ -115,8 +116,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--webhook-client-ca", help="CA file: the webhook listener then requires a client certificate it signed"
     )
     parser.add_argument("--identity-ttl", type=int, default=7200, help="lifetime of issued identities, seconds")
+    parser.add_argument(
+        "--reserved-namespaces",
+        type=_reserved_namespaces,
+        default=(),
+        help="namespace names (or prefixes ending in *) no consumer's twin may take, besides default, kube-*, liqo*",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def _reserved_namespaces(text: str) -> tuple[str, ...]:
+    try:
+        return parse_reserved(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -141,7 +155,9 @@ async def run(args: argparse.Namespace) -> None:
             name=LEASE,
             identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
         )
-        campaign = asyncio.create_task(elector.run(lambda: _controllers(client, local, key)))
+        campaign = asyncio.create_task(
+            elector.run(lambda: _controllers(client, local, key, reserved_namespaces=args.reserved_namespaces))
+        )
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()
         await asyncio.gather(campaign, return_exceptions=True)
@@ -238,7 +254,9 @@ def _server_tls(
     return context, shared.ca
 
 
-async def _controllers(client: KubeClient, local: ClusterIdentity, key: ClusterKey) -> None:
+async def _controllers(
+    client: KubeClient, local: ClusterIdentity, key: ClusterKey, *, reserved_namespaces: tuple[str, ...]
+) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
     events = EventRecorder(client=client, component="liqo-manager", host=socket.gethostname())
@@ -254,7 +272,9 @@ async def _controllers(client: KubeClient, local: ClusterIdentity, key: ClusterK
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
     shadow_pods = ShadowPods(client=client, informers=informers, events=events, select=pod_security)
-    namespace_maps = NamespaceMapController(client=client, informers=informers, select=pod_security)
+    namespace_maps = NamespaceMapController(
+        client=client, informers=informers, select=pod_security, reserved=reserved_namespaces
+    )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
 

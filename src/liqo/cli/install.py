@@ -14,6 +14,7 @@ from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
 from liqo.install.installer import InstallOptions, install, local_manager, plan, uninstall
 from liqo.local.spec import parse_labels
+from liqo.offloading.namespacemaps import parse_reserved
 
 
 def install_command(
@@ -24,18 +25,29 @@ def install_command(
     api_server_url: Annotated[str | None, typer.Option(help="API server URL as peers reach it.")] = None,
     auth_url: Annotated[str | None, typer.Option(help="Authentication endpoint URL as peers reach it.")] = None,
     identity_ttl: Annotated[int, typer.Option(help="Lifetime of issued peer identities, seconds (>= 600).")] = 7200,
+    reserved_namespaces: Annotated[
+        str,
+        typer.Option(
+            help="Namespaces no consumer may take for a twin, besides default, kube-* and liqo*: a,b,prefix-*."
+        ),
+    ] = "",
     dry_run: Annotated[bool, typer.Option(help="Print the manifests instead of applying them.")] = False,
 ) -> None:
     """Install liqo: CRDs, namespace, RBAC, cluster identity, authentication endpoint and manager."""
     with expected_errors():
         if identity_ttl < 600:
             raise typer.BadParameter("--identity-ttl must be at least 600 seconds (the CSR API's minimum)")
+        try:
+            reserved = parse_reserved(reserved_namespaces)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--reserved-namespaces") from None
         options = InstallOptions(
             cluster_name=cluster_name,
             cluster_labels=parse_labels(cluster_labels),
             api_server_url=api_server_url,
             auth_url=auth_url,
             identity_ttl=identity_ttl,
+            reserved_namespaces=reserved,
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run))
 
@@ -54,7 +66,11 @@ def uninstall_command(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     purge: Annotated[
-        bool, typer.Option(help="Also delete the CRDs, every liqo resource and tenant namespace.")
+        bool,
+        typer.Option(
+            help="Also delete the CRDs, every liqo resource, and the namespaces (tenants, twins), virtual"
+            " nodes and CSRs liqo made."
+        ),
     ] = False,
 ) -> None:
     """Uninstall liqo (refused while peerings are active, unless --purge)."""

@@ -33,9 +33,13 @@ from liqo.kube.resources import (
     CLUSTER_ROLES,
     CONFIGMAPS,
     CRDS,
+    CSRS,
     DEPLOYMENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
+    NODES,
+    ROLE_BINDINGS,
+    ROLES,
     SECRETS,
     SERVICE_ACCOUNTS,
     SERVICES,
@@ -51,7 +55,18 @@ from liqo.peering.tokens import new_token, token_of
 
 Progress = Callable[[str], None]
 
-_KINDS = (CRDS, NAMESPACES, SERVICE_ACCOUNTS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, CONFIGMAPS, SECRETS, DEPLOYMENTS)
+_KINDS = (
+    CRDS,
+    NAMESPACES,
+    SERVICE_ACCOUNTS,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    ROLES,
+    ROLE_BINDINGS,
+    CONFIGMAPS,
+    SECRETS,
+    DEPLOYMENTS,
+)
 BY_KIND: dict[str, Resource] = {
     r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
 }
@@ -74,6 +89,7 @@ class InstallOptions:
     auth_url: str | None = None
     image: str = manifests.DEFAULT_IMAGE
     identity_ttl: int = 7200
+    reserved_namespaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,7 +117,7 @@ class LocalManager:
         ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
         return manifests.webhook_url_client_config(webhook_url=self.webhook_url, ca_pem=ca, path=path)
 
-    def component(self, *, identity_ttl: int) -> Component:
+    def component(self, *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> Component:
         """The manager as a component of the cluster's supervisor."""
         pki = ClusterDir.named(self.cluster).pki
         return Component(
@@ -118,7 +134,7 @@ class LocalManager:
                 f"--webhook-cert={self.directory / 'webhook.crt'}",
                 f"--webhook-key={self.directory / 'webhook.key'}",
                 f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
-                f"--identity-ttl={identity_ttl}",
+                *manifests.manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
             after=["kube-apiserver"],
@@ -182,6 +198,7 @@ async def plan(
         identity_ttl=options.identity_ttl,
         workload=local is None,
         webhook_client_config=local.webhook_client_config if local else manifests.webhook_service_client_config,
+        reserved_namespaces=options.reserved_namespaces,
     )
     return items, identity
 
@@ -204,7 +221,7 @@ async def install(client: KubeClient, options: InstallOptions, *, progress: Prog
 
 
 async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> None:
-    """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs, data and tenants.
+    """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs and everything of liqo's.
 
     Raises:
         InstallError: peerings are still active (without ``purge``), or something would not go away.
@@ -237,13 +254,16 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             with contextlib.suppress(NotFoundError):
                 await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
     if purge:
-        progress("deleting liqo resources, tenant namespaces and CRDs")
+        progress("deleting liqo resources, tenant and twin namespaces, virtual nodes and CRDs")
         await _purge(client)
     progress("deleting RBAC and the liqo namespace")
-    for resource in (CLUSTER_ROLE_BINDINGS, CLUSTER_ROLES):
-        for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
-            with contextlib.suppress(NotFoundError):
-                await client.delete(resource, name)
+    for resource, name in (
+        *((CLUSTER_ROLE_BINDINGS, component) for component in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
+        *((CLUSTER_ROLES, role) for role in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
+        *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
+    ):
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
@@ -260,17 +280,24 @@ async def _purge(client: KubeClient) -> None:
                     await client.patch(
                         resource, meta["name"], {"metadata": {"finalizers": None}}, namespace=meta.get("namespace")
                     )
-    tenants, _ = await client.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
-    for tenant in tenants:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(NAMESPACES, tenant["metadata"]["name"])
+    # Then whatever else is ours, found by label: tenant namespaces, twins (the consumers' pods and Secrets are
+    # in them), virtual Nodes (their virtual kubelet is gone), CSRs a failed handshake may have left.
+    ours = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
+    namespaces, _ = await client.list_all(NAMESPACES, label_selector=ours)
+    namespaces = [ns for ns in namespaces if ns["metadata"]["name"] != names.LIQO_NAMESPACE]  # last, by uninstall
+    nodes, _ = await client.list_all(NODES, label_selector=f"{ours},{names.VIRTUAL_NODE_TYPE}={names.VIRTUAL_NODE}")
+    csrs, _ = await client.list_all(CSRS, label_selector=ours)
+    for resource, items in ((NAMESPACES, namespaces), (NODES, nodes), (CSRS, csrs)):
+        for item in items:
+            with contextlib.suppress(NotFoundError):
+                await client.delete(resource, item["metadata"]["name"])
     for resource in liqo_resources.ALL:
         with contextlib.suppress(NotFoundError):
             await client.delete(CRDS, crd_name(resource))
     for resource in liqo_resources.ALL:
         await _wait_gone(client, CRDS, crd_name(resource))
-    for tenant in tenants:
-        await _wait_gone(client, NAMESPACES, tenant["metadata"]["name"])
+    for namespace in namespaces:
+        await _wait_gone(client, NAMESPACES, namespace["metadata"]["name"])
 
 
 async def _active_peers(client: KubeClient) -> list[str]:
@@ -340,7 +367,8 @@ def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
     clusters.issue_serving_pair(
         local.cluster, cert=local.directory / "kubelet.crt", key=local.directory / "kubelet.key"
     )
-    components = [local.component(identity_ttl=options.identity_ttl), local.virtual_kubelet_component()]
+    manager = local.component(identity_ttl=options.identity_ttl, reserved_namespaces=options.reserved_namespaces)
+    components = [manager, local.virtual_kubelet_component()]
     clusters.add_components(local.cluster, components, timeout=MANAGER_DEADLINE)
 
 

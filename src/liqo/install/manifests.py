@@ -18,6 +18,8 @@ from liqo.api import resources as liqo_resources
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import all_crds
 from liqo.offloading import registration
+from liqo.offloading.twins import twin_rules
+from liqo.peering.provisioning import peer_rules
 from liqo.peering.tokens import token_secret
 
 MANAGER = "liqo-manager"
@@ -47,19 +49,37 @@ def namespace() -> Manifest:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(names.LIQO_NAMESPACE, namespace=None)}
 
 
+_RBAC = "rbac.authorization.k8s.io"
+_READ = ["get", "list", "watch"]
+
+
 def manager_rules() -> list[dict[str, Any]]:
-    """What the manager may do: its own resources, tenant namespaces and RBAC, CSRs, capacity, quotas."""
+    """What the manager may do cluster-wide; docs/security.md, "The manager's rights", justifies each right.
+
+    Verbs are the ones the code uses (server-side apply is ``patch``, and ``create`` when the object is new).
+    Rights needed in the ``liqo`` namespace only are in :func:`manager_namespace_rules`.
+    """
     liqo_groups = sorted({r.group for r in liqo_resources.ALL})
     return [
-        {"apiGroups": liqo_groups, "resources": ["*"], "verbs": ["*"]},
-        {"apiGroups": [""], "resources": ["namespaces", "secrets", "resourcequotas", "configmaps"], "verbs": ["*"]},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": liqo_groups, "resources": ["*"], "verbs": [*_READ, "create", "update", "patch", "delete"]},
+        # Tenant and twin namespaces: created (twins with a plain create), annotated, deleted.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": [*_READ, "create", "patch", "delete"]},
+        # Identities and peer tokens in tenant namespaces (label-selected informer: RBAC cannot say so), the token.
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": [*_READ, "create", "patch", "delete"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": _READ},
         # Pods: read for capacity; create and delete for the ShadowPods it runs as a provider.
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "create", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["*"]},
+        # Peers' rights: RoleBindings to the two peer ClusterRoles only. No Role and no escalate: with bind
+        # limited by name, the API server refuses a binding to any other role (RBAC's escalation check).
+        {"apiGroups": [_RBAC], "resources": ["rolebindings"], "verbs": [*_READ, "create", "update", "patch", "delete"]},
+        {
+            "apiGroups": [_RBAC],
+            "resources": ["clusterroles"],
+            "resourceNames": [names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE],
+            "verbs": ["bind"],
+        },
         {
             "apiGroups": ["certificates.k8s.io"],
             "resources": ["certificatesigningrequests"],
@@ -92,6 +112,44 @@ def manager_rules() -> list[dict[str, Any]]:
     ]
 
 
+def manager_namespace_rules() -> list[dict[str, Any]]:
+    """What the manager may do in the ``liqo`` namespace only: elect its leader, read its identity, renew its pair."""
+    return [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        # The manager's Lease is named after it (liqo.apps.manager.LEASE).
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [MANAGER],
+            "verbs": ["get", "update"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [names.CLUSTER_IDENTITY, "kube-root-ca.crt"],
+            "verbs": ["get"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [registration.SERVING_SECRET],
+            "verbs": ["update"],
+        },
+    ]
+
+
+def peer_cluster_roles() -> list[Manifest]:
+    """The rights of every consumer's user, bound by the manager in its tenant namespace and in its twins.
+
+    ClusterRoles installed here rather than Roles the manager writes: the manager then only binds these two
+    (``bind`` by name), and cannot grant anything else.
+    """
+    return [
+        {"apiVersion": f"{_RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, namespace=None), "rules": rules}
+        for name, rules in ((names.PEER_TENANT_ROLE, peer_rules()), (names.PEER_TWIN_ROLE, twin_rules()))
+    ]
+
+
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
@@ -114,31 +172,46 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
             "resources": ["virtualnodes", "namespaceoffloadings"],
             "verbs": read,
         },
+        # The Registered condition: whether the Node of that name is ours (server-side apply is a patch).
+        {"apiGroups": [liqo_resources.VIRTUAL_KUBELET], "resources": ["virtualnodes/status"], "verbs": ["patch"]},
     ]
 
 
-def component_rbac(name: str, rules: list[dict[str, Any]]) -> list[Manifest]:
-    """ServiceAccount, ClusterRole and its binding (to the ServiceAccount, and to the local-mode user)."""
-    return [
+def component_rbac(
+    name: str, rules: list[dict[str, Any]], namespace_rules: list[dict[str, Any]] | None = None
+) -> list[Manifest]:
+    """ServiceAccount, ClusterRole and its binding (to the ServiceAccount, and to the local-mode user).
+
+    With ``namespace_rules``, also a Role holding them in the ``liqo`` namespace, bound to the same subjects.
+    """
+    subjects = [
+        {"kind": "ServiceAccount", "name": name, "namespace": names.LIQO_NAMESPACE},
+        # On a local cluster the component is a host process with a certificate for this user.
+        {"apiGroup": _RBAC, "kind": "User", "name": name},
+    ]
+    manifests: list[Manifest] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name)},
+        {"apiVersion": f"{_RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, namespace=None), "rules": rules},
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": _meta(name, namespace=None),
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "apiVersion": f"{_RBAC}/v1",
             "kind": "ClusterRoleBinding",
             "metadata": _meta(name, namespace=None),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [
-                {"kind": "ServiceAccount", "name": name, "namespace": names.LIQO_NAMESPACE},
-                # On a local cluster the component is a host process with a certificate for this user.
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name},
-            ],
+            "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": name},
+            "subjects": subjects,
         },
     ]
+    if namespace_rules:
+        manifests += [
+            {"apiVersion": f"{_RBAC}/v1", "kind": "Role", "metadata": _meta(name), "rules": namespace_rules},
+            {
+                "apiVersion": f"{_RBAC}/v1",
+                "kind": "RoleBinding",
+                "metadata": _meta(name),
+                "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": name},
+                "subjects": subjects,
+            },
+        ]
+    return manifests
 
 
 def cluster_identity(
@@ -178,7 +251,15 @@ def cluster_key_secret(key: ClusterKey) -> Manifest:
     }
 
 
-def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
+def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[str]:
+    """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
+    flags = [f"--identity-ttl={identity_ttl}"]
+    if reserved_namespaces:
+        flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
+    return flags
+
+
+def manager_workload(*, image: str, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[Manifest]:
     """The manager as a Deployment, with its Services: authentication for peers, webhooks for the API server.
 
     Two Services because peers reach one and must not reach the other: ``liqo-auth`` (LoadBalancer) serves
@@ -192,7 +273,7 @@ def manager_workload(*, image: str, identity_ttl: int) -> list[Manifest]:
         "args": [
             f"--auth-address=0.0.0.0:{AUTH_PORT}",
             f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
-            f"--identity-ttl={identity_ttl}",
+            *manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
         ],
         "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}},
@@ -377,6 +458,7 @@ def manifests(
     identity_ttl: int,
     workload: bool,
     webhook_client_config: ClientConfig = webhook_service_client_config,
+    reserved_namespaces: tuple[str, ...] = (),
 ) -> list[Manifest]:
     """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployments and Services.
 
@@ -394,14 +476,16 @@ def manifests(
     items = [
         *all_crds(),
         namespace(),
-        *component_rbac(MANAGER, manager_rules()),
+        *peer_cluster_roles(),
+        *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         identity,
         token_secret(token),
         cluster_key_secret(key),
     ]
     if workload:
-        items += [*manager_workload(image=image, identity_ttl=identity_ttl), virtual_kubelet_workload(image=image)]
+        manager = manager_workload(image=image, identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces)
+        items += [*manager, virtual_kubelet_workload(image=image)]
     items.append(pod_webhook_configuration(client_config=webhook_client_config(registration.PATH)))
     items.append(shadow_pod_webhook_configuration(client_config=webhook_client_config(registration.VALIDATE_PATH)))
     return items

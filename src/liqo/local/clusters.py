@@ -456,17 +456,29 @@ def add_components(name: str, components: list[Component], *, timeout: float = 6
     """Run extra processes under the cluster's supervisor (liqo's own components) and wait until healthy.
 
     A component with the name of an existing one replaces it (the supervisor restarts it if its command
-    line changed). Extra components survive ``down``/``up``.
+    line changed: then the wait is for the new process, the old one's health meaning nothing). Extra
+    components survive ``down``/``up``.
     """
     names = {c.name for c in components}
+    cluster = _existing(name)
+    before = {item["name"]: item["argv"] for item in read_json(cluster.components_file)}
+    processes = {n: status.get("process") for n, status in _read_status(cluster).get("components", {}).items()}
+    restarted = {c.name: processes.get(c.name) for c in components if before.get(c.name, c.argv) != c.argv}
 
     def merge(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [item for item in current if item["name"] not in names] + [c.to_dict() for c in components]
 
+    def settled(observed: dict[str, Any]) -> bool:
+        return all(
+            _settled(observed.get(n, {}), enabled=True)
+            and (n not in restarted or observed[n].get("process") != restarted[n])
+            for n in names
+        )
+
     _change_components(
         name,
         merge,
-        settled=lambda observed: all(_settled(observed.get(n, {}), enabled=True) for n in names),
+        settled=settled,
         what=f"components {', '.join(sorted(names))} did not become healthy",
         timeout=timeout,
     )

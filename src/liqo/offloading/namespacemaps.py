@@ -8,9 +8,12 @@ own tenant namespace, so it cannot speak for another.
 
 Safety comes first: a namespace is touched only if it passes :func:`liqo.offloading.twins.is_twin_of` for
 that consumer. Any other namespace of the wanted name (an unrelated one, another consumer's twin, a
-system namespace) makes the mapping ``Conflict`` and is left alone. A twin is created with a plain create,
-never an apply, so a namespace appearing between the cache read and the write is refused by the API server
-rather than taken over; it is deleted with its UID as precondition, so a namesake is never deleted.
+system namespace) makes the mapping ``Conflict`` and is left alone. So does a name that does not exist yet
+but is reserved (:data:`BUILTIN_RESERVED` and the provider's ``--reserved-namespaces``): a consumer must
+not squat a name the provider's own software will want (``cert-manager``, ``monitoring``). A twin is
+created with a plain create, never an apply, so a namespace appearing between the cache read and the write
+is refused by the API server rather than taken over; it is deleted with its UID as precondition, so a
+namesake is never deleted.
 
 The map carries a finalizer: deleting it (the consumer unoffloading its last namespace, the tenant
 namespace going away on unpeer or revoke) waits until every twin of that consumer is gone, so "the map is
@@ -22,34 +25,44 @@ the SharingPolicies and corrects the labels of the twins it keeps when the level
 
 The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
 every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
+``Conflict`` is terminal: a reserved or taken name, or a write the API server refused (4xx), is not retried
+on a timer, only looked at again when the map or a namespace of that name changes. ``Error`` is for what
+may pass by itself (5xx, an unreachable API server): retried with a capped backoff. The consumer writes the
+map, so a timer on its permanent mistakes would be a loop it can start at will.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api import names
+from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN
 from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES, Resource
+from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
+from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import PolicySelector
-from liqo.offloading.twins import TWIN_ROLE, is_twin_of, pod_security_patch, twin_namespace_manifest, twin_rbac
+from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-RETRY_AFTER = 5.0
-"""A twin that failed to be written is retried this soon (its status says Error meanwhile)."""
-RESERVED_NAMES = frozenset({"default", names.LIQO_NAMESPACE})
-RESERVED_PREFIXES = ("kube-", names.TENANT_NAMESPACE_PREFIX)
+BUILTIN_RESERVED = ("default", "kube-*", f"{names.LIQO_NAMESPACE}*")
+"""Names no twin may take, whatever the provider configures: the system's, and liqo's own (``liqo``, tenant
+namespaces, and whatever liqo may add under its prefix). ``*`` at the end makes a prefix."""
+_NAME = re.compile(DNS_LABEL_PATTERN)
+_RESERVED_ITEM = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*\*")
+_TRANSIENT_STATUSES = frozenset({408, 429})
+"""Client errors that are the server's momentary state rather than a verdict on the request."""
 
 
 @dataclass(frozen=True)
@@ -81,9 +94,41 @@ class Plan:
     status: dict[str, TwinStatus] = field(default_factory=dict)
 
 
-def reserved(name: str) -> bool:
-    """Whether ``name`` may never be a twin here (system namespaces, liqo's own, tenant namespaces)."""
-    return name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES)
+def parse_reserved(text: str) -> tuple[str, ...]:
+    """The provider's reserved names from ``a,b,team-*`` (a trailing ``*`` makes a prefix), empty items skipped.
+
+    Raises:
+        ValueError: an item is neither a namespace name nor a prefix of one ending in ``*``.
+    """
+    items = tuple(item.strip() for item in text.split(",") if item.strip())
+    for item in items:
+        if len(item) > DNS_LABEL_MAX_LENGTH or not _RESERVED_ITEM.fullmatch(item):
+            raise ValueError(
+                f"reserved namespace {item!r} is neither a namespace name nor a prefix of one ending in '*'"
+            )
+    return items
+
+
+def reserved(name: str, patterns: Iterable[str] = BUILTIN_RESERVED) -> bool:
+    """Whether ``name`` matches one of ``patterns`` (a name, or a prefix ending in ``*``) (pure)."""
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can be a namespace's (the schema checks it too, unless the CRD predates the rule)."""
+    return len(name) <= DNS_LABEL_MAX_LENGTH and _NAME.fullmatch(name) is not None
+
+
+def transient(error: KubeError) -> bool:
+    """Whether a failed write may succeed by itself later (5xx, unreachable) rather than being refused (pure)."""
+    return not isinstance(error, ApiError) or error.status >= 500 or error.status in _TRANSIENT_STATUSES
+
+
+def refusal(twin: str, error: KubeError, *, doing: str) -> TwinStatus:
+    """The status of a twin whose write failed: ``Error`` (retried) if transient, else ``Conflict`` (pure)."""
+    if transient(error):
+        return TwinStatus(twin, "Error", f"cannot {doing}: {error}")
+    return TwinStatus(twin, "Conflict", f"this cluster refused to {doing}: {error}")
 
 
 def origin_of(namespace: Obj) -> str:
@@ -101,11 +146,18 @@ def twins_of(namespaces: Iterable[Obj], *, consumer_id: str) -> list[Obj]:
     return [ns for ns in namespaces if is_twin_of(ns, consumer_id=consumer_id)]
 
 
-def plan_twins(*, consumer_id: str, mappings: Mapping[str, str], namespaces: Mapping[str, Obj]) -> Plan:
+def plan_twins(
+    *,
+    consumer_id: str,
+    mappings: Mapping[str, str],
+    namespaces: Mapping[str, Obj],
+    reserved_names: Sequence[str] = BUILTIN_RESERVED,
+) -> Plan:
     """Decide what to do about ``consumer_id``'s ``mappings`` (home → twin name), given every namespace by name.
 
-    - A wanted name taken by anything but this consumer's twin of that very home is a ``Conflict``; so is a
-      reserved name, and a name two homes want (the one whose twin exists wins, else the first in order).
+    - A wanted name taken by anything but this consumer's twin of that very home is a ``Conflict``; so is an
+      invalid or reserved name (``reserved_names``, see :func:`reserved`), and a name two homes want (the one
+      whose twin exists wins, else the first in order).
     - This consumer's twins that no mapping wants (home unoffloaded, or renamed) are deleted; until they are
       gone their home is reported ``Pending``, so that the consumer waits for them.
     - A wanted twin still being deleted is ``Pending``: it is created again once gone.
@@ -123,7 +175,9 @@ def plan_twins(*, consumer_id: str, mappings: Mapping[str, str], namespaces: Map
         winners[twin] = owner if owner in homes else homes[0]
     for home, twin in sorted(mappings.items()):
         existing = namespaces.get(twin)
-        if reserved(twin):
+        if not valid_name(twin):
+            plan.status[home] = TwinStatus(twin, "Conflict", f"{twin!r} is not a valid namespace name")
+        elif reserved(twin, reserved_names):
             plan.status[home] = TwinStatus(twin, "Conflict", f"namespace {twin} is reserved on this cluster")
         elif winners[twin] != home:
             message = f"home namespaces {winners[twin]} and {home} both map to {twin}: {winners[twin]} has it"
@@ -180,12 +234,11 @@ def _peer_label(obj: Obj) -> list[str]:
     return [peer] if peer else []
 
 
-def _rbac_matches(current: Obj | None, desired: Obj) -> bool:
+def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     if current is None:
         return False
-    fields = ("rules",) if desired["kind"] == "Role" else ("roleRef", "subjects")
     labels = current["metadata"].get("labels") or {}
-    return all(current.get(f) == desired[f] for f in fields) and all(
+    return all(current.get(f) == desired[f] for f in ("roleRef", "subjects")) and all(
         labels.get(k) == v for k, v in desired["metadata"]["labels"].items()
     )
 
@@ -193,18 +246,20 @@ def _rbac_matches(current: Obj | None, desired: Obj) -> bool:
 class NamespaceMapController:
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
-    def __init__(self, *, client: KubeClient, informers: SharedInformers, select: PolicySelector) -> None:
+    def __init__(
+        self, *, client: KubeClient, informers: SharedInformers, select: PolicySelector, reserved: Sequence[str] = ()
+    ) -> None:
         self._client = client
         self._select = select
+        self._reserved = (*BUILTIN_RESERVED, *reserved)
+        self._failures: dict[str, int] = {}  # consumer → transient failures in a row (the retry's backoff)
         self.maps = informers.informer(NAMESPACE_MAPS)
         self.policies = informers.informer(SHARING_POLICIES)
         self.namespaces = informers.informer(NAMESPACES)
-        self.roles = informers.informer(ROLES, label_selector=names.REMOTE_CLUSTER_ID)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.maps, consumer_of_map)
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
-        self.controller.watch(self.roles, _peer_label)
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
 
@@ -232,12 +287,13 @@ class NamespaceMapController:
         tenant = self.namespaces.store.get(tenant_name)
         namespace_map = self.maps.store.get(f"{tenant_name}/{consumer_id}")
         if tenant is None or terminating(tenant) or namespace_map is None or terminating(namespace_map):
+            self._failures.pop(consumer_id, None)
             await self._teardown(consumer_id, namespace_map)
             return None
         await self._ensure_finalizer(namespace_map)
         by_name = {ns["metadata"]["name"]: ns for ns in self.namespaces.store.list()}
         mappings = (namespace_map.get("spec") or {}).get("mappings") or {}
-        plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name)
+        plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name, reserved_names=self._reserved)
         status = dict(plan.status)
         level = self._select(self.policies.store.list(), consumer_id).level
         for home, twin in plan.create.items():
@@ -260,8 +316,12 @@ class NamespaceMapController:
                 "status": desired,
             }
             await self._client.apply(NAMESPACE_MAPS, body, subresource="status")
-        failed = any(twin.phase == "Error" for twin in status.values())
-        return Result(requeue_after=RETRY_AFTER) if failed else None
+        if not any(twin.phase == "Error" for twin in status.values()):
+            self._failures.pop(consumer_id, None)
+            return None
+        failures = self._failures.get(consumer_id, 0)
+        self._failures[consumer_id] = failures + 1
+        return Result(requeue_after=retry_delay(failures))
 
     async def _create(self, *, consumer_id: str, home: str, twin: str, level: str) -> TwinStatus:
         """Create the twin (never over an existing namespace), then the consumer's rights in it."""
@@ -280,7 +340,7 @@ class NamespaceMapController:
             if terminating(existing):
                 return TwinStatus(twin, "Pending", f"the previous twin {twin} is being deleted")
         except KubeError as exc:
-            return TwinStatus(twin, "Error", f"cannot create namespace {twin}: {exc}")
+            return refusal(twin, exc, doing=f"create namespace {twin}")
         return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
 
     async def _ensure_pod_security(self, namespace: Obj, *, level: str) -> TwinStatus:
@@ -296,15 +356,13 @@ class NamespaceMapController:
         return TwinStatus(name, "Ready")
 
     async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:
-        """Apply the consumer's Role and RoleBinding in ``twin`` unless the cache shows them as they should be."""
+        """Apply the consumer's RoleBinding in ``twin`` unless the cache shows it as it should be."""
+        binding = twin_role_binding(namespace=twin, consumer_id=consumer_id)
         try:
-            for manifest in twin_rbac(namespace=twin, consumer_id=consumer_id):
-                resource: Resource = ROLES if manifest["kind"] == "Role" else ROLE_BINDINGS
-                informer = self.roles if resource is ROLES else self.bindings
-                if not _rbac_matches(informer.store.get(f"{twin}/{TWIN_ROLE}"), manifest):
-                    await self._client.apply(resource, manifest)
+            if not _binding_matches(self.bindings.store.get(f"{twin}/{names.PEER_BINDING}"), binding):
+                await self._client.apply(ROLE_BINDINGS, binding)
         except KubeError as exc:
-            return TwinStatus(twin, "Error", f"cannot grant the consumer its rights in {twin}: {exc}")
+            return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")
         return TwinStatus(twin, "Ready")
 
     async def _ensure_finalizer(self, namespace_map: Obj) -> None:

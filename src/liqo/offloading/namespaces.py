@@ -267,7 +267,7 @@ def provider_error(error: KubeError) -> str:
 
 
 def retry_delay(failures: int) -> float:
-    """Seconds before trying an unreachable provider again after ``failures`` failures in a row (pure)."""
+    """Seconds before trying again after ``failures`` transient failures in a row (an unreachable provider) (pure)."""
     return float(min(RETRY_MAX, RETRY_BASE * 2 ** min(failures, 16)))
 
 

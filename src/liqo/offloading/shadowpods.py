@@ -69,10 +69,30 @@ def made_for(pod: Obj, shadow: Obj) -> bool:
     return any(o.get("uid") == shadow["metadata"].get("uid") for o in pod["metadata"].get("ownerReferences") or [])
 
 
-def grace_period(shadow: Obj) -> int | None:
-    """The grace period the consumer asked for the pod's deletion, if any (pure)."""
+MAX_GRACE_DIGITS = 18
+"""Longer annotations are ignored: ``int()`` refuses strings beyond 4300 digits, and no grace period needs more."""
+DEFAULT_GRACE_SECONDS = 30
+"""A pod's grace period when its spec has none (the API server's default)."""
+
+
+def grace_period(shadow: Obj, pod: Obj) -> int | None:
+    """The grace period to delete ``pod`` with: the consumer's, never above the pod's own (pure).
+
+    The annotation is the consumer's to write, so anything may be in it; ``str.isdigit`` alone lets ``'²'``
+    through to ``int()``, which raises, and a raising reconcile would jam the ShadowPod's deletion behind
+    its finalizer (then the twin, then unpeer). Only ASCII digits count; anything else means "the pod's own
+    grace period" (None).
+    """
     value = (shadow["metadata"].get("annotations") or {}).get(names.GRACE_PERIOD)
-    return int(value) if value is not None and value.isdigit() else None
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_GRACE_DIGITS
+        or not (value.isascii() and value.isdigit())
+    ):
+        return None
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    ceiling = own if isinstance(own, int) and not isinstance(own, bool) and own >= 0 else DEFAULT_GRACE_SECONDS
+    return min(int(value), ceiling)
 
 
 def _key(obj: Obj) -> list[str]:
@@ -183,7 +203,7 @@ class ShadowPods:
                         PODS,
                         meta["name"],
                         namespace=meta["namespace"],
-                        grace_period_seconds=grace_period(shadow),
+                        grace_period_seconds=grace_period(shadow, pod),
                         uid=pod["metadata"]["uid"],
                     )
             return  # the pod's deletion event re-queues us

@@ -18,7 +18,6 @@ from typing import Any
 from liqo.api import names
 from liqo.api.resources import VIRTUAL_KUBELET
 
-TWIN_ROLE = "liqo-peer"
 _RBAC = "rbac.authorization.k8s.io"
 _ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
 _READ = ["get", "list", "watch"]
@@ -58,7 +57,7 @@ def is_twin_of(namespace: dict[str, Any], *, consumer_id: str) -> bool:
 
 
 def twin_rules() -> list[dict[str, Any]]:
-    """What a consumer's identity may do in its twin namespaces (pure)."""
+    """What a consumer's identity may do in its twins: ClusterRole ``liqo-peer-twin``, bound in each (pure)."""
     return [
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods"], "verbs": _ALL},
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods/status"], "verbs": ["get"]},
@@ -70,16 +69,12 @@ def twin_rules() -> list[dict[str, Any]]:
     ]
 
 
-def twin_rbac(*, namespace: str, consumer_id: str) -> list[dict[str, Any]]:
-    """The Role and RoleBinding giving ``consumer_id``'s user :func:`twin_rules` in ``namespace`` (pure)."""
-    metadata = {"name": TWIN_ROLE, "namespace": namespace, "labels": names.peer_labels(consumer_id)}
-    return [
-        {"apiVersion": f"{_RBAC}/v1", "kind": "Role", "metadata": metadata, "rules": twin_rules()},
-        {
-            "apiVersion": f"{_RBAC}/v1",
-            "kind": "RoleBinding",
-            "metadata": metadata,
-            "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": TWIN_ROLE},
-            "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": names.peer_user(consumer_id)}],
-        },
-    ]
+def twin_role_binding(*, namespace: str, consumer_id: str) -> dict[str, Any]:
+    """The RoleBinding giving ``consumer_id``'s user :func:`twin_rules` in twin ``namespace`` (pure)."""
+    return {
+        "apiVersion": f"{_RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": names.PEER_BINDING, "namespace": namespace, "labels": names.peer_labels(consumer_id)},
+        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": names.PEER_TWIN_ROLE},
+        "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": names.peer_user(consumer_id)}],
+    }

@@ -30,13 +30,12 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
 from liqo.peering.outgoing import wants_outgoing
 
 log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
-PEER_ROLE = "liqo-peer"
 ABANDONED_AFTER = datetime.timedelta(minutes=10)
 """A consumer sends its request seconds after its handshake; one that has not after this never will."""
 
@@ -141,8 +140,7 @@ class IncomingPeering:
             # NamespaceMap's finalizer holds it until the twin namespaces are deleted.
             for resource, name in (
                 (NAMESPACE_MAPS, peer_id),
-                (ROLE_BINDINGS, PEER_ROLE),
-                (ROLES, PEER_ROLE),
+                (ROLE_BINDINGS, names.PEER_BINDING),
                 (RESOURCE_REQUESTS, peer_id),
             ):
                 with contextlib.suppress(NotFoundError):

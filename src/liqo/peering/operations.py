@@ -24,7 +24,7 @@ from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import NotFoundError
+from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
@@ -122,7 +122,7 @@ async def peer_out_of_band(
             f"{command.auth_url} presents key {ids.key_fingerprint}, not {command.key_fingerprint}: check the"
             " command (or someone else answers at that address)"
         )
-    existing = await foreign_cluster(client, command.cluster_id)
+    name = await _foreign_cluster_name(client, command)
     spec: dict[str, Any] = {
         "clusterID": command.cluster_id,
         "clusterName": command.name,
@@ -136,7 +136,7 @@ async def peer_out_of_band(
         "apiVersion": FOREIGN_CLUSTERS.api_version,
         "kind": FOREIGN_CLUSTERS.kind,
         "metadata": {
-            "name": existing["metadata"]["name"] if existing else command.name,
+            "name": name,
             "labels": names.peer_labels(command.cluster_id),
             # A change the manager sees even when nothing else changed: it tries again at once.
             "annotations": {PEERING_REQUESTED: _now()},
@@ -144,7 +144,10 @@ async def peer_out_of_band(
         "spec": spec,
     }
     # The ForeignCluster first: its manager must see the intent before the token it acts on.
-    applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body)
+    try:
+        applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body)
+    except InvalidError as exc:  # clusterID is immutable: another peer's ForeignCluster is never taken over
+        raise PeeringError(f"ForeignCluster {name} was just created for another peer: try again ({exc})") from exc
     await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
     await client.apply(
         SECRETS,
@@ -161,6 +164,25 @@ async def peer_out_of_band(
         },
     )
     return applied
+
+
+async def _foreign_cluster_name(client: KubeClient, command: PeerCommand) -> str:
+    """The name of the provider's ForeignCluster: the existing one's, else the first free candidate.
+
+    The name is the provider's word (``Milan`` in its out-of-band command), so it is made a valid name and, if
+    another peer has it, suffixed with the provider's ID (:func:`liqo.api.names.foreign_cluster_names`); it
+    also names the provider's virtual node.
+    """
+    items, _ = await client.list_all(FOREIGN_CLUSTERS)
+    for fc in items:
+        if fc["spec"].get("clusterID") == command.cluster_id:
+            return str(fc["metadata"]["name"])
+    taken = {fc["metadata"]["name"] for fc in items}
+    candidates = names.foreign_cluster_names(cluster_id=command.cluster_id, cluster_name=command.name)
+    free = next((candidate for candidate in candidates if candidate not in taken), None)
+    if free is None:
+        raise PeeringError(f"every name for a ForeignCluster of {command.cluster_id} is taken: {', '.join(candidates)}")
+    return free
 
 
 async def peer(

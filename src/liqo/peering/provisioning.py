@@ -3,11 +3,12 @@
 First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
 fingerprint of the consumer's cluster key. The first consumer to prove the token for a cluster ID pins its
 key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
-win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, a Role
-that lets its user touch ResourceRequests and NamespaceMaps and read ResourceOffers there and nothing else,
-and the RoleBinding to that user. Everything is idempotent (a renewal runs the same steps) and labelled
-with the consumer's ID so that unpeer finds it; and an attempt that fails removes what it created itself —
-the record it made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
+win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, and a
+RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
+and NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same
+steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
+it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
+leaves nothing behind.
 
 Certificates are signed by the cluster itself through ``certificates.k8s.io/v1`` with the
 ``kubernetes.io/kube-apiserver-client`` signer: the provider never holds its CA key, the API server
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -31,14 +31,12 @@ from liqo.api import names
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, ROLES
+from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS
 from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
 
-PEER_ROLE = "liqo-peer"
-"""Name of the Role and the RoleBinding of a consumer's user in its tenant namespace."""
 SIGNER = "kubernetes.io/kube-apiserver-client"
 DEFAULT_IDENTITY_TTL = 7200
 MIN_IDENTITY_TTL = 600
@@ -47,55 +45,48 @@ CERTIFICATE_TIMEOUT = 30.0
 _PIN_ATTEMPTS = 5
 _RBAC = "rbac.authorization.k8s.io"
 _REFUSALS = {"Denied": "denied", "Failed": "not signed"}
-_DNS_SUBDOMAIN_MAX = 253
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-def peer_role(consumer_id: str) -> dict[str, Any]:
-    """The Role of ``consumer_id``'s user in its tenant namespace (pure).
+def peer_rules() -> list[dict[str, Any]]:
+    """What a consumer's user may do in its tenant namespace: ClusterRole ``liqo-peer-tenant``, bound there (pure).
 
     Requests read/write, offers read (and their status, to accept), NamespaceMaps read/write (their status
     read-only: it is this cluster's report).
     """
-    return {
-        "apiVersion": f"{_RBAC}/v1",
-        "kind": "Role",
-        "metadata": {
-            "name": PEER_ROLE,
-            "namespace": names.tenant_namespace(consumer_id),
-            "labels": names.peer_labels(consumer_id),
+    return [
+        {
+            "apiGroups": [DISCOVERY],
+            "resources": ["resourcerequests"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
-        "rules": [
-            {
-                "apiGroups": [DISCOVERY],
-                "resources": ["resourcerequests"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-            },
-            {"apiGroups": [DISCOVERY], "resources": ["resourcerequests/status"], "verbs": ["get"]},
-            {"apiGroups": [SHARING], "resources": ["resourceoffers"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [SHARING], "resources": ["resourceoffers/status"], "verbs": ["get", "update", "patch"]},
-            # The consumer declares its offloaded namespaces; only this cluster creates the twins and reports.
-            {
-                "apiGroups": [OFFLOADING],
-                "resources": ["namespacemaps"],
-                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-            },
-            {"apiGroups": [OFFLOADING], "resources": ["namespacemaps/status"], "verbs": ["get"]},
-        ],
-    }
+        {"apiGroups": [DISCOVERY], "resources": ["resourcerequests/status"], "verbs": ["get"]},
+        {"apiGroups": [SHARING], "resources": ["resourceoffers"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [SHARING], "resources": ["resourceoffers/status"], "verbs": ["get", "update", "patch"]},
+        # The consumer declares its offloaded namespaces; only this cluster creates the twins and reports.
+        {
+            "apiGroups": [OFFLOADING],
+            "resources": ["namespacemaps"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {"apiGroups": [OFFLOADING], "resources": ["namespacemaps/status"], "verbs": ["get"]},
+    ]
 
 
 def peer_role_binding(consumer_id: str) -> dict[str, Any]:
-    """The binding of :func:`peer_role` to the user ``liqo.io:peer:<consumer_id>`` (pure)."""
+    """The binding of :func:`peer_rules` to the user ``liqo.io:peer:<consumer_id>`` in its tenant namespace (pure).
+
+    A RoleBinding to an installed ClusterRole rather than a Role of our own: the manager then needs no right to
+    write Roles, which would let it grant anything (docs/security.md, "The manager's rights").
+    """
     return {
         "apiVersion": f"{_RBAC}/v1",
         "kind": "RoleBinding",
         "metadata": {
-            "name": PEER_ROLE,
+            "name": names.PEER_BINDING,
             "namespace": names.tenant_namespace(consumer_id),
             "labels": names.peer_labels(consumer_id),
         },
-        "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": PEER_ROLE},
+        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": names.PEER_TENANT_ROLE},
         "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": names.peer_user(consumer_id)}],
     }
 
@@ -129,19 +120,12 @@ def record_of(foreign_cluster: dict[str, Any]) -> PeerRecord:
     )
 
 
-def foreign_cluster_names(*, consumer_id: str, consumer_name: str) -> list[str]:
-    """Names to try for a consumer's ForeignCluster (pure): its cluster name if it can be one, then its ID."""
-    candidate = consumer_name.lower()
-    valid = len(candidate) <= _DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(candidate)
-    return [candidate, consumer_id] if valid and candidate != consumer_id else [consumer_id]
-
-
 def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
     """The CertificateSigningRequest asking the API server's client signer for a ``ttl``-second certificate."""
     return {
         "apiVersion": CSRS.api_version,
         "kind": CSRS.kind,
-        "metadata": {"generateName": f"{PEER_ROLE}-", "labels": names.peer_labels(consumer_id)},
+        "metadata": {"generateName": f"{names.PEER_BINDING}-", "labels": names.peer_labels(consumer_id)},
         "spec": {
             "request": base64.b64encode(csr_pem.encode()).decode(),
             "signerName": SIGNER,
@@ -221,7 +205,6 @@ class KubeProvisioner:
                 undo=undo,
             )
             namespace = await self._tenant(consumer_id, undo=undo)
-            await self._client.apply(ROLES, peer_role(consumer_id))
             await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
             certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
         except Exception:
@@ -319,7 +302,7 @@ class KubeProvisioner:
         self, *, consumer_id: str, consumer_name: str, auth_url: str | None, key_fingerprint: str
     ) -> dict[str, Any] | None:
         """Create the consumer's ForeignCluster under the first free name; None if every name is taken."""
-        for name in foreign_cluster_names(consumer_id=consumer_id, consumer_name=consumer_name):
+        for name in names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name):
             manifest = consumer_foreign_cluster(
                 name=name,
                 consumer_id=consumer_id,

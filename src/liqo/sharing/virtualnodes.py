@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import re
 from typing import Any
 
 from liqo.api import names
@@ -25,14 +24,12 @@ from liqo.kube.errors import NotFoundError
 from liqo.sharing.acceptance import decide
 
 
-def virtual_node_name(provider_name: str) -> str:
-    """A Node name for the provider: ``liqo-<name>`` made DNS-safe (pure)."""
-    cleaned = re.sub(r"[^a-z0-9-]+", "-", provider_name.lower()).strip("-") or "provider"
-    return f"liqo-{cleaned}"[:63].rstrip("-")
+def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: str) -> dict[str, Any]:
+    """The VirtualNode standing for an accepted offer (pure).
 
-
-def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
-    """The VirtualNode standing for an accepted offer (pure)."""
+    Named after our ForeignCluster for the provider (:func:`liqo.api.names.virtual_node_name`), never after
+    the name the provider gives itself in its offer: two providers may both say ``milan`` (or ``Milan``).
+    """
     spec = offer.get("spec") or {}
     provider_name = spec.get("providerClusterName") or provider_id
     slots = {"largestSlots": spec["largestSlots"]} if "largestSlots" in spec else {}
@@ -40,7 +37,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str) -> dict[str, Any]:
         "apiVersion": VIRTUAL_NODES.api_version,
         "kind": VIRTUAL_NODES.kind,
         "metadata": {
-            "name": virtual_node_name(provider_name),
+            "name": names.virtual_node_name(foreign_cluster),
             "namespace": names.tenant_namespace(provider_id),
             "labels": names.peer_labels(provider_id) | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE},
         },
@@ -90,7 +87,11 @@ class OfferAcceptance:
         phase, reason = decide(offer["spec"], policy, now=None if accepted else datetime.datetime.now(datetime.UTC))
         if policy.get("mode") == "Manual" and status.get("phase") in ("Accepted", "Refused"):
             phase, reason = status["phase"], status.get("reason", "decided by hand")
-        desired_node = virtual_node(offer, provider_id=provider_id) if phase == "Accepted" else None
+        desired_node = (
+            virtual_node(offer, provider_id=provider_id, foreign_cluster=fc["metadata"]["name"])
+            if phase == "Accepted"
+            else None
+        )
         desired_status = {"phase": phase, "reason": reason} | (
             {"virtualNode": desired_node["metadata"]["name"]} if desired_node else {}
         )

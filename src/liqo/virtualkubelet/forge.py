@@ -109,6 +109,56 @@ def node_manifest(virtual_node: Obj) -> Obj:
     }
 
 
+_OWNERSHIP_LABELS = (names.MANAGED_BY, names.REMOTE_CLUSTER_ID, names.VIRTUAL_NODE_TYPE)
+REGISTERED = "Registered"
+"""The VirtualNode condition saying whether its Node is ours (``True``) or its name taken by another Node."""
+
+
+def node_claim(virtual_node: Obj) -> Obj:
+    """The Node as first created: its name, the labels that make it ours, its taint (pure).
+
+    Only what never changes: a create's fields stay co-owned by it under server-side apply, so what may later
+    go (the offer's labels, the slots) comes with the first apply, which can then drop it.
+    """
+    manifest = node_manifest(virtual_node)
+    labels = manifest["metadata"]["labels"]
+    metadata = {"name": manifest["metadata"]["name"], "labels": {key: labels[key] for key in _OWNERSHIP_LABELS}}
+    return manifest | {"metadata": metadata}
+
+
+def node_is_ours(node: Obj, *, provider_id: str) -> bool:
+    """Whether ``node`` is liqo's virtual node for ``provider_id``: the only Node a virtual kubelet touches (pure)."""
+    labels = node["metadata"].get("labels") or {}
+    return bool(
+        labels.get(names.MANAGED_BY) == names.MANAGED_BY_VALUE
+        and labels.get(names.VIRTUAL_NODE_TYPE) == names.VIRTUAL_NODE
+        and labels.get(names.REMOTE_CLUSTER_ID) == provider_id
+    )
+
+
+def registration_condition(virtual_node: Obj, *, squatter: Obj | None, now: datetime.datetime) -> Obj:
+    """The ``Registered`` condition of ``virtual_node``: its Node is ours, or ``squatter`` holds the name (pure).
+
+    ``lastTransitionTime`` is kept while the status stays the same.
+    """
+    name = virtual_node["metadata"]["name"]
+    if squatter is None:
+        status, reason, message = "True", "NodeRegistered", f"Node {name} is this provider's virtual node"
+    else:
+        labels = squatter["metadata"].get("labels") or {}
+        owner = ", ".join(f"{key}={labels[key]}" for key in _OWNERSHIP_LABELS if key in labels) or "no liqo labels"
+        status, reason = "False", "NodeNameTaken"
+        message = (
+            f"Node {name} already exists and is not this provider's virtual node ({owner}): it is left untouched,"
+            " and no pod is offloaded through it; the virtual node registers once that Node is gone"
+        )
+    before = next(
+        (c for c in (virtual_node.get("status") or {}).get("conditions") or [] if c.get("type") == REGISTERED), None
+    )
+    since = before["lastTransitionTime"] if before and before.get("status") == status else _time(now)
+    return {"type": REGISTERED, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
+
+
 def node_resources(virtual_node: Obj) -> dict[str, str]:
     """Capacity (= allocatable) of the node: the accepted offer, with a pod count a kubelet would have."""
     resources = {name: str(value) for name, value in (virtual_node["spec"].get("resources") or {}).items()}

@@ -1,7 +1,8 @@
 """One virtual kubelet per VirtualNode, inside one process: started, restarted and stopped as they come and go.
 
 Each VirtualNode gets a :class:`NodeController` (Node, Lease, health) and, once an identity on its
-provider exists, a :class:`~liqo.virtualkubelet.pods.PodReflector` and, sharing its home pod informer, a
+provider exists and the Node is ours (:attr:`NodeController.owned`), a
+:class:`~liqo.virtualkubelet.pods.PodReflector` and, sharing its home pod informer, a
 :class:`~liqo.virtualkubelet.reflection.Reflection` (ConfigMaps, Secrets, pod tokens, Events). A renewed
 identity restarts both with the new client: their informers re-list, and reconciling from fresh caches is
 idempotent, so nothing is lost or doubled. A deleted VirtualNode (unpeer, a withdrawn offer) stops both and deletes the
@@ -153,7 +154,8 @@ class VirtualKubelets:
             await self._stop(key, delete_node=True)
         for key, vn in wanted.items():
             running = self.running.get(key) or self._start(key, vn)
-            client = self.peers.get(running.provider_id)
+            # Pods bound to a node name that is not ours (NodeController.owned) are someone else's.
+            client = self.peers.get(running.provider_id) if running.node.owned else None
             if client is not running.client:
                 await self._restart_reflector(running, vn, client)
 
@@ -162,9 +164,12 @@ class VirtualKubelets:
             client=self._client,
             virtual_node=lambda: self.virtual_nodes.store.get(key),
             provider=lambda: self.peers.get(vn["spec"]["clusterID"]),
+            provider_id=vn["spec"]["clusterID"],
             address=self._address,
             port=self._port,
             holder=self._holder,
+            events=self._events,
+            ownership_changed=self._dirty.set,
         )
         task = asyncio.get_running_loop().create_task(node.run(), name=f"node {vn['metadata']['name']}")
         running = _Running(node=node, node_task=task, provider_id=vn["spec"]["clusterID"])

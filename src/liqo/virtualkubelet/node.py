@@ -6,6 +6,15 @@ capacity following the accepted offer), the Lease in ``kube-node-lease`` is rene
 condition changes or once a minute. Ready is the answer of the provider's ``/readyz``: a provider that is
 down makes the node NotReady at once, rather than leaving the scheduler to bind pods to a black hole until
 the lease runs out.
+
+A Node is touched only if it is ours. A missing one is created with a plain create (a namesake appearing
+meanwhile is refused, not taken over); an existing one must carry liqo's labels for this provider
+(:func:`~liqo.virtualkubelet.forge.node_is_ours`), and from then on every apply names its UID, so a Node
+deleted and re-created by someone else under the same name is refused by the API server rather than
+overwritten (409 if it is gone, 422 on ``metadata.uid`` if another stands in its place). A Node of that
+name that is not ours is left alone and reported: the VirtualNode's ``Registered`` condition turns False
+and a Warning Event says so; meanwhile no pod is offloaded through it (:attr:`NodeController.owned` gates
+the pod reflector), since the pods bound to that name are someone else's.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ from typing import Any
 
 import aiohttp
 
+from liqo.api.resources import VIRTUAL_NODES
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import KubeError, NotFoundError
+from liqo.kube.errors import ConflictError, InvalidError, KubeError, NotFoundError
+from liqo.kube.events import EventRecorder
 from liqo.kube.resources import LEASES, NODES
 from liqo.virtualkubelet import forge
 
@@ -51,20 +62,29 @@ class NodeController:
         client: KubeClient,
         virtual_node: Callable[[], dict[str, Any] | None],
         provider: Callable[[], KubeClient | None],
+        provider_id: str,
         address: str,
         port: int,
         holder: str,
+        events: EventRecorder,
+        ownership_changed: Callable[[], None],
     ) -> None:
         self._client = client
         self._virtual_node = virtual_node
         self._provider = provider
+        self._provider_id = provider_id
         self._address = address
         self._port = port
         self._holder = holder
+        self._events = events
+        self._ownership_changed = ownership_changed
         self._changed = asyncio.Event()
         self._last_status: dict[str, Any] | None = None
         self._last_status_at = 0.0
+        self._uid: str | None = None
         self.ready = False
+        self.owned = False
+        """Whether the Node of this name is ours (registered by us, or carrying our labels for this provider)."""
 
     def changed(self) -> None:
         """The VirtualNode or the provider's identity changed: sync now rather than at the next tick."""
@@ -90,8 +110,25 @@ class NodeController:
         virtual_node = self._virtual_node()
         if virtual_node is None:
             return
-        node = await self._client.apply(NODES, forge.node_manifest(virtual_node))
+        # The provider first: it may take seconds, and nothing should come between our writes to the Node.
         self.ready, message = await probe(self._provider())
+        if self._uid is None and not await self._claim(virtual_node):
+            return
+        try:
+            await self._write(virtual_node, message=message, now=now)
+        except (ConflictError, InvalidError) as exc:
+            # 409: the Node we registered is gone; 422 on metadata.uid: a namesake stands in its place.
+            if isinstance(exc, InvalidError) and not _refused_uid(exc):
+                raise
+            self._uid = None
+            self._set_owned(False)
+            self.changed()  # claim anew, now
+
+    async def _write(self, virtual_node: dict[str, Any], *, message: str, now: float) -> None:
+        """Our Node, its status and its Lease; the Node's writes name its UID, so that they never land on another."""
+        manifest = forge.node_manifest(virtual_node)
+        manifest["metadata"]["uid"] = self._uid
+        node = await self._client.apply(NODES, manifest)
         status = forge.node_status(
             virtual_node,
             ready=self.ready,
@@ -102,12 +139,57 @@ class NodeController:
             previous=node,
         )
         if self._status_due(node, status, now=now):
+            patch = status | {"metadata": status["metadata"] | {"uid": self._uid}}
             await self._client.patch(
-                NODES, node["metadata"]["name"], status, subresource="status", patch_type="strategic"
+                NODES, node["metadata"]["name"], patch, subresource="status", patch_type="strategic"
             )
             self._last_status, self._last_status_at = _comparable(status), now
         lease = forge.node_lease(node, holder=self._holder, now=datetime.datetime.now(datetime.UTC))
         await self._client.apply(LEASES, lease)
+
+    async def _claim(self, virtual_node: dict[str, Any]) -> bool:
+        """Find out whether the Node of this name is ours, creating it if there is none; report the outcome."""
+        name = virtual_node["metadata"]["name"]
+        try:
+            current = await self._client.get(NODES, name)
+        except NotFoundError:
+            try:
+                current = await self._client.create(NODES, forge.node_claim(virtual_node))
+            except ConflictError:
+                return False  # someone created it meanwhile: looked at on the next sync
+        ours = forge.node_is_ours(current, provider_id=self._provider_id)
+        if ours:
+            self._uid = current["metadata"]["uid"]
+        self._set_owned(ours)
+        await self._report(virtual_node, squatter=None if ours else current)
+        return ours
+
+    def _set_owned(self, owned: bool) -> None:
+        if owned != self.owned:
+            self.owned = owned
+            self._ownership_changed()
+
+    async def _report(self, virtual_node: dict[str, Any], *, squatter: dict[str, Any] | None) -> None:
+        """Write the ``Registered`` condition when it changes, with a Warning Event when the name is taken."""
+        condition = forge.registration_condition(
+            virtual_node, squatter=squatter, now=datetime.datetime.now(datetime.UTC)
+        )
+        conditions = (virtual_node.get("status") or {}).get("conditions") or []
+        if condition in conditions:
+            return
+        meta = virtual_node["metadata"]
+        body = {
+            "apiVersion": VIRTUAL_NODES.api_version,
+            "kind": VIRTUAL_NODES.kind,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": {"conditions": [condition]},
+        }
+        await self._client.apply(VIRTUAL_NODES, body, subresource="status")
+        if squatter is not None:
+            log.warning("virtual node %s: %s", meta["name"], condition["message"])
+            await self._events.record(
+                virtual_node, type="Warning", reason=condition["reason"], message=condition["message"]
+            )
 
     def _status_due(self, node: dict[str, Any], status: dict[str, Any], *, now: float) -> bool:
         if now - self._last_status_at >= STATUS_EVERY_SECONDS:
@@ -115,9 +197,24 @@ class NodeController:
         return _comparable(status) != self._last_status or _comparable(node) != self._last_status
 
     async def delete(self, name: str) -> None:
-        """Remove the Node (its Lease goes with it: the Node owns it)."""
-        with contextlib.suppress(NotFoundError):
-            await self._client.delete(NODES, name)
+        """Remove the Node if it is ours (its Lease goes with it: the Node owns it)."""
+        uid = self._uid
+        if uid is None:
+            try:
+                current = await self._client.get(NODES, name)
+            except NotFoundError:
+                return
+            if not forge.node_is_ours(current, provider_id=self._provider_id):
+                return
+            uid = current["metadata"]["uid"]
+        with contextlib.suppress(NotFoundError, ConflictError):  # gone, or a namesake (uid precondition)
+            await self._client.delete(NODES, name, uid=uid)
+
+
+def _refused_uid(error: InvalidError) -> bool:
+    """Whether the API server refused an apply for naming another object's UID (pure)."""
+    causes = (error.body.get("details") or {}).get("causes") or []
+    return any(cause.get("field") == "metadata.uid" for cause in causes)
 
 
 def _comparable(node: dict[str, Any]) -> dict[str, Any]:

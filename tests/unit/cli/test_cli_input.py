@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from liqo.apps.manager import parse_args
 from liqo.cli.main import app
 
 
@@ -38,3 +39,19 @@ def test_list_with_no_clusters(home: Path) -> None:
     result = CliRunner().invoke(app, ["local", "list", "-o", "json"])
     assert result.exit_code == 0
     assert result.output.strip() == "[]"
+
+
+def test_install_refuses_a_bad_reserved_namespace_before_talking_to_any_cluster(tmp_path: Path) -> None:
+    nowhere = tmp_path / "no.kubeconfig"  # never read: the flag is checked first
+    result = CliRunner().invoke(app, ["install", "--reserved-namespaces", "ok,Bad_Name", "--kubeconfig", str(nowhere)])
+    assert result.exit_code == 2  # a usage error, as every refused flag value
+    output = " ".join(result.output.replace("│", " ").split())
+    assert "Invalid value for --reserved-namespaces: reserved namespace 'Bad_Name' is neither" in output
+
+
+def test_the_manager_refuses_a_bad_reserved_namespace_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args(["--reserved-namespaces=cert-manager,team-*"]).reserved_namespaces == ("cert-manager", "team-*")
+    assert parse_args([]).reserved_namespaces == ()
+    with pytest.raises(SystemExit):
+        parse_args(["--reserved-namespaces=*"])
+    assert "'*' is neither a namespace name" in capsys.readouterr().err

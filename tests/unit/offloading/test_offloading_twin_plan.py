@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.errors import ApiError, UnreachableError
 from liqo.offloading.namespacemaps import (
+    BUILTIN_RESERVED,
     TwinStatus,
     consumer_of_map,
     map_status,
+    parse_reserved,
     plan_twins,
+    refusal,
     reserved,
+    transient,
     twins_of,
+    valid_name,
 )
 from liqo.offloading.twins import is_twin_of, pod_security_labels, pod_security_patch, twin_namespace_manifest
 
@@ -71,13 +78,68 @@ def test_another_consumers_twin_is_a_conflict_and_never_deleted() -> None:
     assert plan.delete == []
 
 
-def test_reserved_names_are_conflicts() -> None:
-    for name in ("kube-system", "default", names.LIQO_NAMESPACE, names.tenant_namespace(NAPLES)):
+def test_reserved_names_are_conflicts_even_when_free() -> None:
+    builtin = ("kube-system", "kube-foo", "default", names.LIQO_NAMESPACE, "liqo-foo", "liqorice")
+    for name in (*builtin, names.tenant_namespace(NAPLES)):
         assert reserved(name)
         plan = plan_twins(consumer_id=ROME, mappings={"x": name}, namespaces={})
-        assert plan.status["x"].phase == "Conflict"
+        assert plan.status["x"] == TwinStatus(name, "Conflict", f"namespace {name} is reserved on this cluster")
         assert plan.create == {}
-    assert not reserved("shop")
+    for name in ("shop", "kube", "defaults", "my-liqo", "cert-manager"):
+        assert not reserved(name), name
+
+
+def test_the_providers_own_reserved_names_and_prefixes_are_conflicts() -> None:
+    patterns = (*BUILTIN_RESERVED, *parse_reserved("cert-manager, monitoring,team-*"))
+    mappings = {"a": "cert-manager", "b": "monitoring", "c": "team-x", "d": "team", "e": "kube-x", "f": "shop"}
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={}, reserved_names=patterns)
+    assert {home: status.phase for home, status in plan.status.items()} == {
+        "a": "Conflict",
+        "b": "Conflict",
+        "c": "Conflict",
+        "d": "Pending",
+        "e": "Conflict",
+        "f": "Pending",
+    }
+    assert plan.create == {"d": "team", "f": "shop"}
+
+
+def test_reserved_names_parse_names_and_prefixes_and_refuse_anything_else() -> None:
+    assert parse_reserved("") == ()
+    assert parse_reserved(" a , ,b-*,c ") == ("a", "b-*", "c")
+    for bad in ("*", "A", "a*b", "-a", "a_b", "a" * 64, "*a"):
+        with pytest.raises(ValueError, match="neither a namespace name nor a prefix"):
+            parse_reserved(f"ok,{bad}")
+
+
+def test_an_invalid_name_is_a_conflict() -> None:
+    """The schema refuses it; a CRD older than the rule does not, and the plan must not try to create it."""
+    for name in ("Shop", "a" * 64, "../etc", ""):
+        plan = plan_twins(consumer_id=ROME, mappings={"x": name}, namespaces={})
+        assert plan.status["x"].phase == "Conflict"
+        assert "is not a valid namespace name" in plan.status["x"].message
+        assert plan.create == {}
+
+
+def test_refusals_are_terminal_and_only_transient_failures_are_errors() -> None:
+    for status in (400, 403, 404, 422):
+        refused = refusal("t", ApiError(status, "No", "admission webhook said no"), doing="create namespace t")
+        assert refused.phase == "Conflict"
+        assert refused.message == f"this cluster refused to create namespace t: {status} No: admission webhook said no"
+    for error in (ApiError(500, "x", "y"), ApiError(503, "x", "y"), ApiError(429, "x", "y"), UnreachableError("down")):
+        assert transient(error)
+        assert refusal("t", error, doing="create namespace t").phase == "Error"
+
+
+@given(st.text(max_size=80))
+def test_any_wanted_name_is_either_planned_for_creation_or_refused_with_a_reason(name: str) -> None:
+    plan = plan_twins(consumer_id=ROME, mappings={"home": name}, namespaces={})
+    if name in plan.create.values():
+        assert valid_name(name)
+        assert not reserved(name)
+    else:
+        assert plan.status["home"].phase == "Conflict"
+        assert plan.status["home"].message
 
 
 def test_a_twin_no_mapping_wants_is_deleted_and_reported_pending_until_gone() -> None:

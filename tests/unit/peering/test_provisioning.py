@@ -26,9 +26,8 @@ from liqo.peering.provisioning import (
     certificate_of,
     consumer_foreign_cluster,
     csr_object,
-    foreign_cluster_names,
-    peer_role,
     peer_role_binding,
+    peer_rules,
     record_of,
 )
 
@@ -38,16 +37,11 @@ KEY = "sha256:" + "a" * 64
 OTHER_KEY = "sha256:" + "b" * 64
 
 
-def test_the_peer_role_allows_requests_namespace_maps_and_reading_offers_only() -> None:
-    role = peer_role(PEER)
-    assert role["metadata"] == {
-        "name": "liqo-peer",
-        "namespace": f"liqo-tenant-{PEER}",
-        "labels": {names.MANAGED_BY: "liqo", names.REMOTE_CLUSTER_ID: PEER},
-    }
+def test_the_peer_rules_allow_requests_namespace_maps_and_reading_offers_only() -> None:
+    rules = peer_rules()
     granted = {
         (group, resource, verb)
-        for rule in role["rules"]
+        for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
@@ -68,12 +62,21 @@ def test_the_peer_role_allows_requests_namespace_maps_and_reading_offers_only() 
         | maps
         | map_status
     )
-    assert all("resourceNames" not in rule for rule in role["rules"])
+    assert all("resourceNames" not in rule for rule in rules)
 
 
 def test_the_binding_names_the_peers_user_and_no_group() -> None:
     binding = peer_role_binding(PEER)
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "liqo-peer"}
+    assert binding["metadata"] == {
+        "name": "liqo-peer",
+        "namespace": f"liqo-tenant-{PEER}",
+        "labels": {names.MANAGED_BY: "liqo", names.REMOTE_CLUSTER_ID: PEER},
+    }
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "liqo-peer-tenant",
+    }
     assert binding["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"liqo.io:peer:{PEER}"}
     ]
@@ -111,21 +114,6 @@ def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pi
 )
 def test_a_record_reads_the_pin_and_the_refusal(spec: dict[str, Any], record: PeerRecord) -> None:
     assert record_of({"metadata": {"name": "x"}, "spec": {"clusterID": PEER, **spec}}) == record
-
-
-@pytest.mark.parametrize(
-    ("consumer_name", "expected"),
-    [
-        ("rome", ["rome", PEER]),
-        ("Rome.Europe", ["rome.europe", PEER]),
-        ("not a name!", [PEER]),
-        ("-dash", [PEER]),
-        ("x" * 254, [PEER]),
-        (PEER, [PEER]),
-    ],
-)
-def test_foreign_clusters_are_named_after_the_cluster_when_possible(consumer_name: str, expected: list[str]) -> None:
-    assert foreign_cluster_names(consumer_id=PEER, consumer_name=consumer_name) == expected
 
 
 def test_the_csr_object_asks_the_client_signer_for_the_ttl() -> None:
@@ -340,11 +328,12 @@ async def test_a_record_found_refusing_at_provisioning_time_creates_nothing(
     assert kube.patches == []
 
 
-async def test_a_foreign_cluster_name_taken_by_another_peer_falls_back_to_the_id() -> None:
+async def test_a_foreign_cluster_name_taken_by_another_peer_gets_the_id_prefix_then_the_id() -> None:
     kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
     kube.objects[("ForeignCluster", "rome")] = {"metadata": {"name": "rome"}, "spec": {"clusterID": "another"}}
     await provision(provisioner(kube))
-    assert kube.objects[("ForeignCluster", PEER)]["spec"]["clusterName"] == "rome"
+    assert kube.objects[("ForeignCluster", f"rome-{PEER[:8]}")]["spec"]["clusterName"] == "rome"
+    assert kube.objects[("ForeignCluster", "rome")]["spec"]["clusterID"] == "another"  # never taken over
 
 
 async def test_a_terminating_tenant_namespace_is_a_retryable_error() -> None:

@@ -148,7 +148,7 @@ def offer(**spec: Any) -> Obj:
 
 def test_the_slots_go_from_the_offer_to_the_virtual_node_and_onto_the_node() -> None:
     slots = [{"cpu": "4", "memory": "8Gi"}]
-    vn = virtual_node(offer(largestSlots=slots), provider_id="m")
+    vn = virtual_node(offer(largestSlots=slots), provider_id="m", foreign_cluster="milan")
     assert vn["spec"]["largestSlots"] == slots
     node = forge.node_manifest(vn)
     assert json.loads(node["metadata"]["annotations"][names.LARGEST_SLOTS]) == slots
@@ -158,7 +158,7 @@ def test_the_slots_go_from_the_offer_to_the_virtual_node_and_onto_the_node() -> 
 
 
 def test_an_offer_without_slots_gives_a_node_without_them() -> None:
-    vn = virtual_node(offer(), provider_id="m")
+    vn = virtual_node(offer(), provider_id="m", foreign_cluster="milan")
     assert "largestSlots" not in vn["spec"]
     assert "annotations" not in forge.node_manifest(vn)["metadata"]
     assert fit.slots_of(vn) is None
@@ -212,7 +212,9 @@ def offloading() -> Obj:
 async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slots_grow() -> None:
     home = FakeApi({"pods": [pod(container(cpu="6", memory="64Mi"))], NAMESPACE_OFFLOADINGS.plural: [offloading()]})
     provider = FakeApi({})
-    current = virtual_node(offer(largestSlots=[{"cpu": "4", "memory": "8Gi"}]), provider_id="m")
+    current = virtual_node(
+        offer(largestSlots=[{"cpu": "4", "memory": "8Gi"}]), provider_id="m", foreign_cluster="milan"
+    )
     offloadings = Informer(client=home, resource=NAMESPACE_OFFLOADINGS)
     reflector = PodReflector(
         home=cast(KubeClient, home),
@@ -246,7 +248,9 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
         assert (event["type"], event["reason"]) == ("Warning", fit.DOES_NOT_FIT)
         assert not writes("apply", SHADOW_PODS.plural)  # nothing sent to the provider
 
-        current = virtual_node(offer(largestSlots=[{"cpu": "8", "memory": "8Gi"}]), provider_id="m")
+        current = virtual_node(
+            offer(largestSlots=[{"cpu": "8", "memory": "8Gi"}]), provider_id="m", foreign_cluster="milan"
+        )
         reflector.slots_changed()
 
         async def sent() -> bool:

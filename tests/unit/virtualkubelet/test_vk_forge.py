@@ -142,10 +142,37 @@ def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> Non
     assert pod["spec"] == shadow["spec"]["pod"] | {"terminationGracePeriodSeconds": 5}
 
 
+def annotated(value: str | None) -> dict[str, Any]:
+    return {"metadata": {"annotations": {} if value is None else {names.GRACE_PERIOD: value}}}
+
+
+def provider_pod(own: Any = 30) -> dict[str, Any]:
+    return {"spec": {"terminationGracePeriodSeconds": own}}
+
+
 def test_grace_period_annotation() -> None:
-    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "7"}}}) == 7
-    assert grace_period({"metadata": {}}) is None
-    assert grace_period({"metadata": {"annotations": {names.GRACE_PERIOD: "-1"}}}) is None
+    assert grace_period(annotated("7"), provider_pod()) == 7
+    assert grace_period(annotated("0"), provider_pod()) == 0
+    assert grace_period({"metadata": {}}, provider_pod()) is None
+    for malformed in ("-1", "²", "1e9", "٣", "7 ", "", "0x10", "1" * 40, "1" * 5000):
+        assert grace_period(annotated(malformed), provider_pod()) is None, malformed
+
+
+def test_grace_period_never_exceeds_the_pods_own() -> None:
+    assert grace_period(annotated("3600"), provider_pod(45)) == 45
+    assert grace_period(annotated("999999999999999999"), provider_pod(0)) == 0
+    # A pod without one (or with nonsense the API server would never store) gets the API server's default.
+    assert grace_period(annotated("3600"), {"spec": {}}) == 30
+    assert grace_period(annotated("3600"), provider_pod("60")) == 30
+    assert grace_period(annotated("3600"), provider_pod(True)) == 30
+
+
+@given(value=st.one_of(st.text(), st.from_regex(r"\A[0-9]{1,40}\Z")), own=st.integers(min_value=0, max_value=2**40))
+def test_grace_period_of_any_annotation_is_none_or_within_the_pods_own(value: str, own: int) -> None:
+    found = grace_period(annotated(value), provider_pod(own))
+    assert found is None or 0 <= found <= own
+    if value.isascii() and value.isdigit() and len(value) <= 18:
+        assert found == min(int(value), own)
 
 
 def test_shadow_is_current_compares_spec_labels_and_annotations() -> None:
@@ -239,3 +266,45 @@ def test_exec_query_maps_the_kubelet_flags_and_keeps_the_command_in_order() -> N
     ]
     assert offered_protocols("v5.channel.k8s.io, v4.channel.k8s.io,") == ("v5.channel.k8s.io", "v4.channel.k8s.io")
     assert offered_protocols("") == ()
+
+
+def test_a_node_is_first_created_with_what_makes_it_ours_and_its_taint_only() -> None:
+    claim = forge.node_claim(virtual_node())
+    assert claim["metadata"] == {
+        "name": "liqo-milan",
+        "labels": {
+            names.MANAGED_BY: names.MANAGED_BY_VALUE,
+            names.REMOTE_CLUSTER_ID: "m",
+            names.VIRTUAL_NODE_TYPE: "virtual-node",
+        },
+    }
+    assert claim["spec"] == forge.node_manifest(virtual_node())["spec"]
+    assert forge.node_is_ours(claim, provider_id="m")
+
+
+def test_a_node_is_ours_only_with_liqos_labels_for_that_very_provider() -> None:
+    ours = forge.node_manifest(virtual_node())
+    assert forge.node_is_ours(ours, provider_id="m")
+    assert not forge.node_is_ours(ours, provider_id="n")  # another provider's virtual node
+    for missing in (names.MANAGED_BY, names.REMOTE_CLUSTER_ID, names.VIRTUAL_NODE_TYPE):
+        labels = {k: v for k, v in ours["metadata"]["labels"].items() if k != missing}
+        assert not forge.node_is_ours({"metadata": {"name": "liqo-milan", "labels": labels}}, provider_id="m")
+    assert not forge.node_is_ours({"metadata": {"name": "liqo-milan"}}, provider_id="m")  # a real node
+
+
+def test_the_registered_condition_names_the_squatter_and_keeps_its_transition_time() -> None:
+    vn = virtual_node()
+    squatter = {"metadata": {"name": "liqo-milan", "labels": {names.REMOTE_CLUSTER_ID: "n", "team": "x"}}}
+    taken = forge.registration_condition(vn, squatter=squatter, now=NOW)
+    assert (taken["type"], taken["status"], taken["reason"]) == ("Registered", "False", "NodeNameTaken")
+    assert "Node liqo-milan already exists and is not this provider's virtual node" in taken["message"]
+    assert f"{names.REMOTE_CLUSTER_ID}=n" in taken["message"]
+    assert taken["lastTransitionTime"] == "2030-01-01T00:00:00Z"
+    later = NOW + datetime.timedelta(minutes=5)
+    vn["status"] = {"conditions": [taken]}
+    assert forge.registration_condition(vn, squatter=squatter, now=later) == taken  # unchanged: no write
+    registered = forge.registration_condition(vn, squatter=None, now=later)
+    assert (registered["status"], registered["reason"]) == ("True", "NodeRegistered")
+    assert registered["lastTransitionTime"] == "2030-01-01T00:05:00Z"
+    bare = forge.registration_condition(virtual_node(), squatter={"metadata": {"name": "liqo-milan"}}, now=NOW)
+    assert "(no liqo labels)" in bare["message"]

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, cast
 
 from liqo.kube.client import KubeClient
+from liqo.kube.events import EventRecorder
 from liqo.virtualkubelet.node import NodeController
 
 
@@ -16,9 +17,12 @@ async def test_a_change_racing_the_cancel_does_not_keep_the_node_running() -> No
         client=cast(KubeClient, object()),
         virtual_node=lambda: None,
         provider=lambda: None,
+        provider_id="m",
         address="127.0.0.1",
         port=1,
         holder="test",
+        events=cast(EventRecorder, object()),
+        ownership_changed=lambda: None,
     )
     for _ in range(20):
         task: asyncio.Task[Any] = asyncio.create_task(node.run())

@@ -1,0 +1,164 @@
+"""The manager's rights as the API server grants them, on a cluster installed by ``liqoctl install``.
+
+Asked with SubjectAccessReviews for the manager's user (the one its local launcher authenticates as, bound
+like its ServiceAccount), and tried for real with a certificate for that user: docs/security.md, "The
+manager's rights", lists each right next to these checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from liqo.api import names
+from liqo.install.manifests import MANAGER
+from liqo.kube import pki
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ApiError
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
+from liqo.offloading.registration import SERVING_SECRET
+from tests.helpers import Site, unique
+
+RBAC = "rbac.authorization.k8s.io"
+Attributes = dict[str, str]
+
+
+async def manager_may(admin: KubeClient, **attributes: str) -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": MANAGER, "resourceAttributes": attributes},
+    }
+    answer = await admin.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review)
+    return bool(answer["status"].get("allowed"))
+
+
+@pytest.fixture
+async def as_manager(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
+    """Milan's API server as its manager's user (a certificate of milan's CA for that user)."""
+    cluster = sites["milan"].cluster
+    ca = pki.KeyPair((cluster.dir.pki / "ca.crt").read_bytes(), (cluster.dir.pki / "ca.key").read_bytes())
+    leaf = pki.issue(ca, common_name=MANAGER, client=True)
+    async with cluster.client() as admin:
+        server = admin.server
+    config = pki.kubeconfig(cluster="c", server=server, ca=ca.cert, user=MANAGER, cert=leaf.cert, key=leaf.key)
+    async with KubeClient.from_kubeconfig_dict(config, name="manager@milan") as client:
+        yield client
+
+
+DENIED: list[Attributes] = [
+    # No escalation: it cannot grant what it does not hold, nor bind any role but the peers' two.
+    {"verb": "escalate", "group": RBAC, "resource": "clusterroles"},
+    {"verb": "escalate", "group": RBAC, "resource": "roles", "namespace": "default"},
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": "cluster-admin"},
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": "admin", "namespace": "default"},
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": MANAGER},
+    {"verb": "bind", "group": RBAC, "resource": "roles", "name": MANAGER, "namespace": names.LIQO_NAMESPACE},
+    # No Role nor ClusterRole of its own making.
+    *({"verb": v, "group": RBAC, "resource": "roles", "namespace": "default"} for v in ("create", "update", "patch")),
+    *({"verb": v, "group": RBAC, "resource": "clusterroles"} for v in ("create", "update", "patch", "delete")),
+    # Leases only in liqo, and there only its own (the virtual kubelet's is not its business).
+    {"verb": "create", "group": "coordination.k8s.io", "resource": "leases", "namespace": "default"},
+    {"verb": "update", "group": "coordination.k8s.io", "resource": "leases", "namespace": "kube-node-lease"},
+    {
+        "verb": "update",
+        "group": "coordination.k8s.io",
+        "resource": "leases",
+        "namespace": names.LIQO_NAMESPACE,
+        "name": "liqo-virtual-kubelet",
+    },
+    # ConfigMaps: two, read, in liqo; nothing anywhere else.
+    {"verb": "get", "resource": "configmaps", "namespace": "default", "name": "kube-root-ca.crt"},
+    {"verb": "list", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
+    {"verb": "create", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
+    # Secrets and namespaces: no replacing a whole object it did not write, no bulk deletion.
+    {"verb": "update", "resource": "secrets", "namespace": "kube-system", "name": SERVING_SECRET},
+    {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": names.AUTH_TOKEN_SECRET},
+    {"verb": "deletecollection", "resource": "secrets", "namespace": "default"},
+    {"verb": "update", "resource": "namespaces", "name": "default"},
+    {"verb": "deletecollection", "group": "discovery.liqo.io", "resource": "foreignclusters"},
+    # No quota of its own making: the budget is kept by the provider itself.
+    {"verb": "create", "resource": "resourcequotas", "namespace": "default"},
+    # Nodes are the virtual kubelet's; pods it only creates and deletes (for ShadowPods), never changes.
+    {"verb": "patch", "resource": "nodes", "name": "any"},
+    {"verb": "update", "resource": "pods", "namespace": "default"},
+    {"verb": "create", "resource": "pods", "subresource": "exec", "namespace": "default"},
+]
+
+ALLOWED: list[Attributes] = [
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": names.PEER_TENANT_ROLE, "namespace": "x"},
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": names.PEER_TWIN_ROLE, "namespace": "y"},
+    *(
+        {"verb": v, "group": RBAC, "resource": "rolebindings", "namespace": "any"}
+        for v in ("get", "list", "watch", "create", "update", "patch", "delete")
+    ),
+    *(
+        {
+            "verb": v,
+            "group": "coordination.k8s.io",
+            "resource": "leases",
+            "namespace": names.LIQO_NAMESPACE,
+            "name": MANAGER,
+        }
+        for v in ("get", "update")
+    ),
+    {"verb": "create", "group": "coordination.k8s.io", "resource": "leases", "namespace": names.LIQO_NAMESPACE},
+    {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_IDENTITY},
+    {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": "kube-root-ca.crt"},
+    {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": SERVING_SECRET},
+    *(
+        {"verb": v, "resource": "secrets", "namespace": "t"}
+        for v in ("get", "list", "watch", "create", "patch", "delete")
+    ),
+    *({"verb": v, "resource": "namespaces"} for v in ("get", "list", "watch", "create", "patch", "delete")),
+]
+
+
+@pytest.mark.parametrize("attributes", DENIED, ids=lambda a: " ".join(a.values()))
+async def test_the_manager_may_not(milan: KubeClient, attributes: Attributes) -> None:
+    assert not await manager_may(milan, **attributes)
+
+
+@pytest.mark.parametrize("attributes", ALLOWED, ids=lambda a: " ".join(a.values()))
+async def test_the_manager_may(milan: KubeClient, attributes: Attributes) -> None:
+    assert await manager_may(milan, **attributes)
+
+
+def role_binding(namespace: str, role: str, kind: str = "ClusterRole") -> dict[str, Any]:
+    return {
+        "apiVersion": f"{RBAC}/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": unique("rb"), "namespace": namespace},
+        "roleRef": {"apiGroup": RBAC, "kind": kind, "name": role},
+        "subjects": [{"apiGroup": RBAC, "kind": "User", "name": "someone"}],
+    }
+
+
+async def test_as_the_manager_binding_anything_but_the_peer_roles_is_refused_by_the_api_server(
+    milan: KubeClient, as_manager: KubeClient
+) -> None:
+    namespace = unique("rights")
+    await milan.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    try:
+        # (Its own ClusterRole it could bind: RBAC lets anyone grant what they already hold. No escalation.)
+        for role in ("cluster-admin", "admin", "edit"):
+            with pytest.raises(ApiError) as refused:
+                await as_manager.create(ROLE_BINDINGS, role_binding(namespace, role))
+            assert refused.value.status == 403
+            assert "attempting to grant RBAC permissions not currently held" in refused.value.message
+        own: dict[str, Any] = {
+            "apiVersion": f"{RBAC}/v1",
+            "kind": "Role",
+            "metadata": {"name": "mine", "namespace": namespace},
+            "rules": [],
+        }
+        with pytest.raises(ApiError) as refused:
+            await as_manager.create(ROLES, own)
+        assert refused.value.status == 403
+        for role in (names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE):
+            created = await as_manager.create(ROLE_BINDINGS, role_binding(namespace, role))
+            assert created["roleRef"]["name"] == role
+    finally:
+        await milan.delete(NAMESPACES, namespace)

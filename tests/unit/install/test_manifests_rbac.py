@@ -1,0 +1,102 @@
+"""The install manifests' RBAC, without a cluster: least privilege by construction (the API server's view of it
+is tested in tests/integration/test_manager_rights.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
+from liqo.install import manifests
+from liqo.offloading.twins import twin_rules
+from liqo.peering.provisioning import peer_rules
+
+RBAC = "rbac.authorization.k8s.io"
+
+
+def install(**extra: Any) -> list[dict[str, Any]]:
+    return manifests.manifests(
+        cluster_id="id",
+        cluster_name="rome",
+        cluster_labels={},
+        api_server_url="https://127.0.0.1:6443",
+        auth_url="https://127.0.0.1:8443",
+        token="t",
+        key=ClusterKey.generate(),
+        image="img",
+        identity_ttl=7200,
+        workload=True,
+        **extra,
+    )
+
+
+def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or ["*"]
+    }
+
+
+def test_the_manager_holds_no_wildcard_verb_no_escalate_and_no_role_writing() -> None:
+    rules = granted(manifests.manager_rules() + manifests.manager_namespace_rules())
+    assert all(verb != "*" for _, _, verb, _ in rules)
+    assert all(verb not in ("escalate", "deletecollection", "impersonate") for _, _, verb, _ in rules)
+    assert not [r for r in rules if r[1] == "resourcequotas"]
+    rbac = {(resource, verb, name) for group, resource, verb, name in rules if group == RBAC}
+    assert {r for r, _, _ in rbac} == {"rolebindings", "clusterroles"}
+    assert {(verb, name) for resource, verb, name in rbac if resource == "clusterroles"} == {
+        ("bind", names.PEER_TENANT_ROLE),
+        ("bind", names.PEER_TWIN_ROLE),
+    }
+
+
+def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> None:
+    cluster = granted(manifests.manager_rules())
+    assert not [r for r in cluster if r[1] in ("leases", "configmaps")]
+    assert not [r for r in cluster if r[1] == "secrets" and r[2] == "update"]
+    local = granted(manifests.manager_namespace_rules())
+    assert {(resource, verb, name) for _, resource, verb, name in local} == {
+        ("leases", "create", "*"),
+        ("leases", "get", manifests.MANAGER),
+        ("leases", "update", manifests.MANAGER),
+        ("configmaps", "get", names.CLUSTER_IDENTITY),
+        ("configmaps", "get", "kube-root-ca.crt"),
+        ("secrets", "update", "liqo-manager-tls"),
+    }
+
+
+def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> None:
+    items = install()
+    roles = {i["metadata"]["name"]: i for i in items if i["kind"] == "ClusterRole"}
+    assert roles[names.PEER_TENANT_ROLE]["rules"] == peer_rules()
+    assert roles[names.PEER_TWIN_ROLE]["rules"] == twin_rules()
+    [role] = [i for i in items if i["kind"] == "Role"]
+    [binding] = [i for i in items if i["kind"] == "RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
+    assert role["rules"] == manifests.manager_namespace_rules()
+    [cluster_binding] = [
+        i for i in items if i["kind"] == "ClusterRoleBinding" and i["metadata"]["name"] == manifests.MANAGER
+    ]
+    assert binding["subjects"] == cluster_binding["subjects"]
+    assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "Role", "name": manifests.MANAGER}
+    # The namespace exists before the Role in it; the peer ClusterRoles before the manager that binds them.
+    kinds = [(i["kind"], i["metadata"]["name"]) for i in items]
+    assert kinds.index(("Namespace", names.LIQO_NAMESPACE)) < kinds.index(("Role", manifests.MANAGER))
+    assert kinds.index(("ClusterRole", names.PEER_TWIN_ROLE)) < kinds.index(("Deployment", manifests.MANAGER))
+
+
+def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
+    [deployment] = [
+        i
+        for i in install(reserved_namespaces=("cert-manager", "team-*"))
+        if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
+    ]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--reserved-namespaces=cert-manager,team-*" in args
+    assert "--identity-ttl=7200" in args
+    [plain] = [i for i in install() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER]
+    assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]

@@ -189,7 +189,9 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
-    shadow_pods = ShadowPods(client=client, informers=informers, events=events)
+    shadow_pods = ShadowPods(
+        client=client, informers=informers, events=events, local_id=local.cluster_id, policy_of=offers.policy_of
+    )
     namespace_maps = NamespaceMapController(client=client, informers=informers)
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
@@ -204,9 +206,12 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     outgoing.secrets.add_handler(
         HandlerFuncs(add=peers.update, update=lambda _old, secret: peers.update(secret), delete=peers.remove)
     )
-    controllers: list[Controller[Any]] = [
-        c.controller for c in (outgoing, status, incoming, offers, acceptance, shadow_pods)
-    ] + [replicator.controller, namespace_maps.controller, *offloadings.controllers]
+    controllers: list[Controller[Any]] = [c.controller for c in (outgoing, status, incoming, offers, acceptance)] + [
+        replicator.controller,
+        namespace_maps.controller,
+        *offloadings.controllers,
+        *shadow_pods.controllers,
+    ]
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(informers.run())

@@ -3,7 +3,7 @@
 Keyed by the consumer's cluster ID. The first time the consumer's ResourceRequest shows up in its tenant
 namespace, the namespace is annotated; when the request is gone while the annotation is there, the
 consumer has unpeered: its RBAC and NamespaceMap go (the map's finalizer holds it until its twin
-namespaces are deleted), and so do its tenant namespace (offers, quotas, replicas inside) and
+namespaces are deleted), and so do its tenant namespace (offers, replicas inside) and
 ForeignCluster — unless this cluster also consumes from that peer, which keeps both. The annotation makes
 the decision level-triggered: a restart in between changes nothing.
 """

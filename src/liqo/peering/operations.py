@@ -229,7 +229,7 @@ async def unpeer(
 async def revoke(client: KubeClient, fc: dict[str, Any], *, timeout: float, progress: Progress) -> None:
     """Provider side: stop hosting a consumer that cannot (or will not) unpeer itself.
 
-    Its tenant namespace goes (RBAC, request, offer and quota inside), so its identity is worth nothing
+    Its tenant namespace goes (RBAC, request and offer inside), so its identity is worth nothing
     any more, and so does its ForeignCluster.
     """
     peer_id = fc["spec"]["clusterID"]

@@ -22,13 +22,31 @@ from liqo.api.resources import NAMESPACE_MAPS, RESOURCE_OFFERS, SHADOW_PODS, SHA
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS
+from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, Resource
 from liqo.local import clusters
 from liqo.offloading import operations as offloading
 from liqo.peering import operations
-from tests.helpers import Obj, Offloaded, Site, deployment, eventually, expect_clean, running, running_pods, unique
+from tests.helpers import (
+    Obj,
+    Offloaded,
+    Site,
+    deployment,
+    eventually,
+    expect_clean,
+    pod,
+    running,
+    running_pods,
+    unique,
+)
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+_ADMISSION = "admissionregistration.k8s.io"
+ADMISSION_POLICIES = Resource(
+    _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
+)
+ADMISSION_POLICY_BINDINGS = Resource(
+    _ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", namespaced=False
+)
 
 
 @contextlib.asynccontextmanager
@@ -85,11 +103,9 @@ async def budget_cpu(milan: KubeClient, sites: dict[str, Site], cpu: str) -> Non
     await eventually(offered, timeout=30, message=f"milan's offer to rome accepted with cpu={cpu}")
 
 
-def shadow_pod(name: str, twin: str, consumer_id: str, *, cpu: str, limit: str | None = None) -> Obj:
+def shadow_pod(name: str, twin: str, consumer_id: str, *, cpu: str) -> Obj:
     """A ShadowPod as a peer may write it: a plain baseline pod asking for ``cpu``."""
     resources: Obj = {"requests": {"cpu": cpu, "memory": "16Mi"}}
-    if limit:
-        resources["limits"] = {"cpu": limit}
     return {
         "apiVersion": SHADOW_PODS.api_version,
         "kind": SHADOW_PODS.kind,
@@ -115,8 +131,8 @@ async def shadows_in(milan: KubeClient, twins: list[str]) -> dict[str, Obj]:
 async def pods_in(milan: KubeClient, twins: list[str]) -> dict[str, Obj]:
     found: dict[str, Obj] = {}
     for twin in twins:
-        for pod in (await milan.list_all(PODS, namespace=twin))[0]:
-            found[f"{twin}/{pod['metadata']['name']}"] = pod
+        for made in (await milan.list_all(PODS, namespace=twin))[0]:
+            found[f"{twin}/{made['metadata']['name']}"] = made
     return found
 
 
@@ -474,3 +490,100 @@ async def test_a_pod_over_budget_waits_at_home_and_starts_once_room_frees(
             (parse_quantity(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]) for p in remote), Decimal(0)
         )
         assert limits <= 1
+
+
+# -- refusals are retried, never dropped ---------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def closed(milan: KubeClient, *, group: str, plural: str, namespace: str, probe: Obj) -> AsyncIterator[str]:
+    """milan's own admission refusing every creation of ``plural`` in ``namespace`` for a while (422)."""
+    name = unique("closed")
+    message = f"{plural} are closed in {namespace} for a while"
+    await milan.create(
+        ADMISSION_POLICIES,
+        {
+            "apiVersion": f"{_ADMISSION}/v1",
+            "kind": ADMISSION_POLICIES.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE"], "resources": [plural]}
+                    ]
+                },
+                "validations": [{"expression": "false", "message": message}],
+            },
+        },
+    )
+    await milan.create(
+        ADMISSION_POLICY_BINDINGS,
+        {
+            "apiVersion": f"{_ADMISSION}/v1",
+            "kind": ADMISSION_POLICY_BINDINGS.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        },
+    )
+    resource = SHADOW_PODS if plural == "shadowpods" else PODS
+
+    async def enforced() -> bool:
+        try:
+            await milan.create(resource, probe, dry_run=True)
+        except ApiError as exc:
+            return message in exc.message
+        return False
+
+    try:
+        await eventually(enforced, timeout=30, message=f"milan refusing {plural} in {namespace}")
+        yield message
+    finally:
+        await milan.delete(ADMISSION_POLICY_BINDINGS, name)
+        await milan.delete(ADMISSION_POLICIES, name)
+
+
+async def test_refusals_are_retried_until_they_pass_on_both_sides(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """A refused ShadowPod write (rome) and a refused pod creation (milan) are tried again until they pass."""
+    rome_id = sites["rome"].cluster_id
+
+    async def home_refused(name: str, message: str) -> bool:
+        pod = await rome.get(PODS, name, namespace=offloaded.namespace)
+        ready = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}.get("Ready") or {}
+        return ready.get("reason") == "ProviderRefused" and message in ready.get("message", "")
+
+    async def home_running(name: str) -> bool:
+        return running(await rome.get(PODS, name, namespace=offloaded.namespace))
+
+    # The ShadowPod write refused (422): the home pod says why; once milan takes it, the pod runs.
+    probe = shadow_pod("probe", offloaded.twin, rome_id, cpu="10m")
+    async with closed(
+        milan, group="virtualkubelet.liqo.io", plural="shadowpods", namespace=offloaded.twin, probe=probe
+    ) as why:
+        await rome.create(PODS, pod("first", offloaded.namespace))
+        await eventually(lambda: home_refused("first", why), timeout=30, message="the home pod shows milan's refusal")
+    await eventually(lambda: home_running("first"), timeout=90, message="the ShadowPod written again, the pod running")
+
+    # The pod refused by milan's API server: the ShadowPod says Refused, the home pod shows it; retried.
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": offloaded.twin}}
+    probe["spec"] = {"containers": [{"name": "app", "image": "nginx"}]}
+    async with closed(milan, group="", plural="pods", namespace=offloaded.twin, probe=probe) as why:
+        await rome.create(PODS, pod("second", offloaded.namespace))
+        await eventually(
+            lambda: _phase_is(milan, f"{offloaded.twin}/second", ("Refused", "PodRefused")),
+            timeout=30,
+            message="milan's ShadowPod controller reports the refusal",
+        )
+        await eventually(lambda: home_refused("second", why), timeout=30, message="the home pod shows it")
+    await eventually(lambda: home_running("second"), timeout=90, message="milan created the pod on a later try")
+    await eventually(
+        lambda: _phase_is(milan, f"{offloaded.twin}/second", ("Created", None)),
+        timeout=30,
+        message="the ShadowPod's status says Created",
+    )

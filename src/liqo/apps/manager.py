@@ -19,6 +19,7 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
 from liqo.sharing.offers import OfferController
-from liqo.sharing.policy import select_policy
+from liqo.sharing.policy import Policy, select_policy
 from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
@@ -77,6 +78,11 @@ class PolicyGate:
         return await self._provisioner.provision(
             consumer_id=consumer_id, consumer_name=consumer_name, auth_url=auth_url, csr_pem=csr_pem
         )
+
+
+def consumer_policy(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> Policy:
+    """The SharingPolicy applying to ``consumer_id`` (by cluster ID only: a name is whatever the consumer says)."""
+    return select_policy(policies, peer_id=consumer_id, peer_name="")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -190,7 +196,7 @@ async def _controllers(client: KubeClient, local: ClusterIdentity) -> None:
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
     shadow_pods = ShadowPods(
-        client=client, informers=informers, events=events, local_id=local.cluster_id, policy_of=offers.policy_of
+        client=client, informers=informers, events=events, local_id=local.cluster_id, select=consumer_policy
     )
     namespace_maps = NamespaceMapController(client=client, informers=informers)
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)

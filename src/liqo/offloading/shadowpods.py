@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from liqo.api import names
@@ -58,8 +58,9 @@ class ConsumerPolicy(Protocol):
         ...
 
 
-PolicyOf = Callable[[str], ConsumerPolicy]
-"""The sharing policy applying to a consumer (by cluster ID)."""
+PolicySelector = Callable[[Sequence[Mapping[str, Any]], str], ConsumerPolicy]
+"""Which policy applies to a consumer (by cluster ID), given every SharingPolicy (the manager passes
+``liqo.sharing``'s: capabilities do not import each other)."""
 
 
 def pod_from_shadow(shadow: Obj) -> Obj:
@@ -126,12 +127,12 @@ class ShadowPods:
         informers: SharedInformers,
         events: EventRecorder,
         local_id: str,
-        policy_of: PolicyOf,
+        select: PolicySelector,
     ) -> None:
         self._client = client
         self._events = events
         self._local_id = local_id
-        self._policy_of = policy_of
+        self._select = select
         self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
         self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
         self.namespaces = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
@@ -166,7 +167,8 @@ class ShadowPods:
     def budget(self, consumer: str) -> Budget | NoBudget:
         """``consumer``'s budget now, from the caches: its accepted offer and its policy's ``countLimits``."""
         offer = self.offers.store.get(f"{names.tenant_namespace(consumer)}/{self._local_id}")
-        return budget_of(offer, count_limits=self._policy_of(consumer).count_limits)
+        policy = self._select(self.policies.store.list(), consumer)
+        return budget_of(offer, count_limits=policy.count_limits)
 
     async def reconcile_budget(self, consumer: str) -> None:
         """Wake ``consumer``'s waiting ShadowPods if its budget changed; with no budget, its running ones too."""
@@ -272,7 +274,11 @@ class ShadowPods:
         except UnreadablePod as exc:
             await self._refuse(shadow, reason="UnreadableResources", message=str(exc))
             return None  # nothing to retry: only a new spec (an update, which re-queues us) can change it
-        missing = self.ledger.admit(key, consumer=consumer, uid=shadow["metadata"]["uid"], usage=usage, budget=budget)
+        uid = shadow["metadata"]["uid"]
+        held = self.ledger.holding(key)
+        if held is not None and held.uid != uid:
+            self._free(key)  # a deleted namesake's, whose pod is gone: its room is free again
+        missing = self.ledger.admit(key, consumer=consumer, uid=uid, usage=usage, budget=budget)
         if missing is not None:
             await self._wait(shadow, reason=OVER_BUDGET, message=missing.message)
             return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner

@@ -24,7 +24,7 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, NODES, PODS
 from liqo.sharing.capacity import free_capacity, largest_slots
-from liqo.sharing.policy import Policy, compute_offer, needs_refresh, offer_spec, select_policy
+from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
 
@@ -66,12 +66,6 @@ class OfferController:
     def _consumer_of_request(self, rr: dict[str, Any]) -> list[str]:
         return [rr["metadata"]["name"]] if self._is_incoming(rr) else []
 
-    def policy_of(self, consumer_id: str) -> Policy:
-        """The sharing policy applying to ``consumer_id`` now (from the caches)."""
-        request = self.requests.store.get(f"{names.tenant_namespace(consumer_id)}/{consumer_id}") or {}
-        name = (request.get("spec") or {}).get("consumerClusterName", "")
-        return select_policy(self.policies.store.list(), peer_id=consumer_id, peer_name=name)
-
     async def reconcile(self, consumer_id: str) -> Result | None:
         """Converge the offer for ``consumer_id``."""
         namespace = names.tenant_namespace(consumer_id)
@@ -83,7 +77,9 @@ class OfferController:
         if request is None or request["metadata"].get("deletionTimestamp"):
             await self._withdraw(consumer_id, offer)
             return None
-        policy = self.policy_of(consumer_id)
+        policy = select_policy(
+            self.policies.store.list(), peer_id=consumer_id, peer_name=request["spec"].get("consumerClusterName", "")
+        )
         hosted = frozenset(
             ns["metadata"]["name"]
             for ns in self.hosted.store.list()

@@ -113,6 +113,10 @@ def _terminal(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
 
 
+def _version(obj: Obj | None) -> str | None:
+    return None if obj is None else obj["metadata"].get("resourceVersion")
+
+
 def _owner_uid(pod: Obj) -> str:
     return next((o.get("uid", "") for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), "")
 
@@ -141,7 +145,8 @@ class ShadowPods:
         self.ledger = Ledger()
         self._rebuilt = False
         self._retry = ItemExponentialFailureRateLimiter(base_delay=RETRY_FIRST_SECONDS, max_delay=RETRY_MAX_SECONDS)
-        self._budgets: dict[str, Budget | NoBudget] = {}
+        self._budgets: dict[str, Budget | NoBudget] = {}  # as last seen by reconcile_budget
+        self._computed: dict[str, tuple[tuple[str | None, ...], Budget | NoBudget]] = {}
         self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=16)
         self.controller.watch(self.shadows, _key)
         self.controller.watch(self.pods, _key)
@@ -165,10 +170,20 @@ class ShadowPods:
         return sorted(self.ledger.consumers() | set(with_offers))
 
     def budget(self, consumer: str) -> Budget | NoBudget:
-        """``consumer``'s budget now, from the caches: its accepted offer and its policy's ``countLimits``."""
+        """``consumer``'s budget now, from the caches: its accepted offer and its policy's ``countLimits``.
+
+        Asked at every reconcile, so it is worked out again only when the offer or a policy changed (their
+        resourceVersions): parsing them each time would multiply the controller's cost per pod event.
+        """
         offer = self.offers.store.get(f"{names.tenant_namespace(consumer)}/{self._local_id}")
-        policy = self._select(self.policies.store.list(), consumer)
-        return budget_of(offer, count_limits=policy.count_limits)
+        policies = self.policies.store.list()
+        versions = (_version(offer), *(_version(p) for p in policies))
+        known = self._computed.get(consumer)
+        if known is not None and known[0] == versions:
+            return known[1]
+        budget = budget_of(offer, count_limits=self._select(policies, consumer).count_limits)
+        self._computed[consumer] = (versions, budget)
+        return budget
 
     async def reconcile_budget(self, consumer: str) -> None:
         """Wake ``consumer``'s waiting ShadowPods if its budget changed; with no budget, its running ones too."""

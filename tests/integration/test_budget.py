@@ -67,8 +67,8 @@ async def identity(rome: KubeClient, milan_id: str) -> AsyncIterator[KubeClient]
 
 
 @contextlib.asynccontextmanager
-async def policy(milan: KubeClient, consumer_id: str, **spec: Any) -> AsyncIterator[None]:
-    """A SharingPolicy of milan for ``consumer_id`` alone, deleted afterwards."""
+async def policy(milan: KubeClient, consumer_id: str, **spec: Any) -> AsyncIterator[str]:
+    """A SharingPolicy of milan for ``consumer_id`` alone (its name), deleted afterwards."""
     name = unique("budget")
     body = {
         "apiVersion": SHARING_POLICIES.api_version,
@@ -78,7 +78,7 @@ async def policy(milan: KubeClient, consumer_id: str, **spec: Any) -> AsyncItera
     }
     await milan.apply(SHARING_POLICIES, body)
     try:
-        yield
+        yield name
     finally:
         with contextlib.suppress(NotFoundError):
             await milan.delete(SHARING_POLICIES, name)
@@ -336,6 +336,45 @@ async def test_the_consumer_writing_the_offer_status_lifts_nothing(
             assert [p["metadata"]["name"] for p in (await milan.list_all(PODS, namespace=twin))[0]] == ["small"]
             for name in ("big", "small"):
                 await peer.delete(SHADOW_PODS, name, namespace=twin)
+            await eventually(lambda: _empty(milan, [twin]), timeout=60, message="the twin emptied")
+
+
+async def test_a_smaller_offer_keeps_the_running_pods_and_holds_back_new_ones(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    twin = offloaded.twin
+    async with policy(milan, rome_id, limits={"cpu": "1"}) as name:
+        await budget_cpu(milan, sites, "1")
+        async with identity(rome, milan_id) as peer, stopped(sites["rome"], ROME_COMPONENTS):
+            for pod_name in ("one", "two"):
+                await peer.create(SHADOW_PODS, shadow_pod(pod_name, twin, rome_id, cpu="400m"))
+            before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, twin, 2)}
+
+            # The provider's admin shrinks the share: the offer is refreshed below what runs.
+            await milan.patch(SHARING_POLICIES, name, {"spec": {"limits": {"cpu": "500m"}}})
+            await budget_cpu(milan, sites, "500m")
+            await peer.create(SHADOW_PODS, shadow_pod("three", twin, rome_id, cpu="100m"))
+            await eventually(
+                lambda: _phase_is(milan, f"{twin}/three", ("Waiting", "OverBudget")),
+                timeout=30,
+                message="a new pod waits under the smaller offer",
+            )
+            three = await milan.get(SHADOW_PODS, "three", namespace=twin)
+            assert "exceed the 500m its accepted offer allows" in three["status"]["message"]
+            now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, twin, 2)}
+            assert now == before  # the running ones were left alone
+
+            # Back within the offer (400m + 100m of 500m): the waiting one starts by itself.
+            await peer.delete(SHADOW_PODS, "one", namespace=twin)
+            await eventually(
+                lambda: _phase_is(milan, f"{twin}/three", ("Created", None)),
+                timeout=60,
+                message="the waiting pod started once the consumer was back under the smaller offer",
+            )
+            assert {p["metadata"]["name"] for p in await running_pods(milan, twin, 2)} == {"two", "three"}
+            for pod_name in ("two", "three"):
+                await peer.delete(SHADOW_PODS, pod_name, namespace=twin)
             await eventually(lambda: _empty(milan, [twin]), timeout=60, message="the twin emptied")
 
 

@@ -217,7 +217,7 @@ def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m") -
 
 
 def pod(name: str, namespace: str, **spec: Any) -> Obj:
-    # Requests are needed: the provider's quota refuses pods without them (the home pod would say so).
+    # Small requests, so that many fit the offer (pods without any run too: test_budget).
     requests = {"requests": {"cpu": "50m", "memory": "16Mi"}}
     base = {"containers": [{"name": "app", "image": "nginx", "resources": requests}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": base | spec}

@@ -21,8 +21,8 @@ from liqo.api.quantity import parse_quantity
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SECRETS
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters
 from liqo.peering import operations
 from tests.helpers import Site, eventually, expect_clean
@@ -69,15 +69,6 @@ async def test_peer_then_unpeer_leaves_nothing_on_either_side(
     assert [n["spec"]["resources"] for n in nodes] == [resources]
 
     rome_id = sites["rome"].cluster_id
-
-    async def quota_enforced() -> bool:
-        try:
-            quota = await milan.get(RESOURCE_QUOTAS, "liqo-offer", namespace=names.tenant_namespace(rome_id))
-        except NotFoundError:
-            return False
-        return bool(quota["spec"]["hard"]["requests.cpu"] == resources["cpu"])
-
-    await eventually(quota_enforced, timeout=20, message="the accepted offer enforced by a quota on the provider")
     provider_view = await operations.foreign_cluster(milan, rome_id)
     assert provider_view is not None
 
@@ -91,45 +82,6 @@ async def test_peer_then_unpeer_leaves_nothing_on_either_side(
     await eventually(incoming_established, timeout=20, message="the provider sees an established incoming peering")
 
     await operations.unpeer(rome, fc["metadata"]["name"], timeout=60)
-    await expect_clean(rome, milan)
-
-
-async def test_quota_on_the_provider_refuses_more_than_offered(
-    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
-) -> None:
-    offer = await operations.peer(rome, milan, timeout=30)
-    tenant = names.tenant_namespace(sites["rome"].cluster_id)
-    try:
-        too_big = parse_quantity(offer["spec"]["resources"]["cpu"]) + 1
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "greedy", "namespace": tenant},
-            "spec": {
-                "containers": [
-                    {"name": "c", "image": "x", "resources": {"requests": {"cpu": str(too_big), "memory": "1Mi"}}}
-                ]
-            },
-        }
-        refusals: list[ApiError] = []
-
-        async def refused() -> bool:
-            # The quota controller must compute the quota's status and the API server's quota cache must see
-            # it before admission enforces it; until then a dry run is admitted and persists nothing.
-            try:
-                await milan.create(PODS, pod, dry_run=True)
-            except ApiError as exc:
-                refusals.append(exc)
-                return "exceeded quota" in exc.message
-            return False
-
-        await eventually(refused, timeout=30, message="the provider's quota refusing a pod larger than the offer")
-        assert refusals[-1].status == 403
-        with pytest.raises(ApiError) as really:
-            await milan.create(PODS, pod)
-        assert "exceeded quota" in really.value.message
-    finally:
-        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
     await expect_clean(rome, milan)
 
 

@@ -62,7 +62,12 @@ POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
 NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
 OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "AllFailed", "Terminating")
 TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
-SHADOW_POD_PHASES = ("Created", "Refused")
+SHADOW_POD_PHASES = ("Created", "Refused", "Waiting")
+OVER_BUDGET = "OverBudget"
+"""A ShadowPod waits: its pod would take its consumer beyond the accepted offer."""
+NO_ACCEPTED_OFFER = "NoAcceptedOffer"
+"""A ShadowPod waits: its consumer has no accepted offer from this provider (none, withdrawn, denied)."""
+SHADOW_POD_WAIT_REASONS = (OVER_BUDGET, NO_ACCEPTED_OFFER)
 POD_SECURITY_LEVELS = ("baseline", "restricted")
 """The Pod Security Standards profiles a provider may enforce on a peer's pods (PSA's own level names)."""
 TOLERATION_OPERATORS = ("Exists", "Equal")
@@ -622,8 +627,12 @@ def shadow_pod_crd() -> dict[str, Any]:
     status = _object(
         "What the provider did with it.",
         {
-            "phase": _enum("Whether the provider created the pod or refused it.", SHADOW_POD_PHASES),
-            "message": _string("Why, when refused."),
+            "phase": _enum(
+                "Whether the provider created the pod, refused it, or holds it back until it may run.",
+                SHADOW_POD_PHASES,
+            ),
+            "reason": _string("Why it waits (OverBudget, NoAcceptedOffer) or was refused, in one word."),
+            "message": _string("Why, when refused or waiting: the resource, and the pod's and the budget's figures."),
         },
     )
     return _crd(
@@ -632,7 +641,11 @@ def shadow_pod_crd() -> dict[str, Any]:
         description="A pod a consumer cluster asks this cluster to run; re-created while it exists.",
         spec=spec,
         status=status,
-        columns=[_column("Phase", ".status.phase"), _column("Home Pod", ".spec.homePodUID", priority=1)],
+        columns=[
+            _column("Phase", ".status.phase"),
+            _column("Reason", ".status.reason"),
+            _column("Home Pod", ".spec.homePodUID", priority=1),
+        ],
     )
 
 

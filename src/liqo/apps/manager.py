@@ -57,7 +57,7 @@ from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
 from liqo.sharing.offers import OfferController
-from liqo.sharing.policy import PodSecurity, select_policy
+from liqo.sharing.policy import PodSecurity, Policy, select_policy
 from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
@@ -97,9 +97,14 @@ class PolicyGate:
         )
 
 
+def consumer_policy(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> Policy:
+    """The SharingPolicy applying to ``consumer_id`` (by cluster ID only: a name is whatever the consumer says)."""
+    return select_policy(policies, peer_id=consumer_id)
+
+
 def pod_security(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> PodSecurity:
-    """What ``consumer_id``'s pods may do here: its SharingPolicy's ``podSecurity`` (by cluster ID only)."""
-    return select_policy(policies, peer_id=consumer_id).pod_security
+    """What ``consumer_id``'s pods may do here: its SharingPolicy's ``podSecurity``."""
+    return consumer_policy(policies, consumer_id).pod_security
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -271,7 +276,9 @@ async def _controllers(
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
-    shadow_pods = ShadowPods(client=client, informers=informers, events=events, select=pod_security)
+    shadow_pods = ShadowPods(
+        client=client, informers=informers, events=events, local_id=local.cluster_id, select=consumer_policy
+    )
     namespace_maps = NamespaceMapController(
         client=client, informers=informers, select=pod_security, reserved=reserved_namespaces
     )
@@ -288,9 +295,12 @@ async def _controllers(
     outgoing.secrets.add_handler(
         HandlerFuncs(add=peers.update, update=lambda _old, secret: peers.update(secret), delete=peers.remove)
     )
-    controllers: list[Controller[Any]] = [
-        c.controller for c in (outgoing, status, incoming, offers, acceptance, shadow_pods)
-    ] + [replicator.controller, namespace_maps.controller, *offloadings.controllers]
+    controllers: list[Controller[Any]] = [c.controller for c in (outgoing, status, incoming, offers, acceptance)] + [
+        replicator.controller,
+        namespace_maps.controller,
+        *offloadings.controllers,
+        *shadow_pods.controllers,
+    ]
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(informers.run())

@@ -59,7 +59,6 @@ SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", names
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
-RESOURCE_QUOTAS = Resource("", "v1", "resourcequotas", "ResourceQuota", namespaced=True)
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True)
 CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False)

@@ -8,34 +8,71 @@ deleted with the grace period the consumer asked for (the home pod's), before th
 The pod also has the ShadowPod as controlling owner: should the finalizer be removed by hand, the garbage
 collector still removes the pod.
 
+The pods of one consumer, in all its twins together, stay within its budget: the offer it accepted
+(:mod:`liqo.offloading.budget`). A pod is created only if it fits beside the pods the consumer already
+holds; otherwise its ShadowPod waits, saying why in its status (``Waiting``, ``OverBudget`` or
+``NoAcceptedOffer``), and is woken when room frees or the budget changes — never dropped. The consumer of
+a ShadowPod is the one whose twin holds it (the namespace's label, set by this cluster), never a label on
+the ShadowPod, which the consumer writes. Statuses are written when a ShadowPod starts waiting, when the
+reason changes, and when it stops: a pod that fits costs no write but its own creation.
+
 Before making a pod the controller judges the ShadowPod again, with the verdict the validating webhook
 gives (:mod:`liqo.offloading.podsecurity`): a ShadowPod stored while the webhook was not registered (before
-an upgrade, or with the registration removed) gets no pod, only the status ``Refused`` and a Warning Event.
-The pod is made with the verdict's resets (no ServiceAccount token, the grace period capped).
+an upgrade, or with the registration removed), or before the consumer's policy tightened, gets no pod, only
+the status ``Refused`` and a Warning Event, and is judged again with the same capped backoff. The pod is
+made with the verdict's resets (no ServiceAccount token, the grace period capped).
 
-Keyed by ``namespace/name`` (a ShadowPod and its pod share both).
+Keyed by ``namespace/name`` (a ShadowPod and its pod share both); the budgets, by consumer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from liqo.api import names
-from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
+from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
+from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Controller
+from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
+from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS
-from liqo.offloading.podsecurity import PolicySelector, Reset, Verdict, apply_resets, shadow_pod_verdict
+from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
+from liqo.offloading.podsecurity import Reset, SecurityPolicy, apply_resets, shadow_pod_verdict
+from liqo.offloading.twins import is_twin_of
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
+"""A waiting or refused ShadowPod is looked at again after 1 s, doubling up to this: never given up on."""
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class ConsumerPolicy(Protocol):
+    """What this controller needs of the sharing policy applying to a consumer."""
+
+    @property
+    def count_limits(self) -> bool:
+        """Whether the consumer's pods' limits must add up within its budget too."""
+        ...
+
+    @property
+    def pod_security(self) -> SecurityPolicy:
+        """What the consumer's pods may do here."""
+        ...
+
+
+ConsumerPolicySelector = Callable[[Sequence[Mapping[str, Any]], str], ConsumerPolicy]
+"""Which policy applies to a consumer (by cluster ID), given every SharingPolicy (the manager passes
+``liqo.sharing``'s: capabilities do not import each other)."""
 
 
 def pod_from_shadow(shadow: Obj, *, resets: Sequence[Reset]) -> Obj:
@@ -100,37 +137,152 @@ def _key(obj: Obj) -> list[str]:
     return [f"{meta['namespace']}/{meta['name']}"]
 
 
+def _terminating(obj: Obj | None) -> bool:
+    return bool(obj and obj["metadata"].get("deletionTimestamp"))
+
+
+def _terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
+
+
+def _version(obj: Obj | None) -> str | None:
+    return None if obj is None else obj["metadata"].get("resourceVersion")
+
+
+def _owner_uid(pod: Obj) -> str:
+    return next((o.get("uid", "") for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), "")
+
+
 class ShadowPods:
-    """Creates, re-creates and deletes the pods of every ShadowPod in this cluster."""
+    """Creates, re-creates and deletes the pods of every ShadowPod in this cluster, within each consumer's budget."""
 
     def __init__(
-        self, *, client: KubeClient, informers: SharedInformers, events: EventRecorder, select: PolicySelector
+        self,
+        *,
+        client: KubeClient,
+        informers: SharedInformers,
+        events: EventRecorder,
+        local_id: str,
+        select: ConsumerPolicySelector,
     ) -> None:
         self._client = client
         self._events = events
+        self._local_id = local_id
         self._select = select
         self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
         self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
-        self.namespaces = informers.informer(NAMESPACES)
+        self.namespaces = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
+        self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)
+        self.ledger = Ledger()
+        self._rebuilt = False
+        self._retry = ItemExponentialFailureRateLimiter(base_delay=RETRY_FIRST_SECONDS, max_delay=RETRY_MAX_SECONDS)
+        self._budgets: dict[str, Budget | NoBudget] = {}  # as last seen by reconcile_budget
+        self._computed: dict[str, tuple[tuple[str | None, ...], Budget | NoBudget]] = {}
         self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=16)
         self.controller.watch(self.shadows, _key)
         self.controller.watch(self.pods, _key)
+        self.budgets: Controller[str] = Controller(name="budgets", reconcile=self.reconcile_budget)
+        self.budgets.watch(self.offers, self._consumer_of_offer)
+        self.budgets.watch(self.policies, lambda _obj: self._consumers())
+        self.controllers = [self.controller, self.budgets]
 
-    async def reconcile(self, key: str) -> None:
+    # -- budgets --------------------------------------------------------------------------------------------
+
+    def _consumer_of_offer(self, offer: Obj) -> list[str]:
+        meta = offer["metadata"]
+        namespace = meta.get("namespace") or ""
+        if meta["name"] != self._local_id or not namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
+            return []
+        return [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
+
+    def _consumers(self) -> list[str]:
+        """Every consumer with an offer from us or with ShadowPods in the ledger (a policy concerns them all)."""
+        with_offers = (c for offer in self.offers.store.list() for c in self._consumer_of_offer(offer))
+        return sorted(self.ledger.consumers() | set(with_offers))
+
+    def budget(self, consumer: str) -> Budget | NoBudget:
+        """``consumer``'s budget now, from the caches: its accepted offer and its policy's ``countLimits``.
+
+        Asked at every reconcile, so it is worked out again only when the offer or a policy changed (their
+        resourceVersions): parsing them each time would multiply the controller's cost per pod event.
+        """
+        offer = self.offers.store.get(f"{names.tenant_namespace(consumer)}/{self._local_id}")
+        policies = self.policies.store.list()
+        versions = (_version(offer), *(_version(p) for p in policies))
+        known = self._computed.get(consumer)
+        if known is not None and known[0] == versions:
+            return known[1]
+        budget = budget_of(offer, count_limits=self._select(policies, consumer).count_limits)
+        self._computed[consumer] = (versions, budget)
+        return budget
+
+    async def reconcile_budget(self, consumer: str) -> None:
+        """Wake ``consumer``'s waiting ShadowPods if its budget changed; with no budget, its running ones too."""
+        budget = self.budget(consumer)
+        if self._budgets.get(consumer) == budget:
+            return
+        self._budgets[consumer] = budget
+        keys = self.ledger.waiting(consumer)
+        if isinstance(budget, NoBudget):
+            keys += self.ledger.held_by(consumer)  # their pods stop
+        for key in keys:
+            self.controller.queue.add(key)
+
+    def _consumer_of(self, namespace: str) -> str | None:
+        """The consumer whose twin ``namespace`` is: the namespace's label, which this cluster set."""
+        found = self.namespaces.store.get(namespace)
+        if found is None:
+            return None
+        consumer = (found["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID, "")
+        return consumer if is_twin_of(found, consumer_id=consumer) else None
+
+    def _rebuild(self) -> None:
+        """Count every pod that exists for a ShadowPod (once, before the first decision; caches are synced)."""
+        self._rebuilt = True
+        for pod in self.pods.store.list():
+            meta = pod["metadata"]
+            consumer = self._consumer_of(meta["namespace"])
+            if consumer is None or _terminal(pod):
+                continue
+            try:
+                usage = pod_usage(pod.get("spec") or {})
+            except UnreadablePod:
+                continue  # the API server made it: cannot happen, and nothing to count if it does
+            key = f"{meta['namespace']}/{meta['name']}"
+            self.ledger.hold(key, consumer=consumer, uid=_owner_uid(pod), usage=usage)
+
+    def _free(self, key: str) -> None:
+        """``key`` holds nothing any more: its consumer's waiting ShadowPods may fit now."""
+        consumer = self.ledger.release(key)
+        if consumer is not None:
+            for waiting in self.ledger.waiting(consumer):
+                self.controller.queue.add(waiting)
+
+    # -- pods -----------------------------------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result | None:
         """Converge the pod of ShadowPod ``key``."""
+        if not self._rebuilt:
+            self._rebuild()
         namespace, name = key.split("/", 1)
         shadow = self.shadows.store.get(key)
         pod = self.pods.store.get(key)
-        if shadow is None:
-            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
-                # Its ShadowPod is gone (the garbage collector would get there too, later).
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
-            return
-        if shadow["metadata"].get("deletionTimestamp"):
-            await self._release(shadow, pod)
-            return
+        if pod is not None and _terminal(pod):
+            self._free(key)  # done: it holds nothing on a node any more
+        if shadow is None or _terminating(shadow):
+            self.ledger.stop_waiting(key)
+            self._retry.forget(key)
+            if pod is None:
+                self._free(key)
+            if shadow is None:
+                if pod is not None and not _terminating(pod):
+                    # Its ShadowPod is gone (the garbage collector would get there too, later).
+                    with contextlib.suppress(NotFoundError):
+                        await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
+            else:
+                await self._release(shadow, pod)
+            return None
         if names.FINALIZER not in (shadow["metadata"].get("finalizers") or []):
             finalizers = [*(shadow["metadata"].get("finalizers") or []), names.FINALIZER]
             await self._client.patch(
@@ -139,50 +291,113 @@ class ShadowPods:
                 {"metadata": {"finalizers": finalizers, "resourceVersion": shadow["metadata"]["resourceVersion"]}},
                 namespace=namespace,
             )
-            return  # the update comes back through the informer
+            return None  # the update comes back through the informer
         if pod is not None and not made_for(pod, shadow):
-            if not pod["metadata"].get("deletionTimestamp"):
+            if not _terminating(pod):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
-            return
-        if pod is None:
-            await self._create(shadow)
+            return None
+        consumer = self._consumer_of(namespace)
+        if consumer is None:
+            message = "this namespace is not a twin this provider made for a consumer: no pod runs here"
+            await self._set_status(shadow, {"phase": "Refused", "reason": "NotATwin", "message": message})
+            return None
+        budget = self.budget(consumer)
+        if isinstance(budget, NoBudget):
+            return await self._stop(key, shadow, pod, consumer=consumer, message=budget.message)
+        if pod is not None:
+            holding = self.ledger.holding(key)
+            if not _terminal(pod) and (holding is None or holding.uid != shadow["metadata"]["uid"]):
+                # Not counted yet (a pod we did not see go, then come back): count what exists.
+                self.ledger.hold(key, consumer=consumer, uid=shadow["metadata"]["uid"], usage=pod_usage(pod["spec"]))
+            await self._created(shadow)
+            return None
+        return await self._admit(key, shadow, consumer=consumer, budget=budget)
 
-    async def verdict(self, shadow: Obj) -> Verdict:
-        """The webhook's verdict on ``shadow``, from the caches (a namespace they miss is asked for)."""
-        name = shadow["metadata"]["namespace"]
-        namespace = self.namespaces.store.get(name)
-        if namespace is None:
-            with contextlib.suppress(NotFoundError):
-                namespace = await self._client.get(NAMESPACES, name)
+    async def _admit(self, key: str, shadow: Obj, *, consumer: str, budget: Budget) -> Result | None:
+        """Create the pod if the provider allows it and it fits ``consumer``'s budget; otherwise say why.
+
+        A ShadowPod admitted before (same UID) is re-created without a budget check: its room is held.
+        """
         policies = self.policies.store.list()
-        return shadow_pod_verdict(
-            shadow, namespace=namespace, policy_of=lambda consumer: self._select(policies, consumer)
+        verdict = shadow_pod_verdict(
+            shadow,
+            namespace=self.namespaces.store.get(shadow["metadata"]["namespace"]),
+            policy_of=lambda peer: self._select(policies, peer).pod_security,
         )
-
-    async def _create(self, shadow: Obj) -> None:
-        meta = shadow["metadata"]
-        verdict = await self.verdict(shadow)
         if not verdict.allowed:
-            refused = {"phase": "Refused", "message": verdict.message()}
-            if (shadow.get("status") or {}) != refused:  # once, not at every re-queue
-                await self._set_status(shadow, refused)
-                await self._events.record(shadow, type="Warning", reason="PodRefused", message=verdict.message())
-            return
+            await self._refuse(shadow, reason="PodRefused", message=verdict.message())
+            return Result(requeue_after=self._retry.when(key))  # a loosened policy lets it through later
         try:
-            await self._client.create(PODS, pod_from_shadow(shadow, resets=verdict.resets))
+            usage = pod_usage(shadow["spec"]["pod"])
+        except UnreadablePod as exc:
+            await self._refuse(shadow, reason="UnreadableResources", message=str(exc))
+            return None  # nothing to retry: only a new spec (an update, which re-queues us) can change it
+        uid = shadow["metadata"]["uid"]
+        held = self.ledger.holding(key)
+        if held is not None and held.uid != uid:
+            self._free(key)  # a deleted namesake's, whose pod is gone: its room is free again
+        missing = self.ledger.admit(key, consumer=consumer, uid=uid, usage=usage, budget=budget)
+        if missing is not None:
+            await self._wait(shadow, reason=OVER_BUDGET, message=missing.message)
+            return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner
+        if not await self._create(shadow, resets=verdict.resets):
+            self._free(key)
+            return Result(requeue_after=self._retry.when(key))
+        await self._created(shadow)
+        return None
+
+    async def _stop(self, key: str, shadow: Obj, pod: Obj | None, *, consumer: str, message: str) -> Result:
+        """No budget: the consumer's pod must not run (its ShadowPod stays, waiting for one)."""
+        self.ledger.wait(key, consumer=consumer)
+        if pod is None:
+            self._free(key)
+        elif not _terminating(pod):
+            meta = pod["metadata"]
+            with contextlib.suppress(NotFoundError):
+                await self._client.delete(PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        await self._wait(shadow, reason=NO_ACCEPTED_OFFER, message=message)
+        return Result(requeue_after=self._retry.when(key))
+
+    async def _create(self, shadow: Obj, *, resets: Sequence[Reset]) -> bool:
+        """Create the pod; False if the API server refused it (the ShadowPod then says so)."""
+        meta = shadow["metadata"]
+        try:
+            await self._client.create(PODS, pod_from_shadow(shadow, resets=resets))
         except ConflictError:
-            return  # created meanwhile (the informer is behind): the pod's event re-queues us
+            return True  # created meanwhile (the informer is behind): the pod's event re-queues us
         except ApiError as exc:
-            if exc.status in (400, 403, 422):  # refused: quota, admission, validation
-                await self._set_status(shadow, {"phase": "Refused", "message": exc.message})
-                await self._events.record(shadow, type="Warning", reason="PodRefused", message=exc.message)
-            raise
-        if (shadow.get("status") or {}).get("phase") == "Refused":  # no write per pod on the happy path
-            await self._set_status(shadow, {"phase": "Created", "message": ""})
+            if exc.status not in (400, 403, 422):  # refused: admission, validation; others are transient
+                raise
+            await self._refuse(shadow, reason="PodRefused", message=exc.message)
+            return False
         log.debug("created pod %s/%s", meta["namespace"], meta["name"])
+        return True
+
+    async def _created(self, shadow: Obj) -> None:
+        """The pod exists: clear a waiting or refused status (none is written on the happy path)."""
+        key = _key(shadow)[0]
+        self.ledger.stop_waiting(key)
+        self._retry.forget(key)
+        if (shadow.get("status") or {}).get("phase") not in (None, "Created"):
+            await self._set_status(shadow, {"phase": "Created"})
+
+    async def _wait(self, shadow: Obj, *, reason: str, message: str) -> None:
+        await self._report(shadow, {"phase": "Waiting", "reason": reason, "message": message})
+
+    async def _refuse(self, shadow: Obj, *, reason: str, message: str) -> None:
+        await self._report(shadow, {"phase": "Refused", "reason": reason, "message": message})
+
+    async def _report(self, shadow: Obj, status: Obj) -> None:
+        """Set ``status`` and record it as a Warning Event, unless the ShadowPod says so already."""
+        if (shadow.get("status") or {}) == status:
+            return
+        await self._set_status(shadow, status)
+        await self._events.record(shadow, type="Warning", reason=status["reason"], message=status["message"])
 
     async def _set_status(self, shadow: Obj, status: Obj) -> None:
+        if (shadow.get("status") or {}) == status:
+            return
         meta = shadow["metadata"]
         body = {
             "apiVersion": SHADOW_PODS.api_version,

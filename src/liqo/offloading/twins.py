@@ -1,7 +1,7 @@
 """Twin namespaces: the namespaces a provider creates for a consumer's offloaded ones, and the consumer's rights.
 
-A twin carries the consumer's ID under ``REMOTE_CLUSTER_ID`` (so the offer's quota lands in it, its pods do
-not count as the provider's free capacity, and unpeer finds it) and its home namespace under
+A twin carries the consumer's ID under ``REMOTE_CLUSTER_ID`` (so its pods count against that consumer's
+budget and not as the provider's free capacity, and unpeer finds it) and its home namespace under
 ``ORIGIN_NAMESPACE``. The consumer's identity gets, in the twin only, what the virtual kubelet needs: its
 ShadowPods and reflected objects, read access to the pods the provider made and to their logs and events,
 and exec. It never gets to create pods directly: the provider decides what runs, from the ShadowPod.

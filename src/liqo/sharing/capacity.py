@@ -7,14 +7,14 @@ overhead). Virtual nodes are left out: they stand for *other* clusters' offers, 
 re-offer a third cluster's resources as this one's — a loop once two clusters peer both ways.
 
 A consumer's own pods here are not subtracted from its capacity: they already run inside its offer, and
-subtracting them would shrink the offer (and the quota enforcing it) as the consumer uses it, until the
-quota refuses pods that fit the share it was given.
+subtracting them would shrink the offer (the consumer's budget) as the consumer uses it, until the budget
+holds back pods that fit the share it was given.
 
 The offer is a sum over nodes, and a sum hides fragmentation: 8 CPUs free as 4 + 4 cannot run a pod of 6,
 yet a virtual node of capacity 8 makes the consumer's scheduler bind one to it. So the offer also carries
 its *largest slots* (:func:`largest_slots`): what a single pod can still get on one node, which the
 consumer's virtual kubelet checks before sending a pod. A slot is physical room, so unlike the offer it
-counts every pod on the node, the consumer's own included: they occupy the node whatever the quota says.
+counts every pod on the node, the consumer's own included: they occupy the node whatever the budget says.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from the informers) and that consumer's SharingPolicy whenever either moves, and
 changed by more than the policy's threshold or nears expiry — a busy cluster does not rewrite offers on
 every pod —, or when its largest slots shrank (or grew beyond the threshold): those say what a single pod
 can still get on one node, and the consumer relies on them to never send a pod no node can take. Once
-the consumer accepts, a ResourceQuota holding the offered amounts goes into every namespace
-this cluster hosts for it, so the consumer can never use more than it was offered.
+the consumer accepts, the offer is its budget: the ShadowPod controller (``liqo.offloading.shadowpods``)
+runs its pods, in all its twins together, within it, and none while the offer is not accepted or gone.
 """
 
 from __future__ import annotations
@@ -22,23 +22,11 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS
+from liqo.kube.resources import NAMESPACES, NODES, PODS
 from liqo.sharing.capacity import free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
-QUOTA = "liqo-offer"
 CAPACITY_COALESCE_SECONDS = 1.0
-
-
-def quota_manifest(*, namespace: str, consumer_id: str, resources: dict[str, str]) -> dict[str, Any]:
-    """The ResourceQuota enforcing an accepted offer in one hosted namespace (pure)."""
-    hard = {(name if name == "pods" else f"requests.{name}"): value for name, value in resources.items()}
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": QUOTA, "namespace": namespace, "labels": names.peer_labels(consumer_id)},
-        "spec": {"hard": hard},
-    }
 
 
 def request_status(state: str, message: str = "") -> dict[str, Any]:
@@ -47,7 +35,7 @@ def request_status(state: str, message: str = "") -> dict[str, Any]:
 
 
 class OfferController:
-    """Computes, refreshes and enforces the offer made to every consumer."""
+    """Computes and refreshes the offer made to every consumer."""
 
     def __init__(self, *, client: KubeClient, informers: SharedInformers, local: ClusterIdentity) -> None:
         self._client = client
@@ -58,7 +46,6 @@ class OfferController:
         self.nodes = informers.informer(NODES)
         self.pods = informers.informer(PODS)
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
-        self.quotas = informers.informer(RESOURCE_QUOTAS, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="offers", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.requests, self._consumer_of_request)
         self.controller.watch(self.offers, _tenant_peer)
@@ -80,7 +67,7 @@ class OfferController:
         return [rr["metadata"]["name"]] if self._is_incoming(rr) else []
 
     async def reconcile(self, consumer_id: str) -> Result | None:
-        """Converge the offer (and quota) for ``consumer_id``."""
+        """Converge the offer for ``consumer_id``."""
         namespace = names.tenant_namespace(consumer_id)
         request = self.requests.store.get(f"{namespace}/{consumer_id}")
         offer: dict[str, Any] | None = self.offers.store.get(f"{namespace}/{self._local.cluster_id}")
@@ -117,7 +104,7 @@ class OfferController:
                 policy=policy,
                 now=now,
             )
-            offer = await self._client.apply(
+            await self._client.apply(
                 RESOURCE_OFFERS,
                 {
                     "apiVersion": RESOURCE_OFFERS.api_version,
@@ -130,7 +117,6 @@ class OfferController:
                     "spec": spec,
                 },
             )
-        await self._enforce(consumer_id, offer, hosted=hosted)
         return Result(requeue_after=max(1.0, policy.offer_ttl_seconds / 3))
 
     async def _set_request_status(self, request: dict[str, Any], status: dict[str, Any]) -> None:
@@ -144,30 +130,12 @@ class OfferController:
             }
             await self._client.apply(RESOURCE_REQUESTS, body, subresource="status")
 
-    async def _enforce(self, consumer_id: str, offer: dict[str, Any], *, hosted: frozenset[str]) -> None:
-        accepted = (offer.get("status") or {}).get("phase") == "Accepted"
-        resources = {k: str(v) for k, v in (offer.get("spec") or {}).get("resources", {}).items()}
-        for namespace in hosted:
-            current = self.quotas.store.get(f"{namespace}/{QUOTA}")
-            if not accepted:
-                if current is not None:
-                    with contextlib.suppress(NotFoundError):
-                        await self._client.delete(RESOURCE_QUOTAS, QUOTA, namespace=namespace)
-                continue
-            desired = quota_manifest(namespace=namespace, consumer_id=consumer_id, resources=resources)
-            if current is None or current.get("spec") != desired["spec"]:
-                await self._client.apply(RESOURCE_QUOTAS, desired)
-
     async def _withdraw(self, consumer_id: str, offer: dict[str, Any] | None) -> None:
         if offer is not None:
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(
                     RESOURCE_OFFERS, self._local.cluster_id, namespace=names.tenant_namespace(consumer_id)
                 )
-        for quota in self.quotas.store.list():
-            if (quota["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == consumer_id:
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(RESOURCE_QUOTAS, QUOTA, namespace=quota["metadata"]["namespace"])
 
 
 def _tenant_peer(obj: dict[str, Any]) -> list[str]:

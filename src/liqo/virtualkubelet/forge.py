@@ -21,6 +21,7 @@ import json
 from typing import Any
 
 from liqo.api import names
+from liqo.api.crds import SHADOW_POD_WAIT_REASONS
 from liqo.api.resources import SHADOW_PODS
 from liqo.kube.events import MAX_MESSAGE_LENGTH
 from liqo.kube.resources import CONFIGMAPS, LEASES, NODES, SECRETS, Resource
@@ -327,6 +328,26 @@ def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     status["hostIP"] = node_address
     status["hostIPs"] = [{"ip": node_address}]
     return status
+
+
+PROVIDER_REFUSED = "ProviderRefused"
+"""The reason on a home pod the provider refused (its ShadowPod, or the pod made from it)."""
+
+
+def held_back(shadow: Obj) -> tuple[str, str] | None:
+    """Why the provider runs no pod for ``shadow``, as ``(reason, message)`` for the home pod; None if it does (pure).
+
+    A ShadowPod waiting for its consumer's budget keeps the provider's reason (``OverBudget``,
+    ``NoAcceptedOffer``); any other reason a provider writes is shown as ``ProviderRefused``, its message kept.
+    """
+    status = shadow.get("status") or {}
+    message = str(status.get("message", ""))
+    if status.get("phase") == "Refused":
+        return PROVIDER_REFUSED, message
+    if status.get("phase") == "Waiting":
+        reason = status.get("reason")
+        return (reason if reason in SHADOW_POD_WAIT_REASONS else PROVIDER_REFUSED), message
+    return None
 
 
 def refused_status(*, reason: str, message: str) -> Obj:

@@ -6,10 +6,13 @@ reads the three caches and does the one next step towards agreement, so a restar
 manager, either API server) converges from whatever state it finds, without duplicates:
 
 - home pod alive, no ShadowPod → create the ShadowPod (a refusal by the provider lands on the home pod as
-  a Pending reason and an Event, never as a vanished pod) — unless no slot of the provider holds the pod
+  a Pending reason and an Event, never as a vanished pod, and the write is retried with a capped backoff
+  for as long as the pod lives) — unless no slot of the provider holds the pod
   (:mod:`liqo.virtualkubelet.fit`): then it stays Pending with ``DoesNotFitRemote`` and is checked again
   whenever the VirtualNode's slots change (:meth:`PodReflector.slots_changed`);
-- remote pod → its phase, conditions, container statuses and IP onto the home pod;
+- remote pod → its phase, conditions, container statuses and IP onto the home pod; no remote pod and a
+  ShadowPod the provider holds back (over the consumer's budget, no accepted offer) or refused → Pending
+  with the provider's reason;
 - home pod deleted → ShadowPod deleted with the home grace period → remote pod gone → home pod finalised;
 - ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it).
 
@@ -33,6 +36,7 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS
 from liqo.virtualkubelet import fit, forge
 
@@ -40,7 +44,11 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 RETRY_REFUSED_SECONDS = 30.0
-"""A refusal that may pass later (quota, a namespace not yet offloaded) is retried this often."""
+"""A namespace not yet offloaded here is looked at again this often."""
+REFUSED_FIRST_SECONDS = 1.0
+REFUSED_MAX_SECONDS = 60.0
+"""A ShadowPod the provider refused to take is written again after 1 s, doubling up to this, never given up
+on: the provider's policy may change. Its backoff is cleared once the write goes through."""
 
 
 def twins_on(offloadings: list[Obj], *, provider_id: str) -> dict[str, str]:
@@ -97,6 +105,9 @@ class PodReflector:
         self.pods = Informer(client=home, resource=PODS, field_selector=f"spec.nodeName={node_name}")
         self.twins: dict[str, str] = {}
         self._held: set[str] = set()  # pods held back for want of a slot: what a change of slots re-queues
+        self._refusals = ItemExponentialFailureRateLimiter(
+            base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
+        )
         self._remote: dict[str, _Twin] = {}
         self.controller: Controller[str] = Controller(
             name=f"pods {node_name}", reconcile=self.reconcile, workers=workers
@@ -168,6 +179,7 @@ class PodReflector:
         home = self.pods.store.get(key)
         if home is None:
             self._held.discard(key)
+            self._refusals.forget(key)
         twin_name = self.twins.get(namespace)
         if twin_name is None:
             return await self._no_twin(home)
@@ -205,13 +217,14 @@ class PodReflector:
             except ApiError as exc:
                 if exc.status not in (400, 403, 422):
                     raise
-                await self._refused(home, reason="ProviderRefused", message=exc.message)
-                return Result(requeue_after=RETRY_REFUSED_SECONDS) if exc.status == 403 else None
+                await self._refused(home, reason=forge.PROVIDER_REFUSED, message=exc.message)
+                return Result(requeue_after=self._refusals.when(key))
+            self._refusals.forget(key)
             return None  # its status comes back through the informers
         if remote is not None and forge.runs_home_pod(remote, home):
             await self._set_status(home, forge.home_status(remote, node_address=self._address))
-        elif (shadow.get("status") or {}).get("phase") == "Refused":
-            await self._refused(home, reason="ProviderRefused", message=shadow["status"].get("message", ""))
+        elif (verdict := forge.held_back(shadow)) is not None:
+            await self._refused(home, reason=verdict[0], message=verdict[1])
         return None
 
     async def _no_twin(self, home: Obj | None) -> Result | None:

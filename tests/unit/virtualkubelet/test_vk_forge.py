@@ -214,6 +214,20 @@ def test_refused_status_is_pending_with_a_reason() -> None:
     assert status["conditions"][0]["reason"] == "ProviderRefused"
 
 
+def test_what_the_provider_holds_back_shows_at_home_with_its_reason() -> None:
+    def shadow(**status: str) -> dict[str, Any]:
+        return {"metadata": {"name": "web", "namespace": "twin"}, "status": status}
+
+    assert forge.held_back(shadow()) is None
+    assert forge.held_back(shadow(phase="Created")) is None
+    waiting = shadow(phase="Waiting", reason="OverBudget", message="cpu requests: the pod requests 400m")
+    assert forge.held_back(waiting) == ("OverBudget", "cpu requests: the pod requests 400m")
+    assert forge.held_back(shadow(phase="Waiting", reason="NoAcceptedOffer", message="m")) == ("NoAcceptedOffer", "m")
+    # Any other word a provider writes is not ours to show as a reason: a plain refusal, its message kept.
+    assert forge.held_back(shadow(phase="Waiting", reason="Running", message="m")) == ("ProviderRefused", "m")
+    assert forge.held_back(shadow(phase="Refused", reason="PodRefused", message="m")) == ("ProviderRefused", "m")
+
+
 def test_twins_on_a_provider_are_the_ready_ones() -> None:
     def offloading(namespace: str, *twins: dict[str, str], deleting: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"namespace": namespace, "name": "offloading"}

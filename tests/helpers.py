@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from liqo.api import names
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES
+from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
@@ -187,6 +189,23 @@ async def expect_clean(*clients: KubeClient) -> None:
 
 
 Obj = dict[str, Any]
+
+
+def install_manifests(**extra: Any) -> list[Obj]:
+    """What ``liqoctl install`` would apply on a real cluster with sample values (``extra`` overrides)."""
+    sample: dict[str, Any] = {
+        "cluster_id": "id",
+        "cluster_name": "rome",
+        "cluster_labels": {},
+        "api_server_url": "https://127.0.0.1:6443",
+        "auth_url": "https://127.0.0.1:8443",
+        "token": "t",
+        "key": ClusterKey.generate(),
+        "image": "img",
+        "identity_ttl": 7200,
+        "workload": True,
+    }
+    return manifests.manifests(**(sample | extra))
 
 
 # -- offloading --------------------------------------------------------------------------------------

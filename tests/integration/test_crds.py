@@ -337,7 +337,8 @@ async def test_kubectl_lists_every_kind_in_the_liqo_category(
     fc = await kube.create(FOREIGN_CLUSTERS, foreign_cluster(fc_name))
     cluster_scoped.append((FOREIGN_CLUSTERS, fc_name))
     sp_name = unique("sp")
-    await kube.create(SHARING_POLICIES, sharing_policy(sp_name, peers=[fc_name]))
+    peer_id = str(uuid.uuid4())
+    await kube.create(SHARING_POLICIES, sharing_policy(sp_name, peers=[peer_id]))
     cluster_scoped.append((SHARING_POLICIES, sp_name))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace))
     ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace))
@@ -375,4 +376,4 @@ async def test_kubectl_lists_every_kind_in_the_liqo_category(
 
     table = (await kubectl(cluster, tmp_path, "get", "sp", sp_name)).splitlines()
     assert table[0].split() == ["NAME", "ACTION", "PERCENTAGE", "PEERS", "AGE"]
-    assert table[1].split()[:4] == [sp_name, "Share", "50", f'["{fc_name}"]']
+    assert table[1].split()[:4] == [sp_name, "Share", "50", f'["{peer_id}"]']

@@ -107,6 +107,12 @@ async def test_offer_follows_the_providers_real_free_capacity(
                 },
             }
             await milan.create(PODS, pod)
+
+        async def bound() -> bool:  # free capacity counts pods on nodes: measure once the scheduler placed them
+            pods, _ = await milan.list_all(PODS, namespace=busy)
+            return len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
+
+        await eventually(bound, timeout=30, message="the load is scheduled on milan's nodes")
         cpu, _ = await free_cpu_and_memory(milan)
 
         async def shrunk() -> bool:

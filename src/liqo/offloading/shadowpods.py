@@ -43,7 +43,7 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS
 from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
-from liqo.offloading.podsecurity import Reset, SecurityPolicy, apply_resets, shadow_pod_verdict
+from liqo.offloading.podsecurity import Reset, SecurityPolicy, Verdict, apply_resets, shadow_pod_verdict
 from liqo.offloading.twins import is_twin_of
 
 log = logging.getLogger(__name__)
@@ -298,9 +298,8 @@ class ShadowPods:
                     await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
             return None
         consumer = self._consumer_of(namespace)
-        if consumer is None:
-            message = "this namespace is not a twin this provider made for a consumer: no pod runs here"
-            await self._set_status(shadow, {"phase": "Refused", "reason": "NotATwin", "message": message})
+        if consumer is None:  # not a twin: the verdict says so, naming metadata.namespace
+            await self._refuse(shadow, reason="PodRefused", message=self._verdict(shadow).message())
             return None
         budget = self.budget(consumer)
         if isinstance(budget, NoBudget):
@@ -319,12 +318,7 @@ class ShadowPods:
 
         A ShadowPod admitted before (same UID) is re-created without a budget check: its room is held.
         """
-        policies = self.policies.store.list()
-        verdict = shadow_pod_verdict(
-            shadow,
-            namespace=self.namespaces.store.get(shadow["metadata"]["namespace"]),
-            policy_of=lambda peer: self._select(policies, peer).pod_security,
-        )
+        verdict = self._verdict(shadow)
         if not verdict.allowed:
             await self._refuse(shadow, reason="PodRefused", message=verdict.message())
             return Result(requeue_after=self._retry.when(key))  # a loosened policy lets it through later
@@ -346,6 +340,15 @@ class ShadowPods:
             return Result(requeue_after=self._retry.when(key))
         await self._created(shadow)
         return None
+
+    def _verdict(self, shadow: Obj) -> Verdict:
+        """The ShadowPod webhook's verdict, from the caches (a namespace they lack is not a twin)."""
+        policies = self.policies.store.list()
+        return shadow_pod_verdict(
+            shadow,
+            namespace=self.namespaces.store.get(shadow["metadata"]["namespace"]),
+            policy_of=lambda peer: self._select(policies, peer).pod_security,
+        )
 
     async def _stop(self, key: str, shadow: Obj, pod: Obj | None, *, consumer: str, message: str) -> Result:
         """No budget: the consumer's pod must not run (its ShadowPod stays, waiting for one)."""

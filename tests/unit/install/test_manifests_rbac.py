@@ -6,28 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
-from liqo.api.clusterkey import ClusterKey
 from liqo.install import manifests
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
+from tests.helpers import install_manifests
 
 RBAC = "rbac.authorization.k8s.io"
-
-
-def install(**extra: Any) -> list[dict[str, Any]]:
-    return manifests.manifests(
-        cluster_id="id",
-        cluster_name="rome",
-        cluster_labels={},
-        api_server_url="https://127.0.0.1:6443",
-        auth_url="https://127.0.0.1:8443",
-        token="t",
-        key=ClusterKey.generate(),
-        image="img",
-        identity_ttl=7200,
-        workload=True,
-        **extra,
-    )
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
@@ -70,7 +54,7 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
 
 
 def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> None:
-    items = install()
+    items = install_manifests()
     roles = {i["metadata"]["name"]: i for i in items if i["kind"] == "ClusterRole"}
     assert roles[names.PEER_TENANT_ROLE]["rules"] == peer_rules()
     assert roles[names.PEER_TWIN_ROLE]["rules"] == twin_rules()
@@ -92,11 +76,13 @@ def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> 
 def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
     [deployment] = [
         i
-        for i in install(reserved_namespaces=("cert-manager", "team-*"))
+        for i in install_manifests(reserved_namespaces=("cert-manager", "team-*"))
         if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
     ]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--reserved-namespaces=cert-manager,team-*" in args
     assert "--identity-ttl=7200" in args
-    [plain] = [i for i in install() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER]
+    [plain] = [
+        i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
+    ]
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]

@@ -20,7 +20,6 @@ import pytest
 from aiohttp import web
 
 from liqo.api import names
-from liqo.api.clusterkey import ClusterKey
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.install import manifests
 from liqo.kube.errors import NotFoundError, UnreachableError
@@ -35,6 +34,7 @@ from liqo.offloading.webhook import (
     review_response,
     virtual_node_toleration,
 )
+from tests.helpers import install_manifests
 
 Object = dict[str, Any]
 
@@ -274,22 +274,6 @@ async def test_the_informer_stops_with_the_application() -> None:
 
 
 # -- registration -----------------------------------------------------------------------------------------
-
-
-def install_manifests(**extra: Any) -> list[Object]:
-    return manifests.manifests(
-        cluster_id="id",
-        cluster_name="rome",
-        cluster_labels={},
-        api_server_url="https://127.0.0.1:6443",
-        auth_url="https://127.0.0.1:8443",
-        token="t",
-        key=ClusterKey.generate(),
-        image="img",
-        identity_ttl=7200,
-        workload=True,
-        **extra,
-    )
 
 
 def test_install_registers_the_webhooks_last_through_the_webhook_service_by_default() -> None:

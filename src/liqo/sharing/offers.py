@@ -22,8 +22,9 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
+from liqo.kube.informer import HandlerFuncs
 from liqo.kube.resources import NAMESPACES, NODES, PODS
-from liqo.sharing.capacity import free_capacity, largest_slots
+from liqo.sharing.capacity import RequestsMemo, free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
@@ -45,6 +46,8 @@ class OfferController:
         self.policies = informers.informer(SHARING_POLICIES)
         self.nodes = informers.informer(NODES)
         self.pods = informers.informer(PODS)
+        self._requests = RequestsMemo()
+        self.pods.add_handler(HandlerFuncs(delete=self._requests.forget))
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="offers", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.requests, self._consumer_of_request)
@@ -84,7 +87,7 @@ class OfferController:
             if (ns["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == consumer_id
         )
         nodes, pods = self.nodes.store.list(), self.pods.store.list()
-        free = free_capacity(nodes, pods, exclude_namespaces=hosted)
+        free = free_capacity(nodes, pods, exclude_namespaces=hosted, requests=self._requests)
         resources = compute_offer(free, policy)
         if resources is None:
             await self._set_request_status(
@@ -93,7 +96,7 @@ class OfferController:
             await self._withdraw(consumer_id, offer)
             return None
         await self._set_request_status(request, request_status("Created"))
-        slots = largest_slots(nodes, pods, offer=resources)
+        slots = largest_slots(nodes, pods, offer=resources, requests=self._requests)
         now = datetime.datetime.now(datetime.UTC)
         if offer is None or needs_refresh(offer.get("spec"), resources, policy, new_slots=slots, now=now):
             spec = offer_spec(

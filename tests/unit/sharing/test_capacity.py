@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
-from liqo.sharing.capacity import free_capacity, is_eligible
+from liqo.sharing.capacity import RequestsMemo, free_capacity, is_eligible, largest_slots
 
 Object = dict[str, Any]
 
@@ -273,3 +273,32 @@ def test_a_pod_requests_at_least_what_any_of_its_containers_does(containers: lis
     for c in [*containers, *init]:
         for resource, amount in c["resources"].get("requests", {}).items():
             assert requests[resource] >= parse_quantity(amount)
+
+
+# -- the memo of pod requests --------------------------------------------------------------------------------
+
+
+def versioned(obj: Object, uid: str, version: str) -> Object:
+    return obj | {"metadata": obj["metadata"] | {"uid": uid, "resourceVersion": version}}
+
+
+@given(nodes=NODES, pods=st.lists(PODS, max_size=6))
+def test_with_the_memo_capacity_and_slots_are_the_same(nodes: list[Object], pods: list[Object]) -> None:
+    pods = [versioned(p, f"uid-{i}", "1") for i, p in enumerate(pods)]
+    memo = RequestsMemo()
+    offer = {"cpu": Decimal(100), "memory": 100 * GI}
+    for _ in range(2):  # measured, then remembered
+        assert free_capacity(nodes, pods, requests=memo) == free_capacity(nodes, pods)
+        assert largest_slots(nodes, pods, offer=offer, requests=memo) == largest_slots(nodes, pods, offer=offer)
+
+
+def test_the_memo_measures_a_pod_again_when_it_changed_and_forgets_a_deleted_one() -> None:
+    memo = RequestsMemo()
+    small = versioned(pod("p", containers=[container(cpu="1")]), "u", "1")
+    assert memo(small) == {"cpu": Decimal(1)}
+    resized = versioned(pod("p", containers=[container(cpu="3")]), "u", "2")
+    assert memo(resized) == {"cpu": Decimal(3)}
+    assert memo(versioned(pod("p", containers=[container(cpu="9")]), "u", "2")) == {"cpu": Decimal(3)}
+    assert len(memo) == 1
+    memo.forget(resized)
+    assert len(memo) == 0

@@ -94,8 +94,24 @@ class _Pair(InformerGroup):
         self.remote = {r: Informer(client=provider, resource=r, namespace=twin) for r in KINDS.values()}
         self.pods = Informer(client=provider, resource=PODS, namespace=twin, label_selector=names.SHADOW_POD)
         self.events = Informer(client=provider, resource=EVENTS, namespace=twin)
+        self.events_about: dict[str, set[str]] = {}
+        """Pod name → the keys of the Events about it: a pod showing up finds its Events without a scan of all."""
         informers = [*self.home.values(), *self.remote.values(), self.pods, self.events]
         super().__init__(informers, name=f"reflection {twin}")
+
+    def index_event(self, event: Obj, *, deleted: bool = False) -> None:
+        """Keep :attr:`events_about` in step with an Event seen (or deleted)."""
+        pod = (event.get("involvedObject") or {}).get("name")
+        if not pod:
+            return
+        key = f"{self.twin}/{event['metadata']['name']}"
+        if deleted:
+            keys = self.events_about.get(pod, set())
+            keys.discard(key)
+            if not keys:
+                self.events_about.pop(pod, None)
+        else:
+            self.events_about.setdefault(pod, set()).add(key)
 
 
 class Reflection:
@@ -193,19 +209,25 @@ class Reflection:
             return enqueue
 
         def on_event(event: Obj) -> None:
+            pair.index_event(event)
             self.mirrors.queue.add(f"{pair.twin}/{event['metadata']['name']}")
 
         def on_pod(pod: Obj) -> None:
             # Events can be listed before the pod they are about: they are looked at again once it is known.
-            for event in pair.events.store.list():
-                if (event.get("involvedObject") or {}).get("name") == pod["metadata"]["name"]:
-                    on_event(event)
+            for key in pair.events_about.get(pod["metadata"]["name"], ()):
+                self.mirrors.queue.add(key)
 
         for resource, informer in pair.home.items():
             informer.add_handler(_on_any(on_home(resource)))
         for resource, informer in pair.remote.items():
             informer.add_handler(_on_any(on_remote(resource)))
-        pair.events.add_handler(HandlerFuncs(add=on_event, update=lambda _old, new: on_event(new)))
+        pair.events.add_handler(
+            HandlerFuncs(
+                add=on_event,
+                update=lambda _old, new: on_event(new),
+                delete=lambda event: pair.index_event(event, deleted=True),
+            )
+        )
         pair.pods.add_handler(HandlerFuncs(add=on_pod))
 
     def _pair_of(self, home_namespace: str) -> _Pair | None:

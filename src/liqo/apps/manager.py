@@ -62,6 +62,7 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
 
+LISTEN_BACKLOG = 1024
 LEASE = MANAGER
 """Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
 
@@ -226,7 +227,9 @@ async def _start(app: web.Application, address: str, tls: ssl.SSLContext) -> web
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
-    await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
+    # A ReplicaSet creating hundreds of pods at once makes the API server open as many connections to the
+    # webhook; with the default backlog (128) the rest are dropped and retried a second later.
+    await web.TCPSite(runner, host, int(port), ssl_context=tls, backlog=LISTEN_BACKLOG).start()
     return runner
 
 

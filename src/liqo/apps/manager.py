@@ -20,7 +20,6 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,7 @@ from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
 from liqo.sharing.offers import OfferController
-from liqo.sharing.policy import PodSecurity, Policy, select_policy
+from liqo.sharing.policy import PolicySelection, select_policy
 from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
@@ -96,16 +95,6 @@ class PolicyGate:
             csr_pem=csr_pem,
             key_fingerprint=key_fingerprint,
         )
-
-
-def consumer_policy(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> Policy:
-    """The SharingPolicy applying to ``consumer_id`` (by cluster ID only: a name is whatever the consumer says)."""
-    return select_policy(policies, peer_id=consumer_id)
-
-
-def pod_security(policies: Sequence[Mapping[str, Any]], consumer_id: str) -> PodSecurity:
-    """What ``consumer_id``'s pods may do here: its SharingPolicy's ``podSecurity``."""
-    return consumer_policy(policies, consumer_id).pod_security
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -150,7 +139,12 @@ async def run(args: argparse.Namespace) -> None:
             lambda: read_cluster_key(client), timeout=3600, interval=2, message="this cluster has no key yet"
         )
         shared = await _shared_pair(client) if not (args.auth_cert and args.webhook_cert) else None
-        runners = [await _serve_auth(client, local, key, args, shared), await _serve_webhooks(client, args, shared)]
+        # One memo of the consumers' SharingPolicies for the ShadowPod webhook and the controllers alike.
+        selection = PolicySelection()
+        runners = [
+            await _serve_auth(client, local, key, args, shared),
+            await _serve_webhooks(client, args, shared, selection),
+        ]
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -162,7 +156,11 @@ async def run(args: argparse.Namespace) -> None:
             identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
         )
         campaign = asyncio.create_task(
-            elector.run(lambda: _controllers(client, local, key, reserved_namespaces=args.reserved_namespaces))
+            elector.run(
+                lambda: _controllers(
+                    client, local, key, selection=selection, reserved_namespaces=args.reserved_namespaces
+                )
+            )
         )
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()
@@ -205,12 +203,12 @@ async def _serve_auth(
 
 
 async def _serve_webhooks(
-    client: KubeClient, args: argparse.Namespace, shared: registration.ServingPair | None
+    client: KubeClient, args: argparse.Namespace, shared: registration.ServingPair | None, selection: PolicySelection
 ) -> web.AppRunner:
     """The webhooks, on their own listener: peers reach the authentication one, never this one."""
     app = web.Application(client_max_size=MAX_REVIEW)
     PodWebhook(client=client).attach(app)
-    ShadowPodWebhook(client=client, select=pod_security).attach(app)
+    ShadowPodWebhook(client=client, select=lambda policies, peer: selection(policies, peer).pod_security).attach(app)
     tls, ca_pem = _server_tls(args.webhook_cert, args.webhook_key, shared)
     if args.webhook_client_ca:
         # Only the API server (a client certificate of that CA) may call; a peer that can reach the port
@@ -266,7 +264,12 @@ def _server_tls(
 
 
 async def _controllers(
-    client: KubeClient, local: ClusterIdentity, key: ClusterKey, *, reserved_namespaces: tuple[str, ...]
+    client: KubeClient,
+    local: ClusterIdentity,
+    key: ClusterKey,
+    *,
+    selection: PolicySelection,
+    reserved_namespaces: tuple[str, ...],
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
@@ -283,10 +286,13 @@ async def _controllers(
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
     shadow_pods = ShadowPods(
-        client=client, informers=informers, events=events, local_id=local.cluster_id, select=consumer_policy
+        client=client, informers=informers, events=events, local_id=local.cluster_id, select=selection
     )
     namespace_maps = NamespaceMapController(
-        client=client, informers=informers, select=pod_security, reserved=reserved_namespaces
+        client=client,
+        informers=informers,
+        select=lambda policies, peer: selection(policies, peer).pod_security,
+        reserved=reserved_namespaces,
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add

@@ -148,6 +148,29 @@ def select_policy(policies: Iterable[Mapping[str, Any]], *, peer_id: str) -> Pol
     return Policy.from_object(min(chosen, key=lambda policy: str(policy["metadata"]["name"])))
 
 
+class PolicySelection:
+    """:func:`select_policy`, remembered until a SharingPolicy changes.
+
+    The provider's ShadowPod webhook and controller ask for a consumer's policy for every pod; choosing and
+    parsing it afresh each time (quantities, prices) would be work per pod on the hot path of offloading,
+    for an answer that changes only when an admin edits a SharingPolicy (a new resourceVersion).
+    """
+
+    def __init__(self) -> None:
+        self._versions: tuple[tuple[str, str], ...] = ()
+        self._chosen: dict[str, Policy] = {}
+
+    def __call__(self, policies: Sequence[Mapping[str, Any]], peer_id: str) -> Policy:
+        """The policy of ``peer_id`` among ``policies`` (as :func:`select_policy`)."""
+        versions = tuple(sorted((p["metadata"]["name"], p["metadata"].get("resourceVersion", "")) for p in policies))
+        if versions != self._versions:
+            self._versions, self._chosen = versions, {}
+        chosen = self._chosen.get(peer_id)
+        if chosen is None:
+            chosen = self._chosen[peer_id] = select_policy(policies, peer_id=peer_id)
+        return chosen
+
+
 def compute_offer(free: Mapping[str, Decimal], policy: Policy) -> dict[str, Decimal] | None:
     """What ``policy`` offers out of ``free`` capacity.
 

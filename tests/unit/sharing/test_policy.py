@@ -12,6 +12,7 @@ from liqo.api.quantity import QuantityError, parse_quantity
 from liqo.sharing.policy import (
     BUILT_IN_DEFAULT,
     Policy,
+    PolicySelection,
     compute_offer,
     format_time,
     needs_refresh,
@@ -336,3 +337,18 @@ def test_an_offer_past_two_thirds_of_its_life_is_always_refreshed(free: dict[str
     spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=[], policy=policy, now=NOW)
     later = parse_time(spec["expiry"]) - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
     assert needs_refresh(spec, offer, policy, new_slots=[], now=later)
+
+
+def versioned(policy: Object, version: str) -> Object:
+    return policy | {"metadata": policy["metadata"] | {"resourceVersion": version}}
+
+
+def test_a_remembered_selection_is_select_policys_and_follows_changes() -> None:
+    selection = PolicySelection()
+    share = versioned(sharing_policy("rome", peers=["id-rome"], action="Share", percentage=20), "1")
+    default = versioned(sharing_policy("default", action="Share"), "1")
+    assert selection([share, default], "id-rome") == select_policy([share, default], peer_id="id-rome")
+    assert selection([share, default], "id-naples").name == "default"
+    denied = versioned(sharing_policy("rome", peers=["id-rome"], action="Deny"), "2")
+    assert selection([denied, default], "id-rome").action == "Deny"
+    assert selection([default], "id-rome").name == "default"

@@ -296,6 +296,7 @@ async def _controllers(
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     observations.on_change = status.controller.queue.add
+    observations.on_forbidden = outgoing.controller.queue.add
 
     def peer_changed(peer_id: str) -> None:
         replicator.peer_changed(peer_id)

@@ -22,11 +22,20 @@ class Observation:
     at: datetime.datetime | None = None
 
 
+FORBIDDEN = "Forbidden"
+"""The reason of an API health fact when the provider refuses our identity (401/403): revoked, or its rights gone."""
+
+
 @dataclass
 class Observations:
-    """Facts per peer cluster ID; ``on_change(peer_id)`` fires when one changes."""
+    """Facts per peer cluster ID, and hooks that fire when they change.
+
+    ``on_change(peer_id)`` fires when any fact changes; ``on_forbidden(peer_id)`` when the provider starts
+    refusing our identity, so that a handshake learns why without waiting for the identity's renewal.
+    """
 
     on_change: Callable[[str], None] = lambda _: None
+    on_forbidden: Callable[[str], None] = lambda _: None
     authentication: dict[str, Observation] = field(default_factory=dict)
     api_server: dict[str, Observation] = field(default_factory=dict)
 
@@ -39,3 +48,6 @@ class Observations:
             facts[peer_id] = observation
         if previous != observation:
             self.on_change(peer_id)
+        forbidden = observation is not None and observation.reason == FORBIDDEN
+        if facts is self.api_server and forbidden and (previous is None or previous.reason != FORBIDDEN):
+            self.on_forbidden(peer_id)

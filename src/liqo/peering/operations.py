@@ -28,17 +28,14 @@ from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
+from liqo.peering.outgoing import PEERING_REQUESTED
 from liqo.peering.tenants import tenant_namespace_manifest
 from liqo.peering.tokens import new_token, token_of, token_secret
 
 Progress = Callable[[str], None]
 
 PEER_TIMEOUT = 60.0
-PEERING_REQUESTED = "liqo.io/peering-requested-at"
-"""Stamped on the ForeignCluster by every `liqoctl peer`, so the manager tries again at once."""
 UNPEER_TIMEOUT = 60.0
-PEERING_REQUESTED = "liqo.io/peering-requested-at"
-"""Stamped on the ForeignCluster by every `liqoctl peer`, so the manager tries again at once."""
 
 
 class PeeringError(RuntimeError):

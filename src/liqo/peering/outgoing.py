@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import time
 from typing import Any
 
 from liqo.api import names
@@ -34,12 +35,14 @@ from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import identity_secret, renewal_due
-from liqo.peering.observations import Observation, Observations
+from liqo.peering.observations import FORBIDDEN, Observation, Observations
 from liqo.peering.tenants import tenant_namespace_manifest
 from liqo.peering.tokens import token_of
 
 log = logging.getLogger(__name__)
 
+PEERING_REQUESTED = "liqo.io/peering-requested-at"
+"""Stamped on the ForeignCluster by every `liqoctl peer`: the manager sees a change and tries again at once."""
 RETRY_REFUSED_SECONDS = 30.0
 """A handshake that cannot run (missing credentials) or was refused is tried again this soon."""
 
@@ -82,6 +85,7 @@ class OutgoingPeering:
         self._client = client
         self._local = local
         self._key = key
+        self._forced: dict[str, tuple[float, str]] = {}  # provider → (when, request stamp) of the last forced handshake
         self._peers = peers
         self._observations = observations
         self._events = events
@@ -110,12 +114,33 @@ class OutgoingPeering:
         namespace = names.tenant_namespace(peer_id)
         now = datetime.datetime.now(datetime.UTC)
         due = renewal_due(self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"))
-        if due is None or due <= now:
+        if due is None or due <= now or self._refused_by_provider(fc):
             due = await self._authenticate(fc, now=now)
             if due is None:
                 return Result(requeue_after=RETRY_REFUSED_SECONDS)
         await self._client.apply(RESOURCE_REQUESTS, resource_request(local=self._local, provider_id=peer_id))
         return Result(requeue_after=max(1.0, (due - now).total_seconds()))
+
+    def _refused_by_provider(self, fc: dict[str, Any]) -> bool:
+        """Whether to authenticate again now: the provider refuses our identity (the status probe saw 401/403).
+
+        The handshake then learns the provider's verdict (revoked?) instead of waiting for the renewal.
+
+        At most every :data:`RETRY_REFUSED_SECONDS`, unless someone asked again (``liqoctl peer`` stamps
+        the ForeignCluster): a provider that keeps refusing is not hammered.
+        """
+        peer_id = fc["spec"]["clusterID"]
+        probe = self._observations.api_server.get(peer_id)
+        if probe is None or probe.reason != FORBIDDEN:
+            self._forced.pop(peer_id, None)
+            return False
+        asked = (fc["metadata"].get("annotations") or {}).get(PEERING_REQUESTED, "")
+        last = self._forced.get(peer_id)
+        now = time.monotonic()
+        if last is not None and last[1] == asked and now - last[0] < RETRY_REFUSED_SECONDS:
+            return False
+        self._forced[peer_id] = (now, asked)
+        return True
 
     async def _authenticate(self, fc: dict[str, Any], *, now: datetime.datetime) -> datetime.datetime | None:
         """Run the handshake and store the identity; the renewal time, or None if it cannot run yet."""

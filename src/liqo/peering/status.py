@@ -17,13 +17,13 @@ from typing import Any
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
 from liqo.api.peers import PeerClients
-from liqo.api.resources import FOREIGN_CLUSTERS
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import KubeError
+from liqo.kube.errors import ApiError, KubeError
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
-from liqo.peering.observations import Observation, Observations
+from liqo.peering.observations import FORBIDDEN, Observation, Observations
 from liqo.peering.outgoing import wants_outgoing
 
 PROBE_INTERVAL = 10.0
@@ -213,6 +213,12 @@ class ForeignClusterStatus:
         return Result(requeue_after=PROBE_INTERVAL) if outgoing else None
 
     async def _probe(self, peer_id: str) -> None:
+        """Ask the provider for something our identity must be allowed: its health, and our rights there.
+
+        Listing our ResourceRequests in our tenant namespace there needs the identity to be valid and its
+        RoleBinding to exist: a provider that revoked us answers 401 or 403, and the handshake this then
+        triggers (:class:`~liqo.peering.outgoing.OutgoingPeering`) learns the provider's reason.
+        """
         client = self._peers.get(peer_id)
         if client is None:
             self._observations.report(self._observations.api_server, peer_id, None)
@@ -222,7 +228,13 @@ class ForeignClusterStatus:
             return
         self._probed[peer_id] = now
         try:
-            await client.request("GET", "/version")
+            await client.list(RESOURCE_REQUESTS, namespace=names.tenant_namespace(self._local.cluster_id), limit=1)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                message = f"the provider no longer grants this cluster's identity its rights ({exc.status}): revoked?"
+                observation = Observation(False, FORBIDDEN, message)
+            else:
+                observation = Observation(False, "Unreachable", str(exc)[:300])
         except KubeError as exc:
             observation = Observation(False, "Unreachable", str(exc)[:300])
         else:

@@ -38,7 +38,7 @@ from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import ApiError, ConflictError, NotFoundError
+from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS
@@ -363,16 +363,24 @@ class ShadowPods:
         return Result(requeue_after=self._retry.when(key))
 
     async def _create(self, shadow: Obj, *, resets: Sequence[Reset]) -> bool:
-        """Create the pod; False if the API server refused it (the ShadowPod then says so)."""
+        """Create the pod; False if it was not (refused: the ShadowPod says so; or a transient failure).
+
+        Either way the caller retries with the capped backoff: a pod the consumer asked for is never given
+        up on while its ShadowPod lives (the controller's own retries would stop after a few failures).
+        """
         meta = shadow["metadata"]
         try:
             await self._client.create(PODS, pod_from_shadow(shadow, resets=resets))
         except ConflictError:
             return True  # created meanwhile (the informer is behind): the pod's event re-queues us
         except ApiError as exc:
-            if exc.status not in (400, 403, 422):  # refused: admission, validation; others are transient
-                raise
-            await self._refuse(shadow, reason="PodRefused", message=exc.message)
+            if exc.status in (400, 403, 422):  # refused: admission, validation
+                await self._refuse(shadow, reason="PodRefused", message=exc.message)
+                return False
+            log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
+            return False
+        except KubeError as exc:
+            log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
             return False
         log.debug("created pod %s/%s", meta["namespace"], meta["name"])
         return True

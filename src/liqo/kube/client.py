@@ -348,6 +348,18 @@ class KubeClient:
         result: dict[str, Any] = await self.request("PATCH", path, params=params, body=obj, content_type=APPLY_PATCH)
         return result
 
+    async def apply_status(
+        self, resource: Resource, *, name: str, namespace: str | None = None, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Server-side apply ``status`` alone (the ``status`` subresource) of object ``name``.
+
+        Under the same field manager as every other write, so each controller owning a status writes it
+        whole: what it leaves out is removed.
+        """
+        metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
+        body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}
+        return await self.apply(resource, body, subresource="status")
+
     async def delete(
         self,
         resource: Resource,

@@ -309,13 +309,7 @@ class NamespaceMapController:
                 await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
         desired = map_status(status)
         if (namespace_map.get("status") or {}) != desired:
-            body = {
-                "apiVersion": NAMESPACE_MAPS.api_version,
-                "kind": NAMESPACE_MAPS.kind,
-                "metadata": {"name": consumer_id, "namespace": tenant_name},
-                "status": desired,
-            }
-            await self._client.apply(NAMESPACE_MAPS, body, subresource="status")
+            await self._client.apply_status(NAMESPACE_MAPS, name=consumer_id, namespace=tenant_name, status=desired)
         if not any(twin.phase == "Error" for twin in status.values()):
             self._failures.pop(consumer_id, None)
             return None

@@ -508,14 +508,10 @@ class NamespaceOffloadings:
         if (offloading.get("status") or {}) == status:
             return
         meta = offloading["metadata"]
-        body = {
-            "apiVersion": NAMESPACE_OFFLOADINGS.api_version,
-            "kind": NAMESPACE_OFFLOADINGS.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": status,
-        }
         with contextlib.suppress(NotFoundError):  # deleted meanwhile (its finalizer was just released)
-            await self._client.apply(NAMESPACE_OFFLOADINGS, body, subresource="status")
+            await self._client.apply_status(
+                NAMESPACE_OFFLOADINGS, name=meta["name"], namespace=meta["namespace"], status=status
+            )
 
     async def _ensure_finalizer(self, offloading: Obj) -> None:
         meta = offloading["metadata"]

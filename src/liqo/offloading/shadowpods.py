@@ -410,14 +410,8 @@ class ShadowPods:
         if (shadow.get("status") or {}) == status:
             return
         meta = shadow["metadata"]
-        body = {
-            "apiVersion": SHADOW_PODS.api_version,
-            "kind": SHADOW_PODS.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": status,
-        }
         with contextlib.suppress(NotFoundError):
-            await self._client.apply(SHADOW_PODS, body, subresource="status")
+            await self._client.apply_status(SHADOW_PODS, name=meta["name"], namespace=meta["namespace"], status=status)
 
     async def _release(self, shadow: Obj, pod: Obj | None) -> None:
         """Delete the pod with the consumer's grace period, then let the ShadowPod go."""

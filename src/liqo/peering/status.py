@@ -203,13 +203,7 @@ class ForeignClusterStatus:
         )
         status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
         if status != fc.get("status"):
-            body = {
-                "apiVersion": FOREIGN_CLUSTERS.api_version,
-                "kind": FOREIGN_CLUSTERS.kind,
-                "metadata": {"name": fc["metadata"]["name"]},
-                "status": status,
-            }
-            await self._client.apply(FOREIGN_CLUSTERS, body, subresource="status")
+            await self._client.apply_status(FOREIGN_CLUSTERS, name=fc["metadata"]["name"], status=status)
         return Result(requeue_after=PROBE_INTERVAL) if outgoing else None
 
     async def _probe(self, peer_id: str) -> None:

@@ -60,16 +60,6 @@ def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id:
     }
 
 
-def status_patch(resource: Resource, *, name: str, namespace: str, status: dict[str, Any]) -> dict[str, Any]:
-    """A server-side-apply body carrying only ``status`` (pure)."""
-    return {
-        "apiVersion": resource.api_version,
-        "kind": resource.kind,
-        "metadata": {"name": name, "namespace": namespace},
-        "status": status,
-    }
-
-
 class _Remote:
     """The informers on one provider's tenant namespace, for one client (one identity)."""
 
@@ -168,8 +158,9 @@ class Replicator:
         if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
             await remote.client.apply(RESOURCE_REQUESTS, desired)
         if copy is not None and copy.get("status") and copy["status"] != local.get("status"):
-            body = status_patch(RESOURCE_REQUESTS, name=self._local_id, namespace=ours, status=copy["status"])
-            await self._client.apply(RESOURCE_REQUESTS, body, subresource="status")
+            await self._client.apply_status(
+                RESOURCE_REQUESTS, name=self._local_id, namespace=ours, status=copy["status"]
+            )
 
     async def _replicate_offer(self, provider_id: str, remote: _Remote) -> None:
         ours = names.tenant_namespace(provider_id)
@@ -186,8 +177,7 @@ class Replicator:
             await self._client.apply(RESOURCE_OFFERS, desired)
         status = (local or {}).get("status")
         if status and status != original.get("status"):
-            body = status_patch(RESOURCE_OFFERS, name=provider_id, namespace=theirs, status=status)
-            await remote.client.apply(RESOURCE_OFFERS, body, subresource="status")
+            await remote.client.apply_status(RESOURCE_OFFERS, name=provider_id, namespace=theirs, status=status)
 
     async def close(self) -> None:
         """Stop every remote informer."""

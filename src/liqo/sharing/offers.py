@@ -125,13 +125,9 @@ class OfferController:
     async def _set_request_status(self, request: dict[str, Any], status: dict[str, Any]) -> None:
         if (request.get("status") or {}) != status:
             meta = request["metadata"]
-            body = {
-                "apiVersion": RESOURCE_REQUESTS.api_version,
-                "kind": RESOURCE_REQUESTS.kind,
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": status,
-            }
-            await self._client.apply(RESOURCE_REQUESTS, body, subresource="status")
+            await self._client.apply_status(
+                RESOURCE_REQUESTS, name=meta["name"], namespace=meta["namespace"], status=status
+            )
 
     async def _withdraw(self, consumer_id: str, offer: dict[str, Any] | None) -> None:
         if offer is not None:

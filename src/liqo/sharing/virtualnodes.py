@@ -96,13 +96,9 @@ class OfferAcceptance:
             {"virtualNode": desired_node["metadata"]["name"]} if desired_node else {}
         )
         if status != desired_status:
-            body = {
-                "apiVersion": RESOURCE_OFFERS.api_version,
-                "kind": RESOURCE_OFFERS.kind,
-                "metadata": {"name": provider_id, "namespace": namespace},
-                "status": desired_status,
-            }
-            await self._client.apply(RESOURCE_OFFERS, body, subresource="status")
+            await self._client.apply_status(
+                RESOURCE_OFFERS, name=provider_id, namespace=namespace, status=desired_status
+            )
         if desired_node is None:
             await self._delete_virtual_nodes(namespace, keep=None)
             return

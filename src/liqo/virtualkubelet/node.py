@@ -178,13 +178,9 @@ class NodeController:
         if condition in conditions:
             return
         meta = virtual_node["metadata"]
-        body = {
-            "apiVersion": VIRTUAL_NODES.api_version,
-            "kind": VIRTUAL_NODES.kind,
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": {"conditions": [condition]},
-        }
-        await self._client.apply(VIRTUAL_NODES, body, subresource="status")
+        await self._client.apply_status(
+            VIRTUAL_NODES, name=meta["name"], namespace=meta["namespace"], status={"conditions": [condition]}
+        )
         if squatter is not None:
             log.warning("virtual node %s: %s", meta["name"], condition["message"])
             await self._events.record(

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,17 @@ async def running_pods(client: KubeClient, namespace: str, count: int) -> list[O
 
     await eventually(all_running, timeout=60, message=f"{count} pods Running in {client.name}/{namespace}")
     return found
+
+
+@contextlib.asynccontextmanager
+async def stopped(site: Site, *components: str) -> AsyncIterator[None]:
+    """``components`` of ``site`` stopped for the duration, restarted whatever happens.
+
+    What attack tests use to take the peer's own components out of the way: only the other side's defences
+    stand, against writes made with the peer's identity.
+    """
+    await asyncio.to_thread(clusters.set_components, site.cluster.name, list(components), enabled=False)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(clusters.set_components, site.cluster.name, list(components), enabled=True)

@@ -36,6 +36,7 @@ from tests.helpers import (
     pod,
     running,
     running_pods,
+    stopped,
     unique,
 )
 
@@ -47,16 +48,6 @@ ADMISSION_POLICIES = Resource(
 ADMISSION_POLICY_BINDINGS = Resource(
     _ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", namespaced=False
 )
-
-
-@contextlib.asynccontextmanager
-async def stopped(site: Site, components: list[str]) -> AsyncIterator[None]:
-    """``components`` of ``site`` stopped for the duration (restarted whatever happens)."""
-    await asyncio.to_thread(clusters.set_components, site.cluster.name, components, enabled=False)
-    try:
-        yield
-    finally:
-        await asyncio.to_thread(clusters.set_components, site.cluster.name, components, enabled=True)
 
 
 @contextlib.asynccontextmanager
@@ -195,7 +186,7 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
     try:
         async with policy(milan, rome_id, percentage=100, limits={"cpu": "1"}):
             await budget_cpu(milan, sites, "1")
-            async with identity(rome, milan_id) as peer, stopped(sites["rome"], ROME_COMPONENTS):
+            async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
                 # Six pods of 400m, two per twin: each twin alone would fit two, together only two fit at all.
                 for twin in twins:
                     for name in ("a", "b"):
@@ -283,7 +274,7 @@ async def test_the_consumer_writing_the_offer_status_lifts_nothing(
     async with policy(milan, rome_id, percentage=100, limits={"cpu": "1"}):
         await budget_cpu(milan, sites, "1")
         offered = (await offer_on(milan, sites))["spec"]["resources"]
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], ROME_COMPONENTS):
+        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             await peer.create(SHADOW_PODS, shadow_pod("big", twin, rome_id, cpu="1500m"))
             await peer.create(SHADOW_PODS, shadow_pod("small", twin, rome_id, cpu="300m"))
             await running_pods(milan, twin, 1)
@@ -346,7 +337,7 @@ async def test_a_smaller_offer_keeps_the_running_pods_and_holds_back_new_ones(
     twin = offloaded.twin
     async with policy(milan, rome_id, limits={"cpu": "1"}) as name:
         await budget_cpu(milan, sites, "1")
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], ROME_COMPONENTS):
+        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             for pod_name in ("one", "two"):
                 await peer.create(SHADOW_PODS, shadow_pod(pod_name, twin, rome_id, cpu="400m"))
             before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, twin, 2)}
@@ -398,7 +389,7 @@ async def test_no_pod_runs_in_a_twin_before_the_offer_is_accepted(
             return (offer.get("status") or {}).get("phase") == "ManualActionRequired"
 
         await eventually(offered, timeout=60, message="milan's offer to rome, waiting for rome's decision")
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], ROME_COMPONENTS):
+        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             home, twin = unique("early"), unique("early-twin")
             namespace_map = {
                 "apiVersion": NAMESPACE_MAPS.api_version,

@@ -25,11 +25,11 @@ from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, NotFoundError
 from liqo.kube.resources import CLUSTER_ROLES, CRDS, CSRS, EVENTS, LEASES, NAMESPACES, NODES, PODS, SECRETS, Resource
-from liqo.local import clusters
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
-from liqo.virtualkubelet import forge
-from tests.helpers import Obj, Offloaded, Site, eventually, expect_clean, pod, running_pods, unique
+from liqo.virtualkubelet.forge import node as forge_node
+from liqo.virtualkubelet.forge import pods as forge_pods
+from tests.helpers import Obj, Offloaded, Site, eventually, expect_clean, pod, running_pods, stopped, unique
 
 RBAC = "rbac.authorization.k8s.io"
 POLICIES = Resource(
@@ -52,19 +52,9 @@ async def get_or_none(client: KubeClient, resource: Resource, name: str, namespa
     return found
 
 
-@contextlib.asynccontextmanager
-async def stopped(site: Site, component: str) -> AsyncIterator[None]:
-    """``component`` of ``site`` stopped for the duration (the peer's own components out of the way)."""
-    await asyncio.to_thread(clusters.set_components, site.cluster.name, [component], enabled=False)
-    try:
-        yield
-    finally:
-        await asyncio.to_thread(clusters.set_components, site.cluster.name, [component], enabled=True)
-
-
 def registered(virtual_node: Obj | None) -> Obj | None:
     conditions = ((virtual_node or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == forge.REGISTERED), None)
+    return next((c for c in conditions if c["type"] == forge_node.REGISTERED), None)
 
 
 # -- virtual node names and ownership ----------------------------------------------------------------------------
@@ -144,7 +134,7 @@ async def expect_untouched(rome: KubeClient, expected: Obj) -> None:
     assert names.VIRTUAL_NODE_TAINT not in {t["key"] for t in node["spec"].get("taints") or []}
     assert names.LARGEST_SLOTS not in (node["metadata"].get("annotations") or {})
     assert "capacity" not in (node.get("status") or {})
-    assert await get_or_none(rome, LEASES, name, forge.NODE_LEASE_NAMESPACE) is None
+    assert await get_or_none(rome, LEASES, name, forge_node.NODE_LEASE_NAMESPACE) is None
 
 
 def squatter(name: str) -> Obj:
@@ -185,7 +175,7 @@ async def test_a_node_of_the_would_be_name_is_never_touched_and_is_reported(
             # The squatter goes: the virtual node registers, and the pod bound to it is sent.
             await rome.delete(NODES, node_name)
             await expect_registered(rome, node_name, tenant=tenant, status="True")
-            assert forge.node_is_ours(await rome.get(NODES, node_name), provider_id=naples_id)
+            assert forge_node.node_is_ours(await rome.get(NODES, node_name), provider_id=naples_id)
 
             async def sent() -> bool:
                 return await get_or_none(naples, SHADOW_PODS, "bound", twin) is not None
@@ -419,7 +409,9 @@ async def test_malformed_grace_periods_never_jam_deletion(
         for key in malformed:
             home: dict[str, Any] = pod(f"grace-{key}", offloaded.namespace)
             home["metadata"]["uid"] = unique("uid")
-            await as_rome.create(SHADOW_PODS, forge.shadow_pod(home, namespace=offloaded.twin, home_cluster_id=rome_id))
+            await as_rome.create(
+                SHADOW_PODS, forge_pods.shadow_pod(home, namespace=offloaded.twin, home_cluster_id=rome_id)
+            )
         await running_pods(milan, offloaded.twin, len(malformed))
         for key, value in malformed.items():
             name = f"grace-{key}"

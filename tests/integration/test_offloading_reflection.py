@@ -15,7 +15,8 @@ from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
-from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.forge import configdata as forge_configdata
+from liqo.virtualkubelet.forge import tokens as forge_tokens
 from tests.helpers import Obj, Offloaded, Site, eventually, pod, running_pods, unique
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
@@ -87,10 +88,10 @@ async def test_configmaps_and_secrets_follow_home(
     await until_copied(milan, CONFIGMAPS, "settings", twin, data={"mode": "slow"})
     assert await get(milan, CONFIGMAPS, "private", twin) is None
     assert await get(milan, SECRETS, "private", twin) is None
-    root_ca = await get(milan, CONFIGMAPS, forge.ROOT_CA_CONFIGMAP, twin)
+    root_ca = await get(milan, CONFIGMAPS, forge_configdata.ROOT_CA_CONFIGMAP, twin)
     assert root_ca is not None
     assert names.ORIGIN not in (root_ca["metadata"].get("labels") or {})
-    home_ca = await rome.get(CONFIGMAPS, forge.ROOT_CA_CONFIGMAP, namespace=home)
+    home_ca = await rome.get(CONFIGMAPS, forge_configdata.ROOT_CA_CONFIGMAP, namespace=home)
     assert root_ca["data"]["ca.crt"] != home_ca["data"]["ca.crt"]
 
     # Deleted at home, or annotated to be skipped: the copy goes.
@@ -138,7 +139,7 @@ async def test_an_offloaded_pod_mounts_home_config_and_a_valid_home_token(
     # KWOK runs a pod without its volumes; a kubelet would wait for the copy, which comes independently.
     await until_copied(milan, CONFIGMAPS, "settings", twin, data={"mode": "fast"})
     [token_volume] = [v for name, v in volumes.items() if name.startswith("kube-api-access-")]
-    secret_name = forge.token_secret_name("reader")
+    secret_name = forge_tokens.token_secret_name("reader")
     assert token_volume["secret"]["secretName"] == secret_name
     mounts = {m["name"]: m["mountPath"] for m in remote["spec"]["containers"][0]["volumeMounts"]}
     assert mounts[token_volume["name"]] == "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -146,7 +147,7 @@ async def test_an_offloaded_pod_mounts_home_config_and_a_valid_home_token(
 
     held = await until_copied(milan, SECRETS, secret_name, twin)
     data = {key: base64.b64decode(value).decode() for key, value in held["data"].items()}
-    home_ca = await rome.get(CONFIGMAPS, forge.ROOT_CA_CONFIGMAP, namespace=home)
+    home_ca = await rome.get(CONFIGMAPS, forge_configdata.ROOT_CA_CONFIGMAP, namespace=home)
     assert data["ca.crt"] == home_ca["data"]["ca.crt"]
     assert data["namespace"] == home
     review = await rome.create(

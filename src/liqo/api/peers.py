@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -27,6 +27,19 @@ def kubeconfig_of(secret: dict[str, Any]) -> dict[str, Any]:
     """The kubeconfig stored in an identity Secret."""
     decoded: dict[str, Any] = orjson.loads(base64.b64decode(secret["data"]["kubeconfig"]))
     return decoded
+
+
+class PeerClientSource(Protocol):
+    """What a controller talking to providers needs of :class:`PeerClients` (tests give a dict-backed one)."""
+
+    def get(self, provider_id: str) -> KubeClient | None:
+        """The client for ``provider_id``, if we hold an identity."""
+
+    def providers(self) -> list[str]:
+        """Providers we hold an identity for."""
+
+    def clients(self) -> dict[str, KubeClient]:
+        """Provider ID → client, for every identity held."""
 
 
 class PeerClients:
@@ -50,6 +63,10 @@ class PeerClients:
     def providers(self) -> list[str]:
         """Providers we hold an identity for."""
         return list(self._clients)
+
+    def clients(self) -> dict[str, KubeClient]:
+        """Provider ID → client, for every identity held (what :class:`~liqo.kube.following.Following` follows)."""
+        return {provider_id: client for provider_id, (_, client) in self._clients.items()}
 
     def update(self, secret: dict[str, Any]) -> None:
         """Follow a created or renewed identity Secret."""

@@ -28,7 +28,7 @@ from liqo.kube.leaderelection import LeaderElector
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
-from liqo.virtualkubelet.reflection import ReflectionPolicy
+from liqo.virtualkubelet.reflection.copies import ReflectionPolicy
 
 log = logging.getLogger("liqo.virtualkubelet")
 
@@ -44,15 +44,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cert", help="TLS certificate of the kubelet API (default: self-signed)")
     parser.add_argument("--key", help="TLS key of the kubelet API")
     parser.add_argument("--client-ca", help="CA the API server's client certificate must chain to")
-    for kind in ("configmaps", "secrets"):
+    for kind in ("configmaps", "secrets", "services", "ingresses"):
         parser.add_argument(
             f"--reflect-{kind}",
             choices=["All", "None"],
             default="All",
             help=f"copy offloaded namespaces' {kind} to providers (None also deletes earlier copies)",
         )
+    parser.add_argument(
+        "--ingress-class",
+        action="append",
+        default=[],
+        type=_class_mapping,
+        metavar="HOME=PROVIDER",
+        help="map a home IngressClass to the providers' in Ingress copies (repeatable; unmapped ones are cleared)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def _class_mapping(text: str) -> tuple[str, str]:
+    home, sep, provider = text.partition("=")
+    if not sep or not home or not provider:
+        raise argparse.ArgumentTypeError(f"expected HOME=PROVIDER, got {text!r}")
+    return home, provider
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext:
@@ -86,7 +101,13 @@ async def run(args: argparse.Namespace) -> None:
             port=int(port),
             holder=identity,
             events=EventRecorder(client=client, component="liqo-virtual-kubelet", host=socket.gethostname()),
-            policy=ReflectionPolicy(configmaps=args.reflect_configmaps, secrets=args.reflect_secrets),
+            policy=ReflectionPolicy(
+                configmaps=args.reflect_configmaps,
+                secrets=args.reflect_secrets,
+                services=args.reflect_services,
+                ingresses=args.reflect_ingresses,
+                ingress_classes=dict(args.ingress_class),
+            ),
         )
 
         def locate(namespace: str, pod: str) -> tuple[KubeClient, str] | None:

@@ -43,6 +43,8 @@ from liqo.kube.resources import (
     SECRETS,
     SERVICE_ACCOUNTS,
     SERVICES,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Resource,
 )
@@ -68,7 +70,15 @@ _KINDS = (
     DEPLOYMENTS,
 )
 BY_KIND: dict[str, Resource] = {
-    r.kind: r for r in (*_KINDS, SERVICES, MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
+    r.kind: r
+    for r in (
+        *_KINDS,
+        SERVICES,
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        VALIDATING_WEBHOOK_CONFIGURATIONS,
+        VALIDATING_ADMISSION_POLICIES,
+        VALIDATING_ADMISSION_POLICY_BINDINGS,
+    )
 }
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
@@ -261,6 +271,8 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         *((CLUSTER_ROLE_BINDINGS, component) for component in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
         *((CLUSTER_ROLES, role) for role in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
+        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.PEER_SERVICES_POLICY),
+        (VALIDATING_ADMISSION_POLICIES, manifests.PEER_SERVICES_POLICY),
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)

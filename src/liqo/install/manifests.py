@@ -150,12 +150,75 @@ def peer_cluster_roles() -> list[Manifest]:
     ]
 
 
+PEER_SERVICES_POLICY = "liqo-peer-services"
+_PEER_SERVICE_RULES = (
+    (
+        "!has(object.spec.type) || object.spec.type in ['ClusterIP', 'ExternalName']",
+        "spec.type: a peer's Service must be ClusterIP or ExternalName (NodePort and LoadBalancer open this"
+        " cluster's nodes and load balancers)",
+    ),
+    (
+        "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
+        "spec.externalIPs: a peer may not claim addresses for its Service (they would capture this cluster's"
+        " traffic to them)",
+    ),
+    (
+        "!has(object.spec.loadBalancerIP) && !has(object.spec.loadBalancerSourceRanges)"
+        " && !has(object.spec.loadBalancerClass)",
+        "spec.loadBalancer*: a peer's Service has no load balancer here",
+    ),
+)
+
+
+def peer_services_policy() -> list[Manifest]:
+    """What a peer's identity may say in a Service it writes in its twins (docs/security.md, "Services").
+
+    The virtual kubelet's copies never carry these fields (:mod:`liqo.virtualkubelet.forge.services`), but a
+    hostile peer runs none of our code: the API server itself refuses them from any ``liqo.io:peer:`` user, in
+    any namespace, before anything is stored. A ValidatingAdmissionPolicy rather than a webhook: it needs no
+    server of ours on the path, so it holds even while the manager is down.
+    """
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(PEER_SERVICES_POLICY, namespace=None),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["services"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "peer", "expression": f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')"}
+            ],
+            "validations": [
+                {"expression": expression, "message": message, "reason": "Forbidden"}
+                for expression, message in _PEER_SERVICE_RULES
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(PEER_SERVICES_POLICY, namespace=None),
+        "spec": {"policyName": PEER_SERVICES_POLICY, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
     Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
-    ConfigMaps, to copy offloaded namespaces' into their twins; tokens are requested for offloaded pods'
-    ServiceAccounts; Events are written (mirrored from providers with server-side apply, hence ``patch``).
+    ConfigMaps, Services and Ingresses, to copy offloaded namespaces' into their twins; tokens are requested
+    for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with server-side apply,
+    hence ``patch``).
     """
     read = ["get", "list", "watch"]
     return [
@@ -163,7 +226,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "delete"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-        {"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": read},
+        {"apiGroups": [""], "resources": ["secrets", "configmaps", "services"], "verbs": read},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": read},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": [*read, "create", "update", "patch"]},
@@ -477,6 +541,7 @@ def manifests(
         *all_crds(),
         namespace(),
         *peer_cluster_roles(),
+        *peer_services_policy(),
         *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         identity,

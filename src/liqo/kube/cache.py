@@ -7,6 +7,7 @@ ConfigMaps in the same scope share one watch and one cache, as client-go's Share
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from liqo.kube.client import KubeClient
 from liqo.kube.informer import Informer
@@ -58,17 +59,33 @@ class InformerGroup:
         self._task: asyncio.Task[None] | None = None
 
     @property
+    def started(self) -> bool:
+        """Whether :meth:`start` was called."""
+        return self._task is not None
+
+    @property
     def synced(self) -> bool:
         """Whether every informer of the group completed its first list."""
         return all(informer.has_synced for informer in self.informers)
 
-    def start(self) -> None:
-        """Start every informer (needs a running event loop)."""
+    def start(self, *, on_synced: Callable[[], None] | None = None) -> None:
+        """Start every informer (needs a running event loop); call ``on_synced`` once all have listed.
+
+        Reconciles that ran before the first lists returned early (they cannot tell "absent" from "not
+        listed yet"): ``on_synced`` is where their keys are queued again.
+        """
+
+        async def replay() -> None:
+            for informer in self.informers:
+                await informer.wait_synced()
+            if on_synced is not None:
+                on_synced()
 
         async def run_all() -> None:
             async with asyncio.TaskGroup() as group:
                 for informer in self.informers:
                     group.create_task(informer.run(), name=f"informer {informer.name}")
+                group.create_task(replay(), name=f"{self.name} synced")
 
         self._task = asyncio.get_running_loop().create_task(run_all(), name=self.name)
 

@@ -55,6 +55,8 @@ PODS = Resource("", "v1", "pods", "Pod", namespaced=True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", namespaced=True)
 SECRETS = Resource("", "v1", "secrets", "Secret", namespaced=True)
 SERVICES = Resource("", "v1", "services", "Service", namespaced=True)
+ENDPOINT_SLICES = Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", namespaced=True)
+INGRESSES = Resource("networking.k8s.io", "v1", "ingresses", "Ingress", namespaced=True)
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
@@ -69,6 +71,20 @@ CSRS = Resource(
     "certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest", namespaced=False
 )
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", namespaced=False)
+VALIDATING_ADMISSION_POLICIES = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicy",
+    namespaced=False,
+)
+VALIDATING_ADMISSION_POLICY_BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    namespaced=False,
+)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",

@@ -12,29 +12,30 @@ Two controllers share the caches here, because the same facts are needed keyed t
   reports its twin gone: until then pods could still be running there.
 
 Only the consumer talks to providers, with the identity each issued (one client per provider, from the
-identity registry): an informer per provider watches our map in our tenant namespace there, started and
-restarted when the identity appears or is renewed, as the replicator's are. An unreachable provider is
+identity registry): an informer per provider watches our map in our tenant namespace there, following the
+identities as the replicator's do (:class:`~liqo.kube.following.Following`). An unreachable provider is
 reported ``Error`` on every namespace offloaded to it, and retried with a capped exponential backoff for as
 long as it is selected; a periodic probe notices a provider going away after everything was ``Ready``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.peers import PeerClientSource
 from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
-from liqo.kube.cache import SharedInformers
+from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError, UnreachableError
 from liqo.kube.events import EventRecorder
+from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import NAMESPACES
 
@@ -49,16 +50,6 @@ RETRY_MAX = 30.0
 """Retries after failing to reach a provider: doubling from RETRY_BASE, at most RETRY_MAX seconds apart."""
 
 FAILED_PHASES = frozenset({"Conflict", "Error"})
-
-
-class PeerClientSource(Protocol):
-    """Where clients to providers come from (``liqo.peering.identities.PeerClients``)."""
-
-    def get(self, provider_id: str) -> KubeClient | None:
-        """The client for ``provider_id``, if we hold an identity."""
-
-    def providers(self) -> list[str]:
-        """Providers we hold an identity for."""
 
 
 @dataclass(frozen=True)
@@ -274,7 +265,7 @@ def retry_delay(failures: int) -> float:
 # -- the controllers -------------------------------------------------------------------------------------
 
 
-class _Remote:
+class _Remote(InformerGroup):
     """The informer on our tenant namespace on one provider, for one client (one identity)."""
 
     def __init__(self, client: KubeClient, *, namespace: str, provider_id: str, on_change: Callable[[], None]) -> None:
@@ -286,18 +277,7 @@ class _Remote:
             add=lambda _obj: on_change(), update=lambda _old, _new: on_change(), delete=lambda _obj: on_change()
         )
         self.maps.add_handler(notify)
-        loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self.maps.run()), loop.create_task(self._replay_when_synced(on_change))]
-
-    async def _replay_when_synced(self, on_change: Callable[[], None]) -> None:
-        # Reconciles that ran before the first list returned early (or reported "connecting"): run them again.
-        await self.maps.wait_synced()
-        on_change()
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        super().__init__([self.maps], name=f"namespacemaps@{provider_id[:8]}")
 
 
 class NamespaceOffloadings:
@@ -316,7 +296,16 @@ class NamespaceOffloadings:
         self._local_id = local.cluster_id
         self._peers = peers
         self._events = events
-        self._remotes: dict[str, _Remote] = {}
+        self._remotes: Following[str, KubeClient, _Remote] = Following(
+            make=lambda provider_id, client: _Remote(
+                client,
+                namespace=names.tenant_namespace(self._local_id),
+                provider_id=provider_id,
+                on_change=self._remote_changed(provider_id),
+            ),
+            # Reconciles that ran before the first list returned early (or reported "connecting"): again.
+            on_synced=lambda provider_id, _remote: self._remote_changed(provider_id)(),
+        )
         self._errors: dict[str, str] = {}
         self._failures: dict[str, int] = {}
         self.offloadings = informers.informer(NAMESPACE_OFFLOADINGS)
@@ -348,7 +337,7 @@ class NamespaceOffloadings:
 
     def _providers(self) -> list[str]:
         ids = {(vn.get("spec") or {}).get("clusterID") for vn in self.virtual_nodes.store.list()}
-        return sorted({i for i in ids if i} | set(self._remotes) | set(self._peers.providers()))
+        return sorted({i for i in ids if i} | set(self._remotes.members()) | set(self._peers.providers()))
 
     def _home_of_namespace(self, namespace: Obj) -> list[str]:
         name = namespace["metadata"]["name"]
@@ -382,7 +371,7 @@ class NamespaceOffloadings:
         """Make our NamespaceMap on ``provider_id`` list exactly the namespaces offloaded to it."""
         if not provider_id:
             return None
-        await self._follow_identity(provider_id)
+        await self._follow_identities()
         remote = self._remotes.get(provider_id)
         if remote is None or not remote.maps.has_synced:
             return None  # replayed once an identity exists and the remote cache has synced
@@ -430,23 +419,13 @@ class NamespaceOffloadings:
         for home in self._homes():
             self.controller.queue.add(home)
 
-    async def _follow_identity(self, provider_id: str) -> None:
-        client = self._peers.get(provider_id)
-        current = self._remotes.get(provider_id)
-        if (current.client if current is not None else None) is client:
-            return  # the same identity (or still none)
-        if current is not None:
-            await current.stop()
-            del self._remotes[provider_id]
-        self._errors.pop(provider_id, None)
-        self._failures.pop(provider_id, None)
-        if client is not None:
-            self._remotes[provider_id] = _Remote(
-                client,
-                namespace=names.tenant_namespace(self._local_id),
-                provider_id=provider_id,
-                on_change=self._remote_changed(provider_id),
-            )
+    async def _follow_identities(self) -> None:
+        started, stopped = self._remotes.follow(self._peers.clients())
+        if not started | stopped:
+            return  # the same identities (or still none)
+        for changed in started | stopped:  # a new identity starts with a clean slate
+            self._errors.pop(changed, None)
+            self._failures.pop(changed, None)
         for home in self._homes():
             self.controller.queue.add(home)
 
@@ -483,7 +462,7 @@ class NamespaceOffloadings:
         providers = {p.cluster_id: p for p in selected_providers(self.virtual_nodes.store.list(), {})}
         for condition in (offloading.get("status") or {}).get("remoteNamespacesConditions") or []:
             providers.setdefault(condition["clusterID"], Provider(condition["clusterID"], condition["clusterName"]))
-        known = set(self._remotes) | set(self._peers.providers())
+        known = set(self._remotes.members()) | set(self._peers.providers())
         views = {pid: view for pid in sorted(known) if (view := self.view(pid)) is not None}
         hosting = [pid for pid, view in views.items() if still_hosted(home, view)]
         conditions = [
@@ -539,9 +518,7 @@ class NamespaceOffloadings:
 
     async def close(self) -> None:
         """Stop every remote informer."""
-        for remote in self._remotes.values():
-            await remote.stop()
-        self._remotes.clear()
+        await self._remotes.close()
 
 
 def _typed(obj: Obj) -> Obj:

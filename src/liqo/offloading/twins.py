@@ -61,7 +61,8 @@ def twin_rules() -> list[dict[str, Any]]:
     return [
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods"], "verbs": _ALL},
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods/status"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": _ALL},
+        {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": _ALL},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": _ALL},
         {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},

@@ -8,25 +8,27 @@ so replication runs on the consumer, with the identity the provider issued:
   the provider's object.
 
 Objects are keyed by name on both sides and written with server-side apply, so a restart or a reconnect
-replays the same writes and produces no duplicate. Remote informers are started per provider when an
-identity appears and restarted when it is renewed (a new client).
+replays the same writes and produces no duplicate. The informers on each provider's tenant namespace follow
+the identities (:class:`~liqo.kube.following.Following`): started when one appears, restarted when it is
+renewed (a new client), stopped when it goes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from liqo.api import names
+from liqo.api.peers import PeerClientSource
 from liqo.api.requests import withdraw
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS
-from liqo.kube.cache import SharedInformers
+from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
+from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import Resource
 
@@ -34,16 +36,6 @@ log = logging.getLogger(__name__)
 
 Kind = Literal["peer", "request", "offer"]
 Key = tuple[Kind, str]
-
-
-class PeerClientSource(Protocol):
-    """Where clients to providers come from (``liqo.api.peers.PeerClients``)."""
-
-    def get(self, provider_id: str) -> KubeClient | None:
-        """The client for ``provider_id``, if we hold an identity."""
-
-    def providers(self) -> list[str]:
-        """Providers we hold an identity for."""
 
 
 def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id: str) -> dict[str, Any]:
@@ -60,30 +52,16 @@ def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id:
     }
 
 
-class _Remote:
-    """The informers on one provider's tenant namespace, for one client (one identity)."""
+class _Tenant(InformerGroup):
+    """Our tenant namespace on one provider, through one client (one identity): its requests and offers."""
 
-    def __init__(self, client: KubeClient, namespace: str, enqueue: Callable[[Kind], None]) -> None:
+    def __init__(self, client: KubeClient, *, namespace: str, enqueue: Callable[[Kind], None]) -> None:
         self.client = client
         self.requests = Informer(client=client, resource=RESOURCE_REQUESTS, namespace=namespace)
         self.offers = Informer(client=client, resource=RESOURCE_OFFERS, namespace=namespace)
         self.requests.add_handler(_enqueue_handler(enqueue, "request"))
         self.offers.add_handler(_enqueue_handler(enqueue, "offer"))
-        loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(i.run()) for i in (self.requests, self.offers)]
-        self.tasks.append(loop.create_task(self._replay_when_synced(enqueue)))
-
-    async def _replay_when_synced(self, enqueue: Callable[[Kind], None]) -> None:
-        # Reconciles that ran before both caches synced returned early: run them again now.
-        await self.requests.wait_synced()
-        await self.offers.wait_synced()
-        enqueue("request")
-        enqueue("offer")
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        super().__init__([self.requests, self.offers], name=f"tenant {namespace}")
 
 
 class Replicator:
@@ -95,7 +73,12 @@ class Replicator:
         self._client = client
         self._local_id = local_id
         self._peers = peers
-        self._remotes: dict[str, _Remote] = {}
+        self._tenants: Following[str, KubeClient, _Tenant] = Following(
+            make=lambda provider_id, client: _Tenant(
+                client, namespace=names.tenant_namespace(local_id), enqueue=self._remote_enqueue(provider_id)
+            ),
+            on_synced=lambda provider_id, _tenant: self._replay(provider_id),
+        )
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.controller: Controller[Key] = Controller(name="replicator", reconcile=self.reconcile, workers=4)
@@ -119,32 +102,22 @@ class Replicator:
         """Replicate one kind for one provider (or follow its identity, for ``peer``)."""
         kind, provider_id = key
         if kind == "peer":
-            await self._follow_identity(provider_id)
+            self._tenants.follow(self._peers.clients())
+            self._replay(provider_id)
             return
-        remote = self._remotes.get(provider_id)
-        if remote is None or not (remote.requests.has_synced and remote.offers.has_synced):
-            return  # replayed once the remote caches sync (see _Remote)
+        remote = self._tenants.get(provider_id)
+        if remote is None or not remote.synced:
+            return  # replayed once the remote caches sync
         if kind == "request":
             await self._replicate_request(provider_id, remote)
         else:
             await self._replicate_offer(provider_id, remote)
 
-    async def _follow_identity(self, provider_id: str) -> None:
-        client = self._peers.get(provider_id)
-        current = self._remotes.get(provider_id)
-        if current is not None and current.client is client:
-            return
-        if current is not None:
-            await current.stop()
-            del self._remotes[provider_id]
-        if client is not None:
-            self._remotes[provider_id] = _Remote(
-                client, names.tenant_namespace(self._local_id), self._remote_enqueue(provider_id)
-            )
+    def _replay(self, provider_id: str) -> None:
         self.controller.queue.add(("request", provider_id))
         self.controller.queue.add(("offer", provider_id))
 
-    async def _replicate_request(self, provider_id: str, remote: _Remote) -> None:
+    async def _replicate_request(self, provider_id: str, remote: _Tenant) -> None:
         ours = names.tenant_namespace(provider_id)
         theirs = names.tenant_namespace(self._local_id)
         local = self.requests.store.get(f"{ours}/{self._local_id}")
@@ -162,7 +135,7 @@ class Replicator:
                 RESOURCE_REQUESTS, name=self._local_id, namespace=ours, status=copy["status"]
             )
 
-    async def _replicate_offer(self, provider_id: str, remote: _Remote) -> None:
+    async def _replicate_offer(self, provider_id: str, remote: _Tenant) -> None:
         ours = names.tenant_namespace(provider_id)
         theirs = names.tenant_namespace(self._local_id)
         original = remote.offers.store.get(f"{theirs}/{provider_id}")
@@ -181,9 +154,7 @@ class Replicator:
 
     async def close(self) -> None:
         """Stop every remote informer."""
-        for remote in self._remotes.values():
-            await remote.stop()
-        self._remotes.clear()
+        await self._tenants.close()
 
 
 def _enqueue_handler(enqueue: Callable[[Kind], None], kind: Kind) -> HandlerFuncs:

@@ -2,11 +2,11 @@
 
 Each VirtualNode gets a :class:`NodeController` (Node, Lease, health) and, once an identity on its
 provider exists and the Node is ours (:attr:`NodeController.owned`), a
-:class:`~liqo.virtualkubelet.pods.PodReflector` and, sharing its home pod informer, a
-:class:`~liqo.virtualkubelet.reflection.Reflection` (ConfigMaps, Secrets, pod tokens, Events). A renewed
-identity restarts both with the new client: their informers re-list, and reconciling from fresh caches is
-idempotent, so nothing is lost or doubled. A deleted VirtualNode (unpeer, a withdrawn offer) stops both and deletes the
-Node; pods still bound to it are then deleted by the cluster's pod garbage collector.
+:class:`~liqo.virtualkubelet.reflection.manager.ReflectionManager` running every reflector (pods, copies,
+tokens, Events) over its twins. A renewed identity restarts the manager with the new client: its informers
+re-list, and reconciling from fresh caches is idempotent, so nothing is lost or doubled. A deleted
+VirtualNode (unpeer, a withdrawn offer) stops both and deletes the Node; pods still bound to it are then
+deleted by the cluster's pod garbage collector.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import SECRETS
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.node import NodeController
-from liqo.virtualkubelet.pods import PodReflector
-from liqo.virtualkubelet.reflection import Reflection, ReflectionPolicy
+from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
+from liqo.virtualkubelet.reflection.events import EventReflector
+from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.pods import PodReflector
+from liqo.virtualkubelet.reflection.tokens import TokenReflector
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,8 @@ class _Running:
     node: NodeController
     node_task: asyncio.Task[None]
     provider_id: str
+    manager: ReflectionManager | None = None
     reflector: PodReflector | None = None
-    reflection: Reflection | None = None
     reflector_task: asyncio.Task[None] | None = None
     client: KubeClient | None = field(default=None)
 
@@ -105,10 +108,8 @@ class VirtualKubelets:
 
     def _offloadings_changed(self, _obj: Obj | None = None) -> None:
         for running in self.running.values():
-            if running.reflector is not None:
-                running.reflector.twins_changed()
-            if running.reflection is not None:
-                running.reflection.twins_changed()
+            if running.manager is not None:
+                running.manager.twins_changed()
 
     def _identity_changed(self, provider_id: str) -> None:
         for running in self.running.values():
@@ -181,40 +182,51 @@ class VirtualKubelets:
         if running.reflector_task is not None:
             running.reflector_task.cancel()
             await asyncio.gather(running.reflector_task, return_exceptions=True)
-        running.reflector, running.reflection, running.reflector_task, running.client = None, None, None, client
+        running.manager, running.reflector, running.reflector_task, running.client = None, None, None, client
         if client is None:
             return
         key = f"{vn['metadata']['namespace']}/{vn['metadata']['name']}"
-        reflector = PodReflector(
+        node_name = vn["metadata"]["name"]
+        manager = ReflectionManager(
+            home=self._client, provider=client, provider_id=running.provider_id, offloadings=self.offloadings
+        )
+        pods = PodReflector(
             home=self._client,
-            provider=client,
-            node_name=vn["metadata"]["name"],
-            provider_id=running.provider_id,
+            manager=manager,
+            node_name=node_name,
             home_cluster_id=self._home_cluster_id,
             node_address=self._address,
-            offloadings=self.offloadings,
             events=self._events,
             virtual_node=lambda: self.virtual_nodes.store.get(key),
         )
-        reflection = Reflection(
-            home=self._client,
-            provider=client,
-            node_name=vn["metadata"]["name"],
-            provider_id=running.provider_id,
-            home_cluster_id=self._home_cluster_id,
-            offloadings=self.offloadings,
-            home_pods=reflector.pods,
-            events=self._events,
-            policy=self._policy,
+        manager.register(
+            pods,
+            CopyReflector(
+                manager=manager,
+                node_name=node_name,
+                home_cluster_id=self._home_cluster_id,
+                events=self._events,
+                policy=self._policy,
+                kinds=copied_kinds(self._policy),
+            ),
+            TokenReflector(
+                home=self._client,
+                manager=manager,
+                node_name=node_name,
+                home_cluster_id=self._home_cluster_id,
+                home_pods=pods.pods,
+                events=self._events,
+            ),
+            EventReflector(
+                home=self._client,
+                manager=manager,
+                node_name=node_name,
+                provider_id=running.provider_id,
+                home_pods=pods.pods,
+            ),
         )
-        running.reflector, running.reflection = reflector, reflection
-
-        async def both() -> None:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(reflector.run())
-                group.create_task(reflection.run())
-
-        running.reflector_task = asyncio.get_running_loop().create_task(both(), name=f"pods {vn['metadata']['name']}")
+        running.manager, running.reflector = manager, pods
+        running.reflector_task = asyncio.get_running_loop().create_task(manager.run(), name=f"reflection {node_name}")
 
     async def _stop(self, key: str, *, delete_node: bool) -> None:
         running = self.running.pop(key)

@@ -33,7 +33,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.resources import LEASES, NODES
-from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.forge import node as forge
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from liqo.offloading.podsecurity import (
     shadow_pod_verdict,
 )
 from liqo.sharing.policy import PodSecurity
-from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.forge import pods as forge_pods
 
 Object = dict[str, Any]
 ALLOWED_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "peers", "effect": "NoSchedule"}
@@ -439,7 +439,7 @@ def test_the_shadow_pod_of_a_plain_deployment_pod_passes_baseline() -> None:
             ],
         },
     }
-    made = forge.shadow_pod(home_pod, namespace="demo-rome", home_cluster_id="rome-id")
+    made = forge_pods.shadow_pod(home_pod, namespace="demo-rome", home_cluster_id="rome-id")
     verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: PodSecurity())
     assert verdict.violations == ()
     assert "runtimeClassName" not in made["spec"]["pod"]

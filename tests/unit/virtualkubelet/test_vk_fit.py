@@ -20,8 +20,11 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.resources import EVENTS, PODS, Resource
 from liqo.sharing.virtualnodes import virtual_node
-from liqo.virtualkubelet import fit, forge
-from liqo.virtualkubelet.pods import PodReflector
+from liqo.virtualkubelet import fit
+from liqo.virtualkubelet.forge import node as forge_node
+from liqo.virtualkubelet.forge import pods as forge_pods
+from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.pods import PodReflector
 from tests.helpers import eventually
 
 Obj = dict[str, Any]
@@ -150,27 +153,27 @@ def test_the_slots_go_from_the_offer_to_the_virtual_node_and_onto_the_node() -> 
     slots = [{"cpu": "4", "memory": "8Gi"}]
     vn = virtual_node(offer(largestSlots=slots), provider_id="m", foreign_cluster="milan")
     assert vn["spec"]["largestSlots"] == slots
-    node = forge.node_manifest(vn)
+    node = forge_node.node_manifest(vn)
     assert json.loads(node["metadata"]["annotations"][names.LARGEST_SLOTS]) == slots
     # Capacity stays the whole offer: the scheduler may pack many small pods across the provider's nodes.
-    status = forge.node_status(vn, ready=True, message="", address="127.0.0.1", port=1, now=NOW)
+    status = forge_node.node_status(vn, ready=True, message="", address="127.0.0.1", port=1, now=NOW)
     assert status["status"]["capacity"]["cpu"] == "8"
 
 
 def test_an_offer_without_slots_gives_a_node_without_them() -> None:
     vn = virtual_node(offer(), provider_id="m", foreign_cluster="milan")
     assert "largestSlots" not in vn["spec"]
-    assert "annotations" not in forge.node_manifest(vn)["metadata"]
+    assert "annotations" not in forge_node.node_manifest(vn)["metadata"]
     assert fit.slots_of(vn) is None
 
 
 def test_a_running_pod_does_not_keep_the_reason_it_once_waited_for() -> None:
-    status = forge.home_status({"status": {"phase": "Running"}}, node_address="127.0.0.1")
-    waited = {"status": forge.refused_status(reason=fit.DOES_NOT_FIT, message="too big")}
-    assert forge.status_differs(waited, status)
-    assert forge.status_patch(status)["status"]["reason"] is None  # deletes it in the strategic merge patch
+    status = forge_pods.home_status({"status": {"phase": "Running"}}, node_address="127.0.0.1")
+    waited = {"status": forge_pods.refused_status(reason=fit.DOES_NOT_FIT, message="too big")}
+    assert forge_pods.status_differs(waited, status)
+    assert forge_pods.status_patch(status)["status"]["reason"] is None  # deletes it in the strategic merge patch
     done = {"status": {k: v for k, v in status.items() if v is not None}}
-    assert not forge.status_differs(done, status)
+    assert not forge_pods.status_differs(done, status)
 
 
 # -- the reflector holds a pod back, then sends it once a slot holds it -------------------------------------------
@@ -216,14 +219,15 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
         offer(largestSlots=[{"cpu": "4", "memory": "8Gi"}]), provider_id="m", foreign_cluster="milan"
     )
     offloadings = Informer(client=home, resource=NAMESPACE_OFFLOADINGS)
+    manager = ReflectionManager(
+        home=cast(KubeClient, home), provider=cast(KubeClient, provider), provider_id="m", offloadings=offloadings
+    )
     reflector = PodReflector(
         home=cast(KubeClient, home),
-        provider=cast(KubeClient, provider),
+        manager=manager,
         node_name="liqo-milan",
-        provider_id="m",
         home_cluster_id="rome",
         node_address="127.0.0.1",
-        offloadings=offloadings,
         events=EventRecorder(client=home, component="test"),
         virtual_node=lambda: current,
     )
@@ -237,7 +241,8 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
     tasks = [asyncio.create_task(offloadings.run())]
     try:
         await offloadings.wait_synced(5)
-        tasks.append(asyncio.create_task(reflector.run()))
+        manager.register(reflector)
+        tasks.append(asyncio.create_task(manager.run()))
         await eventually(held_back, timeout=5, message="the pod held back with an Event")
         [status] = writes("patch", PODS.plural)
         assert status["status"]["reason"] == fit.DOES_NOT_FIT

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.offloading.podsecurity import Reset
 from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
-from liqo.virtualkubelet import forge
+from liqo.virtualkubelet.forge import node as forge_node
+from liqo.virtualkubelet.forge import pods as forge_pods
+from liqo.virtualkubelet.forge import tokens as forge_tokens
 from liqo.virtualkubelet.kubeletapi import exec_query, log_params, offered_protocols
-from liqo.virtualkubelet.pods import twins_on
+from liqo.virtualkubelet.reflection.manager import twins_on
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
@@ -49,13 +51,13 @@ def home_pod(**spec: Any) -> dict[str, Any]:
 
 
 def test_node_carries_the_labels_taint_and_offer() -> None:
-    node = forge.node_manifest(virtual_node())
+    node = forge_node.node_manifest(virtual_node())
     labels = node["metadata"]["labels"]
     assert labels[names.VIRTUAL_NODE_TYPE] == names.VIRTUAL_NODE
     assert labels[names.REMOTE_CLUSTER_ID] == "m"
     assert labels["zone"] == "north"  # the provider's labels
     assert node["spec"]["taints"] == [{"key": names.VIRTUAL_NODE_TAINT, "value": "true", "effect": "NoExecute"}]
-    status = forge.node_status(virtual_node(), ready=True, message="ok", address="127.0.0.1", port=1, now=NOW)
+    status = forge_node.node_status(virtual_node(), ready=True, message="ok", address="127.0.0.1", port=1, now=NOW)
     assert (
         status["status"]["capacity"] == status["status"]["allocatable"] == {"cpu": "4", "memory": "8Gi", "pods": "110"}
     )
@@ -64,10 +66,10 @@ def test_node_carries_the_labels_taint_and_offer() -> None:
 
 def test_ready_follows_the_provider_and_keeps_its_transition_time() -> None:
     vn = virtual_node()
-    up = forge.node_status(vn, ready=True, message="ok", address="a", port=1, now=NOW)
+    up = forge_node.node_status(vn, ready=True, message="ok", address="a", port=1, now=NOW)
     later = NOW + datetime.timedelta(minutes=5)
-    still = forge.node_status(vn, ready=True, message="ok", address="a", port=1, now=later, previous=up)
-    down = forge.node_status(vn, ready=False, message="gone", address="a", port=1, now=later, previous=up)
+    still = forge_node.node_status(vn, ready=True, message="ok", address="a", port=1, now=later, previous=up)
+    down = forge_node.node_status(vn, ready=False, message="gone", address="a", port=1, now=later, previous=up)
 
     def ready(node: dict[str, Any]) -> dict[str, Any]:
         return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
@@ -80,7 +82,7 @@ def test_ready_follows_the_provider_and_keeps_its_transition_time() -> None:
 
 def test_lease_is_owned_by_the_node() -> None:
     node = {"metadata": {"name": "liqo-milan", "uid": "n1"}}
-    lease = forge.node_lease(node, holder="vk", now=NOW)
+    lease = forge_node.node_lease(node, holder="vk", now=NOW)
     assert lease["metadata"]["namespace"] == "kube-node-lease"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "n1"
     assert lease["spec"]["renewTime"].startswith("2030-01-01T00:00:00.")
@@ -101,13 +103,13 @@ def test_shadow_pod_drops_scheduling_and_home_identity() -> None:
             }
         ],
     )
-    shadow = forge.shadow_pod(pod, namespace="demo-abc", home_cluster_id="rome")
+    shadow = forge_pods.shadow_pod(pod, namespace="demo-abc", home_cluster_id="rome")
     spec = shadow["spec"]["pod"]
     for dropped in ("nodeName", "tolerations", "affinity", "priority", "priorityClassName", "serviceAccountName"):
         assert dropped not in spec
     assert spec["automountServiceAccountToken"] is False
     # The home token comes from the pod-token Secret, mounted where the projected volume was.
-    token = {"name": "kube-api-access-x1", "secret": {"secretName": forge.token_secret_name("web-1")}}
+    token = {"name": "kube-api-access-x1", "secret": {"secretName": forge_tokens.token_secret_name("web-1")}}
     assert spec["volumes"] == [token, {"name": "data", "emptyDir": {}}]
     assert spec["containers"][0]["volumeMounts"] == pod["spec"]["containers"][0]["volumeMounts"]
     assert shadow["spec"]["homePodUID"] == "u1"
@@ -120,7 +122,7 @@ def test_shadow_pod_drops_scheduling_and_home_identity() -> None:
 @given(st.dictionaries(st.sampled_from(["nodeName", "nodeSelector", "hostname", "subdomain", "dnsPolicy"]), st.text()))
 def test_shadow_pod_keeps_every_field_but_the_dropped_ones(extra: dict[str, str]) -> None:
     pod = home_pod(**extra)
-    spec = forge.shadow_pod(pod, namespace="t", home_cluster_id="r")["spec"]["pod"]
+    spec = forge_pods.shadow_pod(pod, namespace="t", home_cluster_id="r")["spec"]["pod"]
     for key, value in extra.items():
         if key in ("nodeName", "nodeSelector"):
             assert key not in spec
@@ -129,7 +131,7 @@ def test_shadow_pod_keeps_every_field_but_the_dropped_ones(extra: dict[str, str]
 
 
 def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> None:
-    shadow = forge.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
+    shadow = forge_pods.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
     shadow["metadata"]["uid"] = "s1"
     pod = pod_from_shadow(shadow, resets=[Reset("terminationGracePeriodSeconds", 5, "capped")])
     owner = pod["metadata"]["ownerReferences"][0]
@@ -137,8 +139,8 @@ def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> Non
     assert pod["metadata"]["labels"][names.SHADOW_POD] == "web-1"
     assert made_for(pod, shadow)
     assert not made_for(pod, shadow | {"metadata": {**shadow["metadata"], "uid": "s2"}})
-    assert forge.runs_home_pod(pod, home_pod())
-    assert not forge.runs_home_pod(pod, home_pod() | {"metadata": {**home_pod()["metadata"], "uid": "u2"}})
+    assert forge_pods.runs_home_pod(pod, home_pod())
+    assert not forge_pods.runs_home_pod(pod, home_pod() | {"metadata": {**home_pod()["metadata"], "uid": "u2"}})
     assert pod["spec"] == shadow["spec"]["pod"] | {"terminationGracePeriodSeconds": 5}
 
 
@@ -176,13 +178,13 @@ def test_grace_period_of_any_annotation_is_none_or_within_the_pods_own(value: st
 
 
 def test_shadow_is_current_compares_spec_labels_and_annotations() -> None:
-    desired = forge.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
+    desired = forge_pods.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
     read = {**desired, "metadata": {**desired["metadata"], "uid": "s", "resourceVersion": "9"}, "status": {"x": 1}}
-    assert forge.shadow_is_current(read, desired)
-    changed = forge.shadow_pod(
+    assert forge_pods.shadow_is_current(read, desired)
+    changed = forge_pods.shadow_pod(
         home_pod(containers=[{"name": "c", "image": "nginx:2"}]), namespace="t", home_cluster_id="r"
     )
-    assert not forge.shadow_is_current(read, changed)
+    assert not forge_pods.shadow_is_current(read, changed)
 
 
 def test_home_status_mirrors_the_remote_pod_with_the_virtual_node_as_host() -> None:
@@ -197,19 +199,19 @@ def test_home_status_mirrors_the_remote_pod_with_the_virtual_node_as_host() -> N
             "nominatedNodeName": "x",
         },
     }
-    status = forge.home_status(remote, node_address="127.0.0.1")
+    status = forge_pods.home_status(remote, node_address="127.0.0.1")
     assert status["hostIP"] == "127.0.0.1"
     assert status["containerStatuses"][0]["restartCount"] == 2
     assert "nominatedNodeName" not in status
     home = {"status": {"conditions": [{"type": "PodScheduled", "status": "True"}]}}
-    assert forge.status_differs(home, status)
+    assert forge_pods.status_differs(home, status)
     home["status"] |= {k: v for k, v in status.items() if k != "conditions"}
     home["status"]["conditions"].append({"type": "Ready", "status": "True"})
-    assert not forge.status_differs(home, status)  # the scheduler's PodScheduled condition is not ours to drop
+    assert not forge_pods.status_differs(home, status)  # the scheduler's PodScheduled condition is not ours to drop
 
 
 def test_refused_status_is_pending_with_a_reason() -> None:
-    status = forge.refused_status(reason="ProviderRefused", message="hostNetwork pods are refused")
+    status = forge_pods.refused_status(reason="ProviderRefused", message="hostNetwork pods are refused")
     assert status["phase"] == "Pending"
     assert status["conditions"][0]["reason"] == "ProviderRefused"
 
@@ -218,14 +220,17 @@ def test_what_the_provider_holds_back_shows_at_home_with_its_reason() -> None:
     def shadow(**status: str) -> dict[str, Any]:
         return {"metadata": {"name": "web", "namespace": "twin"}, "status": status}
 
-    assert forge.held_back(shadow()) is None
-    assert forge.held_back(shadow(phase="Created")) is None
+    assert forge_pods.held_back(shadow()) is None
+    assert forge_pods.held_back(shadow(phase="Created")) is None
     waiting = shadow(phase="Waiting", reason="OverBudget", message="cpu requests: the pod requests 400m")
-    assert forge.held_back(waiting) == ("OverBudget", "cpu requests: the pod requests 400m")
-    assert forge.held_back(shadow(phase="Waiting", reason="NoAcceptedOffer", message="m")) == ("NoAcceptedOffer", "m")
+    assert forge_pods.held_back(waiting) == ("OverBudget", "cpu requests: the pod requests 400m")
+    assert forge_pods.held_back(shadow(phase="Waiting", reason="NoAcceptedOffer", message="m")) == (
+        "NoAcceptedOffer",
+        "m",
+    )
     # Any other word a provider writes is not ours to show as a reason: a plain refusal, its message kept.
-    assert forge.held_back(shadow(phase="Waiting", reason="Running", message="m")) == ("ProviderRefused", "m")
-    assert forge.held_back(shadow(phase="Refused", reason="PodRefused", message="m")) == ("ProviderRefused", "m")
+    assert forge_pods.held_back(shadow(phase="Waiting", reason="Running", message="m")) == ("ProviderRefused", "m")
+    assert forge_pods.held_back(shadow(phase="Refused", reason="PodRefused", message="m")) == ("ProviderRefused", "m")
 
 
 def test_twins_on_a_provider_are_the_ready_ones() -> None:
@@ -255,11 +260,11 @@ def test_log_params_pass_the_kubectl_options_on() -> None:
 
 
 def test_the_status_patch_replaces_ip_lists_and_merges_conditions() -> None:
-    status = forge.home_status(
+    status = forge_pods.home_status(
         {"status": {"podIPs": [{"ip": "10.0.0.3"}], "conditions": [{"type": "Ready", "status": "True"}]}},
         node_address="127.0.0.1",
     )
-    patch = forge.status_patch(status)["status"]
+    patch = forge_pods.status_patch(status)["status"]
     assert patch["podIPs"] == [{"$patch": "replace"}, {"ip": "10.0.0.3"}]
     assert patch["hostIPs"] == [{"$patch": "replace"}, {"ip": "127.0.0.1"}]
     assert patch["conditions"] == [{"type": "Ready", "status": "True"}]
@@ -283,7 +288,7 @@ def test_exec_query_maps_the_kubelet_flags_and_keeps_the_command_in_order() -> N
 
 
 def test_a_node_is_first_created_with_what_makes_it_ours_and_its_taint_only() -> None:
-    claim = forge.node_claim(virtual_node())
+    claim = forge_node.node_claim(virtual_node())
     assert claim["metadata"] == {
         "name": "liqo-milan",
         "labels": {
@@ -292,33 +297,33 @@ def test_a_node_is_first_created_with_what_makes_it_ours_and_its_taint_only() ->
             names.VIRTUAL_NODE_TYPE: "virtual-node",
         },
     }
-    assert claim["spec"] == forge.node_manifest(virtual_node())["spec"]
-    assert forge.node_is_ours(claim, provider_id="m")
+    assert claim["spec"] == forge_node.node_manifest(virtual_node())["spec"]
+    assert forge_node.node_is_ours(claim, provider_id="m")
 
 
 def test_a_node_is_ours_only_with_liqos_labels_for_that_very_provider() -> None:
-    ours = forge.node_manifest(virtual_node())
-    assert forge.node_is_ours(ours, provider_id="m")
-    assert not forge.node_is_ours(ours, provider_id="n")  # another provider's virtual node
+    ours = forge_node.node_manifest(virtual_node())
+    assert forge_node.node_is_ours(ours, provider_id="m")
+    assert not forge_node.node_is_ours(ours, provider_id="n")  # another provider's virtual node
     for missing in (names.MANAGED_BY, names.REMOTE_CLUSTER_ID, names.VIRTUAL_NODE_TYPE):
         labels = {k: v for k, v in ours["metadata"]["labels"].items() if k != missing}
-        assert not forge.node_is_ours({"metadata": {"name": "liqo-milan", "labels": labels}}, provider_id="m")
-    assert not forge.node_is_ours({"metadata": {"name": "liqo-milan"}}, provider_id="m")  # a real node
+        assert not forge_node.node_is_ours({"metadata": {"name": "liqo-milan", "labels": labels}}, provider_id="m")
+    assert not forge_node.node_is_ours({"metadata": {"name": "liqo-milan"}}, provider_id="m")  # a real node
 
 
 def test_the_registered_condition_names_the_squatter_and_keeps_its_transition_time() -> None:
     vn = virtual_node()
     squatter = {"metadata": {"name": "liqo-milan", "labels": {names.REMOTE_CLUSTER_ID: "n", "team": "x"}}}
-    taken = forge.registration_condition(vn, squatter=squatter, now=NOW)
+    taken = forge_node.registration_condition(vn, squatter=squatter, now=NOW)
     assert (taken["type"], taken["status"], taken["reason"]) == ("Registered", "False", "NodeNameTaken")
     assert "Node liqo-milan already exists and is not this provider's virtual node" in taken["message"]
     assert f"{names.REMOTE_CLUSTER_ID}=n" in taken["message"]
     assert taken["lastTransitionTime"] == "2030-01-01T00:00:00Z"
     later = NOW + datetime.timedelta(minutes=5)
     vn["status"] = {"conditions": [taken]}
-    assert forge.registration_condition(vn, squatter=squatter, now=later) == taken  # unchanged: no write
-    registered = forge.registration_condition(vn, squatter=None, now=later)
+    assert forge_node.registration_condition(vn, squatter=squatter, now=later) == taken  # unchanged: no write
+    registered = forge_node.registration_condition(vn, squatter=None, now=later)
     assert (registered["status"], registered["reason"]) == ("True", "NodeRegistered")
     assert registered["lastTransitionTime"] == "2030-01-01T00:05:00Z"
-    bare = forge.registration_condition(virtual_node(), squatter={"metadata": {"name": "liqo-milan"}}, now=NOW)
+    bare = forge_node.registration_condition(virtual_node(), squatter={"metadata": {"name": "liqo-milan"}}, now=NOW)
     assert "(no liqo labels)" in bare["message"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import datetime
 import re
 from collections.abc import AsyncIterator
@@ -22,8 +23,14 @@ from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
-from liqo.virtualkubelet import forge
-from liqo.virtualkubelet.reflection import Reflection, ReflectionPolicy
+from liqo.virtualkubelet.forge import common, configdata
+from liqo.virtualkubelet.forge import events as forge_events
+from liqo.virtualkubelet.forge import pods as forge_pods
+from liqo.virtualkubelet.forge import tokens as forge_tokens
+from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
+from liqo.virtualkubelet.reflection.events import EventReflector
+from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.tokens import TokenReflector
 from tests.helpers import eventually
 
 Obj = dict[str, Any]
@@ -70,18 +77,22 @@ def home_pod(name: str = "web-1", uid: str = "u1", **spec: Any) -> Obj:
 
 
 def test_never_reflected() -> None:
-    assert forge.reflectable(configmap(), resource=CONFIGMAPS)
-    assert forge.reflectable(secret(), resource=SECRETS)
-    assert not forge.reflectable(configmap(forge.ROOT_CA_CONFIGMAP), resource=CONFIGMAPS)
-    assert forge.reflectable(secret(forge.ROOT_CA_CONFIGMAP), resource=SECRETS)  # only the ConfigMap is the CA's
-    assert not forge.reflectable(secret(type=forge.SERVICE_ACCOUNT_TOKEN_TYPE), resource=SECRETS)
+    assert configdata.reflectable(configmap(), resource=CONFIGMAPS)
+    assert configdata.reflectable(secret(), resource=SECRETS)
+    assert not configdata.reflectable(configmap(configdata.ROOT_CA_CONFIGMAP), resource=CONFIGMAPS)
+    assert configdata.reflectable(
+        secret(configdata.ROOT_CA_CONFIGMAP), resource=SECRETS
+    )  # only the ConfigMap is the CA's
+    assert not configdata.reflectable(secret(type=configdata.SERVICE_ACCOUNT_TOKEN_TYPE), resource=SECRETS)
     skip = {"annotations": {names.SKIP_REFLECTION: "true"}}
-    assert not forge.reflectable(configmap(metadata=skip), resource=CONFIGMAPS)
-    assert not forge.reflectable(secret(metadata=skip), resource=SECRETS)
-    assert forge.reflectable(configmap(metadata={"annotations": {names.SKIP_REFLECTION: "false"}}), resource=CONFIGMAPS)
+    assert not configdata.reflectable(configmap(metadata=skip), resource=CONFIGMAPS)
+    assert not configdata.reflectable(secret(metadata=skip), resource=SECRETS)
+    assert configdata.reflectable(
+        configmap(metadata={"annotations": {names.SKIP_REFLECTION: "false"}}), resource=CONFIGMAPS
+    )
     # Copies and pod tokens are never copied on (a twin that is itself offloaded).
-    assert not forge.reflectable(configmap(metadata={"labels": {names.ORIGIN: "x"}}), resource=CONFIGMAPS)
-    assert not forge.reflectable(secret(metadata={"labels": {names.POD_TOKEN: "true"}}), resource=SECRETS)
+    assert not configdata.reflectable(configmap(metadata={"labels": {names.ORIGIN: "x"}}), resource=CONFIGMAPS)
+    assert not configdata.reflectable(secret(metadata={"labels": {names.POD_TOKEN: "true"}}), resource=SECRETS)
 
 
 def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:
@@ -92,7 +103,7 @@ def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:
             "annotations": {"team": "a", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
         },
     )
-    copy = forge.reflected_copy(home, resource=SECRETS, namespace="demo-rome", home_cluster_id=HOME_ID)
+    copy = configdata.reflected_copy(home, resource=SECRETS, namespace="demo-rome", home_cluster_id=HOME_ID)
     assert copy["apiVersion"] == "v1"
     assert copy["kind"] == "Secret"
     assert copy["metadata"] == {
@@ -102,9 +113,9 @@ def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:
         "annotations": {"team": "a"},
     }
     assert (copy["data"], copy["type"], copy["immutable"]) == (home["data"], "Opaque", True)
-    assert forge.is_copy(copy, origin=HOME_ID)
-    assert not forge.is_copy(copy, origin="someone-else")
-    assert not forge.is_copy(configmap(), origin=HOME_ID)  # a namesake made on the provider
+    assert common.is_copy(copy, origin=HOME_ID)
+    assert not common.is_copy(copy, origin="someone-else")
+    assert not common.is_copy(configmap(), origin=HOME_ID)  # a namesake made on the provider
 
 
 @given(
@@ -113,38 +124,38 @@ def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:
 )
 def test_a_copy_is_current_exactly_when_it_says_what_home_says(data: dict[str, str], labels: dict[str, str]) -> None:
     home = configmap(data=data, metadata={"labels": labels})
-    desired = forge.reflected_copy(home, resource=CONFIGMAPS, namespace="t", home_cluster_id=HOME_ID)
+    desired = configdata.reflected_copy(home, resource=CONFIGMAPS, namespace="t", home_cluster_id=HOME_ID)
     # As the API server returns it: with uid and resourceVersion, without an empty data map.
     read = {k: v for k, v in desired.items() if not (k == "data" and not v)}
     read["metadata"] = desired["metadata"] | {"uid": "r1", "resourceVersion": "9"}
-    assert forge.is_copy(read, origin=HOME_ID)  # the marker wins over the home object's own labels
-    assert forge.copy_is_current(read, desired)
-    assert not forge.must_replace(read, desired)
-    changed = forge.reflected_copy(
+    assert common.is_copy(read, origin=HOME_ID)  # the marker wins over the home object's own labels
+    assert configdata.copy_is_current(read, desired)
+    assert not configdata.must_replace(read, desired)
+    changed = configdata.reflected_copy(
         configmap(data=data | {"new": "v"}, metadata={"labels": labels}),
         resource=CONFIGMAPS,
         namespace="t",
         home_cluster_id=HOME_ID,
     )
-    assert not forge.copy_is_current(read, changed)
+    assert not configdata.copy_is_current(read, changed)
 
 
 def test_an_immutable_or_retyped_copy_is_replaced_not_updated() -> None:
-    old = forge.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
-    same = forge.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
-    assert not forge.must_replace(old, same)
-    new_data = forge.reflected_copy(
+    old = configdata.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    same = configdata.reflected_copy(secret(immutable=True), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    assert not configdata.must_replace(old, same)
+    new_data = configdata.reflected_copy(
         secret(immutable=True, data={"p": "eA=="}), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID
     )
-    assert forge.must_replace(old, new_data)
-    retyped = forge.reflected_copy(
+    assert configdata.must_replace(old, new_data)
+    retyped = configdata.reflected_copy(
         secret(type="kubernetes.io/tls"), resource=SECRETS, namespace="t", home_cluster_id="r"
     )
-    assert forge.must_replace(
-        forge.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id="r"), retyped
+    assert configdata.must_replace(
+        configdata.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id="r"), retyped
     )
-    mutable = forge.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
-    assert not forge.must_replace(mutable, new_data | {"immutable": False})
+    mutable = configdata.reflected_copy(secret(), resource=SECRETS, namespace="t", home_cluster_id=HOME_ID)
+    assert not configdata.must_replace(mutable, new_data | {"immutable": False})
 
 
 def test_the_policy_is_per_kind() -> None:
@@ -164,18 +175,18 @@ def test_the_policy_is_per_kind() -> None:
 
 @given(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", fullmatch=True))
 def test_the_token_secret_name_is_a_valid_name_of_its_own(pod: str) -> None:
-    name = forge.token_secret_name(pod)
+    name = forge_tokens.token_secret_name(pod)
     assert len(name) <= 253
     assert DNS_SUBDOMAIN.match(name)
-    assert name == forge.token_secret_name(pod)
-    assert name != forge.token_secret_name(pod + "x")
+    assert name == forge_tokens.token_secret_name(pod)
+    assert name != forge_tokens.token_secret_name(pod + "x")
     assert name != f"{pod}-token"  # a plausible Secret of the user's
 
 
 def test_the_shadow_pod_mounts_the_token_secret_where_the_projected_volume_was() -> None:
     pod = home_pod()
-    spec = forge.shadow_pod(pod, namespace="demo-rome", home_cluster_id=HOME_ID)["spec"]["pod"]
-    secret_volume = {"secretName": forge.token_secret_name("web-1"), "defaultMode": 420}
+    spec = forge_pods.shadow_pod(pod, namespace="demo-rome", home_cluster_id=HOME_ID)["spec"]["pod"]
+    secret_volume = {"secretName": forge_tokens.token_secret_name("web-1"), "defaultMode": 420}
     assert spec["volumes"] == [
         {"name": "kube-api-access-abcde", "secret": secret_volume},
         {"name": "data", "configMap": {"name": "settings"}},
@@ -184,23 +195,23 @@ def test_the_shadow_pod_mounts_the_token_secret_where_the_projected_volume_was()
     assert spec["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in spec
     user_projected = {"name": "mine", "projected": {"sources": []}}
-    assert forge.remote_pod_spec({"volumes": [user_projected]}, token_secret="x")["volumes"] == [user_projected]
+    assert forge_pods.remote_pod_spec({"volumes": [user_projected]}, token_secret="x")["volumes"] == [user_projected]
 
 
 def test_the_token_request_is_bound_to_the_pod() -> None:
     pod = home_pod()
-    volume = forge.token_volume(pod["spec"])
+    volume = forge_tokens.token_volume(pod["spec"])
     assert volume is not None
-    assert forge.token_seconds(volume) == 3607
-    assert forge.token_seconds(token_volume()) == forge.DEFAULT_TOKEN_SECONDS
-    assert forge.service_account_of(pod) == "builder"
-    assert forge.service_account_of(home_pod(serviceAccountName=None)) == "default"
-    request = forge.token_request(pod, seconds=3607)
+    assert forge_tokens.token_seconds(volume) == 3607
+    assert forge_tokens.token_seconds(token_volume()) == forge_tokens.DEFAULT_TOKEN_SECONDS
+    assert forge_tokens.service_account_of(pod) == "builder"
+    assert forge_tokens.service_account_of(home_pod(serviceAccountName=None)) == "default"
+    request = forge_tokens.token_request(pod, seconds=3607)
     assert request["spec"] == {
         "expirationSeconds": 3607,
         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "web-1", "uid": "u1"},
     }
-    assert forge.token_volume(home_pod(volumes=[])) is None
+    assert forge_tokens.token_volume(home_pod(volumes=[])) is None
 
 
 @given(
@@ -210,24 +221,24 @@ def test_the_token_request_is_bound_to_the_pod() -> None:
 def test_tokens_are_renewed_at_80_percent_of_their_lifetime(issued: datetime.datetime, lifetime: int) -> None:
     issued = issued.replace(tzinfo=datetime.UTC)
     expires = issued + datetime.timedelta(seconds=lifetime)
-    renew = forge.renewal_time(issued=issued, expires=expires)
+    renew = forge_tokens.renewal_time(issued=issued, expires=expires)
     assert issued < renew < expires
     assert abs((renew - issued).total_seconds() - 0.8 * lifetime) < 1
 
 
 def test_the_token_secret_holds_token_ca_namespace_and_when_to_renew() -> None:
     renew = NOW + datetime.timedelta(minutes=48)
-    made = forge.token_secret(
+    made = forge_tokens.token_secret(
         home_pod(), namespace="demo-rome", home_cluster_id=HOME_ID, token="T", ca="CA", renew_at=renew
     )
-    assert made["metadata"]["name"] == forge.token_secret_name("web-1")
+    assert made["metadata"]["name"] == forge_tokens.token_secret_name("web-1")
     assert made["data"] == {"token": b64("T"), "ca.crt": b64("CA"), "namespace": b64("demo")}
-    assert forge.is_pod_token(made, home_cluster_id=HOME_ID)
-    assert not forge.is_pod_token(made, home_cluster_id="other")
-    assert not forge.is_copy(made, origin=HOME_ID)
-    assert forge.token_renew_at(made, home_pod(), ca="CA") == renew
-    assert forge.token_renew_at(made, home_pod(uid="u2"), ca="CA") is None  # a namesake: its token died
-    assert forge.token_renew_at(made, home_pod(), ca="NEW CA") is None
+    assert forge_tokens.is_pod_token(made, home_cluster_id=HOME_ID)
+    assert not forge_tokens.is_pod_token(made, home_cluster_id="other")
+    assert not common.is_copy(made, origin=HOME_ID)
+    assert forge_tokens.token_renew_at(made, home_pod(), ca="CA") == renew
+    assert forge_tokens.token_renew_at(made, home_pod(uid="u2"), ca="CA") is None  # a namesake: its token died
+    assert forge_tokens.token_renew_at(made, home_pod(), ca="NEW CA") is None
 
 
 # -- Events -------------------------------------------------------------------------------------------------
@@ -255,7 +266,7 @@ def remote_event(**fields: Any) -> Obj:
 
 
 def test_the_mirror_is_the_same_event_about_the_home_pod() -> None:
-    mirror = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirror = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
     assert mirror["metadata"] == {
         "name": "web-1.17a",
         "namespace": "demo",
@@ -284,21 +295,21 @@ def test_events_written_through_events_k8s_io_are_folded_into_core_fields() -> N
         eventTime="2030-01-01T00:00:00.123456Z",
         series={"count": 3, "lastObservedTime": "2030-01-01T00:01:00.5Z"},
     )
-    mirror = forge.mirrored_event(event, home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirror = forge_events.mirrored_event(event, home_pod=home_pod(), provider_id=PROVIDER_ID)
     assert mirror["count"] == 3
     assert (mirror["firstTimestamp"], mirror["lastTimestamp"]) == ("2030-01-01T00:00:00Z", "2030-01-01T00:01:00Z")
     assert mirror["source"] == {"component": "default-scheduler"}
-    assert forge.mirrored_event(remote_event(count=None), home_pod=home_pod(), provider_id="m")["count"] == 1
-    long = forge.mirrored_event(remote_event(message="x" * 5000), home_pod=home_pod(), provider_id="m")
+    assert forge_events.mirrored_event(remote_event(count=None), home_pod=home_pod(), provider_id="m")["count"] == 1
+    long = forge_events.mirrored_event(remote_event(message="x" * 5000), home_pod=home_pod(), provider_id="m")
     assert len(long["message"]) == 1024
 
 
 def test_only_events_about_pods_and_never_mirrors_are_mirrored() -> None:
-    assert forge.mirrorable(remote_event())
+    assert forge_events.mirrorable(remote_event())
     shadow = remote_event(involvedObject={"kind": "ShadowPod", "name": "web-1"})
-    assert not forge.mirrorable(shadow)
-    mirror = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
-    assert not forge.mirrorable(mirror)  # a mirror seen again (both clusters offloading to each other)
+    assert not forge_events.mirrorable(shadow)
+    mirror = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    assert not forge_events.mirrorable(mirror)  # a mirror seen again (both clusters offloading to each other)
 
 
 def test_the_virtual_kubelet_may_request_tokens_and_apply_events_at_home() -> None:
@@ -395,36 +406,75 @@ OFFLOADING = {
 }
 
 
+@dataclasses.dataclass
+class Reflected:
+    """The reflectors of one virtual node over namespace ``demo`` (twin ``demo-rome``)."""
+
+    manager: ReflectionManager
+    home_pods: Informer
+    copies: CopyReflector
+    tokens: TokenReflector
+    events: EventReflector
+
+
 @contextlib.asynccontextmanager
-async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIterator[Reflection]:
-    """A Reflection of namespace ``demo`` (twin ``demo-rome``), its informers synced, its controllers not run."""
+async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIterator[Reflected]:
+    """The reflectors of namespace ``demo`` (twin ``demo-rome``), their informers synced, their controllers not run."""
     home.put(NAMESPACE_OFFLOADINGS, OFFLOADING)
     offloadings = Informer(client=home, resource=NAMESPACE_OFFLOADINGS)
     pods = Informer(client=home, resource=PODS)
-    made = Reflection(
+    manager = ReflectionManager(
         home=cast(KubeClient, home),
         provider=cast(KubeClient, provider),
-        node_name="liqo-milan",
         provider_id=PROVIDER_ID,
-        home_cluster_id=HOME_ID,
         offloadings=offloadings,
-        home_pods=pods,
-        events=EventRecorder(client=home, component="test"),
-        policy=ReflectionPolicy(**policy),
-        clock=lambda: NOW,
     )
+    recorder = EventRecorder(client=home, component="test")
+    made = Reflected(
+        manager=manager,
+        home_pods=pods,
+        copies=CopyReflector(
+            manager=manager,
+            node_name="liqo-milan",
+            home_cluster_id=HOME_ID,
+            events=recorder,
+            policy=ReflectionPolicy(**policy),
+            kinds=copied_kinds(ReflectionPolicy(**policy)),
+        ),
+        tokens=TokenReflector(
+            home=cast(KubeClient, home),
+            manager=manager,
+            node_name="liqo-milan",
+            home_cluster_id=HOME_ID,
+            home_pods=pods,
+            events=recorder,
+            clock=lambda: NOW,
+        ),
+        events=EventReflector(
+            home=cast(KubeClient, home),
+            manager=manager,
+            node_name="liqo-milan",
+            provider_id=PROVIDER_ID,
+            home_pods=pods,
+        ),
+    )
+    manager.register(made.copies, made.tokens, made.events)
     tasks = [asyncio.create_task(offloadings.run()), asyncio.create_task(pods.run())]
     try:
         await offloadings.wait_synced(5)
         await pods.wait_synced(5)
-        made.twins_changed()
-        await eventually(lambda: _true(made.twins and made._pairs["demo-rome"].synced), timeout=5, message="synced")
+        manager.twins_changed()
+
+        async def synced() -> bool:
+            pair = manager.pair("demo")
+            return pair is not None and pair.synced
+
+        await eventually(synced, timeout=5, message="synced")
         yield made
     finally:
         for task in tasks:
             task.cancel()
-        for pair in list(made._pairs.values()):
-            await pair.stop()
+        await manager._pairs.close()
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
@@ -432,14 +482,14 @@ async def _true(value: Any) -> bool:
     return bool(value)
 
 
-ROOT_CA = {"metadata": {"name": forge.ROOT_CA_CONFIGMAP, "namespace": "demo"}, "data": {"ca.crt": "HOME CA"}}
+ROOT_CA = {"metadata": {"name": configdata.ROOT_CA_CONFIGMAP, "namespace": "demo"}, "data": {"ca.crt": "HOME CA"}}
 
 
 async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
     home = FakeApi((PODS, home_pod()), (CONFIGMAPS, dict(ROOT_CA)))
     provider = FakeApi()
     async with reflection(home, provider) as made:
-        result = await made.reconcile_token("demo/web-1")
+        result = await made.tokens.reconcile("demo/web-1")
         method, path, body = home.calls[0]
         assert (method, path) == ("POST", "/api/v1/namespaces/demo/serviceaccounts/builder/token")
         assert body["spec"]["boundObjectRef"]["uid"] == "u1"
@@ -453,30 +503,30 @@ async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
         # Written and not due: nothing is asked, the next look is at the renewal time.
         provider.put(SECRETS, written)
         await eventually(lambda: _true(_remote(made, SECRETS, written)), timeout=5, message="the Secret seen")
-        result = await made.reconcile_token("demo/web-1")
+        result = await made.tokens.reconcile("demo/web-1")
         assert len(home.calls) == 1
         assert result is not None
         assert result.requeue_after == pytest.approx(0.8 * 3607, abs=1)
 
         # Due (the clock moved past the renewal time): a new token.
-        made._clock = lambda: NOW + datetime.timedelta(seconds=0.81 * 3607)
-        await made.reconcile_token("demo/web-1")
+        made.tokens._clock = lambda: NOW + datetime.timedelta(seconds=0.81 * 3607)
+        await made.tokens.reconcile("demo/web-1")
         assert len(home.calls) == 2
         assert provider.calls[-1][2]["data"]["token"] == b64("token-2")
 
         # The pod is gone: so goes its Secret.
         home.put(PODS, home.objects[("pods", "demo", "web-1")], kind="DELETED")
-        await eventually(lambda: _true(not made._home_pods.store.list()), timeout=5, message="the pod gone")
-        assert await made.reconcile_token("demo/web-1") is None
-        assert provider.calls[-1] == ("delete", "secrets", f"demo-rome/{forge.token_secret_name('web-1')}")
+        await eventually(lambda: _true(not made.home_pods.store.list()), timeout=5, message="the pod gone")
+        assert await made.tokens.reconcile("demo/web-1") is None
+        assert provider.calls[-1] == ("delete", "secrets", f"demo-rome/{forge_tokens.token_secret_name('web-1')}")
 
 
 async def test_no_token_without_the_projected_volume_nor_before_the_home_ca() -> None:
     home = FakeApi((PODS, home_pod(volumes=[])), (PODS, home_pod("web-2", "u2")))
     provider = FakeApi()
     async with reflection(home, provider) as made:
-        assert await made.reconcile_token("demo/web-1") is None
-        assert await made.reconcile_token("demo/web-2") is None  # kube-root-ca.crt not published yet
+        assert await made.tokens.reconcile("demo/web-1") is None
+        assert await made.tokens.reconcile("demo/web-2") is None  # kube-root-ca.crt not published yet
         assert not home.calls
         assert not provider.calls
 
@@ -489,7 +539,7 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
     )
 
     def copy(resource: Resource, obj: Obj) -> Obj:
-        return forge.reflected_copy(obj, resource=resource, namespace="demo-rome", home_cluster_id=HOME_ID)
+        return configdata.reflected_copy(obj, resource=resource, namespace="demo-rome", home_cluster_id=HOME_ID)
 
     foreign = {"metadata": {"name": "theirs", "namespace": "demo-rome"}, "data": {"x": "y"}}
     provider = FakeApi(
@@ -499,23 +549,23 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
         (SECRETS, copy(SECRETS, secret())),
     )
     async with reflection(home, provider, secrets="None") as made:
-        await made.reconcile_object(("configmaps", "demo", "settings"))
+        await made.copies.reconcile(("configmaps", "demo", "settings"))
         assert provider.calls[-1][:2] == ("create", "configmaps")
         assert provider.calls[-1][2]["data"] == settings["data"]
-        await made.reconcile_object(("configmaps", "demo", "changed"))  # at the version the cache holds
+        await made.copies.reconcile(("configmaps", "demo", "changed"))  # at the version the cache holds
         [(verb, _, updated)] = provider.calls[1:]
         assert (verb, updated["data"]) == ("replace", {"v": "2"})
         assert (
             updated["metadata"]["resourceVersion"]
             == provider.objects[("configmaps", "demo-rome", "changed")]["metadata"]["resourceVersion"]
         )
-        await made.reconcile_object(("configmaps", "demo", "theirs"))  # a namesake on the provider: left alone
-        await made.reconcile_object(("configmaps", "demo", forge.ROOT_CA_CONFIGMAP))
+        await made.copies.reconcile(("configmaps", "demo", "theirs"))  # a namesake on the provider: left alone
+        await made.copies.reconcile(("configmaps", "demo", configdata.ROOT_CA_CONFIGMAP))
         assert len(provider.calls) == 2
         assert any(c[0] == "create" and c[2]["reason"] == "ReflectionConflict" for c in home.calls)
-        await made.reconcile_object(("configmaps", "demo", "gone"))  # deleted at home
+        await made.copies.reconcile(("configmaps", "demo", "gone"))  # deleted at home
         assert provider.calls[-1] == ("delete", "configmaps", "demo-rome/gone")
-        await made.reconcile_object(("secrets", "demo", "creds"))  # the policy says None: the old copy goes
+        await made.copies.reconcile(("secrets", "demo", "creds"))  # the policy says None: the old copy goes
         assert provider.calls[-1] == ("delete", "secrets", "demo-rome/creds")
 
 
@@ -531,18 +581,20 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
     }
     other = remote_event(metadata={"name": "web-1.17b", "namespace": "demo-rome"})
     other["involvedObject"] = other["involvedObject"] | {"uid": "old-pod"}
-    mirrored = forge.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirrored = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
     mirrored["metadata"] |= {"name": "web-1.17c", "namespace": "demo-rome"}
     home = FakeApi((PODS, home_pod()))
     provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()), (EVENTS, other), (EVENTS, mirrored))
     async with reflection(home, provider) as made:
-        await made.reconcile_event("demo-rome/web-1.17a")
+        await made.events.reconcile("demo-rome/web-1.17a")
         [(verb, plural, event)] = home.calls
         assert (verb, plural, event["involvedObject"]["uid"], event["count"]) == ("apply", "events", "u1", 4)
-        await made.reconcile_event("demo-rome/web-1.17b")  # about an earlier pod of that name
-        await made.reconcile_event("demo-rome/web-1.17c")  # itself a mirror
+        await made.events.reconcile("demo-rome/web-1.17b")  # about an earlier pod of that name
+        await made.events.reconcile("demo-rome/web-1.17c")  # itself a mirror
         assert len(home.calls) == 1
 
 
-def _remote(made: Reflection, resource: Resource, obj: Obj) -> Obj | None:
-    return made._pairs["demo-rome"].remote[resource].store.get(f"demo-rome/{obj['metadata']['name']}")
+def _remote(made: Reflected, resource: Resource, obj: Obj) -> Obj | None:
+    pair = made.manager.pair("demo")
+    assert pair is not None
+    return pair.remote(resource).store.get(f"demo-rome/{obj['metadata']['name']}")

@@ -16,13 +16,13 @@ manager, either API server) converges from whatever state it finds, without dupl
 - home pod deleted → ShadowPod deleted with the home grace period → remote pod gone → home pod finalised;
 - ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it).
 
-Which twin namespace a home namespace maps to on this provider comes from the NamespaceOffloading's
-status; the provider's ShadowPods and pods are watched in each twin (the identity may not list cluster-wide).
+Which twin a home namespace maps to, and the informers on the provider's ShadowPods and pods there, come
+from the :class:`~liqo.virtualkubelet.reflection.manager.ReflectionManager` (the identity may not list
+cluster-wide); the other reflectors read the same remote pod cache.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -30,15 +30,16 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.resources import SHADOW_PODS
-from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.informer import Informer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS
-from liqo.virtualkubelet import fit, forge
+from liqo.virtualkubelet import fit
+from liqo.virtualkubelet.forge import pods as forge
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
 
 log = logging.getLogger(__name__)
 
@@ -51,30 +52,17 @@ REFUSED_MAX_SECONDS = 60.0
 on: the provider's policy may change. Its backoff is cleared once the write goes through."""
 
 
-def twins_on(offloadings: list[Obj], *, provider_id: str) -> dict[str, str]:
-    """Home namespace → twin namespace on ``provider_id``, for twins the provider reports Ready (pure)."""
-    twins: dict[str, str] = {}
-    for offloading in offloadings:
-        if offloading["metadata"].get("deletionTimestamp"):
-            continue
-        for twin in (offloading.get("status") or {}).get("remoteNamespacesConditions") or []:
-            if twin.get("clusterID") == provider_id and twin.get("phase") == "Ready" and twin.get("remoteNamespace"):
-                twins[offloading["metadata"]["namespace"]] = twin["remoteNamespace"]
-    return twins
-
-
 def _terminating(obj: Obj | None) -> bool:
     return bool(obj and obj["metadata"].get("deletionTimestamp"))
 
 
-class _Twin(InformerGroup):
-    """The provider's ShadowPods and pods of one twin namespace, as seen by our identity."""
+def remote_pods(pair: NamespacePair) -> Informer:
+    """The pods the provider runs for us in ``pair``'s twin (made from ShadowPods), shared by the reflectors."""
+    return pair.remote(PODS, label_selector=names.SHADOW_POD)
 
-    def __init__(self, *, provider: KubeClient, namespace: str, home_cluster_id: str) -> None:
-        selector = f"{names.REMOTE_CLUSTER_ID}={home_cluster_id}"
-        self.shadows = Informer(client=provider, resource=SHADOW_PODS, namespace=namespace, label_selector=selector)
-        self.pods = Informer(client=provider, resource=PODS, namespace=namespace, label_selector=names.SHADOW_POD)
-        super().__init__([self.shadows, self.pods], name=f"pods {namespace}")
+
+def _shadows(pair: NamespacePair, *, home_cluster_id: str) -> Informer:
+    return pair.remote(SHADOW_PODS, label_selector=f"{names.REMOTE_CLUSTER_ID}={home_cluster_id}")
 
 
 class PodReflector:
@@ -84,70 +72,64 @@ class PodReflector:
         self,
         *,
         home: KubeClient,
-        provider: KubeClient,
+        manager: ReflectionManager,
         node_name: str,
-        provider_id: str,
         home_cluster_id: str,
         node_address: str,
-        offloadings: Informer,
         events: EventRecorder,
         virtual_node: Callable[[], Obj | None],
         workers: int = 32,
     ) -> None:
         self._home = home
         self._virtual_node = virtual_node
-        self._provider = provider
-        self._provider_id = provider_id
+        self._manager = manager
+        self._provider = manager.provider
         self._home_cluster_id = home_cluster_id
         self._address = node_address
         self._events = events
-        self._offloadings = offloadings
         self.pods = Informer(client=home, resource=PODS, field_selector=f"spec.nodeName={node_name}")
-        self.twins: dict[str, str] = {}
         self._held: set[str] = set()  # pods held back for want of a slot: what a change of slots re-queues
         self._refusals = ItemExponentialFailureRateLimiter(
             base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
         )
-        self._remote: dict[str, _Twin] = {}
         self.controller: Controller[str] = Controller(
             name=f"pods {node_name}", reconcile=self.reconcile, workers=workers
         )
         self.controller.watch(self.pods, lambda pod: [_key(pod)])
 
-    async def run(self) -> None:
-        """Watch, reconcile, and follow the twins until cancelled."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.pods.run())
-                await self.pods.wait_synced()
-                self.twins_changed()
-                group.create_task(self.controller.run())
-        finally:
-            for twin in self._remote.values():
-                await twin.stop()
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The pod controller."""
+        return [self.controller]
 
-    # -- twins ----------------------------------------------------------------------------------------------
+    @property
+    def informers(self) -> list[Informer]:
+        """The home pods bound to the node."""
+        return [self.pods]
 
-    def twins_changed(self) -> None:
-        """The NamespaceOffloadings changed: follow the twins on this provider (call on every change)."""
-        wanted = twins_on(self._offloadings.store.list(), provider_id=self._provider_id)
-        if wanted == self.twins:
-            return
-        self.twins = wanted
-        for namespace in set(self._remote) - set(wanted.values()):
-            twin = self._remote.pop(namespace)
-            asyncio.get_running_loop().create_task(twin.stop())
-        homes = {twin: home for home, twin in wanted.items()}
-        for namespace in set(wanted.values()) - set(self._remote):
-            twin = _Twin(provider=self._provider, namespace=namespace, home_cluster_id=self._home_cluster_id)
-            home = homes[namespace]
+    # -- namespaces (the manager's hooks) -------------------------------------------------------------------
 
-            for informer in (twin.shadows, twin.pods):
-                informer.add_handler(self._remote_handler(home))
-            self._remote[namespace] = twin
-            twin.start()
-        for pod in self.pods.store.list():  # pods waiting for a twin may go now (or must stop)
-            self.controller.queue.add(_key(pod))
+    def start_namespace(self, pair: NamespacePair) -> None:
+        """Watch the twin's ShadowPods and pods: each re-queues the home pod of its name."""
+        home_namespace = pair.home_namespace
+        for informer in (_shadows(pair, home_cluster_id=self._home_cluster_id), remote_pods(pair)):
+            self.controller.watch(informer, lambda obj: [f"{home_namespace}/{obj['metadata']['name']}"])
+
+    def namespace_synced(self, pair: NamespacePair) -> None:
+        """Reconcile the namespace's pods again with both caches listed."""
+        self._requeue(pair.home_namespace)
+
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """Nothing is kept per pair."""
+
+    def namespaces_changed(self) -> None:
+        """Pods waiting for a twin may go now (or must stop)."""
+        self._requeue(None)
+
+    def _requeue(self, namespace: str | None) -> None:
+        for pod in self.pods.store.list():
+            if namespace is None or pod["metadata"]["namespace"] == namespace:
+                self.controller.queue.add(_key(pod))
 
     def slots_changed(self) -> None:
         """The VirtualNode's largest slots changed: pods held back for want of a slot may fit now.
@@ -160,16 +142,10 @@ class PodReflector:
 
     def remote_of(self, namespace: str, name: str) -> tuple[KubeClient, str] | None:
         """The provider's client and the twin namespace where home pod ``namespace/name`` runs."""
-        twin = self.twins.get(namespace)
+        twin = self._manager.twins.get(namespace)
         if twin is None or self.pods.store.get(f"{namespace}/{name}") is None:
             return None
         return self._provider, twin
-
-    def _remote_handler(self, home_namespace: str) -> HandlerFuncs:
-        def enqueue(obj: Obj) -> None:
-            self.controller.queue.add(f"{home_namespace}/{obj['metadata']['name']}")
-
-        return HandlerFuncs(add=enqueue, update=lambda _old, new: enqueue(new), delete=enqueue)
 
     # -- reconcile ------------------------------------------------------------------------------------------
 
@@ -180,14 +156,14 @@ class PodReflector:
         if home is None:
             self._held.discard(key)
             self._refusals.forget(key)
-        twin_name = self.twins.get(namespace)
-        if twin_name is None:
+        pair = self._manager.pair(namespace)
+        if pair is None:
             return await self._no_twin(home)
-        twin = self._remote[twin_name]
-        if not twin.synced:
-            return Result(requeue_after=0.5)
-        shadow = twin.shadows.store.get(f"{twin_name}/{name}")
-        remote = twin.pods.store.get(f"{twin_name}/{name}")
+        if not pair.synced:
+            return None  # namespace_synced re-queues it
+        twin_name = pair.twin
+        shadow = _shadows(pair, home_cluster_id=self._home_cluster_id).store.get(f"{twin_name}/{name}")
+        remote = remote_pods(pair).store.get(f"{twin_name}/{name}")
         if shadow is not None and home is not None and shadow["spec"].get("homePodUID") != home["metadata"]["uid"]:
             await self._delete_shadow(shadow, grace=None)  # a previous namesake's; the deletion re-queues us
             return None

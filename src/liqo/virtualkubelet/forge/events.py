@@ -1,0 +1,70 @@
+"""The provider's Events about the pods we run → Events about the home pods (pure).
+
+One home Event per provider Event, under the same name, so that its count growing updates one home Event
+and a re-list writes nothing new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo.api import names
+from liqo.kube.events import MAX_MESSAGE_LENGTH
+from liqo.virtualkubelet.forge.common import kube_time, parse_time
+
+Obj = dict[str, Any]
+
+
+def mirrorable(event: Obj) -> bool:
+    """Whether a provider Event may be mirrored at home: about a pod, and not itself a mirror (pure)."""
+    involved = event.get("involvedObject") or {}
+    labels = event["metadata"].get("labels") or {}
+    return bool(involved.get("kind") == "Pod" and involved.get("name") and names.ORIGIN not in labels)
+
+
+def _whole_seconds(stamp: str | None) -> str | None:
+    """A ``Time`` from a ``Time`` or ``MicroTime`` (the events.k8s.io fields), which core Events need."""
+    return kube_time(parse_time(stamp)) if stamp else None
+
+
+def mirrored_event(event: Obj, *, home_pod: Obj, provider_id: str) -> Obj:
+    """The home Event mirroring provider ``event`` onto ``home_pod``: same name, reason, message, type, count (pure).
+
+    Same name as the provider's, so that every change of that Event (its count growing) updates one home Event
+    and a re-list writes nothing new. Events written through events.k8s.io carry their count and times in
+    ``series``/``eventTime`` instead: they are folded into the core fields.
+    """
+    meta = home_pod["metadata"]
+    involved = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+    }
+    if (event.get("involvedObject") or {}).get("fieldPath"):
+        involved["fieldPath"] = event["involvedObject"]["fieldPath"]
+    series = event.get("series") or {}
+    first = _whole_seconds(event.get("firstTimestamp") or event.get("eventTime"))
+    last = _whole_seconds(event.get("lastTimestamp") or series.get("lastObservedTime") or event.get("eventTime"))
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent") or "provider"
+    mirror: Obj = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": event["metadata"]["name"],
+            "namespace": meta["namespace"],
+            "labels": names.peer_labels(provider_id) | {names.ORIGIN: provider_id},
+        },
+        "involvedObject": involved,
+        "type": event.get("type") or "Normal",
+        "reason": event.get("reason") or "",
+        "message": (event.get("message") or "")[:MAX_MESSAGE_LENGTH],
+        "count": max(int(event.get("count") or 0), int(series.get("count") or 0), 1),
+        "source": {"component": component},
+    }
+    if first or last:
+        mirror["firstTimestamp"] = first or last
+        mirror["lastTimestamp"] = last or first
+    return mirror

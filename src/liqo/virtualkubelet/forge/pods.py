@@ -1,0 +1,188 @@
+"""Home pod → the ShadowPod the provider runs, and the remote pod's status → the home pod (pure).
+
+The ShadowPod carries the pod minus what only means something at home (its node, scheduling constraints
+that name home nodes, priority classes, the home ServiceAccount, whose token comes instead from a Secret the
+token reflector keeps filled: :mod:`liqo.virtualkubelet.forge.tokens`). Back home go the phase, conditions,
+container statuses and IPs of the remote pod, or, while the provider holds it back or refuses it, a Pending
+status with the provider's reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from liqo.api import names
+from liqo.api.crds import SHADOW_POD_WAIT_REASONS
+from liqo.api.resources import SHADOW_PODS
+from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS
+from liqo.virtualkubelet.forge.tokens import is_token_volume, token_secret_name
+
+Obj = dict[str, Any]
+
+
+_DROPPED_POD_FIELDS = frozenset(
+    {
+        "nodeName",  # the virtual node's name means nothing remotely; the provider's scheduler decides
+        "nodeSelector",
+        "affinity",
+        "tolerations",
+        "topologySpreadConstraints",
+        "schedulerName",
+        "priority",  # set by the home priority admission; the provider computes its own
+        "priorityClassName",
+        "preemptionPolicy",
+        "overhead",
+        "serviceAccount",  # deprecated alias
+        "serviceAccountName",  # home service accounts do not exist remotely (tokens are reflected instead)
+        "automountServiceAccountToken",
+        "schedulingGates",
+        "resourceClaims",
+        "runtimeClassName",  # home runtime classes mean nothing remotely (and the provider refuses them)
+    }
+)
+_STATUS_FIELDS = (
+    "phase",
+    "conditions",
+    "containerStatuses",
+    "initContainerStatuses",
+    "ephemeralContainerStatuses",
+    "podIP",
+    "podIPs",
+    "startTime",
+    "reason",
+    "message",
+    "qosClass",
+)
+_CLEARED_FIELDS = ("reason", "message")
+"""Status fields a refusal sets at home and the remote pod, once running, may not have."""
+
+
+def remote_pod_spec(home_spec: Obj, *, token_secret: str) -> Obj:
+    """The spec the provider runs for a home pod: scheduling removed, the home token from ``token_secret`` (pure)."""
+    spec = {key: value for key, value in home_spec.items() if key not in _DROPPED_POD_FIELDS}
+    if "volumes" in spec:
+        spec["volumes"] = [_token_secret_volume(v, token_secret) if is_token_volume(v) else v for v in spec["volumes"]]
+    # The provider's default ServiceAccount must not mount its own token into a consumer's workload.
+    spec["automountServiceAccountToken"] = False
+    return spec
+
+
+def _token_secret_volume(volume: Obj, secret: str) -> Obj:
+    source: Obj = {"secretName": secret}
+    if "defaultMode" in volume["projected"]:
+        source["defaultMode"] = volume["projected"]["defaultMode"]
+    return {"name": volume["name"], "secret": source}
+
+
+def shadow_pod(home_pod: Obj, *, namespace: str, home_cluster_id: str) -> Obj:
+    """The ShadowPod asking the provider to run ``home_pod`` in twin ``namespace`` (pure)."""
+    meta = home_pod["metadata"]
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in DROPPED_ANNOTATIONS}
+    labels = dict(meta.get("labels") or {}) | names.peer_labels(home_cluster_id)
+    # The provider's finalizer comes with the creation: one write less per pod than the provider adding it.
+    metadata: Obj = {"name": meta["name"], "namespace": namespace, "labels": labels, "finalizers": [names.FINALIZER]}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "apiVersion": SHADOW_PODS.api_version,
+        "kind": SHADOW_PODS.kind,
+        "metadata": metadata,
+        "spec": {
+            "pod": remote_pod_spec(home_pod["spec"], token_secret=token_secret_name(meta["name"])),
+            "homePodUID": meta["uid"],
+        },
+    }
+
+
+def shadow_is_current(shadow: Obj, desired: Obj) -> bool:
+    """Whether ``shadow`` (as read) already asks for what ``desired`` asks (pure)."""
+    meta, wanted = shadow["metadata"], desired["metadata"]
+    return bool(
+        shadow.get("spec") == desired["spec"]
+        and (meta.get("labels") or {}) == wanted.get("labels", {})
+        and (meta.get("annotations") or {}) == wanted.get("annotations", {})
+    )
+
+
+def runs_home_pod(remote_pod: Obj, home_pod: Obj) -> bool:
+    """Whether ``remote_pod`` runs this very home pod, not a deleted namesake (pure)."""
+    annotations = remote_pod["metadata"].get("annotations") or {}
+    return bool(annotations.get(names.HOME_POD_UID) == home_pod["metadata"]["uid"])
+
+
+def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
+    """The home pod's status mirroring the remote pod's (pure).
+
+    ``hostIP`` is the virtual node's address: the remote node means nothing at home.
+    """
+    remote = remote_pod.get("status") or {}
+    status = {field: remote[field] for field in _STATUS_FIELDS if field in remote}
+    for field in _CLEARED_FIELDS:
+        # A refusal's reason (refused_status) must not outlive it: kubectl shows status.reason as the pod's
+        # STATUS, so a running pod would read "DoesNotFitRemote". None deletes it in the strategic merge.
+        status.setdefault(field, None)
+    status["hostIP"] = node_address
+    status["hostIPs"] = [{"ip": node_address}]
+    return status
+
+
+PROVIDER_REFUSED = "ProviderRefused"
+"""The reason on a home pod the provider refused (its ShadowPod, or the pod made from it)."""
+
+
+def held_back(shadow: Obj) -> tuple[str, str] | None:
+    """Why the provider runs no pod for ``shadow``, as ``(reason, message)`` for the home pod; None if it does (pure).
+
+    A ShadowPod waiting for its consumer's budget keeps the provider's reason (``OverBudget``,
+    ``NoAcceptedOffer``); any other reason a provider writes is shown as ``ProviderRefused``, its message kept.
+    """
+    status = shadow.get("status") or {}
+    message = str(status.get("message", ""))
+    if status.get("phase") == "Refused":
+        return PROVIDER_REFUSED, message
+    if status.get("phase") == "Waiting":
+        reason = status.get("reason")
+        return (reason if reason in SHADOW_POD_WAIT_REASONS else PROVIDER_REFUSED), message
+    return None
+
+
+def refused_status(*, reason: str, message: str) -> Obj:
+    """The home pod's status when the provider will not run it: Pending, with the reason on a condition."""
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": message}],
+        "reason": reason,
+        "message": message,
+    }
+
+
+def status_differs(home_pod: Obj, desired: Obj) -> bool:
+    """Whether the home pod's status lacks something of ``desired`` (pure).
+
+    Conditions are compared by type, since the home scheduler owns ``PodScheduled``.
+    """
+    current = home_pod.get("status") or {}
+    for field, value in desired.items():
+        if field == "conditions":
+            mine = {c["type"]: c for c in current.get("conditions") or []}
+            if any(mine.get(c["type"]) != c for c in value):
+                return True
+        elif current.get(field) != value:
+            return True
+    return False
+
+
+_REPLACED_LISTS = ("podIPs", "hostIPs")
+"""Lists a strategic merge patch would merge by ``ip``: a re-created remote pod has a new IP, not two."""
+
+
+def status_patch(status: Obj) -> Obj:
+    """The strategic-merge body setting ``status`` on a home pod (pure).
+
+    Conditions merge by type (the scheduler's ``PodScheduled`` stays); the IP lists are replaced whole.
+    """
+    body = dict(status)
+    for field in _REPLACED_LISTS:
+        if field in body:
+            body[field] = [{"$patch": "replace"}, *body[field]]
+    return {"status": body}

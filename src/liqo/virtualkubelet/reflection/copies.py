@@ -1,0 +1,229 @@
+"""Objects copied from an offloaded namespace into its twin: ConfigMaps, Secrets, Services, Ingresses.
+
+A pod running on the provider mounts ConfigMaps and Secrets by name from its (twin) namespace and reaches
+Services by name, so each is copied there (same name, content, labels and annotations, marked
+``names.ORIGIN``), updated when it changes and deleted when it goes — or when it stops qualifying
+(``liqo.io/skip-reflection``, the policy). Every kind copied this way is a :class:`CopiedKind`: its resource
+and four pure functions from its forge module; the reconcile below is the same for all.
+
+One key per object, ``(plural, home namespace, name)``. The reconcile reads both caches and does one step, so
+a restart converges from whatever it finds; nothing that does not carry our marker (a namesake made on the
+provider) is ever updated or deleted — it gets a ``ReflectionConflict`` Event on the home object instead.
+Copies are written with create and replace at the cached resourceVersion, not server-side apply: a create
+fails on a namesake the cache has not shown yet, where an apply would take it over.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from liqo.api import names
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.events import EventRecorder
+from liqo.kube.informer import Informer
+from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
+from liqo.virtualkubelet.forge import common, configdata, ingresses, services
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+
+Obj = dict[str, Any]
+Mode = Literal["All", "None"]
+ObjectKey = tuple[str, str, str]
+"""``(plural, home namespace, name)`` of a copied object."""
+
+
+@dataclass(frozen=True, slots=True)
+class CopiedKind:
+    """A kind copied into twins, and the pure functions that say how (from its forge module).
+
+    Attributes:
+        resource: The kind.
+        reflectable: Whether a home object is ever copied, whatever the policy.
+        copy: The copy of a home object in a twin: ``copy(obj, namespace=, home_cluster_id=)``.
+        is_current: Whether the copy as read already says what the desired one says.
+        must_replace: Whether the copy cannot be updated into the desired one (deleted and made anew).
+    """
+
+    resource: Resource
+    reflectable: Callable[[Obj], bool]
+    copy: Callable[..., Obj]
+    is_current: Callable[[Obj, Obj], bool]
+    must_replace: Callable[[Obj, Obj], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionPolicy:
+    """Which home objects go to providers, per kind: ``All`` (but the never-reflected) or ``None``.
+
+    ``None`` also deletes the copies made before: the policy is a desired state, not a switch of the loop.
+    """
+
+    configmaps: Mode = "All"
+    secrets: Mode = "All"
+    services: Mode = "All"
+    ingresses: Mode = "All"
+    ingress_classes: Mapping[str, str] = field(default_factory=dict)
+    """Home IngressClass → the provider's, for Ingress copies (unmapped classes are cleared)."""
+
+    def reflects(self, resource: Resource) -> bool:
+        """Whether objects of ``resource`` are copied at all."""
+        return getattr(self, resource.plural, "All") == "All"
+
+
+def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
+    """Every kind copied as it is, the Ingress copy mapping classes by ``policy.ingress_classes``."""
+    return [
+        *CONFIG_KINDS,
+        CopiedKind(
+            resource=SERVICES,
+            reflectable=services.reflectable,
+            copy=services.reflected_service,
+            is_current=services.service_is_current,
+            must_replace=services.must_replace,
+        ),
+        CopiedKind(
+            resource=INGRESSES,
+            reflectable=ingresses.reflectable,
+            copy=lambda obj, **where: ingresses.reflected_ingress(obj, classes=policy.ingress_classes, **where),
+            is_current=ingresses.ingress_is_current,
+            must_replace=ingresses.must_replace,
+        ),
+    ]
+
+
+CONFIG_KINDS = (
+    CopiedKind(
+        resource=CONFIGMAPS,
+        reflectable=lambda obj: configdata.reflectable(obj, resource=CONFIGMAPS),
+        copy=lambda obj, **where: configdata.reflected_copy(obj, resource=CONFIGMAPS, **where),
+        is_current=configdata.copy_is_current,
+        must_replace=configdata.must_replace,
+    ),
+    CopiedKind(
+        resource=SECRETS,
+        reflectable=lambda obj: configdata.reflectable(obj, resource=SECRETS),
+        copy=lambda obj, **where: configdata.reflected_copy(obj, resource=SECRETS, **where),
+        is_current=configdata.copy_is_current,
+        must_replace=configdata.must_replace,
+    ),
+)
+
+
+class CopyReflector:
+    """Keeps the copies of one virtual node's offloaded namespaces in step with their home objects."""
+
+    def __init__(
+        self,
+        *,
+        manager: ReflectionManager,
+        node_name: str,
+        home_cluster_id: str,
+        events: EventRecorder,
+        policy: ReflectionPolicy,
+        kinds: Iterable[CopiedKind],
+    ) -> None:
+        self._manager = manager
+        self._provider = manager.provider
+        self._home_cluster_id = home_cluster_id
+        self._events = events
+        self._policy = policy
+        self._kinds = {kind.resource.plural: kind for kind in kinds}
+        self.controller: Controller[ObjectKey] = Controller(
+            name=f"copies {node_name}", reconcile=self.reconcile, workers=3
+        )
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The copy controller."""
+        return [self.controller]
+
+    @property
+    def informers(self) -> list[Informer]:
+        """None of its own: everything is per pair."""
+        return []
+
+    def start_namespace(self, pair: NamespacePair) -> None:
+        """Watch every copied kind on both sides: an event on either re-queues the object of that name."""
+        home_namespace = pair.home_namespace
+        for plural, kind in self._kinds.items():
+            for informer in (pair.home(kind.resource), pair.remote(kind.resource)):
+                self.controller.watch(informer, _keyer(plural, home_namespace))
+
+    def namespace_synced(self, pair: NamespacePair) -> None:
+        """Reconcile every object seen on either side again, with both caches listed."""
+        for plural, kind in self._kinds.items():
+            found = {obj["metadata"]["name"] for obj in pair.home(kind.resource).store.list()}
+            found |= {obj["metadata"]["name"] for obj in pair.remote(kind.resource).store.list()}
+            for name in found:
+                self.controller.queue.add((plural, pair.home_namespace, name))
+
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """Nothing is kept per pair (the provider deletes a twin with its copies)."""
+
+    def namespaces_changed(self) -> None:
+        """Nothing waits for a twin: a new pair's first lists enqueue its objects."""
+
+    async def reconcile(self, key: ObjectKey) -> Result | None:
+        """Bring the copy of one home object in line with it (or delete it)."""
+        plural, namespace, name = key
+        kind = self._kinds[plural]
+        resource = kind.resource
+        pair = self._manager.pair(namespace)
+        if pair is None or not pair.synced:
+            return None  # not (or no longer) offloaded here; or namespace_synced re-queues it
+        home = pair.home(resource).store.get(f"{namespace}/{name}")
+        current = pair.remote(resource).store.get(f"{pair.twin}/{name}")
+        wanted = home is not None and self._policy.reflects(resource) and kind.reflectable(home)
+        if current is not None and not common.is_copy(current, origin=self._home_cluster_id):
+            if wanted and home is not None:
+                message = f"the twin {pair.twin} on the provider has a {resource.kind} {name} liqo did not make"
+                await self._events.record(
+                    {"apiVersion": resource.api_version, "kind": resource.kind, **home},
+                    type="Warning",
+                    reason="ReflectionConflict",
+                    message=message,
+                )
+            return None  # never ours to change
+        if not wanted or home is None:
+            if current is not None:
+                await delete_copy(self._provider, resource, current)
+            return None
+        desired = kind.copy(home, namespace=pair.twin, home_cluster_id=self._home_cluster_id)
+        # A conflict on create or replace means the cache is behind, and the event it is behind on re-queues us.
+        if current is None:
+            with contextlib.suppress(ConflictError):
+                await self._provider.create(resource, desired)
+            return None
+        if kind.is_current(current, desired):
+            return None
+        if kind.must_replace(current, desired):
+            await delete_copy(self._provider, resource, current)  # its deletion re-queues us, and the copy is made anew
+            return None
+        desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        with contextlib.suppress(ConflictError, NotFoundError):
+            await self._provider.replace(resource, desired)
+        return None
+
+
+def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:
+    """Every object of the kind (whether it qualifies is the reconcile's to judge) but pod tokens (tokens.py's)."""
+
+    def keys(obj: Obj) -> list[ObjectKey]:
+        if names.POD_TOKEN in (obj["metadata"].get("labels") or {}):
+            return []
+        return [(plural, home_namespace, obj["metadata"]["name"])]
+
+    return keys
+
+
+async def delete_copy(provider: KubeClient, resource: Resource, obj: Obj) -> None:
+    """Delete a copy (at its uid: never a namesake made since), unless it is already going."""
+    meta = obj["metadata"]
+    if meta.get("deletionTimestamp"):
+        return
+    with contextlib.suppress(NotFoundError):
+        await provider.delete(resource, meta["name"], namespace=meta["namespace"], uid=meta["uid"])

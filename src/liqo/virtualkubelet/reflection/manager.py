@@ -1,0 +1,188 @@
+"""One reflector manager per virtual node: it follows the twins and gives every reflector their informers.
+
+Everything a virtual node reflects (pods, ConfigMaps and Secrets, pod tokens, Events, Services, ...) lives in
+the same places: a home namespace offloaded to the provider, and its twin there. So, as upstream Liqo's
+``reflection/manager``, one component follows the set of those pairs — from the NamespaceOffloadings'
+status, :func:`twins_on` — and tells each registered :class:`Reflector`:
+
+- ``start_namespace(pair)``: a pair appeared; the reflector asks the pair for the informers it needs
+  (:meth:`NamespacePair.home`, :meth:`NamespacePair.remote`) and adds handlers that enqueue its keys. Two
+  reflectors asking for the same resource in the same scope share one watch and one cache;
+- ``namespace_synced(pair)``: every informer of the pair has listed; keys whose reconcile ran before (and
+  returned early: "absent" and "not listed yet" look alike) are queued again;
+- ``stop_namespace(pair)``: the pair went (the namespace is no longer offloaded there, or the identity was
+  renewed and everything restarts with the new client); per-pair state is dropped;
+- ``namespaces_changed()``: the set changed; keys that waited for a twin (or must notice one gone) are
+  queued again.
+
+Each reflector then has one controller per kind of key, and one ``handle``-like reconcile per key that reads
+the pair's caches and does one step. Why informers per pair rather than cluster-wide: the identity may only
+read inside its twins, and at home only the offloaded namespaces matter (a cluster-wide Secret informer would
+hold every Secret of the cluster in memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from liqo.kube.cache import InformerGroup
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller
+from liqo.kube.following import Following
+from liqo.kube.informer import Informer
+from liqo.kube.resources import Resource
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def twins_on(offloadings: Iterable[Obj], *, provider_id: str) -> dict[str, str]:
+    """Home namespace → twin namespace on ``provider_id``, for twins the provider reports Ready (pure)."""
+    twins: dict[str, str] = {}
+    for offloading in offloadings:
+        if offloading["metadata"].get("deletionTimestamp"):
+            continue
+        for twin in (offloading.get("status") or {}).get("remoteNamespacesConditions") or []:
+            if twin.get("clusterID") == provider_id and twin.get("phase") == "Ready" and twin.get("remoteNamespace"):
+                twins[offloading["metadata"]["namespace"]] = twin["remoteNamespace"]
+    return twins
+
+
+class NamespacePair(InformerGroup):
+    """One offloaded home namespace and its twin on the provider, with the informers reflectors asked for.
+
+    Informers are created on request, before the pair starts (in ``start_namespace``); one per (side,
+    resource, label selector), shared by every reflector asking for it.
+    """
+
+    def __init__(self, *, home: KubeClient, provider: KubeClient, home_namespace: str, twin: str) -> None:
+        self.home_namespace = home_namespace
+        self.twin = twin
+        self._clients = {"home": home, "remote": provider}
+        self._scoped: dict[tuple[str, Resource, str | None], Informer] = {}
+        super().__init__([], name=f"reflection {home_namespace}→{twin}")
+
+    def home(self, resource: Resource, *, label_selector: str | None = None) -> Informer:
+        """The informer of ``resource`` in the home namespace."""
+        return self._informer("home", resource, label_selector)
+
+    def remote(self, resource: Resource, *, label_selector: str | None = None) -> Informer:
+        """The informer of ``resource`` in the twin, with the provider's identity."""
+        return self._informer("remote", resource, label_selector)
+
+    def _informer(self, side: str, resource: Resource, label_selector: str | None) -> Informer:
+        scope = (side, resource, label_selector)
+        if scope not in self._scoped:
+            if self.started:
+                raise RuntimeError(f"{self.name}: {resource.plural}@{side} asked for after the pair started")
+            namespace = self.home_namespace if side == "home" else self.twin
+            informer = Informer(
+                client=self._clients[side],
+                resource=resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                name=f"{resource.plural}/{namespace}@{side}",
+            )
+            self._scoped[scope] = informer
+            self.informers.append(informer)
+        return self._scoped[scope]
+
+
+class Reflector(Protocol):
+    """What the manager needs of a reflector (see the module docstring for when each hook is called)."""
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The reflector's control loops, run by the manager."""
+
+    @property
+    def informers(self) -> list[Informer]:
+        """Informers of the reflector's own, outside any pair (the home pods bound to the node), run by the manager."""
+
+    def start_namespace(self, pair: NamespacePair) -> None:
+        """Ask ``pair`` for informers and add handlers that enqueue keys (no I/O)."""
+
+    def namespace_synced(self, pair: NamespacePair) -> None:
+        """Every informer of ``pair`` has listed: queue its keys again."""
+
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """``pair`` is going: drop what the reflector keeps about it."""
+
+    def namespaces_changed(self) -> None:
+        """The set of pairs changed."""
+
+
+class ReflectionManager:
+    """Follows the twins of one virtual node and runs its reflectors over them."""
+
+    def __init__(self, *, home: KubeClient, provider: KubeClient, provider_id: str, offloadings: Informer) -> None:
+        """``offloadings`` is the home NamespaceOffloading informer the caller runs (one per process)."""
+        self._home = home
+        self._provider = provider
+        self._provider_id = provider_id
+        self._offloadings = offloadings
+        self._reflectors: list[Reflector] = []
+        self.twins: dict[str, str] = {}
+        """Home namespace → twin, as followed now."""
+        self._pairs: Following[str, str, NamespacePair] = Following(
+            make=self._start_pair,
+            on_synced=lambda _twin, pair: self._each(lambda r: r.namespace_synced(pair)),
+            on_stop=lambda _twin, pair: self._each(lambda r: r.stop_namespace(pair)),
+        )
+
+    @property
+    def provider(self) -> KubeClient:
+        """The client of the provider, with this virtual node's identity."""
+        return self._provider
+
+    def register(self, *reflectors: Reflector) -> None:
+        """Add reflectors (before :meth:`run`)."""
+        self._reflectors.extend(reflectors)
+
+    def pair(self, home_namespace: str) -> NamespacePair | None:
+        """The pair of ``home_namespace``, if it is offloaded to this provider."""
+        twin = self.twins.get(home_namespace)
+        return self._pairs.get(twin) if twin is not None else None
+
+    def pair_of_twin(self, twin: str) -> NamespacePair | None:
+        """The pair whose twin is ``twin``, if any."""
+        return self._pairs.get(twin)
+
+    def twins_changed(self) -> None:
+        """The NamespaceOffloadings changed: follow the twins on this provider (call on every change)."""
+        wanted = twins_on(self._offloadings.store.list(), provider_id=self._provider_id)
+        if wanted == self.twins:
+            return
+        self.twins = wanted
+        self._pairs.follow({twin: home for home, twin in wanted.items()})
+        self._each(lambda r: r.namespaces_changed())
+
+    def _start_pair(self, twin: str, home_namespace: str) -> NamespacePair:
+        pair = NamespacePair(home=self._home, provider=self._provider, home_namespace=home_namespace, twin=twin)
+        for reflector in self._reflectors:
+            reflector.start_namespace(pair)
+        return pair
+
+    def _each(self, call: Callable[[Reflector], None]) -> None:
+        for reflector in self._reflectors:
+            call(reflector)
+
+    async def run(self) -> None:
+        """Run the reflectors' informers, then follow the twins and reconcile until cancelled."""
+        informers = [i for r in self._reflectors for i in r.informers]
+        try:
+            async with asyncio.TaskGroup() as group:
+                for informer in informers:
+                    group.create_task(informer.run(), name=f"informer {informer.name}")
+                for informer in informers:
+                    await informer.wait_synced()
+                self.twins_changed()
+                for reflector in self._reflectors:
+                    for controller in reflector.controllers:
+                        group.create_task(controller.run(), name=f"controller {controller.name}")
+        finally:
+            await self._pairs.close()

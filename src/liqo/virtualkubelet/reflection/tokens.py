@@ -1,0 +1,161 @@
+"""The home ServiceAccount token of every offloaded pod, kept live in a Secret of its twin.
+
+A pod on the provider talks to the home API server with its home ServiceAccount's token. For each pod with
+the projected ServiceAccount volume, a TokenRequest at home bound to the pod is written with the home CA and
+namespace into a pod-token Secret in the twin, which the ShadowPod mounts in place of the projected volume
+(:func:`liqo.virtualkubelet.forge.pods.remote_pod_spec`). Renewed at 80% of its lifetime by a delayed
+re-queue, deleted once the home pod is gone (the token itself dies with the pod: it is bound to it).
+
+One key per home pod (``namespace/name``). Pod-token Secrets are names nobody else picks: written with
+server-side apply.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from liqo.api import names
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import ApiError
+from liqo.kube.events import EventRecorder
+from liqo.kube.informer import Informer
+from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key
+from liqo.virtualkubelet.forge import configdata, tokens
+from liqo.virtualkubelet.forge.common import parse_time
+from liqo.virtualkubelet.reflection.copies import delete_copy
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+TOKEN_RETRY_SECONDS = 30.0
+"""A refused TokenRequest (ServiceAccount missing, RBAC) is tried again this often."""
+
+
+class TokenReflector:
+    """Keeps a live home token in the twin for every pod bound to one virtual node."""
+
+    def __init__(
+        self,
+        *,
+        home: KubeClient,
+        manager: ReflectionManager,
+        node_name: str,
+        home_cluster_id: str,
+        home_pods: Informer,
+        events: EventRecorder,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        """``home_pods`` is the pod reflector's informer (the pods bound to the node): the keys come from it."""
+        self._home = home
+        self._manager = manager
+        self._provider = manager.provider
+        self._home_cluster_id = home_cluster_id
+        self._home_pods = home_pods
+        self._events = events
+        self._clock = clock
+        self.controller: Controller[str] = Controller(name=f"tokens {node_name}", reconcile=self.reconcile, workers=2)
+        self.controller.watch(home_pods, lambda pod: [object_key(pod)])
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The token controller."""
+        return [self.controller]
+
+    @property
+    def informers(self) -> list[Informer]:
+        """None of its own (the home pods are the pod reflector's)."""
+        return []
+
+    def start_namespace(self, pair: NamespacePair) -> None:
+        """Watch the pod-token Secrets in the twin, and the home CA (in every pod-token Secret)."""
+        home_namespace = pair.home_namespace
+
+        def token_owner(secret: Obj) -> list[str]:
+            if not tokens.is_pod_token(secret, home_cluster_id=self._home_cluster_id):
+                return []
+            pod = (secret["metadata"].get("annotations") or {}).get(names.HOME_POD)
+            return [f"{home_namespace}/{pod}"] if pod else []
+
+        def ca_users(configmap: Obj) -> list[str]:
+            if configmap["metadata"]["name"] != configdata.ROOT_CA_CONFIGMAP:
+                return []
+            return self._pods_in(home_namespace)
+
+        self.controller.watch(pair.remote(SECRETS), token_owner)
+        self.controller.watch(pair.home(CONFIGMAPS), ca_users)
+
+    def namespace_synced(self, pair: NamespacePair) -> None:
+        """Reconcile the namespace's pods again with every cache listed."""
+        for key in self._pods_in(pair.home_namespace):
+            self.controller.queue.add(key)
+
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """Nothing is kept per pair."""
+
+    def namespaces_changed(self) -> None:
+        """Pods waiting for a twin may get their token now."""
+        for pod in self._home_pods.store.list():
+            self.controller.queue.add(object_key(pod))
+
+    def _pods_in(self, namespace: str) -> list[str]:
+        return [object_key(p) for p in self._home_pods.store.list() if p["metadata"]["namespace"] == namespace]
+
+    async def reconcile(self, key: str) -> Result | None:
+        """Keep the pod-token Secret of home pod ``key`` holding a live home token (or delete it)."""
+        namespace, name = key.split("/", 1)
+        pair = self._manager.pair(namespace)
+        if pair is None or not pair.synced:
+            return None  # no twin (yet): namespaces_changed or namespace_synced re-queues it
+        home = self._home_pods.store.get(key)
+        secret_name = tokens.token_secret_name(name)
+        current = pair.remote(SECRETS).store.get(f"{pair.twin}/{secret_name}")
+        if current is not None and not tokens.is_pod_token(current, home_cluster_id=self._home_cluster_id):
+            log.warning("%s/%s on the provider is not a pod-token Secret of ours: left alone", pair.twin, secret_name)
+            return None
+        volume = tokens.token_volume(home["spec"]) if home is not None else None
+        if home is None or volume is None:
+            if current is not None:
+                await delete_copy(self._provider, SECRETS, current)
+            return None
+        root_ca = pair.home(CONFIGMAPS).store.get(f"{namespace}/{configdata.ROOT_CA_CONFIGMAP}")
+        ca = ((root_ca or {}).get("data") or {}).get("ca.crt")
+        if ca is None:
+            return None  # published by the controller manager shortly; its arrival re-queues the namespace's pods
+        now = self._clock()
+        renew_at = tokens.token_renew_at(current, home, ca=ca) if current is not None else None
+        if renew_at is not None and renew_at > now:
+            return Result(requeue_after=(renew_at - now).total_seconds())
+        try:
+            answer = await self._home.request(
+                "POST",
+                SERVICE_ACCOUNTS.path(namespace=namespace, name=tokens.service_account_of(home), subresource="token"),
+                body=tokens.token_request(home, seconds=tokens.token_seconds(volume)),
+            )
+        except ApiError as exc:
+            # The ServiceAccount is missing or we may not ask: say so on the pod and try again later. (A 404 may
+            # also mean the pod went meanwhile; then its deletion re-queues us and the retry finds nothing to do.)
+            if exc.status not in (400, 403, 404, 422):
+                raise
+            await self._events.record(
+                {"apiVersion": "v1", "kind": "Pod", **home},
+                type="Warning",
+                reason="TokenRequestFailed",
+                message=exc.message,
+            )
+            return Result(requeue_after=TOKEN_RETRY_SECONDS)
+        renew_at = tokens.renewal_time(issued=now, expires=parse_time(answer["status"]["expirationTimestamp"]))
+        secret = tokens.token_secret(
+            home,
+            namespace=pair.twin,
+            home_cluster_id=self._home_cluster_id,
+            token=answer["status"]["token"],
+            ca=ca,
+            renew_at=renew_at,
+        )
+        await self._provider.apply(SECRETS, secret)
+        return Result(requeue_after=max((renew_at - now).total_seconds(), 1.0))

@@ -118,6 +118,13 @@ RENEW_AT = "liqo.io/renew-at"
 """On a pod-token Secret: when its token is replaced (at 80% of its lifetime, RFC 3339)."""
 LARGEST_SLOTS = "liqo.io/largest-slots"
 """On virtual Nodes: the provider's largest slots (JSON), the biggest pods it can still place on one node."""
+SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+REFLECTION_MANAGER = "reflection.liqo.io"
+"""The manager of the EndpointSlices a consumer reflects into its twins (the provider's EndpointSlice and
+mirroring controllers leave slices of other managers alone)."""
+CONSUMER_HEARTBEAT = "liqo-consumer-heartbeat"
+"""The Lease a consumer's virtual kubelet renews in its tenant namespace on a provider while it reaches it:
+the provider turns the endpoints that consumer reflected not-ready when it stops."""
 TWIN_PREFIX_LENGTH = 8
 """How many characters of the home cluster ID suffix a twin namespace's DefaultName."""
 _DNS_LABEL_MAX = 63

@@ -42,6 +42,7 @@ from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
 from liqo.offloading.admission import ShadowPodWebhook
+from liqo.offloading.heartbeats import Heartbeats
 from liqo.offloading.namespacemaps import NamespaceMapController, parse_reserved
 from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
@@ -295,6 +296,7 @@ async def _controllers(
         reserved=reserved_namespaces,
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
+    heartbeats = Heartbeats(client=client, informers=informers)
     observations.on_change = status.controller.queue.add
     observations.on_forbidden = outgoing.controller.queue.add
 
@@ -313,6 +315,7 @@ async def _controllers(
         namespace_maps.controller,
         *offloadings.controllers,
         *shadow_pods.controllers,
+        heartbeats.controller,
     ]
     try:
         async with asyncio.TaskGroup() as group:

@@ -97,6 +97,8 @@ async def run(args: argparse.Namespace) -> None:
         kubelets = VirtualKubelets(
             client=client,
             home_cluster_id=local.cluster_id,
+            home_name=local.cluster_name,
+            home_network=local.network,
             address=args.node_address,
             port=int(port),
             holder=identity,

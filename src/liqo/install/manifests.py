@@ -71,6 +71,15 @@ def manager_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "create", "delete"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        # Consumers' heartbeats, by name (a list or watch names it in a field selector), and the slices they
+        # reflect into twins, set not-ready when a consumer goes silent (liqo.offloading.heartbeats).
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [names.CONSUMER_HEARTBEAT],
+            "verbs": _READ,
+        },
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": [*_READ, "patch"]},
         # Peers' rights: RoleBindings to the two peer ClusterRoles only. No Role and no escalate: with bind
         # limited by name, the API server refuses a binding to any other role (RBAC's escalation check).
         {"apiGroups": [_RBAC], "resources": ["rolebindings"], "verbs": [*_READ, "create", "update", "patch", "delete"]},
@@ -216,7 +225,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
     Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
-    ConfigMaps, Services and Ingresses, to copy offloaded namespaces' into their twins; tokens are requested
+    ConfigMaps, Services, Ingresses and EndpointSlices, to copy offloaded namespaces' into their twins (and
+    ForeignClusters, for the providers' networks); tokens are requested
     for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with server-side apply,
     hence ``patch``).
     """
@@ -228,12 +238,13 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["secrets", "configmaps", "services"], "verbs": read},
         {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": read},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": [*read, "create", "update", "patch"]},
         {
-            "apiGroups": [liqo_resources.VIRTUAL_KUBELET, liqo_resources.OFFLOADING],
-            "resources": ["virtualnodes", "namespaceoffloadings"],
+            "apiGroups": [liqo_resources.VIRTUAL_KUBELET, liqo_resources.OFFLOADING, liqo_resources.DISCOVERY],
+            "resources": ["virtualnodes", "namespaceoffloadings", "foreignclusters"],
             "verbs": read,
         },
         # The Registered condition: whether the Node of that name is ours (server-side apply is a patch).

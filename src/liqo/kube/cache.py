@@ -13,7 +13,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.informer import Informer
 from liqo.kube.resources import Resource
 
-_Scope = tuple[Resource, str | None, str | None]
+_Scope = tuple[Resource, str | None, str | None, str | None]
 
 
 class SharedInformers:
@@ -24,13 +24,22 @@ class SharedInformers:
         self._informers: dict[_Scope, Informer] = {}
 
     def informer(
-        self, resource: Resource, *, namespace: str | None = None, label_selector: str | None = None
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Informer:
         """The informer for this scope (created on first request)."""
-        scope = (resource, namespace, label_selector)
+        scope = (resource, namespace, label_selector, field_selector)
         if scope not in self._informers:
             self._informers[scope] = Informer(
-                client=self.client, resource=resource, namespace=namespace, label_selector=label_selector
+                client=self.client,
+                resource=resource,
+                namespace=namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
             )
         return self._informers[scope]
 

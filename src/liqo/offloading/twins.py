@@ -63,6 +63,7 @@ def twin_rules() -> list[dict[str, Any]]:
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods/status"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": _ALL},
         {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": _ALL},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _ALL},
         {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},

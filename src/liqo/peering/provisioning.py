@@ -51,7 +51,7 @@ def peer_rules() -> list[dict[str, Any]]:
     """What a consumer's user may do in its tenant namespace: ClusterRole ``liqo-peer-tenant``, bound there (pure).
 
     Requests read/write, offers read (and their status, to accept), NamespaceMaps read/write (their status
-    read-only: it is this cluster's report).
+    read-only: it is this cluster's report), its heartbeat Lease.
     """
     return [
         {
@@ -69,6 +69,14 @@ def peer_rules() -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
         {"apiGroups": [OFFLOADING], "resources": ["namespacemaps/status"], "verbs": ["get"]},
+        # Its virtual kubelet's heartbeat (liqo.offloading.heartbeats); a create cannot be limited by name.
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [names.CONSUMER_HEARTBEAT],
+            "verbs": ["get", "update", "patch"],
+        },
     ]
 
 

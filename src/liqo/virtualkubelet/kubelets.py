@@ -17,8 +17,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, recorded_network
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
-from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
@@ -26,8 +27,9 @@ from liqo.kube.resources import SECRETS
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.node import NodeController
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
+from liqo.virtualkubelet.reflection.endpointslices import EndpointSliceReflector
 from liqo.virtualkubelet.reflection.events import EventReflector
-from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.pods import PodReflector
 from liqo.virtualkubelet.reflection.tokens import TokenReflector
 
@@ -57,6 +59,8 @@ class VirtualKubelets:
         *,
         client: KubeClient,
         home_cluster_id: str,
+        home_name: str,
+        home_network: ClusterNetwork | None,
         address: str,
         port: int,
         holder: str,
@@ -66,6 +70,8 @@ class VirtualKubelets:
         self._policy = policy
         self._client = client
         self._home_cluster_id = home_cluster_id
+        self._home_name = home_name
+        self._home_network = home_network
         self._address = address
         self._port = port
         self._holder = holder
@@ -73,6 +79,7 @@ class VirtualKubelets:
         self.virtual_nodes = Informer(client=client, resource=VIRTUAL_NODES)
         self.identities = Informer(client=client, resource=SECRETS, label_selector=f"{IDENTITY_LABEL}=true")
         self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
+        self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
         self.peers = PeerClients(on_change=self._identity_changed)
         self.running: dict[str, _Running] = {}
         self._dirty = asyncio.Event()
@@ -84,6 +91,13 @@ class VirtualKubelets:
                 add=self._offloadings_changed,
                 update=lambda _old, new: self._offloadings_changed(new),
                 delete=self._offloadings_changed,
+            )
+        )
+        self.foreign_clusters.add_handler(
+            HandlerFuncs(
+                add=self._foreign_cluster_changed,
+                update=lambda old, new: self._foreign_cluster_changed(new, old=old),
+                delete=self._foreign_cluster_changed,
             )
         )
         self.identities.add_handler(
@@ -111,6 +125,30 @@ class VirtualKubelets:
             if running.manager is not None:
                 running.manager.twins_changed()
 
+    def _readiness_changed(self, key: str) -> None:
+        running = self.running.get(key)
+        if running is not None and running.reflector is not None:
+            running.reflector.provider_readiness_changed()
+
+    def _foreign_cluster_changed(self, foreign_cluster: Obj, *, old: Obj | None = None) -> None:
+        network = (foreign_cluster.get("spec") or {}).get("network")
+        if old is not None and (old.get("spec") or {}).get("network") == network:
+            return
+        provider_id = (foreign_cluster.get("spec") or {}).get("clusterID")
+        for running in self.running.values():
+            if running.provider_id == provider_id and running.manager is not None:
+                running.manager.network_changed()
+
+    def provider_network(self, provider_id: str) -> ClusterNetwork | None:
+        """The network ``provider_id`` told us at its last handshake (None: not known, or not valid)."""
+        for foreign_cluster in self.foreign_clusters.store.list():
+            if (foreign_cluster.get("spec") or {}).get("clusterID") == provider_id:
+                try:
+                    return recorded_network(foreign_cluster)
+                except InvalidNetwork:
+                    return None  # edited by hand into garbage: refused like an unknown one, never guessed
+        return None
+
     def _identity_changed(self, provider_id: str) -> None:
         for running in self.running.values():
             if running.provider_id == provider_id:
@@ -128,9 +166,10 @@ class VirtualKubelets:
         """Run until cancelled; on the way out stop every node (the Nodes stay: a new leader takes them)."""
         try:
             async with asyncio.TaskGroup() as group:
-                for informer in (self.virtual_nodes, self.identities, self.offloadings):
+                informers = (self.virtual_nodes, self.identities, self.offloadings, self.foreign_clusters)
+                for informer in informers:
                     group.create_task(informer.run())
-                for informer in (self.virtual_nodes, self.identities, self.offloadings):
+                for informer in informers:
                     await informer.wait_synced()
                 group.create_task(self._converge_forever())
         finally:
@@ -166,11 +205,13 @@ class VirtualKubelets:
             virtual_node=lambda: self.virtual_nodes.store.get(key),
             provider=lambda: self.peers.get(vn["spec"]["clusterID"]),
             provider_id=vn["spec"]["clusterID"],
+            home_cluster_id=self._home_cluster_id,
             address=self._address,
             port=self._port,
             holder=self._holder,
             events=self._events,
             ownership_changed=self._dirty.set,
+            readiness_changed=lambda: self._readiness_changed(key),
         )
         task = asyncio.get_running_loop().create_task(node.run(), name=f"node {vn['metadata']['name']}")
         running = _Running(node=node, node_task=task, provider_id=vn["spec"]["clusterID"])
@@ -187,8 +228,19 @@ class VirtualKubelets:
             return
         key = f"{vn['metadata']['namespace']}/{vn['metadata']['name']}"
         node_name = vn["metadata"]["name"]
+        provider_id = running.provider_id
+        provider_name = str(vn["spec"].get("clusterName") or provider_id)
         manager = ReflectionManager(
-            home=self._client, provider=client, provider_id=running.provider_id, offloadings=self.offloadings
+            home=self._client,
+            provider=client,
+            provider_id=provider_id,
+            offloadings=self.offloadings,
+            addresses=Addresses(
+                home=self._home_network,
+                home_name=self._home_name,
+                provider=lambda: self.provider_network(provider_id),
+                provider_name=provider_name,
+            ),
         )
         pods = PodReflector(
             home=self._client,
@@ -198,6 +250,7 @@ class VirtualKubelets:
             node_address=self._address,
             events=self._events,
             virtual_node=lambda: self.virtual_nodes.store.get(key),
+            provider_ready=lambda: running.node.ready,
         )
         manager.register(
             pods,
@@ -216,6 +269,15 @@ class VirtualKubelets:
                 home_cluster_id=self._home_cluster_id,
                 home_pods=pods.pods,
                 events=self._events,
+            ),
+            EndpointSliceReflector(
+                manager=manager,
+                node_name=node_name,
+                provider_name=provider_name,
+                home_cluster_id=self._home_cluster_id,
+                events=self._events,
+                policy=self._policy,
+                virtual_nodes=lambda: {vn["metadata"]["name"] for vn in self.virtual_nodes.store.list()},
             ),
             EventReflector(
                 home=self._client,

@@ -63,21 +63,25 @@ class NodeController:
         virtual_node: Callable[[], dict[str, Any] | None],
         provider: Callable[[], KubeClient | None],
         provider_id: str,
+        home_cluster_id: str,
         address: str,
         port: int,
         holder: str,
         events: EventRecorder,
         ownership_changed: Callable[[], None],
+        readiness_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._client = client
         self._virtual_node = virtual_node
         self._provider = provider
         self._provider_id = provider_id
+        self._home_cluster_id = home_cluster_id
         self._address = address
         self._port = port
         self._holder = holder
         self._events = events
         self._ownership_changed = ownership_changed
+        self._readiness_changed = readiness_changed
         self._changed = asyncio.Event()
         self._last_status: dict[str, Any] | None = None
         self._last_status_at = 0.0
@@ -111,7 +115,13 @@ class NodeController:
         if virtual_node is None:
             return
         # The provider first: it may take seconds, and nothing should come between our writes to the Node.
-        self.ready, message = await probe(self._provider())
+        was_ready = self.ready
+        provider = self._provider()
+        self.ready, message = await probe(provider)
+        if self.ready != was_ready:
+            self._readiness_changed()
+        if self.ready and self.owned and provider is not None:
+            await self._heartbeat(provider)
         if self._uid is None and not await self._claim(virtual_node):
             return
         try:
@@ -163,6 +173,16 @@ class NodeController:
         self._set_owned(ours)
         await self._report(virtual_node, squatter=None if ours else current)
         return ours
+
+    async def _heartbeat(self, provider: KubeClient) -> None:
+        """Tell the provider we reach it: it darkens the endpoints we reflected once we stop (offloading.heartbeats)."""
+        lease = forge.consumer_heartbeat(
+            home_cluster_id=self._home_cluster_id, holder=self._holder, now=datetime.datetime.now(datetime.UTC)
+        )
+        try:
+            await provider.apply(LEASES, lease)
+        except KubeError as exc:
+            log.warning("cannot renew our heartbeat on provider %s: %s", self._provider_id, exc)
 
     def _set_owned(self, owned: bool) -> None:
         if owned != self.owned:

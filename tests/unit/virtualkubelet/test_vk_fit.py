@@ -23,7 +23,7 @@ from liqo.sharing.virtualnodes import virtual_node
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
-from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.pods import PodReflector
 from tests.helpers import eventually
 
@@ -220,7 +220,11 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
     )
     offloadings = Informer(client=home, resource=NAMESPACE_OFFLOADINGS)
     manager = ReflectionManager(
-        home=cast(KubeClient, home), provider=cast(KubeClient, provider), provider_id="m", offloadings=offloadings
+        home=cast(KubeClient, home),
+        provider=cast(KubeClient, provider),
+        provider_id="m",
+        offloadings=offloadings,
+        addresses=Addresses(home=None, home_name="rome", provider=lambda: None, provider_name="milan"),
     )
     reflector = PodReflector(
         home=cast(KubeClient, home),

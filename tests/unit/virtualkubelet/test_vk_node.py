@@ -18,6 +18,7 @@ async def test_a_change_racing_the_cancel_does_not_keep_the_node_running() -> No
         virtual_node=lambda: None,
         provider=lambda: None,
         provider_id="m",
+        home_cluster_id="r",
         address="127.0.0.1",
         port=1,
         holder="test",

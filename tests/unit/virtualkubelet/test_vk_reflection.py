@@ -29,7 +29,7 @@ from liqo.virtualkubelet.forge import pods as forge_pods
 from liqo.virtualkubelet.forge import tokens as forge_tokens
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
 from liqo.virtualkubelet.reflection.events import EventReflector
-from liqo.virtualkubelet.reflection.manager import ReflectionManager
+from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.tokens import TokenReflector
 from tests.helpers import eventually
 
@@ -428,6 +428,7 @@ async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIt
         provider=cast(KubeClient, provider),
         provider_id=PROVIDER_ID,
         offloadings=offloadings,
+        addresses=Addresses(home=None, home_name="rome", provider=lambda: None, provider_name="milan"),
     )
     recorder = EventRecorder(client=home, component="test")
     made = Reflected(

@@ -24,6 +24,11 @@ def kube_time(moment: datetime.datetime) -> str:
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_time(moment: datetime.datetime) -> str:
+    """``moment`` as a Kubernetes ``MicroTime`` (RFC 3339, microseconds, UTC), as Leases carry."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_time(value: str) -> datetime.datetime:
     """An RFC 3339 time as the API server writes it (pure)."""
     return datetime.datetime.fromisoformat(value).astimezone(datetime.UTC)

@@ -12,7 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.kube.resources import LEASES, NODES
-from liqo.virtualkubelet.forge.common import kube_time
+from liqo.virtualkubelet.forge.common import kube_time, micro_time
 
 Obj = dict[str, Any]
 
@@ -180,7 +180,6 @@ def node_status(
 
 def node_lease(node: Obj, *, holder: str, now: datetime.datetime) -> Obj:
     """The node's heartbeat Lease, owned by the Node so that it goes away with it (pure)."""
-    micro = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     meta = node["metadata"]
     return {
         "apiVersion": LEASES.api_version,
@@ -190,5 +189,33 @@ def node_lease(node: Obj, *, holder: str, now: datetime.datetime) -> Obj:
             "namespace": NODE_LEASE_NAMESPACE,
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"]}],
         },
-        "spec": {"holderIdentity": holder, "leaseDurationSeconds": LEASE_DURATION_SECONDS, "renewTime": micro},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+            "renewTime": micro_time(now),
+        },
+    }
+
+
+HEARTBEAT_DURATION_SECONDS = 40
+
+
+def consumer_heartbeat(*, home_cluster_id: str, holder: str, now: datetime.datetime) -> Obj:
+    """The Lease telling a provider this consumer's virtual kubelet reaches it, in our tenant namespace there (pure).
+
+    The provider reads only that it changes (liqo.offloading.heartbeats); ``renewTime`` is for people.
+    """
+    return {
+        "apiVersion": LEASES.api_version,
+        "kind": LEASES.kind,
+        "metadata": {
+            "name": names.CONSUMER_HEARTBEAT,
+            "namespace": names.tenant_namespace(home_cluster_id),
+            "labels": names.peer_labels(home_cluster_id),
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": HEARTBEAT_DURATION_SECONDS,
+            "renewTime": micro_time(now),
+        },
     }

@@ -9,10 +9,12 @@ status with the provider's reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from liqo.api import names
 from liqo.api.crds import SHADOW_POD_WAIT_REASONS
+from liqo.api.networks import Refused, Translation
 from liqo.api.resources import SHADOW_PODS
 from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS
 from liqo.virtualkubelet.forge.tokens import is_token_volume, token_secret_name
@@ -146,6 +148,19 @@ def held_back(shadow: Obj) -> tuple[str, str] | None:
     return None
 
 
+PROVIDER_UNREACHABLE = "ProviderUnreachable"
+"""The reason on the Ready condition of home pods whose provider does not answer."""
+
+
+def unreachable_status(*, message: str) -> Obj:
+    """The home pod's status while its provider does not answer: not Ready, all else as last known (pure).
+
+    Not Ready takes it out of its Services' ready endpoints at home (the EndpointSlice controller reads the
+    pod's Ready condition) rather than out of the slices: it is back the moment the provider answers.
+    """
+    return {"conditions": [{"type": "Ready", "status": "False", "reason": PROVIDER_UNREACHABLE, "message": message}]}
+
+
 def refused_status(*, reason: str, message: str) -> Obj:
     """The home pod's status when the provider will not run it: Pending, with the reason on a condition."""
     return {
@@ -172,6 +187,30 @@ def status_differs(home_pod: Obj, desired: Obj) -> bool:
     return False
 
 
+def with_home_addresses(status: Obj, *, translate: Callable[[str], Translation]) -> tuple[Obj, str | None]:
+    """``status`` with its pod IPs as home must dial them, and why some could not be given (pure).
+
+    An IP the translation refuses is left out, never copied as it is: it would mean another pod at home (an
+    overlapping pod CIDR) and home's EndpointSlices would send traffic there. With none left, ``podIP`` and
+    ``podIPs`` are cleared (None deletes them in the strategic merge), and the pod is no Service endpoint.
+    """
+    listed = [entry.get("ip") for entry in status.get("podIPs") or []] or [status.get("podIP")]
+    addresses: list[str] = []
+    reason = None
+    for ip in (ip for ip in listed if ip):
+        translation = translate(ip)
+        if isinstance(translation, Refused):
+            reason = reason or translation.reason
+        else:
+            addresses.append(str(translation.address))
+    if not any(listed):
+        return status, None
+    translated = dict(status)
+    translated["podIP"] = addresses[0] if addresses else None
+    translated["podIPs"] = [{"ip": address} for address in addresses] if addresses else None
+    return translated, reason
+
+
 _REPLACED_LISTS = ("podIPs", "hostIPs")
 """Lists a strategic merge patch would merge by ``ip``: a re-created remote pod has a new IP, not two."""
 
@@ -183,6 +222,6 @@ def status_patch(status: Obj) -> Obj:
     """
     body = dict(status)
     for field in _REPLACED_LISTS:
-        if field in body:
+        if body.get(field) is not None:
             body[field] = [{"$patch": "replace"}, *body[field]]
     return {"status": body}

@@ -9,8 +9,8 @@ and four pure functions from its forge module; the reconcile below is the same f
 One key per object, ``(plural, home namespace, name)``. The reconcile reads both caches and does one step, so
 a restart converges from whatever it finds; nothing that does not carry our marker (a namesake made on the
 provider) is ever updated or deleted — it gets a ``ReflectionConflict`` Event on the home object instead.
-Copies are written with create and replace at the cached resourceVersion, not server-side apply: a create
-fails on a namesake the cache has not shown yet, where an apply would take it over.
+Copies are written with create and replace at the cached resourceVersion (:func:`converge_copy`), not
+server-side apply: a create fails on a namesake the cache has not shown yet, where an apply would take it over.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 Obj = dict[str, Any]
 Mode = Literal["All", "None"]
@@ -113,7 +112,7 @@ CONFIG_KINDS = (
 )
 
 
-class CopyReflector:
+class CopyReflector(Reflector):
     """Keeps the copies of one virtual node's offloaded namespaces in step with their home objects."""
 
     def __init__(
@@ -141,11 +140,6 @@ class CopyReflector:
         """The copy controller."""
         return [self.controller]
 
-    @property
-    def informers(self) -> list[Informer]:
-        """None of its own: everything is per pair."""
-        return []
-
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch every copied kind on both sides: an event on either re-queues the object of that name."""
         home_namespace = pair.home_namespace
@@ -160,12 +154,6 @@ class CopyReflector:
             found |= {obj["metadata"]["name"] for obj in pair.remote(kind.resource).store.list()}
             for name in found:
                 self.controller.queue.add((plural, pair.home_namespace, name))
-
-    def stop_namespace(self, pair: NamespacePair) -> None:
-        """Nothing is kept per pair (the provider deletes a twin with its copies)."""
-
-    def namespaces_changed(self) -> None:
-        """Nothing waits for a twin: a new pair's first lists enqueue its objects."""
 
     async def reconcile(self, key: ObjectKey) -> Result | None:
         """Bring the copy of one home object in line with it (or delete it)."""
@@ -193,20 +181,44 @@ class CopyReflector:
                 await delete_copy(self._provider, resource, current)
             return None
         desired = kind.copy(home, namespace=pair.twin, home_cluster_id=self._home_cluster_id)
-        # A conflict on create or replace means the cache is behind, and the event it is behind on re-queues us.
-        if current is None:
-            with contextlib.suppress(ConflictError):
-                await self._provider.create(resource, desired)
-            return None
-        if kind.is_current(current, desired):
-            return None
-        if kind.must_replace(current, desired):
-            await delete_copy(self._provider, resource, current)  # its deletion re-queues us, and the copy is made anew
-            return None
-        desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        with contextlib.suppress(ConflictError, NotFoundError):
-            await self._provider.replace(resource, desired)
+        await converge_copy(
+            self._provider,
+            resource,
+            current=current,
+            desired=desired,
+            is_current=kind.is_current,
+            must_replace=kind.must_replace,
+        )
         return None
+
+
+async def converge_copy(
+    provider: KubeClient,
+    resource: Resource,
+    *,
+    current: Obj | None,
+    desired: Obj,
+    is_current: Callable[[Obj, Obj], bool],
+    must_replace: Callable[[Obj, Obj], bool],
+) -> None:
+    """One step of a copy of ours (``current``, None if absent) towards ``desired``.
+
+    Create, then replace at the cached resourceVersion: a create fails on a namesake the cache has not shown
+    yet, where an apply would take it over. A conflict either way means the cache is behind, and the event it
+    is behind on re-queues the key; a copy that cannot be updated is deleted, its deletion re-queuing it.
+    """
+    if current is None:
+        with contextlib.suppress(ConflictError):
+            await provider.create(resource, desired)
+        return
+    if is_current(current, desired):
+        return
+    if must_replace(current, desired):
+        await delete_copy(provider, resource, current)
+        return
+    desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    with contextlib.suppress(ConflictError, NotFoundError):
+        await provider.replace(resource, desired)
 
 
 def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:

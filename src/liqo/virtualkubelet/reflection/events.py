@@ -18,13 +18,13 @@ from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import EVENTS
 from liqo.virtualkubelet.forge import events as forge
 from liqo.virtualkubelet.forge.pods import runs_home_pod
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.pods import remote_pods
 
 Obj = dict[str, Any]
 
 
-class EventReflector:
+class EventReflector(Reflector):
     """Mirrors the provider's Events about one virtual node's pods onto the home pods."""
 
     def __init__(
@@ -43,11 +43,6 @@ class EventReflector:
     def controllers(self) -> list[Controller[Any]]:
         """The mirror controller."""
         return [self.controller]
-
-    @property
-    def informers(self) -> list[Informer]:
-        """None of its own."""
-        return []
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the twin's Events (indexed by pod) and our pods there (which re-queue their Events)."""
@@ -82,12 +77,7 @@ class EventReflector:
             for key in keys:
                 self.controller.queue.add(key)
 
-    def stop_namespace(self, pair: NamespacePair) -> None:
-        """Drop the pair's index."""
         self._about.pop(pair.twin, None)
-
-    def namespaces_changed(self) -> None:
-        """Nothing waits for a twin."""
 
     async def reconcile(self, key: str) -> Result | None:
         """Mirror provider Event ``key`` onto the home pod it is about, if it is one of ours."""

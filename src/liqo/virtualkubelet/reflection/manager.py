@@ -13,7 +13,9 @@ status, :func:`twins_on` — and tells each registered :class:`Reflector`:
 - ``stop_namespace(pair)``: the pair went (the namespace is no longer offloaded there, or the identity was
   renewed and everything restarts with the new client); per-pair state is dropped;
 - ``namespaces_changed()``: the set changed; keys that waited for a twin (or must notice one gone) are
-  queued again.
+  queued again;
+- ``network_changed()``: home's or the provider's network changed or became known; whatever holds a
+  translated address (:class:`Addresses`) is queued again.
 
 Each reflector then has one controller per kind of key, and one ``handle``-like reconcile per key that reads
 the pair's caches and does one step. Why informers per pair rather than cluster-wide: the identity may only
@@ -26,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
+from liqo.api.networks import ClusterNetwork, Translation, translate
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
@@ -92,16 +96,21 @@ class NamespacePair(InformerGroup):
         return self._scoped[scope]
 
 
-class Reflector(Protocol):
-    """What the manager needs of a reflector (see the module docstring for when each hook is called)."""
+class Reflector:
+    """What the manager calls on a reflector (see the module docstring for when); every hook does nothing here.
+
+    A reflector overrides the hooks it needs and lists its control loops in :attr:`controllers`.
+    """
 
     @property
     def controllers(self) -> list[Controller[Any]]:
         """The reflector's control loops, run by the manager."""
+        return []
 
     @property
     def informers(self) -> list[Informer]:
         """Informers of the reflector's own, outside any pair (the home pods bound to the node), run by the manager."""
+        return []
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Ask ``pair`` for informers and add handlers that enqueue keys (no I/O)."""
@@ -115,12 +124,48 @@ class Reflector(Protocol):
     def namespaces_changed(self) -> None:
         """The set of pairs changed."""
 
+    def network_changed(self) -> None:
+        """What the provider's or home's network is known to be changed: addresses translate differently."""
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """What each side must dial for an address the other owns, from the networks known now.
+
+    ``provider`` is read at each call (the provider's network is learnt at its next handshake); home's is
+    this cluster's own.
+    """
+
+    home: ClusterNetwork | None
+    home_name: str
+    provider: Callable[[], ClusterNetwork | None]
+    provider_name: str
+
+    def for_provider(self, address: str) -> Translation:
+        """What the provider must dial for home's pod ``address``."""
+        return translate(
+            address, owner=self.home, reader=self.provider(), owner_name=self.home_name, reader_name=self.provider_name
+        )
+
+    def for_home(self, address: str) -> Translation:
+        """What home must dial for the provider's pod ``address``."""
+        return translate(address, owner=self.provider(), reader=self.home, owner_name=self.provider_name)
+
 
 class ReflectionManager:
     """Follows the twins of one virtual node and runs its reflectors over them."""
 
-    def __init__(self, *, home: KubeClient, provider: KubeClient, provider_id: str, offloadings: Informer) -> None:
+    def __init__(
+        self,
+        *,
+        home: KubeClient,
+        provider: KubeClient,
+        provider_id: str,
+        offloadings: Informer,
+        addresses: Addresses,
+    ) -> None:
         """``offloadings`` is the home NamespaceOffloading informer the caller runs (one per process)."""
+        self.addresses = addresses
         self._home = home
         self._provider = provider
         self._provider_id = provider_id
@@ -160,6 +205,10 @@ class ReflectionManager:
         self.twins = wanted
         self._pairs.follow({twin: home for home, twin in wanted.items()})
         self._each(lambda r: r.namespaces_changed())
+
+    def network_changed(self) -> None:
+        """Either side's network changed (or became known): every address is translated again."""
+        self._each(lambda r: r.network_changed())
 
     def _start_pair(self, twin: str, home_namespace: str) -> NamespacePair:
         pair = NamespacePair(home=self._home, provider=self._provider, home_namespace=home_namespace, twin=twin)

@@ -14,7 +14,10 @@ manager, either API server) converges from whatever state it finds, without dupl
   ShadowPod the provider holds back (over the consumer's budget, no accepted offer) or refused → Pending
   with the provider's reason;
 - home pod deleted → ShadowPod deleted with the home grace period → remote pod gone → home pod finalised;
-- ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it).
+- ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it);
+- provider not answering (the virtual node's probe) → the home pod not Ready (``ProviderUnreachable``),
+  everything else as last known, so that its Services' endpoints at home turn not-ready rather than vanish;
+  Ready again from the remote pod's status once the provider answers.
 
 Which twin a home namespace maps to, and the informers on the provider's ShadowPods and pods there, come
 from the :class:`~liqo.virtualkubelet.reflection.manager.ReflectionManager` (the identity may not list
@@ -39,11 +42,13 @@ from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.forge import pods as forge
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+POD_IP_NOT_REACHABLE = "PodIPNotReachable"
+"""The Warning Event on a home pod whose provider IP home cannot dial (overlapping pod CIDRs, before the fabric)."""
 RETRY_REFUSED_SECONDS = 30.0
 """A namespace not yet offloaded here is looked at again this often."""
 REFUSED_FIRST_SECONDS = 1.0
@@ -65,7 +70,7 @@ def _shadows(pair: NamespacePair, *, home_cluster_id: str) -> Informer:
     return pair.remote(SHADOW_PODS, label_selector=f"{names.REMOTE_CLUSTER_ID}={home_cluster_id}")
 
 
-class PodReflector:
+class PodReflector(Reflector):
     """Runs the pods bound to one virtual node on its provider."""
 
     def __init__(
@@ -78,10 +83,12 @@ class PodReflector:
         node_address: str,
         events: EventRecorder,
         virtual_node: Callable[[], Obj | None],
+        provider_ready: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
         self._home = home
         self._virtual_node = virtual_node
+        self._provider_ready = provider_ready
         self._manager = manager
         self._provider = manager.provider
         self._home_cluster_id = home_cluster_id
@@ -119,11 +126,16 @@ class PodReflector:
         """Reconcile the namespace's pods again with both caches listed."""
         self._requeue(pair.home_namespace)
 
-    def stop_namespace(self, pair: NamespacePair) -> None:
-        """Nothing is kept per pair."""
-
     def namespaces_changed(self) -> None:
         """Pods waiting for a twin may go now (or must stop)."""
+        self._requeue(None)
+
+    def network_changed(self) -> None:
+        """Every pod IP is translated anew."""
+        self._requeue(None)
+
+    def provider_readiness_changed(self) -> None:
+        """The provider stopped (or started again) answering: every pod's Ready condition follows."""
         self._requeue(None)
 
     def _requeue(self, namespace: str | None) -> None:
@@ -197,8 +209,16 @@ class PodReflector:
                 return Result(requeue_after=self._refusals.when(key))
             self._refusals.forget(key)
             return None  # its status comes back through the informers
-        if remote is not None and forge.runs_home_pod(remote, home):
-            await self._set_status(home, forge.home_status(remote, node_address=self._address))
+        if shadow is not None and not self._provider_ready():
+            message = "the provider does not answer: the pod's state there is unknown"
+            await self._set_status(home, forge.unreachable_status(message=message))
+        elif remote is not None and forge.runs_home_pod(remote, home):
+            status, unreachable = forge.with_home_addresses(
+                forge.home_status(remote, node_address=self._address), translate=self._manager.addresses.for_home
+            )
+            if await self._set_status(home, status) and unreachable:
+                message = f"the pod's IP on the provider is not given at home: {unreachable}"
+                await self._events.record(home, type="Warning", reason=POD_IP_NOT_REACHABLE, message=message)
         elif (verdict := forge.held_back(shadow)) is not None:
             await self._refused(home, reason=verdict[0], message=verdict[1])
         return None
@@ -239,18 +259,21 @@ class PodReflector:
                 PODS, meta["name"], namespace=meta["namespace"], grace_period_seconds=grace, uid=meta["uid"]
             )
 
-    async def _set_status(self, home: Obj, status: Obj) -> None:
-        if forge.status_differs(home, status):
-            meta = home["metadata"]
-            with contextlib.suppress(NotFoundError):
-                await self._home.patch(
-                    PODS,
-                    meta["name"],
-                    forge.status_patch(status),
-                    namespace=meta["namespace"],
-                    subresource="status",
-                    patch_type="strategic",
-                )
+    async def _set_status(self, home: Obj, status: Obj) -> bool:
+        """Patch the home pod's status if it lacks something of ``status``; whether it did."""
+        if not forge.status_differs(home, status):
+            return False
+        meta = home["metadata"]
+        with contextlib.suppress(NotFoundError):
+            await self._home.patch(
+                PODS,
+                meta["name"],
+                forge.status_patch(status),
+                namespace=meta["namespace"],
+                subresource="status",
+                patch_type="strategic",
+            )
+        return True
 
     async def _refused(self, home: Obj, *, reason: str, message: str) -> None:
         status = forge.refused_status(reason=reason, message=message)

@@ -27,7 +27,7 @@ from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_ke
 from liqo.virtualkubelet.forge import configdata, tokens
 from liqo.virtualkubelet.forge.common import parse_time
 from liqo.virtualkubelet.reflection.copies import delete_copy
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ TOKEN_RETRY_SECONDS = 30.0
 """A refused TokenRequest (ServiceAccount missing, RBAC) is tried again this often."""
 
 
-class TokenReflector:
+class TokenReflector(Reflector):
     """Keeps a live home token in the twin for every pod bound to one virtual node."""
 
     def __init__(
@@ -66,11 +66,6 @@ class TokenReflector:
         """The token controller."""
         return [self.controller]
 
-    @property
-    def informers(self) -> list[Informer]:
-        """None of its own (the home pods are the pod reflector's)."""
-        return []
-
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the pod-token Secrets in the twin, and the home CA (in every pod-token Secret)."""
         home_namespace = pair.home_namespace
@@ -93,9 +88,6 @@ class TokenReflector:
         """Reconcile the namespace's pods again with every cache listed."""
         for key in self._pods_in(pair.home_namespace):
             self.controller.queue.add(key)
-
-    def stop_namespace(self, pair: NamespacePair) -> None:
-        """Nothing is kept per pair."""
 
     def namespaces_changed(self) -> None:
         """Pods waiting for a twin may get their token now."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES
 from liqo.install import manifests
@@ -201,6 +202,7 @@ def install_manifests(**extra: Any) -> list[Obj]:
         "auth_url": "https://127.0.0.1:8443",
         "token": "t",
         "key": ClusterKey.generate(),
+        "network": ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
         "image": "img",
         "identity_ttl": 7200,
         "workload": True,

@@ -170,6 +170,20 @@ def recorded_network(foreign_cluster: Mapping[str, Any]) -> ClusterNetwork | Non
     return None if recorded is None else ClusterNetwork.from_message(recorded, field=f"spec.{NETWORK}")
 
 
+def network_patch(foreign_cluster: Mapping[str, Any], network: ClusterNetwork) -> dict[str, Any] | None:
+    """The merge patch recording ``network`` as the peer's on its ForeignCluster; None if it is recorded.
+
+    What was recorded is replaced whatever it was (even written by hand into no valid network): the peer's
+    word at its latest handshake is the truth about its network.
+    """
+    try:
+        if recorded_network(foreign_cluster) == network:
+            return None
+    except InvalidNetwork:
+        pass
+    return {"spec": {NETWORK: network.to_message()}}
+
+
 # -- translation -----------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from liqo.api.networks import (
     Remapped,
     Unchanged,
     conflict,
+    network_patch,
     overlaps,
     parse_cidr,
     recorded_network,
@@ -344,3 +345,11 @@ def test_any_ipv4_address_gets_an_answer(value: int) -> None:
     address = _address(ipaddress.ip_network("0.0.0.0/0"), value)
     result = translate(str(address), owner=MILAN, reader=ROME, owner_name="milan")
     assert isinstance(result, Unchanged) == (address in MILAN.pod_cidr)
+
+
+def test_a_foreign_cluster_is_patched_only_when_its_record_differs() -> None:
+    assert network_patch({"spec": {}}, MILAN) == {"spec": {"network": MILAN.to_message()}}
+    assert network_patch({"spec": {"network": MILAN.to_message()}}, MILAN) is None
+    assert network_patch({"spec": {"network": ROME.to_message()}}, MILAN) == {"spec": {"network": MILAN.to_message()}}
+    hand_written = {"spec": {"network": {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}}}
+    assert network_patch(hand_written, MILAN) == {"spec": {"network": MILAN.to_message()}}

@@ -370,6 +370,12 @@ def foreign_cluster_crd() -> dict[str, Any]:
             _condition_column("Outgoing", "OutgoingPeering"),
             _condition_column("Incoming", "IncomingPeering"),
             _condition_column("Authentication", "AuthenticationStatus"),
+            _column(
+                "Network",
+                '.status.conditions[?(@.type=="NetworkStatus")].reason',
+                description="How addresses pass between the peer and this cluster: DirectRouting, CIDROverlap...",
+                priority=1,
+            ),
         ],
     )
 

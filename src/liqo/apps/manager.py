@@ -315,7 +315,15 @@ async def _controllers(
         observations=observations,
         events=events,
     )
-    status = ForeignClusterStatus(client=client, caches=caches, local=local, peers=peers, observations=observations)
+    status = ForeignClusterStatus(
+        client=client,
+        caches=caches,
+        local=local,
+        network=network,
+        peers=peers,
+        observations=observations,
+        events=events,
+    )
     incoming = IncomingPeering(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)

@@ -51,7 +51,8 @@ SPECIAL_PURPOSE: tuple[IPNetwork, ...] = tuple(
         "240.0.0.0/4",  # reserved, and the broadcast address
         "::/127",  # unspecified and loopback
         "::ffff:0:0/96",  # IPv4-mapped: an IPv6 way of writing any IPv4 address, special ones included
-        "fe80::/10",  # link-local (fd00:ec2::254 aside, metadata endpoints live here too)
+        "fe80::/10",  # link-local
+        "fd00:ec2::254/128",  # a cloud metadata endpoint over IPv6 (AWS's; the IPv4 one is 169.254.169.254)
         "ff00::/8",  # multicast
     )
 )
@@ -270,9 +271,11 @@ def translate(
             ip: IPAddress = ipaddress.ip_address(address)
         except ValueError:
             return Refused(f"{address[:64]!r} is not an IP address")
+        if "%" in address:  # a zone names an interface of the owner's host, not a pod
+            return Refused(f"{address[:64]!r} carries an IPv6 zone: not a pod address")
     else:
         ip = address
-    if ip.version != owner.pod_cidr.version or ip not in owner.pod_cidr:
+    if ip not in owner.pod_cidr:  # never across IP families
         return Refused(
             f"{ip} is not in the pod CIDR {owner.pod_cidr} of {owner_name}: an address outside the pod CIDR its"
             " owner declared is not trusted"

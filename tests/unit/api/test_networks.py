@@ -120,6 +120,7 @@ def test_every_valid_network_round_trips(network: ClusterNetwork) -> None:
         ("0.0.0.0/8", "10.96.0.0/16", "special-purpose range 0.0.0.0/8"),
         ("::ffff:0:0/96", "fd01::/112", "special-purpose range ::ffff:0:0/96"),
         ("fe80::/64", "fd01::/112", "special-purpose range fe80::/10"),
+        ("fd00:ec2::/64", "fd01::/112", "special-purpose range fd00:ec2::254/128"),
         ("::1/128", "fd01::/112", "special-purpose range ::/127"),
     ],
 )
@@ -232,6 +233,12 @@ def test_disjoint_pod_cidrs_pass_addresses_unchanged() -> None:
     )
 
 
+def test_an_ipv6_pod_address_with_a_zone_is_refused() -> None:
+    v6 = ClusterNetwork.parse(pod_cidr="fd00:10::/56", service_cidr="fd00:20::/112")
+    refused = translate("fd00:10::1%eth0", owner=v6, reader=ROME, owner_name="milan")
+    assert refused == Refused("'fd00:10::1%eth0' carries an IPv6 zone: not a pod address")
+
+
 def test_the_same_pod_cidr_is_refused_with_the_reason() -> None:
     refused = translate("10.244.3.7", owner=TWIN, reader=ROME, owner_name="milan")
     assert refused == Refused(
@@ -268,7 +275,7 @@ def test_unknown_networks_are_refused_never_guessed() -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["10.246.0.1", "127.0.0.1", "169.254.169.254", "fd00::1", "not-an-ip", "", "1" * 999]
+    "address", ["10.246.0.1", "127.0.0.1", "169.254.169.254", "fd00::1", "not-an-ip", "", "1" * 999, "10.245.0.1%0"]
 )
 def test_an_address_outside_the_owners_pod_cidr_or_no_address_is_refused(address: str) -> None:
     refused = translate(address, owner=MILAN, reader=ROME, owner_name="milan")

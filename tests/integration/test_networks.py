@@ -68,6 +68,10 @@ async def test_peers_record_each_others_network_and_disjoint_pod_cidrs_route_dir
         [peer] = [p for p in report["peers"] if p["clusterID"] == milan_id]
         assert peer["network"] == MILAN.to_message()
         assert not [line for line in operations.problems(report) if "NetworkStatus" in line]
+        # Peering again applies the ForeignCluster's spec (server-side apply, no network in it): the recorded
+        # network, written by a merge patch, stays.
+        await operations.peer(rome, milan, timeout=30)
+        assert (await foreign_cluster(rome, milan_id))["spec"]["network"] == MILAN.to_message()
     finally:
         await operations.unpeer(rome, milan_id, timeout=60)
     await expect_clean(rome, milan)

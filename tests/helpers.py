@@ -11,8 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES
 from liqo.install import manifests
@@ -21,6 +24,7 @@ from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
+from liqo.peering.authprotocol import make_csr, sign_request
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, message: str, every: float = 0.1) -> None:
@@ -202,11 +206,36 @@ def install_manifests(**extra: Any) -> list[Obj]:
         "auth_url": "https://127.0.0.1:8443",
         "token": "t",
         "key": ClusterKey.generate(),
+        "network": ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
         "image": "img",
         "identity_ttl": 7200,
         "workload": True,
     }
     return manifests.manifests(**(sample | extra))
+
+
+async def signed_identity_request(
+    auth_url: str, *, consumer: str, key: ClusterKey, token: str | None, **fields: Any
+) -> tuple[int, dict[str, Any]]:
+    """``POST /identity`` as a peer holding ``key`` (and ``token``) can send it, whatever ``fields`` say.
+
+    The request is well signed — by the key it presents, with the token's HMAC — so only the provider's own
+    checks of ``fields`` stand between it and provisioning. Returns the status and the decoded answer.
+    """
+    network = ClusterNetwork.parse(pod_cidr="10.80.0.0/16", service_cidr="10.81.0.0/16")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as session:
+        async with session.post(f"{auth_url}/nonce") as response:
+            nonce = (await response.json())["nonce"]
+        message = {
+            "clusterID": consumer,
+            "clusterName": f"consumer-{consumer[:8]}",
+            "nonce": nonce,
+            "csr": make_csr(consumer)[1],
+            "publicKey": key.public_pem,
+            "network": network.to_message(),
+        } | fields
+        async with session.post(f"{auth_url}/identity", json=sign_request(message, key=key, token=token)) as response:
+            return response.status, await response.json()
 
 
 # -- offloading --------------------------------------------------------------------------------------

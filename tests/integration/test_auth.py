@@ -29,6 +29,7 @@ from cryptography.x509.oid import NameOID
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules, peer_cluster_roles
 from liqo.kube import pki
@@ -49,12 +50,14 @@ from liqo.peering.authprotocol import NonceStore, make_csr
 from liqo.peering.authserver import ProvisioningError, auth_app
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import LocalCluster, eventually, unique
+from tests.helpers import LocalCluster, eventually, signed_identity_request, unique
 
 TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
 TTL = 900
 RBAC = "rbac.authorization.k8s.io"
 PROVIDER_KEY = ClusterKey.generate()
+PROVIDER_NETWORK = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.97.0.0/16")
+CONSUMER_NETWORK = ClusterNetwork.parse(pod_cidr="10.246.0.0/16", service_cidr="10.98.0.0/16")
 KEYS: dict[str, ClusterKey] = {}
 """Each consumer's cluster key, made on first use."""
 
@@ -122,6 +125,7 @@ async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: 
         cluster_id=provider_id,
         cluster_name="provider",
         key=PROVIDER_KEY,
+        network=PROVIDER_NETWORK,
         token_source=token_source,
         provisioner=provisioner,
         nonces=NonceStore(),
@@ -167,6 +171,7 @@ async def handshake(
         token=token,
         consumer_id=consumer,
         consumer_name=f"consumer-{consumer[:8]}",
+        consumer_network=CONSUMER_NETWORK,
         consumer_auth_url="https://consumer.example:8443",
         expected_provider_id=provider.cluster_id,
         expected_fingerprint=PROVIDER_KEY.fingerprint,
@@ -244,7 +249,9 @@ async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_nam
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
         "keyFingerprint": key_of(consumer_id).fingerprint,
+        "network": {"podCIDR": "10.246.0.0/16", "serviceCIDR": "10.98.0.0/16"},  # as the consumer told it
     }
+    assert identity.provider_network == PROVIDER_NETWORK
     assert await csrs_of(kube, consumer_id) == []
 
     async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
@@ -359,6 +366,53 @@ async def test_a_wrong_token_is_refused_and_creates_nothing(
     assert await leftovers(kube, consumer_id) == []
 
 
+MALFORMED_NETWORKS = {
+    "missing": None,
+    "not an object": "10.244.0.0/16",
+    "host bits": {"podCIDR": "10.244.0.1/16", "serviceCIDR": "10.96.0.0/16"},
+    "too wide": {"podCIDR": "0.0.0.0/1", "serviceCIDR": "10.96.0.0/16"},
+    "cloud metadata": {"podCIDR": "10.244.0.0/16", "serviceCIDR": "169.254.169.254/32"},
+    "loopback": {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"},
+    "overlapping itself": {"podCIDR": "10.0.0.0/8", "serviceCIDR": "10.96.0.0/16"},
+    "oversized": {"podCIDR": "1" * 4000, "serviceCIDR": "10.96.0.0/16"},
+}
+
+
+@pytest.mark.parametrize("network", MALFORMED_NETWORKS.values(), ids=MALFORMED_NETWORKS.keys())
+async def test_a_malformed_network_is_refused_and_creates_nothing(
+    kube: KubeClient, provider: Provider, consumer_id: str, network: object
+) -> None:
+    """Signed with the consumer's own key and the token, as a hostile peer would send it: 400, nothing made."""
+    status, answer = await signed_identity_request(
+        provider.auth_url, consumer=consumer_id, key=key_of(consumer_id), token=TOKEN, network=network
+    )
+    assert status == 400
+    assert "'network" in answer["reason"]
+    assert await leftovers(kube, consumer_id) == []
+
+
+async def test_an_enrolled_consumer_sending_a_malformed_network_changes_nothing(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    await handshake(provider, consumer_id)
+    [before] = await foreign_clusters_of(kube, consumer_id)
+    status, answer = await signed_identity_request(
+        provider.auth_url,
+        consumer=consumer_id,
+        key=key_of(consumer_id),
+        token=None,
+        network={"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"},
+    )
+    assert (status, answer["reason"]) == (
+        400,
+        "'network.podCIDR': 127.0.0.0/8 overlaps the special-purpose range 127.0.0.0/8",
+    )
+    [after] = await foreign_clusters_of(kube, consumer_id)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert after["spec"]["network"] == CONSUMER_NETWORK.to_message()
+    assert await csrs_of(kube, consumer_id) == []
+
+
 async def test_another_key_claiming_an_enrolled_consumers_id_is_refused_without_side_effects(
     kube: KubeClient, provider: Provider, consumer_id: str
 ) -> None:
@@ -437,6 +491,7 @@ async def test_a_failed_signature_leaves_nothing_behind(kube: KubeClient, manage
             auth_url=None,
             csr_pem=make_csr(consumer)[1],
             key_fingerprint=key_of(consumer).fingerprint,
+            network=CONSUMER_NETWORK,
         )
     assert await leftovers(kube, consumer) == []
 

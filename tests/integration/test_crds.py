@@ -45,6 +45,10 @@ def foreign_cluster(name: str, **spec: Any) -> Obj:
     return obj(FOREIGN_CLUSTERS, name, {"clusterID": str(uuid.uuid4()), "clusterName": name, **spec})
 
 
+def network(pod_cidr: str, service_cidr: str = "10.96.0.0/16") -> Obj:
+    return {"podCIDR": pod_cidr, "serviceCIDR": service_cidr}
+
+
 def resource_request(namespace: str, **spec: Any) -> Obj:
     consumer = str(uuid.uuid4())
     return obj(RESOURCE_REQUESTS, consumer, {"consumerClusterID": consumer, **spec}, namespace=namespace)
@@ -123,8 +127,15 @@ async def kubectl(cluster: LocalCluster, cache: Path, *args: str) -> str:
 async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     kube: KubeClient, namespace: str, cluster_scoped: Created
 ) -> None:
-    fc = await kube.create(FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), authURL="https://peer.example:8443"))
+    fc = await kube.create(
+        FOREIGN_CLUSTERS,
+        foreign_cluster(unique("fc"), authURL="https://peer.example:8443", network=network("10.244.0.0/16")),
+    )
     cluster_scoped.append((FOREIGN_CLUSTERS, fc["metadata"]["name"]))
+    v6 = await kube.create(
+        FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("fd00:10::/56", "fd00::/112"))
+    )
+    cluster_scoped.append((FOREIGN_CLUSTERS, v6["metadata"]["name"]))
     sp = await kube.create(SHARING_POLICIES, sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}))
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
@@ -139,6 +150,8 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     )
 
     assert fc["spec"]["outgoingPeeringEnabled"] == fc["spec"]["incomingPeeringEnabled"] == "Auto"
+    assert fc["spec"]["network"] == {"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/16"}
+    assert v6["spec"]["network"]["podCIDR"] == "fd00:10::/56"
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
@@ -212,6 +225,26 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
     "auth-url-not-https": (
         lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), authURL="peer.example:8443")),
         ('spec.authURL: Invalid value: "peer.example:8443"', "should match '^https://'"),
+    ),
+    "network-host-bits": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("10.244.1.0/16"))),
+        ("spec.network.podCIDR: Invalid value", "must be a network address: no host bits set"),
+    ),
+    "network-not-a-cidr": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("10.244.0.0/99"))),
+        ("spec.network.podCIDR: Invalid value", "must be of type cidr"),
+    ),
+    "network-uppercase": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("FD00::/48"))),
+        ('spec.network.podCIDR: Invalid value: "FD00::/48"', "should match"),
+    ),
+    "network-too-long": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("1" * 41 + "/16"))),
+        ("spec.network.podCIDR: Too long: may not be more than 43",),
+    ),
+    "network-incomplete": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network={"podCIDR": "10.244.0.0/16"})),
+        ("spec.network.serviceCIDR: Required value",),
     ),
     "price-limit-without-prices": (
         lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), offerPolicy={"mode": "PriceLimit"})),

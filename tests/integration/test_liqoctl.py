@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 
 from liqo.api.crds import all_crds
 from liqo.install import manifests
 from liqo.install.installer import BY_KIND
 from liqo.kube.client import KubeClient
+from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import CONFIGMAPS
-from tests.helpers import Site, expect_clean
+from tests.helpers import LocalCluster, Site, expect_clean
 
 
 def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -89,6 +92,8 @@ async def test_dry_run_manifests_are_accepted_by_a_real_api_server(sites: dict[s
     kinds = [d["kind"] for d in documents]
     assert kinds.count("CustomResourceDefinition") == len(all_crds())
     assert "Deployment" not in kinds  # a local cluster runs the manager under its supervisor
+    [identity] = [d for d in documents if d["metadata"]["name"] == "liqo-cluster-identity"]
+    assert (identity["data"]["podCIDR"], identity["data"]["serviceCIDR"]) == ("10.245.0.0/16", "10.96.0.0/16")
     workload = [
         *manifests.manager_workload(image=manifests.DEFAULT_IMAGE, identity_ttl=7200),
         manifests.virtual_kubelet_workload(image=manifests.DEFAULT_IMAGE),
@@ -97,3 +102,43 @@ async def test_dry_run_manifests_are_accepted_by_a_real_api_server(sites: dict[s
         for document in workload:
             admitted = await client.apply(BY_KIND[document["kind"]], document, dry_run=True)
             assert admitted["metadata"]["name"] == document["metadata"]["name"]
+
+
+def as_remote(cluster: LocalCluster, path: Path) -> Path:
+    """A kubeconfig reaching ``cluster`` as ``localhost``: install then takes it for a cluster that is not local."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = entry["cluster"]["server"].replace("127.0.0.1", "localhost")
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_install_elsewhere_than_a_local_cluster_asks_for_the_network_and_never_guesses_it(
+    cluster: LocalCluster, kube: KubeClient, tmp_path: Path
+) -> None:
+    with pytest.raises(NotFoundError):  # never installed: no network recorded to keep
+        await kube.get(CONFIGMAPS, "liqo-cluster-identity", namespace="liqo")
+    remote = f"--kubeconfig={as_remote(cluster, tmp_path / 'remote.kubeconfig')}"
+    refused = await run("install", "--dry-run", remote)
+    assert refused.returncode == 1
+    message = " ".join(refused.stderr.split())
+    assert "--pod-cidr and --service-cidr are required" in message
+    assert "liqo does not guess it" in message
+    half = await run("install", "--dry-run", "--pod-cidr=10.50.0.0/16", remote)
+    assert half.returncode == 1
+    assert "--service-cidr is required" in " ".join(half.stderr.split())
+    printed = await run("install", "--dry-run", "--pod-cidr=10.50.0.0/16", "--service-cidr=10.51.0.0/16", remote)
+    assert printed.returncode == 0, printed.stderr
+    documents = list(yaml.safe_load_all(printed.stdout))
+    assert "Deployment" in [d["kind"] for d in documents]  # the path of a cluster that is not local
+    [identity] = [d for d in documents if d["metadata"]["name"] == "liqo-cluster-identity"]
+    assert (identity["data"]["podCIDR"], identity["data"]["serviceCIDR"]) == ("10.50.0.0/16", "10.51.0.0/16")
+
+
+async def test_install_on_a_local_cluster_refuses_a_network_other_than_its_own(sites: dict[str, Site]) -> None:
+    milan = f"--kubeconfig={sites['milan'].cluster.kubeconfig}"
+    refused = await run("install", "--dry-run", "--pod-cidr=10.244.0.0/16", milan)
+    assert refused.returncode == 1
+    assert "--pod-cidr 10.244.0.0/16 is not this local cluster's: it was made with 10.245.0.0/16" in " ".join(
+        refused.stderr.split()
+    )

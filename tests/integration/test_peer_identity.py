@@ -28,6 +28,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import read_cluster_key
+from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
@@ -38,6 +39,8 @@ from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import Issued, PeerRecord, auth_app
 from tests.helpers import Site, eventually, expect_clean
 from tests.integration.conftest import RUN_ID
+
+ATTACKERS_NETWORK = ClusterNetwork.parse(pod_cidr="10.66.0.0/16", service_cidr="10.67.0.0/16")
 
 
 def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +59,7 @@ async def attack(
         token=command.token,
         consumer_id=claim,
         consumer_name=name,
+        consumer_network=ATTACKERS_NETWORK,
         expected_provider_id=command.cluster_id,
         expected_fingerprint=command.key_fingerprint,
     )
@@ -178,6 +182,7 @@ async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operati
         cluster_id=real.cluster_id,
         cluster_name=real.name,
         key=ClusterKey.generate(),
+        network=ATTACKERS_NETWORK,
         token_source=token,
         provisioner=AttackersProvisioner(),
         nonces=NonceStore(),

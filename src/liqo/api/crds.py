@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
+from liqo.api.networks import MAX_CIDR_LENGTH, NETWORK, POD_CIDR, SERVICE_CIDR
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -73,6 +74,8 @@ POD_SECURITY_LEVELS = ("baseline", "restricted")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_MAX_GRACE_SECONDS = 120
+CIDR_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$|^[0-9a-f:]*:[0-9a-f:.]*/[0-9]{1,3}$"
+"""A CIDR as :func:`liqo.api.networks.parse_cidr` writes it: dotted IPv4 or lowercase IPv6, and a prefix length."""
 KEY_FINGERPRINT_PATTERN = r"^sha256:[0-9a-f]{64}$"
 """A cluster key's fingerprint: SHA-256 of its public key (SubjectPublicKeyInfo, DER), lowercase hex."""
 MAX_CONTAINERS = 64
@@ -119,6 +122,18 @@ def _cluster_id(description: str, *, immutable: bool = False) -> Schema:
     schema = _string(description, minLength=1, maxLength=CLUSTER_ID_MAX_LENGTH, pattern=CLUSTER_ID_PATTERN)
     if immutable:
         schema["x-kubernetes-validations"] = [{"rule": "self == oldSelf", "message": "clusterID is immutable"}]
+    return schema
+
+
+def _cidr(description: str) -> Schema:
+    """A network in CIDR notation, canonical: no host bits (``10.244.0.0/16``, never ``10.244.1.0/16``)."""
+    schema = _string(description, format="cidr", pattern=CIDR_PATTERN, minLength=9, maxLength=MAX_CIDR_LENGTH)
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": "isCIDR(self) && cidr(self) == cidr(self).masked()",
+            "message": "must be a network address: no host bits set (10.244.0.0/16, not 10.244.1.0/16)",
+        }
+    ]
     return schema
 
 
@@ -309,6 +324,15 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 " authentication and refuses any other key claiming this cluster ID. Clear it to re-pin.",
                 pattern=KEY_FINGERPRINT_PATTERN,
             ),
+            NETWORK: _object(
+                "The peer's network, as it told it at its latest authentication (the manager writes it at every"
+                " handshake): what its pods' and Services' addresses are. Untrusted: checked before it is written.",
+                {
+                    POD_CIDR: _cidr("The peer's pod CIDR."),
+                    SERVICE_CIDR: _cidr("The peer's service CIDR."),
+                },
+                required=(POD_CIDR, SERVICE_CIDR),
+            ),
         },
         required=("clusterID",),
     )
@@ -346,6 +370,12 @@ def foreign_cluster_crd() -> dict[str, Any]:
             _condition_column("Outgoing", "OutgoingPeering"),
             _condition_column("Incoming", "IncomingPeering"),
             _condition_column("Authentication", "AuthenticationStatus"),
+            _column(
+                "Network",
+                '.status.conditions[?(@.type=="NetworkStatus")].reason',
+                description="How addresses pass between the peer and this cluster: DirectRouting, CIDROverlap...",
+                priority=1,
+            ),
         ],
     )
 

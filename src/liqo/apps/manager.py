@@ -28,6 +28,7 @@ from aiohttp import web
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
+from liqo.api.networks import ClusterNetwork
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
@@ -83,7 +84,14 @@ class PolicyGate:
         return await self._provisioner.record(consumer_id)
 
     async def provision(
-        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
     ) -> Issued:
         """Provision ``consumer_id`` unless a policy denies it."""
         policies, _ = await self._client.list_all(SHARING_POLICIES)
@@ -95,6 +103,7 @@ class PolicyGate:
             auth_url=auth_url,
             csr_pem=csr_pem,
             key_fingerprint=key_fingerprint,
+            network=network,
         )
 
 
@@ -133,8 +142,13 @@ async def run(args: argparse.Namespace) -> None:
     """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
     async with KubeClient(access=access, name="local") as client:
-        local = await poll_until(
-            lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
+        # Without its network this cluster could tell peers nothing true about its addresses: wait for it.
+        local, network = await poll_until(
+            lambda: _identity_with_network(client),
+            timeout=3600,
+            interval=2,
+            message="liqo is not installed on this cluster, or was installed before its network was recorded:"
+            " run `liqoctl install` (with --pod-cidr and --service-cidr on a cluster that is not local)",
         )
         key = await poll_until(
             lambda: read_cluster_key(client), timeout=3600, interval=2, message="this cluster has no key yet"
@@ -143,7 +157,7 @@ async def run(args: argparse.Namespace) -> None:
         # One memo of the consumers' SharingPolicies for the ShadowPod webhook and the controllers alike.
         selection = PolicySelection()
         runners = [
-            await _serve_auth(client, local, key, args, shared),
+            await _serve_auth(client, local=local, network=network, key=key, args=args, shared=shared),
             await _serve_webhooks(client, args, shared, selection),
         ]
         stop = asyncio.Event()
@@ -159,7 +173,12 @@ async def run(args: argparse.Namespace) -> None:
         campaign = asyncio.create_task(
             elector.run(
                 lambda: _controllers(
-                    client, local, key, selection=selection, reserved_namespaces=args.reserved_namespaces
+                    client,
+                    local,
+                    network,
+                    key,
+                    selection=selection,
+                    reserved_namespaces=args.reserved_namespaces,
                 )
             )
         )
@@ -170,9 +189,16 @@ async def run(args: argparse.Namespace) -> None:
             await runner.cleanup()
 
 
+async def _identity_with_network(client: KubeClient) -> tuple[ClusterIdentity, ClusterNetwork] | None:
+    local = await read_identity(client)
+    return None if local is None or local.network is None else (local, local.network)
+
+
 async def _serve_auth(
     client: KubeClient,
+    *,
     local: ClusterIdentity,
+    network: ClusterNetwork,
     key: ClusterKey,
     args: argparse.Namespace,
     shared: registration.ServingPair | None,
@@ -193,6 +219,7 @@ async def _serve_auth(
         cluster_id=local.cluster_id,
         cluster_name=local.cluster_name,
         key=key,
+        network=network,
         token_source=token,
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
@@ -267,6 +294,7 @@ def _server_tls(
 async def _controllers(
     client: KubeClient,
     local: ClusterIdentity,
+    network: ClusterNetwork,
     key: ClusterKey,
     *,
     selection: PolicySelection,
@@ -279,9 +307,24 @@ async def _controllers(
     peers = PeerClients()
     caches = PeeringCaches(informers)
     outgoing = OutgoingPeering(
-        client=client, caches=caches, local=local, key=key, peers=peers, observations=observations, events=events
+        client=client,
+        caches=caches,
+        local=local,
+        network=network,
+        key=key,
+        peers=peers,
+        observations=observations,
+        events=events,
     )
-    status = ForeignClusterStatus(client=client, caches=caches, local=local, peers=peers, observations=observations)
+    status = ForeignClusterStatus(
+        client=client,
+        caches=caches,
+        local=local,
+        network=network,
+        peers=peers,
+        observations=observations,
+        events=events,
+    )
     incoming = IncomingPeering(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from liqo.api.networks import InvalidNetwork
 from liqo.cli.output import fail
 from liqo.install.installer import InstallError
 from liqo.kube.errors import KubeError
@@ -25,6 +26,7 @@ EXPECTED = (
     KubeconfigError,
     WaitTimeout,
     KubeError,
+    InvalidNetwork,  # a cluster's recorded network edited by hand into one no cluster may claim
 )
 
 

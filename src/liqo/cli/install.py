@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 import yaml
 
+from liqo.api.networks import InvalidNetwork, IPNetwork, parse_cidr
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
@@ -31,6 +32,18 @@ def install_command(
             help="Namespaces no consumer may take for a twin, besides default, kube-* and liqo*: a,b,prefix-*."
         ),
     ] = "",
+    pod_cidr: Annotated[
+        str | None,
+        typer.Option(
+            help="This cluster's pod CIDR, told to peers (required the first time on a cluster that is not local)."
+        ),
+    ] = None,
+    service_cidr: Annotated[
+        str | None,
+        typer.Option(
+            help="This cluster's service CIDR, told to peers (required the first time on a cluster that is not local)."
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option(help="Print the manifests instead of applying them.")] = False,
 ) -> None:
     """Install liqo: CRDs, namespace, RBAC, cluster identity, authentication endpoint and manager."""
@@ -48,8 +61,19 @@ def install_command(
             auth_url=auth_url,
             identity_ttl=identity_ttl,
             reserved_namespaces=reserved,
+            pod_cidr=_cidr("--pod-cidr", pod_cidr),
+            service_cidr=_cidr("--service-cidr", service_cidr),
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run))
+
+
+def _cidr(flag: str, value: str | None) -> IPNetwork | None:
+    if value is None:
+        return None
+    try:
+        return parse_cidr(value, field=flag)
+    except InvalidNetwork as exc:
+        raise typer.BadParameter(str(exc), param_hint=flag) from None
 
 
 async def _install(kubeconfig: str | None, context: str | None, options: InstallOptions, *, dry_run: bool) -> None:

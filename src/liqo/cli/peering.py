@@ -189,9 +189,9 @@ def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format 
         return
     local = report["local"]
     identity = f"[bold]{local['clusterName']}[/bold] ({local['clusterID']})"
-    out.print(f"{identity}  API {local['apiServerURL']}  auth {local['authURL']}")
+    out.print(f"{identity}  API {local['apiServerURL']}  auth {local['authURL']}  {_network(local['network'])}")
     table(
-        ["peer", "role", "outgoing", "incoming", "auth", "api", "accepted", "offered"],
+        ["peer", "role", "outgoing", "incoming", "auth", "api", "network", "accepted", "offered"],
         [
             [
                 p["name"],
@@ -200,12 +200,20 @@ def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format 
                     p["conditions"].get(c, {}).get("status", "-")
                     for c in ("OutgoingPeering", "IncomingPeering", "AuthenticationStatus", "APIServerStatus")
                 ),
+                # The reason says it all (DirectRouting, CIDROverlap, NetworkUnknown); `status` gives the message.
+                p["conditions"].get("NetworkStatus", {}).get("reason", "-"),
                 ",".join(f"{k}={v}" for k, v in p["accepted"].items()) or "-",
                 ",".join(f"{k}={v}" for k, v in p["offered"].items()) or "-",
             ]
             for p in report["peers"]
         ],
     )
+
+
+def _network(network: dict[str, str] | None) -> str:
+    if not network:
+        return "network not recorded (run liqoctl install)"
+    return f"pods {network['podCIDR']}  services {network['serviceCIDR']}"
 
 
 def status(kubeconfig: Kubeconfig = None, context: Context = None) -> None:

@@ -4,6 +4,13 @@ The cluster ID is the UID of the ``kube-system`` namespace: stable for the life 
 after an uninstall and re-install, and needing no storage of its own. A re-install keeps the
 authentication token and the cluster key, so peers holding the one or pinning the other keep working.
 
+The cluster's network (pod and service CIDRs) is recorded in the identity too, and told to peers at
+authentication. It is never guessed: a local cluster's comes from its own spec; elsewhere ``--pod-cidr`` and
+``--service-cidr`` are required the first time, and a re-install keeps what was recorded. Nodes'
+``spec.podCIDRs`` are only per-node slices (and unused by many CNIs), the ``kubernetes`` Service holds one
+address of the service CIDR: a network inferred from them could be too narrow or plain wrong, and a peer
+trusting it would dial the wrong pods — exactly what recording the network is meant to prevent.
+
 Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
 cluster's supervisor, with a client certificate for the user ``liqo-manager``, a loopback HTTPS port for
 authentication and another for the webhooks (which accepts only the API server's webhook client
@@ -17,6 +24,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +33,7 @@ from liqo.api import resources as liqo_resources
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import crd_name
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -100,6 +109,45 @@ class InstallOptions:
     image: str = manifests.DEFAULT_IMAGE
     identity_ttl: int = 7200
     reserved_namespaces: tuple[str, ...] = ()
+    pod_cidr: IPNetwork | None = None
+    service_cidr: IPNetwork | None = None
+
+
+def resolve_network(
+    *,
+    pod_cidr: IPNetwork | None,
+    service_cidr: IPNetwork | None,
+    local: ClusterNetwork | None,
+    previous: ClusterNetwork | None,
+) -> ClusterNetwork:
+    """The network install records (pure): a local cluster's own, else the flags, else the previous install's.
+
+    Raises:
+        InstallError: a flag contradicts a local cluster's spec, a CIDR is missing on a cluster that is not
+            local and was never installed with one, or together they are no network a cluster may claim.
+    """
+    if local is not None:
+        for flag, given, actual in (
+            ("--pod-cidr", pod_cidr, local.pod_cidr),
+            ("--service-cidr", service_cidr, local.service_cidr),
+        ):
+            if given is not None and given != actual:
+                raise InstallError(f"{flag} {given} is not this local cluster's: it was made with {actual}")
+        return local
+    pods = pod_cidr or (previous.pod_cidr if previous else None)
+    services = service_cidr or (previous.service_cidr if previous else None)
+    missing = [flag for flag, value in (("--pod-cidr", pods), ("--service-cidr", services)) if value is None]
+    if pods is None or services is None:
+        raise InstallError(
+            f"{' and '.join(missing)} {'are' if len(missing) > 1 else 'is'} required: this cluster's network is not"
+            " recorded yet, and liqo does not guess it (peers would dial the wrong pods). The pod CIDR is"
+            " kube-controller-manager's --cluster-cidr or your CNI's IP pool, the service CIDR kube-apiserver's"
+            " --service-cluster-ip-range; a re-install keeps them"
+        )
+    try:
+        return ClusterNetwork(pod_cidr=pods, service_cidr=services)
+    except InvalidNetwork as exc:
+        raise InstallError(f"this cluster's network (--pod-cidr {pods}, --service-cidr {services}): {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -187,6 +235,12 @@ async def plan(
     if not auth_url:
         auth_url = f"https://{manifests.AUTH_SERVICE}.{names.LIQO_NAMESPACE}.svc"
     key = await read_cluster_key(client) or ClusterKey.generate()
+    network = resolve_network(
+        pod_cidr=options.pod_cidr,
+        service_cidr=options.service_cidr,
+        local=_local_network(local.cluster) if local else None,
+        previous=previous.network if previous else None,
+    )
     identity = ClusterIdentity(
         cluster_id=cluster_id,
         cluster_name=cluster_name,
@@ -195,6 +249,7 @@ async def plan(
         cluster_labels=options.cluster_labels,
         public_key=key.public_pem,
         key_fingerprint=key.fingerprint,
+        network=network,
     )
     items = manifests.manifests(
         cluster_id=identity.cluster_id,
@@ -204,6 +259,7 @@ async def plan(
         auth_url=identity.auth_url,
         token=await _token(client),
         key=key,
+        network=network,
         image=options.image,
         identity_ttl=options.identity_ttl,
         workload=local is None,
@@ -335,6 +391,15 @@ async def _token(client: KubeClient) -> str:
     except NotFoundError:
         token = None
     return token or new_token()
+
+
+def _local_network(name: str) -> ClusterNetwork:
+    spec = clusters.stored_spec(name)
+    try:
+        # The spec was validated when the cluster was made, but may be spelled otherwise than canonically.
+        return ClusterNetwork(pod_cidr=ip_network(spec.pod_cidr), service_cidr=ip_network(spec.service_cidr))
+    except InvalidNetwork as exc:
+        raise InstallError(f"local cluster {name} has a network liqo cannot tell peers about: {exc}") from None
 
 
 def local_manager(client: KubeClient) -> LocalManager | None:

@@ -17,6 +17,7 @@ from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import all_crds
+from liqo.api.networks import ClusterNetwork
 from liqo.offloading import registration
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
@@ -297,6 +298,7 @@ def cluster_identity(
     api_server_url: str,
     auth_url: str,
     key: ClusterKey,
+    network: ClusterNetwork,
 ) -> Manifest:
     """The ConfigMap every component reads to know which cluster it runs in (with the key's public half)."""
     return {
@@ -311,6 +313,7 @@ def cluster_identity(
             "authURL": auth_url,
             "publicKey": key.public_pem,
             "keyFingerprint": key.fingerprint,
+            **network.to_message(),
         },
     }
 
@@ -529,6 +532,7 @@ def manifests(
     auth_url: str,
     token: str,
     key: ClusterKey,
+    network: ClusterNetwork,
     image: str,
     identity_ttl: int,
     workload: bool,
@@ -547,6 +551,7 @@ def manifests(
         api_server_url=api_server_url,
         auth_url=auth_url,
         key=key,
+        network=network,
     )
     items = [
         *all_crds(),

@@ -393,6 +393,11 @@ def names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if ClusterDir(p).exists())
 
 
+def stored_spec(name: str) -> ClusterSpec:
+    """The spec cluster ``name`` was made with (its CIDRs are what ``liqoctl install`` records there)."""
+    return ClusterSpec.from_dict(read_json(_existing(name).cluster_file)["spec"])
+
+
 def info(name: str) -> ClusterInfo:
     """The state of one cluster, from its files (and a quick look at its nodes when it runs)."""
     cluster = _existing(name)

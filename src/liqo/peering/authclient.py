@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import serialization
 
 from liqo.api import clusterkey, names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.peering.authprotocol import (
     MAX_BODY,
     IdentityRequest,
@@ -73,10 +74,14 @@ class ProviderNotAuthenticated(BadAnswer):
 
 @dataclass(frozen=True)
 class Identity:
-    """A client identity on a provider's API server, confined to the consumer's tenant namespace there."""
+    """A client identity on a provider's API server, confined to the consumer's tenant namespace there.
+
+    ``provider_network`` is the network the provider told us, in its signed answer.
+    """
 
     provider_id: str
     provider_name: str
+    provider_network: ClusterNetwork
     consumer_id: str
     api_server_url: str
     ca_pem: str
@@ -178,6 +183,7 @@ async def request_identity(
     token: str | None,
     consumer_id: str,
     consumer_name: str,
+    consumer_network: ClusterNetwork,
     consumer_auth_url: str | None = None,
     expected_provider_id: str,
     expected_fingerprint: str,
@@ -186,12 +192,14 @@ async def request_identity(
     """Run the handshake with the provider at ``auth_url`` and return the identity it issued.
 
     ``key`` is this cluster's key; ``token`` the provider's, needed only until the provider knows our key.
+    ``consumer_network`` is ours, told to the provider; its own comes back in :attr:`Identity.provider_network`.
 
     Raises:
         AuthUnreachable: the endpoint cannot be reached.
         AuthRejected: the provider said no (401: wrong token or signature; 403: refused; 400: bad request).
         ProviderNotAuthenticated: the answer is not signed by the key of ``expected_fingerprint``.
-        BadAnswer: the answer is malformed, or comes from a cluster other than ``expected_provider_id``.
+        BadAnswer: the answer is malformed (its network included), or comes from a cluster other than
+            ``expected_provider_id``.
     """
     key_pem, csr_pem = make_csr(consumer_id)
     async with _session(timeout) as session:
@@ -205,6 +213,7 @@ async def request_identity(
             nonce=nonce,
             csr=csr_pem,
             public_key=key.public_pem,
+            network=consumer_network,
         ).to_message()
         answer = await _call(session, "POST", _url(auth_url, "/identity"), sign_request(message, key=key, token=token))
     try:
@@ -224,6 +233,7 @@ async def request_identity(
     return Identity(
         provider_id=response.cluster_id,
         provider_name=response.cluster_name,
+        provider_network=response.network,
         consumer_id=consumer_id,
         api_server_url=response.api_server_url,
         ca_pem=response.ca,

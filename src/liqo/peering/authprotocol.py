@@ -20,6 +20,11 @@ certificate's CN and O, so a CSR asking for ``O=system:masters`` — or for anot
 token holder into a cluster admin or an impostor. Only ``CN=liqo.io:peer:<its own ID>``, nothing else, is
 ever signed.
 
+Both messages also carry their sender's network (pod and service CIDRs, :mod:`liqo.api.networks`): each side
+records the other's on its ForeignCluster, so that addresses reflected between them can be translated. It is
+signed with the rest, and parsed as the untrusted input it is: a malformed or implausible network makes the
+message invalid (400, or a refused answer) before anything is created.
+
 Nothing here does I/O, so the server and the client share it and the tests exercise it directly.
 """
 
@@ -44,6 +49,7 @@ from cryptography.x509.oid import NameOID
 
 from liqo.api import clusterkey, names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import NETWORK, ClusterNetwork, InvalidNetwork
 
 KEY_SIGNATURE = "keySignature"
 """In a request: the consumer's cluster-key signature."""
@@ -219,6 +225,13 @@ def _check_url(key: str, url: str) -> str:
     return url
 
 
+def _network(message: Mapping[str, Any]) -> ClusterNetwork:
+    try:
+        return ClusterNetwork.from_message(message.get(NETWORK))
+    except InvalidNetwork as exc:
+        raise InvalidMessage(str(exc)) from None
+
+
 def format_time(moment: datetime.datetime) -> str:
     """RFC 3339 in UTC, to the second (``2026-01-02T03:04:05Z``)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -237,7 +250,7 @@ def parse_time(value: str) -> datetime.datetime:
 
 @dataclass(frozen=True)
 class IdentityRequest:
-    """``POST /identity``: who the consumer is, its cluster key, the nonce it was given, and its CSR (PEM)."""
+    """``POST /identity``: who the consumer is, its cluster key and network, the nonce it was given, its CSR (PEM)."""
 
     cluster_id: str
     cluster_name: str
@@ -245,6 +258,7 @@ class IdentityRequest:
     nonce: str
     csr: str
     public_key: str
+    network: ClusterNetwork
 
     def to_message(self) -> dict[str, Any]:
         """The unsigned message (``authURL`` only when known)."""
@@ -254,6 +268,7 @@ class IdentityRequest:
             "nonce": self.nonce,
             "csr": self.csr,
             "publicKey": self.public_key,
+            NETWORK: self.network.to_message(),
         }
         return message | ({"authURL": self.auth_url} if self.auth_url else {})
 
@@ -273,12 +288,13 @@ class IdentityRequest:
             nonce=_string(message, "nonce", max_length=_MAX_NONCE),
             csr=_string(message, "csr"),
             public_key=_public_key(message),
+            network=_network(message),
         )
 
 
 @dataclass(frozen=True)
 class IdentityResponse:
-    """The answer to ``POST /identity``: the provider, its cluster key, where to reach it, the certificate."""
+    """The answer to ``POST /identity``: the provider, its key and network, where to reach it, the certificate."""
 
     cluster_id: str
     cluster_name: str
@@ -288,6 +304,7 @@ class IdentityResponse:
     namespace: str
     expires_at: datetime.datetime
     public_key: str
+    network: ClusterNetwork
 
     def to_message(self) -> dict[str, Any]:
         """The unsigned message."""
@@ -300,6 +317,7 @@ class IdentityResponse:
             "namespace": self.namespace,
             "expiresAt": format_time(self.expires_at),
             "publicKey": self.public_key,
+            NETWORK: self.network.to_message(),
         }
 
     @classmethod
@@ -320,6 +338,7 @@ class IdentityResponse:
             namespace=_string(message, "namespace", max_length=63),
             expires_at=parse_time(_string(message, "expiresAt", max_length=64)),
             public_key=_public_key(message),
+            network=_network(message),
         )
 
 

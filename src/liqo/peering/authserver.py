@@ -30,6 +30,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.peering.authprotocol import (
     MAX_BODY,
     IdentityRequest,
@@ -87,9 +88,16 @@ class Provisioner(Protocol):
         ...
 
     async def provision(
-        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
     ) -> Issued:
-        """Pin the consumer's key (unless pinned), ensure its tenant namespace, RBAC; sign the CSR.
+        """Pin the consumer's key (unless pinned), ensure its tenant namespace, RBAC; sign the CSR; record its network.
 
         Leaves nothing behind when it fails.
 
@@ -136,14 +144,15 @@ def auth_app(
     cluster_id: str,
     cluster_name: str,
     key: ClusterKey,
+    network: ClusterNetwork,
     token_source: Callable[[], Awaitable[str]],
     provisioner: Provisioner,
     nonces: NonceStore,
 ) -> web.Application:
     """The authentication endpoint of cluster ``cluster_id``, ready for an ``AppRunner``.
 
-    ``key`` signs the answers. ``token_source`` is called only for enrolments, so a rotated token takes
-    effect at once.
+    ``key`` signs the answers, which tell consumers this cluster's ``network``. ``token_source`` is called
+    only for enrolments, so a rotated token takes effect at once.
     """
 
     async def ids(_: web.Request) -> web.Response:
@@ -204,6 +213,7 @@ def auth_app(
                 auth_url=ask.auth_url,
                 csr_pem=checked,
                 key_fingerprint=fingerprint,
+                network=ask.network,
             )
         except PeerDenied as exc:
             return _refuse(request, 403, f"{cluster_name} refuses {ask.cluster_name}: {exc.reason}")
@@ -222,13 +232,15 @@ def auth_app(
             namespace=issued.namespace,
             expires_at=issued.expires_at,
             public_key=key.public_pem,
+            network=network,
         ).to_message()
         log.info(
-            "identity issued to %s (%s, key %s, %s) from %s: namespace %s, valid until %s",
+            "identity issued to %s (%s, key %s, %s, network: %s) from %s: namespace %s, valid until %s",
             ask.cluster_name,
             ask.cluster_id,
             fingerprint,
             "enrolled with the token" if needs_token else "known key",
+            ask.network,
             request.remote,
             issued.namespace,
             answer["expiresAt"],

@@ -21,6 +21,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.crds import KEY_FINGERPRINT_PATTERN
 from liqo.api.identity import ClusterIdentity, read_identity
+from liqo.api.networks import NETWORK
 from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
@@ -428,6 +429,7 @@ async def info(client: KubeClient) -> dict[str, Any]:
                 else {},
                 "offered": _resources(our_offer),
                 "identityExpiresAt": ((fc.get("status") or {}).get("identity") or {}).get("expiresAt"),
+                "network": fc["spec"].get(NETWORK),
             }
         )
     return {
@@ -437,6 +439,7 @@ async def info(client: KubeClient) -> dict[str, Any]:
             "apiServerURL": local.api_server_url,
             "authURL": local.auth_url,
             "labels": local.cluster_labels,
+            "network": local.network.to_message() if local.network else None,
         },
         "peers": peers,
     }
@@ -447,6 +450,8 @@ def problems(report: dict[str, Any]) -> list[str]:
     lines = []
     for peer in report["peers"]:
         for kind, condition in peer["conditions"].items():
+            # A peer's network not known yet is learnt at its next handshake, and nothing waits for it: info
+            # shows it; an overlap is an Error, listed like any other.
             if condition["status"] in ("Error", "Denied") or (
                 condition["status"] == "Pending" and kind != "NetworkStatus"
             ):

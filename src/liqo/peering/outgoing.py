@@ -7,6 +7,11 @@ signed by the provider key the ForeignCluster's ``keyFingerprint`` names) and th
 exists; it comes back when the identity is due. A provider's refusal (401, 403) is reported as a Denied
 authentication and tried again after a while, not hammered: it changes only when someone acts.
 
+Each handshake tells the provider this cluster's network and records the provider's, from its signed answer,
+on the ForeignCluster (``spec.network``, a merge patch that ``liqoctl peer``'s server-side apply of the spec
+leaves alone). A ForeignCluster without one — a peering established before networks were exchanged — gets a
+handshake at once rather than at the identity's renewal: the provider learns ours from the same request.
+
 Otherwise — or when the ForeignCluster is being deleted — it tears the outgoing side down: the request on
 the provider first (so the provider releases what it reserved for us), then the
 virtual nodes, offers, identity and token here, and the tenant namespace unless the peer also consumes
@@ -24,6 +29,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, network_patch, recorded_network
 from liqo.api.peers import PeerClients
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
@@ -77,6 +83,7 @@ class OutgoingPeering:
         client: KubeClient,
         caches: PeeringCaches,
         local: ClusterIdentity,
+        network: ClusterNetwork,
         key: ClusterKey,
         peers: PeerClients,
         observations: Observations,
@@ -84,6 +91,7 @@ class OutgoingPeering:
     ) -> None:
         self._client = client
         self._local = local
+        self._network = network
         self._key = key
         self._forced: dict[str, tuple[float, str]] = {}  # provider → (when, request stamp) of the last forced handshake
         self._peers = peers
@@ -114,7 +122,7 @@ class OutgoingPeering:
         namespace = names.tenant_namespace(peer_id)
         now = datetime.datetime.now(datetime.UTC)
         due = renewal_due(self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"))
-        if due is None or due <= now or self._refused_by_provider(fc):
+        if due is None or due <= now or not _knows_network(fc) or self._refused_by_provider(fc):
             due = await self._authenticate(fc, now=now)
             if due is None:
                 return Result(requeue_after=RETRY_REFUSED_SECONDS)
@@ -172,6 +180,7 @@ class OutgoingPeering:
                 token=token,
                 consumer_id=self._local.cluster_id,
                 consumer_name=self._local.cluster_name,
+                consumer_network=self._network,
                 consumer_auth_url=self._local.auth_url,
                 expected_provider_id=peer_id,
                 expected_fingerprint=fingerprint,
@@ -189,6 +198,10 @@ class OutgoingPeering:
             self._observations.report(self._observations.authentication, peer_id, failure)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
             raise
+        patch = network_patch(fc, identity.provider_network)
+        if patch is not None:
+            await self._client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], patch)
+            log.info("recorded the network of provider %s: %s", peer_id, identity.provider_network)
         secret = identity_secret(
             provider_id=peer_id, kubeconfig=identity.kubeconfig(), issued_at=now, expires_at=identity.expires_at
         )
@@ -279,6 +292,14 @@ class OutgoingPeering:
                 {"metadata": {"finalizers": remaining, "resourceVersion": fc["metadata"]["resourceVersion"]}},
             )
         return True
+
+
+def _knows_network(fc: dict[str, Any]) -> bool:
+    """Whether the ForeignCluster records a valid network of the peer (else the next handshake records it)."""
+    try:
+        return recorded_network(fc) is not None
+    except InvalidNetwork:
+        return False
 
 
 def _peer_of(obj: dict[str, Any]) -> list[str]:

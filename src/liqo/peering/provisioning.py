@@ -10,6 +10,12 @@ steps) and labelled with the consumer's ID so that unpeer finds it; and an attem
 it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
 leaves nothing behind.
 
+The consumer's network, from its signed request, is recorded on its ForeignCluster (``spec.network``): in the
+record a new consumer's ForeignCluster is created with, or patched into an existing one once its certificate
+is signed — the last step, so that a failed attempt changed nothing. It is written with a merge patch, not
+server-side apply, so that a later ``liqoctl peer`` applying the ForeignCluster's spec (which has no network)
+cannot take it away.
+
 Certificates are signed by the cluster itself through ``certificates.k8s.io/v1`` with the
 ``kubernetes.io/kube-apiserver-client`` signer: the provider never holds its CA key, the API server
 trusts what comes out, and ``expirationSeconds`` makes the identity short-lived. The CSR object is deleted
@@ -28,6 +34,7 @@ from typing import Any
 from cryptography import x509
 
 from liqo.api import names
+from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
@@ -100,15 +107,25 @@ def peer_role_binding(consumer_id: str) -> dict[str, Any]:
 
 
 def consumer_foreign_cluster(
-    *, name: str, consumer_id: str, consumer_name: str, auth_url: str | None, key_fingerprint: str
+    *,
+    name: str,
+    consumer_id: str,
+    consumer_name: str,
+    auth_url: str | None,
+    key_fingerprint: str,
+    network: ClusterNetwork,
 ) -> dict[str, Any]:
-    """The ForeignCluster a provider creates for a new consumer (pure): incoming on demand, no outgoing, its key."""
+    """The ForeignCluster a provider creates for a new consumer (pure): incoming on demand, no outgoing, its key.
+
+    It records the consumer's network as the consumer told it.
+    """
     spec: dict[str, Any] = {
         "clusterID": consumer_id,
         "clusterName": consumer_name,
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
         "keyFingerprint": key_fingerprint,
+        NETWORK: network.to_message(),
     }
     if auth_url:
         spec["authURL"] = auth_url
@@ -200,21 +217,36 @@ class KubeProvisioner:
         return record_of(fc) if fc is not None else None
 
     async def provision(
-        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
     ) -> Issued:
-        """Pin the consumer's key, ensure its namespace and RBAC, then have its CSR signed; undo on failure."""
+        """Pin the consumer's key, ensure its namespace and RBAC, have its CSR signed, record its network.
+
+        Undoes what it created on failure.
+        """
         undo: list[Callable[[], Awaitable[Any]]] = []
         try:
-            await self._pin(
+            record = await self._pin(
                 consumer_id=consumer_id,
                 consumer_name=consumer_name,
                 auth_url=auth_url,
                 key_fingerprint=key_fingerprint,
+                network=network,
                 undo=undo,
             )
             namespace = await self._tenant(consumer_id, undo=undo)
             await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
             certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
+            patch = network_patch(record, network)
+            if patch is not None:
+                await self._client.patch(FOREIGN_CLUSTERS, record["metadata"]["name"], patch)
+                log.info("recorded the network of consumer %s: %s", consumer_id, network)
         except Exception:
             for step in reversed(undo):
                 try:
@@ -244,12 +276,13 @@ class KubeProvisioner:
         consumer_name: str,
         auth_url: str | None,
         key_fingerprint: str,
+        network: ClusterNetwork,
         undo: list[Callable[[], Awaitable[Any]]],
-    ) -> None:
+    ) -> dict[str, Any]:
         """Make the consumer's ForeignCluster hold its key, or refuse; register how to undo what was done.
 
         An existing ForeignCluster is the admin's (or a peering the other way): only its empty
-        ``keyFingerprint`` is filled in, conditioned on its resourceVersion.
+        ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Returns the ForeignCluster.
         """
         for _ in range(_PIN_ATTEMPTS):
             fc = await self._foreign_cluster(consumer_id)
@@ -259,17 +292,18 @@ class KubeProvisioner:
                     consumer_name=consumer_name,
                     auth_url=auth_url,
                     key_fingerprint=key_fingerprint,
+                    network=network,
                 )
                 if created is not None:
                     meta = created["metadata"]
                     undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
-                    return
+                    return created
                 continue  # every name was taken meanwhile: by a racing claimant of this ID, or others
             record = record_of(fc)
             if record.refused:
                 raise PeerDenied(f"cluster {consumer_id} is refused here (incoming peering disabled)")
             if record.key_fingerprint == key_fingerprint:
-                return
+                return fc
             if record.key_fingerprint:
                 raise PeerDenied(f"another key is registered for cluster ID {consumer_id}")
             meta = fc["metadata"]
@@ -289,7 +323,7 @@ class KubeProvisioner:
                 "spec": {"keyFingerprint": None},
             }
             undo.append(partial(self._client.patch, FOREIGN_CLUSTERS, meta["name"], unpin))
-            return
+            return pinned
         raise ProvisioningError(f"the record of cluster {consumer_id} kept changing while registering its key; retry")
 
     async def _tenant(self, consumer_id: str, *, undo: list[Callable[[], Awaitable[Any]]]) -> str:
@@ -307,7 +341,13 @@ class KubeProvisioner:
         return namespace
 
     async def _create_foreign_cluster(
-        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, key_fingerprint: str
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        key_fingerprint: str,
+        network: ClusterNetwork,
     ) -> dict[str, Any] | None:
         """Create the consumer's ForeignCluster under the first free name; None if every name is taken."""
         for name in names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name):
@@ -317,6 +357,7 @@ class KubeProvisioner:
                 consumer_name=consumer_name,
                 auth_url=auth_url,
                 key_fingerprint=key_fingerprint,
+                network=network,
             )
             try:
                 created: dict[str, Any] = await self._client.create(FOREIGN_CLUSTERS, manifest)

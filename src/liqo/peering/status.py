@@ -5,6 +5,12 @@ condition, server-side apply under one field manager would have them erase each 
 controller reads the caches and the in-memory observations and derives the whole status with a pure
 function (:func:`peer_status`), applied to the ``status`` subresource. It also probes the provider's API
 server through the identity, at most every few seconds, since no object records that.
+
+``NetworkStatus`` says whether addresses can pass between the two clusters as they are, from this cluster's
+network and the one the peer told at its latest handshake (``spec.network``): both ways, since a Service of
+either may be reflected to the other (:func:`liqo.api.networks.conflict`). Until the network fabric remaps
+overlapping CIDRs (issue #11), an overlap is an ``Error`` — addresses would silently mean a pod of the
+reader's own — and its first sighting a Warning Event; an unknown network is ``Pending``, never a guess.
 """
 
 from __future__ import annotations
@@ -16,17 +22,26 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
 from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
+from liqo.kube.events import EventRecorder
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
 from liqo.peering.observations import FORBIDDEN, Observation, Observations
 from liqo.peering.outgoing import wants_outgoing
 
 PROBE_INTERVAL = 10.0
+NETWORK_STATUS = "NetworkStatus"
+DIRECT_ROUTING = "DirectRouting"
+"""Neither cluster's pod CIDR overlaps the other's pod or service CIDR: addresses pass unchanged."""
+CIDR_OVERLAP = "CIDROverlap"
+"""A pod CIDR overlaps the other cluster's pod or service CIDR: those addresses cannot be given to the reader."""
+NETWORK_UNKNOWN = "NetworkUnknown"
+"""The peer has not told its network yet (a peering made before networks were exchanged, or no handshake)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,8 @@ class PeerState:
 
     foreign_cluster: dict[str, Any]
     local_id: str
+    local_name: str
+    local_network: ClusterNetwork
     identity: dict[str, Any] | None
     our_request: dict[str, Any] | None
     their_offer: dict[str, Any] | None
@@ -63,7 +80,7 @@ def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
         _outgoing(state, outgoing=outgoing),
         _incoming(state),
         _api_server(state, outgoing=outgoing),
-        _condition("NetworkStatus", "None", "NotImplemented", "the network fabric is not part of this release"),
+        _network(state),
     ]
     previous = {c["type"]: c for c in (state.foreign_cluster.get("status") or {}).get("conditions") or []}
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -140,6 +157,47 @@ def _incoming(state: PeerState) -> dict[str, str]:
     return _condition(kind, "Pending", "OfferPending" if state.our_offer else "ComputingOffer")
 
 
+def _network(state: PeerState) -> dict[str, str]:
+    """How addresses pass between the peer and us: unchanged, or not at all (overlap), or not known yet."""
+    peer_name = state.foreign_cluster["metadata"]["name"]
+    try:
+        peer = recorded_network(state.foreign_cluster)
+    except InvalidNetwork as exc:
+        return _condition(NETWORK_STATUS, "Pending", NETWORK_UNKNOWN, f"{exc}: the next handshake records it again")
+    if peer is None:
+        message = f"the network of {peer_name} is not known yet: {UNKNOWN_HINT}"
+        return _condition(NETWORK_STATUS, "Pending", NETWORK_UNKNOWN, message)
+    ours = state.local_network
+    theirs_here = conflict(owner=peer, reader=ours, owner_name=peer_name)
+    ours_there = conflict(owner=ours, reader=peer, owner_name=state.local_name, reader_name=peer_name)
+    overlaps = [reason for reason in (theirs_here, ours_there) if reason]
+    if overlaps:
+        return _condition(NETWORK_STATUS, "Error", CIDR_OVERLAP, "; ".join(overlaps))
+    return _condition(
+        NETWORK_STATUS,
+        "Established",
+        DIRECT_ROUTING,
+        f"pod CIDRs do not overlap: addresses pass unchanged ({peer_name}: {peer}; ours: {ours})",
+    )
+
+
+def overlap_first_seen(before: dict[str, Any] | None, after: dict[str, Any]) -> str | None:
+    """The message of a CIDR overlap ``after`` reports and ``before`` (the status it replaces) did not (pure).
+
+    What a Warning Event is recorded for: once per overlap, not once per reconcile, and not again after a
+    restart (the previous status is the ForeignCluster's).
+    """
+
+    def overlap(status: dict[str, Any] | None) -> str | None:
+        for condition in (status or {}).get("conditions") or []:
+            if condition.get("type") == NETWORK_STATUS and condition.get("reason") == CIDR_OVERLAP:
+                return str(condition.get("message", ""))
+        return None
+
+    now = overlap(after)
+    return now if now is not None and now != overlap(before) else None
+
+
 def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     kind = "APIServerStatus"
     if not outgoing or state.identity is None:
@@ -160,13 +218,17 @@ class ForeignClusterStatus:
         client: KubeClient,
         caches: PeeringCaches,
         local: ClusterIdentity,
+        network: ClusterNetwork,
         peers: PeerClients,
         observations: Observations,
+        events: EventRecorder,
     ) -> None:
         self._client = client
         self._local = local
+        self._network = network
         self._peers = peers
         self._observations = observations
+        self._events = events
         self._probed: dict[str, float] = {}
         self.caches = caches
         self.foreign_clusters = caches.foreign_clusters
@@ -191,6 +253,8 @@ class ForeignClusterStatus:
         state = PeerState(
             foreign_cluster=fc,
             local_id=self._local.cluster_id,
+            local_name=self._local.cluster_name,
+            local_network=self._network,
             identity=self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
             our_request=self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
             their_offer=self.offers.store.get(f"{namespace}/{peer_id}"),
@@ -204,6 +268,9 @@ class ForeignClusterStatus:
         status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
         if status != fc.get("status"):
             await self._client.apply_status(FOREIGN_CLUSTERS, name=fc["metadata"]["name"], status=status)
+            overlap = overlap_first_seen(fc.get("status"), status)
+            if overlap is not None:
+                await self._events.record(fc, type="Warning", reason=CIDR_OVERLAP, message=overlap)
         return Result(requeue_after=PROBE_INTERVAL) if outgoing else None
 
     async def _probe(self, peer_id: str) -> None:

@@ -55,3 +55,20 @@ def test_the_manager_refuses_a_bad_reserved_namespace_flag(capsys: pytest.Captur
     with pytest.raises(SystemExit):
         parse_args(["--reserved-namespaces=*"])
     assert "'*' is neither a namespace name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pod-cidr", "10.244.0.1/16"], "Invalid value for --pod-cidr: '--pod-cidr': '10.244.0.1/16' is not written"),
+        (["--service-cidr", "ten"], "Invalid value for --service-cidr: '--service-cidr': 'ten' is not a CIDR"),
+        (["--pod-cidr", "fd00::%eth0/64"], "IPv6 zone"),
+    ],
+)
+def test_install_refuses_a_malformed_cidr_before_talking_to_any_cluster(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    nowhere = tmp_path / "no.kubeconfig"
+    result = CliRunner().invoke(app, ["install", *args, "--kubeconfig", str(nowhere)])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.replace("│", " ").split())

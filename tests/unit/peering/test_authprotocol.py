@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.peering.authprotocol import (
     KEY_SIGNATURE,
     SIGNATURE,
@@ -42,6 +43,7 @@ TOKEN = "c2VjcmV0LXRva2VuLW9mLTMyLWJ5dGVzLWxvbmctLS0"
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 KEY = ClusterKey.generate()
 OTHER_KEY = ClusterKey.generate()
+NETWORK = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 
 
 def request_message(**overrides: Any) -> dict[str, Any]:
@@ -52,6 +54,7 @@ def request_message(**overrides: Any) -> dict[str, Any]:
         "nonce": "n0nce",
         "csr": make_csr(PEER)[1],
         "publicKey": KEY.public_pem,
+        "network": NETWORK.to_message(),
     }
     return message | overrides
 
@@ -213,7 +216,13 @@ def test_nonces_are_unguessable() -> None:
 
 def test_a_request_round_trips_through_its_message() -> None:
     request = IdentityRequest(
-        cluster_id=PEER, cluster_name="c", auth_url=None, nonce="n", csr="pem", public_key=KEY.public_pem
+        cluster_id=PEER,
+        cluster_name="c",
+        auth_url=None,
+        nonce="n",
+        csr="pem",
+        public_key=KEY.public_pem,
+        network=NETWORK,
     )
     assert "authURL" not in request.to_message()
     assert IdentityRequest.from_message(request.to_message()) == request
@@ -237,6 +246,12 @@ def test_a_request_round_trips_through_its_message() -> None:
         ({"authURL": "file:///etc/passwd"}, "'authURL' must be an https:// URL"),
         ({"authURL": "http://consumer.example"}, "'authURL' must be an https:// URL"),
         ({"clusterName": "n" * 254}, "'clusterName' is longer than 253"),
+        ({"network": None}, "'network' must be an object with 'podCIDR' and 'serviceCIDR'"),
+        ({"network": "10.244.0.0/16"}, "'network' must be an object"),
+        ({"network": {"podCIDR": "10.244.0.0/16"}}, "'network.serviceCIDR' must be a CIDR"),
+        ({"network": {"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.1/16"}}, "write 10.96.0.0/16"),
+        ({"network": {"podCIDR": "169.254.0.0/16", "serviceCIDR": "10.96.0.0/16"}}, "special-purpose range"),
+        ({"network": {"podCIDR": "10.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}}, "overlap"),
     ],
 )
 def test_bad_request_fields_are_named(overrides: dict[str, Any], complaint: str) -> None:
@@ -268,6 +283,7 @@ def test_a_response_round_trips_and_carries_its_expiry_in_rfc3339() -> None:
         namespace="liqo-tenant-x",
         expires_at=expires,
         public_key=KEY.public_pem,
+        network=NETWORK,
     )
     message = response.to_message()
     assert message["expiresAt"] == "2030-01-02T03:04:05Z"
@@ -276,6 +292,10 @@ def test_a_response_round_trips_and_carries_its_expiry_in_rfc3339() -> None:
         IdentityResponse.from_message({k: v for k, v in message.items() if k != "ca"})
     with pytest.raises(InvalidMessage, match="not an RFC 3339 time"):
         IdentityResponse.from_message(message | {"expiresAt": "tomorrow"})
+    with pytest.raises(InvalidMessage, match="'network' must be an object"):
+        IdentityResponse.from_message({k: v for k, v in message.items() if k != "network"})
+    with pytest.raises(InvalidMessage, match=r"'network\.podCIDR': 127\.0\.0\.0/8 overlaps the special-purpose"):
+        IdentityResponse.from_message(message | {"network": {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}})
 
 
 def test_times_are_utc_and_need_a_zone() -> None:

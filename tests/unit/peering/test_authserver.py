@@ -27,10 +27,19 @@ from cryptography.x509.oid import NameOID
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.networks import ClusterNetwork
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
 from liqo.peering import authclient
-from liqo.peering.authprotocol import KEY_SIGNATURE, MAX_BODY, TOKEN_SIGNATURE, NonceStore, make_csr, sign_request
+from liqo.peering.authprotocol import (
+    KEY_SIGNATURE,
+    MAX_BODY,
+    TOKEN_SIGNATURE,
+    NonceStore,
+    make_csr,
+    sign_answer,
+    sign_request,
+)
 from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError, auth_app
 
 TOKEN = "dG9rZW4tb2YtdGhlLXByb3ZpZGVyLTMyLWJ5dGVzLS0tLQ"
@@ -39,6 +48,8 @@ CONSUMER = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 PROVIDER_KEY = ClusterKey.generate()
 CONSUMER_KEY = ClusterKey.generate()
 INTRUDER_KEY = ClusterKey.generate()
+PROVIDER_NETWORK = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.97.0.0/16")
+CONSUMER_NETWORK = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 CA_KEY = ec.generate_private_key(ec.SECP256R1())
 CA_NAME = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
 
@@ -76,9 +87,18 @@ class FakeProvisioner:
         return self.records.get(consumer_id)
 
     async def provision(
-        self, *, consumer_id: str, consumer_name: str, auth_url: str | None, csr_pem: str, key_fingerprint: str
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
     ) -> Issued:
-        self.calls.append({"consumer_id": consumer_id, "consumer_name": consumer_name, "auth_url": auth_url})
+        self.calls.append(
+            {"consumer_id": consumer_id, "consumer_name": consumer_name, "auth_url": auth_url, "network": network}
+        )
         self.csrs.append(csr_pem)
         if self.error:
             raise self.error
@@ -123,6 +143,7 @@ class Server:
             "nonce": await self.nonce(),
             "csr": csr or make_csr(CONSUMER)[1],
             "publicKey": key.public_pem,
+            "network": CONSUMER_NETWORK.to_message(),
         } | overrides
         return sign_request(message, key=key, token=token)
 
@@ -158,6 +179,7 @@ def make_app(
         cluster_id=PROVIDER,
         cluster_name="provider",
         key=key,
+        network=PROVIDER_NETWORK,
         token_source=token_source,
         provisioner=provisioner,
         nonces=nonces,
@@ -204,6 +226,7 @@ async def handshake(
         token=token,
         consumer_id=CONSUMER,
         consumer_name="consumer",
+        consumer_network=CONSUMER_NETWORK,
         consumer_auth_url="https://consumer.example:8443",
         expected_provider_id=expected,
         expected_fingerprint=fingerprint,
@@ -221,9 +244,15 @@ async def test_ids_tell_who_the_provider_claims_to_be(server: Server) -> None:
 async def test_a_consumer_with_the_token_gets_an_identity(server: Server) -> None:
     identity = await handshake(server.url + "/")
     assert server.provisioner.calls == [
-        {"consumer_id": CONSUMER, "consumer_name": "consumer", "auth_url": "https://consumer.example:8443"}
+        {
+            "consumer_id": CONSUMER,
+            "consumer_name": "consumer",
+            "auth_url": "https://consumer.example:8443",
+            "network": CONSUMER_NETWORK,
+        }
     ]
     assert (identity.provider_id, identity.provider_name) == (PROVIDER, "provider")
+    assert identity.provider_network == PROVIDER_NETWORK
     assert identity.namespace == names.tenant_namespace(CONSUMER)
     assert identity.api_server_url == "https://127.0.0.1:6443"
     cert = x509.load_pem_x509_certificate(identity.cert_pem.encode())
@@ -372,6 +401,7 @@ async def test_a_nonce_the_server_never_issued_is_401(server: Server) -> None:
         "nonce": "made-up",
         "csr": make_csr(CONSUMER)[1],
         "publicKey": CONSUMER_KEY.public_pem,
+        "network": CONSUMER_NETWORK.to_message(),
     }
     status, _ = await server.post("/identity", sign_request(message, key=CONSUMER_KEY, token=TOKEN))
     assert status == 401
@@ -424,6 +454,51 @@ async def test_a_signed_request_missing_a_field_is_400_and_names_it(server: Serv
     del message["clusterName"]
     message = sign_request(message, key=CONSUMER_KEY, token=TOKEN)
     assert await server.post("/identity", message) == (400, {"reason": "'clusterName' must be a non-empty string"})
+
+
+@pytest.mark.parametrize(
+    ("network", "complaint"),
+    [
+        (None, "'network' must be an object with 'podCIDR' and 'serviceCIDR'"),
+        ({"podCIDR": "10.244.0.0/16"}, "'network.serviceCIDR' must be a CIDR such as 10.244.0.0/16"),
+        ({"podCIDR": "10.244.0.0/16", "serviceCIDR": "a" * 5000}, "'network.serviceCIDR' is longer than 43"),
+        ({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/33"}, "'10.96.0.0/33' is not a CIDR"),
+        ({"podCIDR": "169.254.0.0/16", "serviceCIDR": "10.96.0.0/16"}, "overlaps the special-purpose range"),
+        ({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/16", "x": 1}, "'network' has unknown fields: 'x'"),
+    ],
+)
+async def test_a_signed_request_with_a_malformed_network_is_400_and_nothing_is_looked_up(
+    server: Server, network: object, complaint: str
+) -> None:
+    """Signed with the consumer's key and the token, as a peer holding both would send it: refused all the same."""
+    status, answer = await server.post("/identity", await server.signed(network=network))
+    assert status == 400
+    assert complaint in answer["reason"]
+    assert server.provisioner.lookups == []
+    assert server.provisioner.calls == []
+
+
+async def test_the_client_refuses_a_signed_answer_with_a_malformed_network() -> None:
+    """A provider (its own key, its own signature) telling an implausible network: refused, nothing kept."""
+
+    @web.middleware
+    async def lie(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if request.path == "/identity" and isinstance(response, web.Response) and response.status == 200:
+            nonce = orjson.loads(await request.read())["nonce"]
+            answer = orjson.loads(_body(response))
+            answer["network"] = {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}
+            return web.json_response(sign_answer(answer, key=PROVIDER_KEY, nonce=nonce))
+        return response
+
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (lie,)))
+    try:
+        with pytest.raises(
+            authclient.BadAnswer, match=r"'network\.podCIDR': 127\.0\.0\.0/8 overlaps the special-purpose"
+        ):
+            await handshake(url)
+    finally:
+        await runner.cleanup()
 
 
 @pytest.mark.parametrize("cluster_id", ["../../kube-system", "rome", "a" * 51])
@@ -585,6 +660,7 @@ async def test_an_unsigned_answer_is_refused() -> None:
             "namespace": names.tenant_namespace(CONSUMER),
             "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "publicKey": PROVIDER_KEY.public_pem,
+            "network": PROVIDER_NETWORK.to_message(),
         }
         return web.json_response(answer)
 

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from liqo.api import names
+from liqo.api.networks import ClusterNetwork
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.kubeconfig import Access
@@ -35,6 +36,8 @@ PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 CSR = make_csr(PEER)[1]
 KEY = "sha256:" + "a" * 64
 OTHER_KEY = "sha256:" + "b" * 64
+NETWORK = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
+MOVED = ClusterNetwork.parse(pod_cidr="10.40.0.0/16", service_cidr="10.96.0.0/16")
 
 
 def test_the_peer_rules_allow_requests_namespace_maps_and_reading_offers_only() -> None:
@@ -85,7 +88,12 @@ def test_the_binding_names_the_peers_user_and_no_group() -> None:
 
 def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pins_its_key() -> None:
     fc = consumer_foreign_cluster(
-        name="c", consumer_id=PEER, consumer_name="consumer", auth_url="https://c:8443", key_fingerprint=KEY
+        name="c",
+        consumer_id=PEER,
+        consumer_name="consumer",
+        auth_url="https://c:8443",
+        key_fingerprint=KEY,
+        network=NETWORK,
     )
     assert fc["spec"] == {
         "clusterID": PEER,
@@ -94,10 +102,11 @@ def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pi
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
         "keyFingerprint": KEY,
+        "network": {"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/16"},
     }
     assert fc["metadata"]["labels"][names.REMOTE_CLUSTER_ID] == PEER
     without_url = consumer_foreign_cluster(
-        name="c", consumer_id=PEER, consumer_name="c", auth_url=None, key_fingerprint=KEY
+        name="c", consumer_id=PEER, consumer_name="c", auth_url=None, key_fingerprint=KEY, network=NETWORK
     )
     assert "authURL" not in without_url["spec"]
     assert record_of(fc) == PeerRecord(key_fingerprint=KEY, refused=False)
@@ -242,9 +251,11 @@ def signed(csr_pem: str) -> dict[str, Any]:
     }
 
 
-async def provision(target: KubeProvisioner, *, consumer_name: str = "rome", key: str = KEY) -> Issued:
+async def provision(
+    target: KubeProvisioner, *, consumer_name: str = "rome", key: str = KEY, network: ClusterNetwork = NETWORK
+) -> Issued:
     return await target.provision(
-        consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR, key_fingerprint=key
+        consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR, key_fingerprint=key, network=network
     )
 
 
@@ -260,6 +271,8 @@ async def test_the_certificate_comes_from_the_watch_and_the_csr_is_deleted() -> 
     assert issued.expires_at - datetime.datetime.now(datetime.UTC) > datetime.timedelta(seconds=7000)
     assert kube.deleted == ["liqo-peer-abcde"]
     assert kube.objects[("ForeignCluster", "rome")]["spec"]["keyFingerprint"] == KEY
+    assert kube.objects[("ForeignCluster", "rome")]["spec"]["network"] == NETWORK.to_message()
+    assert kube.patches == []  # a new consumer's network is in the record it is created with
     assert ("Namespace", names.tenant_namespace(PEER)) in kube.objects
 
 
@@ -294,6 +307,7 @@ async def test_a_failure_keeps_what_existed_and_takes_back_only_its_own_pin() ->
         await provision(provisioner(kube, timeout=0.05))
     assert kube.deleted == ["liqo-peer-abcde"]
     assert "keyFingerprint" not in kube.objects[("ForeignCluster", "admins")]["spec"]
+    assert "network" not in kube.objects[("ForeignCluster", "admins")]["spec"]  # recorded only once signed
     assert ("Namespace", names.tenant_namespace(PEER)) in kube.objects
 
 
@@ -305,9 +319,22 @@ async def test_an_admins_foreign_cluster_gets_the_key_on_a_condition() -> None:
     assert [patch for _, patch in kube.patches] == [
         {"metadata": {"resourceVersion": "5"}, "spec": {"keyFingerprint": KEY}},
         {"metadata": {"resourceVersion": "5"}, "spec": {"keyFingerprint": KEY}},
+        {"spec": {"network": NETWORK.to_message()}},  # last, once the certificate is signed
     ]
     assert kube.objects[("ForeignCluster", "admins")]["spec"]["keyFingerprint"] == KEY
+    assert kube.objects[("ForeignCluster", "admins")]["spec"]["network"] == NETWORK.to_message()
     assert ("ForeignCluster", "rome") not in kube.objects
+
+
+async def test_a_renewal_records_the_network_only_when_it_changed() -> None:
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=KEY, network=NETWORK.to_message())
+    await provision(provisioner(kube))
+    assert kube.patches == []
+    kube.watch_events = [{"type": "MODIFIED", "object": signed(CSR)}]
+    await provision(provisioner(kube), network=MOVED)
+    assert kube.patches == [("rome", {"spec": {"network": MOVED.to_message()}})]
+    assert kube.objects[("ForeignCluster", "rome")]["spec"]["network"] == MOVED.to_message()
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,11 @@ def test_the_manager_holds_no_wildcard_verb_no_escalate_and_no_role_writing() ->
 
 def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> None:
     cluster = granted(manifests.manager_rules())
-    assert not [r for r in cluster if r[1] in ("leases", "configmaps")]
+    assert not [r for r in cluster if r[1] == "configmaps"]
+    # Cluster-wide, only the consumers' heartbeats, by name, read-only.
+    assert {(verb, name) for _, resource, verb, name in cluster if resource == "leases"} == {
+        (verb, names.CONSUMER_HEARTBEAT) for verb in ("get", "list", "watch")
+    }
     assert not [r for r in cluster if r[1] == "secrets" and r[2] == "update"]
     local = granted(manifests.manager_namespace_rules())
     assert {(resource, verb, name) for _, resource, verb, name in local} == {

@@ -40,7 +40,7 @@ NETWORK = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0
 MOVED = ClusterNetwork.parse(pod_cidr="10.40.0.0/16", service_cidr="10.96.0.0/16")
 
 
-def test_the_peer_rules_allow_requests_namespace_maps_and_reading_offers_only() -> None:
+def test_the_peer_rules_allow_requests_namespace_maps_reading_offers_and_its_heartbeat_only() -> None:
     rules = peer_rules()
     granted = {
         (group, resource, verb)
@@ -56,6 +56,7 @@ def test_the_peer_rules_allow_requests_namespace_maps_and_reading_offers_only() 
     maps = {("offloading.liqo.io", "namespacemaps", v) for v in ("get", "list", "watch", "create")}
     maps |= {("offloading.liqo.io", "namespacemaps", v) for v in ("update", "patch", "delete")}
     map_status = {("offloading.liqo.io", "namespacemaps/status", "get")}
+    heartbeat = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update", "patch")}
     assert (
         granted
         == requests
@@ -64,8 +65,18 @@ def test_the_peer_rules_allow_requests_namespace_maps_and_reading_offers_only() 
         | offer_status
         | maps
         | map_status
+        | heartbeat
     )
-    assert all("resourceNames" not in rule for rule in rules)
+    # Only the heartbeat is limited by name (its get/update/patch: a create cannot be).
+    named = [rule for rule in rules if "resourceNames" in rule]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [names.CONSUMER_HEARTBEAT],
+            "verbs": ["get", "update", "patch"],
+        }
+    ]
 
 
 def test_the_binding_names_the_peers_user_and_no_group() -> None:

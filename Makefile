@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local bench-offload clean
+.PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local bench-offload bench-services clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -22,6 +22,7 @@ help:
 	@echo "make unit         unit tests only (no clusters)"
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
 	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
+	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
 	@echo "make demo-down    stop and delete the demo clusters"
 
 setup: apt venv binaries
@@ -69,6 +70,9 @@ bench-local: setup
 
 bench-offload: setup
 	$(VENV)/bin/python benchmarks/offload.py $(if $(PODS),--pods $(PODS))
+
+bench-services: setup
+	$(VENV)/bin/python benchmarks/services.py $(if $(PODS),--pods $(PODS))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -284,6 +284,7 @@ class VirtualKubelets:
                 manager=manager,
                 node_name=node_name,
                 provider_id=running.provider_id,
+                home_cluster_id=self._home_cluster_id,
                 home_pods=pods.pods,
             ),
         )

@@ -167,3 +167,21 @@ def test_an_ip_home_cannot_dial_is_left_out_never_copied() -> None:
 def test_a_pod_without_an_ip_yet_is_left_as_it_is() -> None:
     status = {"phase": "Pending"}
     assert pods.with_home_addresses(status, translate=to(ROME, owner=MILAN)) == (status, None)
+
+
+def test_the_providers_slices_of_a_service_copy_are_never_taken_for_ours() -> None:
+    made = reflect(home_slice(endpoint("10.244.1.5")))
+    assert made.slice is not None
+    assert endpointslices.is_reflected(made.slice, origin=HOME_ID)
+    # The provider's controller copies the Service copy's labels (our marker among them) onto its own slices.
+    theirs = {
+        "metadata": {
+            "name": "web-xyz12",
+            "labels": {
+                names.ORIGIN: HOME_ID,
+                endpointslices.SERVICE_NAME_LABEL: "web",
+                endpointslices.MANAGED_BY_LABEL: "endpointslice-controller.k8s.io",
+            },
+        }
+    }
+    assert not endpointslices.is_reflected(theirs, origin=HOME_ID)

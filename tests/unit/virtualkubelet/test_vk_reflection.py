@@ -22,10 +22,11 @@ from liqo.install.manifests import virtual_kubelet_rules
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
-from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
+from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, SERVICES, Resource
 from liqo.virtualkubelet.forge import common, configdata
 from liqo.virtualkubelet.forge import events as forge_events
 from liqo.virtualkubelet.forge import pods as forge_pods
+from liqo.virtualkubelet.forge import services as forge_services
 from liqo.virtualkubelet.forge import tokens as forge_tokens
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
 from liqo.virtualkubelet.reflection.events import EventReflector
@@ -266,7 +267,7 @@ def remote_event(**fields: Any) -> Obj:
 
 
 def test_the_mirror_is_the_same_event_about_the_home_pod() -> None:
-    mirror = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirror = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
     assert mirror["metadata"] == {
         "name": "web-1.17a",
         "namespace": "demo",
@@ -295,12 +296,12 @@ def test_events_written_through_events_k8s_io_are_folded_into_core_fields() -> N
         eventTime="2030-01-01T00:00:00.123456Z",
         series={"count": 3, "lastObservedTime": "2030-01-01T00:01:00.5Z"},
     )
-    mirror = forge_events.mirrored_event(event, home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirror = forge_events.mirrored_event(event, home_object=home_pod(), provider_id=PROVIDER_ID)
     assert mirror["count"] == 3
     assert (mirror["firstTimestamp"], mirror["lastTimestamp"]) == ("2030-01-01T00:00:00Z", "2030-01-01T00:01:00Z")
     assert mirror["source"] == {"component": "default-scheduler"}
-    assert forge_events.mirrored_event(remote_event(count=None), home_pod=home_pod(), provider_id="m")["count"] == 1
-    long = forge_events.mirrored_event(remote_event(message="x" * 5000), home_pod=home_pod(), provider_id="m")
+    assert forge_events.mirrored_event(remote_event(count=None), home_object=home_pod(), provider_id="m")["count"] == 1
+    long = forge_events.mirrored_event(remote_event(message="x" * 5000), home_object=home_pod(), provider_id="m")
     assert len(long["message"]) == 1024
 
 
@@ -308,7 +309,7 @@ def test_only_events_about_pods_and_never_mirrors_are_mirrored() -> None:
     assert forge_events.mirrorable(remote_event())
     shadow = remote_event(involvedObject={"kind": "ShadowPod", "name": "web-1"})
     assert not forge_events.mirrorable(shadow)
-    mirror = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirror = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
     assert not forge_events.mirrorable(mirror)  # a mirror seen again (both clusters offloading to each other)
 
 
@@ -456,6 +457,7 @@ async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIt
             manager=manager,
             node_name="liqo-milan",
             provider_id=PROVIDER_ID,
+            home_cluster_id=HOME_ID,
             home_pods=pods,
         ),
     )
@@ -582,7 +584,7 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
     }
     other = remote_event(metadata={"name": "web-1.17b", "namespace": "demo-rome"})
     other["involvedObject"] = other["involvedObject"] | {"uid": "old-pod"}
-    mirrored = forge_events.mirrored_event(remote_event(), home_pod=home_pod(), provider_id=PROVIDER_ID)
+    mirrored = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
     mirrored["metadata"] |= {"name": "web-1.17c", "namespace": "demo-rome"}
     home = FakeApi((PODS, home_pod()))
     provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()), (EVENTS, other), (EVENTS, mirrored))
@@ -599,3 +601,37 @@ def _remote(made: Reflected, resource: Resource, obj: Obj) -> Obj | None:
     pair = made.manager.pair("demo")
     assert pair is not None
     return pair.remote(resource).store.get(f"demo-rome/{obj['metadata']['name']}")
+
+
+async def test_events_about_our_service_copies_are_mirrored_onto_the_home_service() -> None:
+    home_service = {"metadata": {"name": "web", "namespace": "demo", "uid": "hs1"}, "spec": {"ports": []}}
+    copy = forge_services.reflected_service(home_service, namespace="demo-rome", home_cluster_id=HOME_ID)
+    copy["metadata"]["uid"] = "rs1"
+    theirs = {"metadata": {"name": "db", "namespace": "demo-rome", "uid": "rs2"}, "spec": {}}
+
+    def about(name: str, uid: str) -> Obj:
+        involved = {"kind": "Service", "name": name, "namespace": "demo-rome", "uid": uid}
+        return remote_event(
+            metadata={"name": f"{name}.1", "namespace": "demo-rome"},
+            involvedObject=involved,
+            reason="SyncLoadBalancerFailed",
+        )
+
+    home = FakeApi((SERVICES, home_service), (SERVICES, {"metadata": {"name": "db", "namespace": "demo"}}))
+    provider = FakeApi(
+        (SERVICES, copy), (SERVICES, theirs), (EVENTS, about("web", "rs1")), (EVENTS, about("db", "rs2"))
+    )
+    async with reflection(home, provider) as made:
+        await made.events.reconcile("demo-rome/web.1")
+        [(verb, plural, event)] = home.calls
+        assert (verb, plural) == ("apply", "events")
+        assert event["involvedObject"] == {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "name": "web",
+            "namespace": "demo",
+            "uid": "hs1",
+        }
+        assert event["reason"] == "SyncLoadBalancerFailed"
+        await made.events.reconcile("demo-rome/db.1")  # a Service the provider made: not ours to report
+        assert len(home.calls) == 1

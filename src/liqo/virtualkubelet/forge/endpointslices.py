@@ -27,7 +27,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.networks import Refused, Translation
 from liqo.kube.resources import ENDPOINT_SLICES
-from liqo.virtualkubelet.forge.common import copy_metadata, same_metadata
+from liqo.virtualkubelet.forge.common import copy_metadata, is_copy, same_metadata
 
 Obj = dict[str, Any]
 
@@ -108,6 +108,16 @@ def reflected_slice(
     copy["endpoints"] = endpoints
     copy["ports"] = home_slice.get("ports") or []
     return ReflectedSlice(copy, refused)
+
+
+def is_reflected(endpoint_slice: Obj, *, origin: str) -> bool:
+    """Whether a slice in a twin is one we reflected from cluster ``origin`` (pure).
+
+    The marker is not enough: the provider's EndpointSlice controller copies the Service's labels onto its
+    own slices, so those of a Service copy carry the marker too. Only the manager label tells them apart.
+    """
+    labels = endpoint_slice["metadata"].get("labels") or {}
+    return is_copy(endpoint_slice, origin=origin) and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
 
 
 def slice_is_current(current: Obj, desired: Obj) -> bool:

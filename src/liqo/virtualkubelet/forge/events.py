@@ -15,11 +15,16 @@ from liqo.virtualkubelet.forge.common import kube_time, parse_time
 Obj = dict[str, Any]
 
 
+MIRRORED_KINDS = {"Pod": "v1", "Service": "v1", "Ingress": "networking.k8s.io/v1"}
+"""What Events are mirrored about (kind → the home object's apiVersion): the pods we run, and the copies of
+Services and Ingresses (a load balancer or ingress controller of the provider reports on them)."""
+
+
 def mirrorable(event: Obj) -> bool:
-    """Whether a provider Event may be mirrored at home: about a pod, and not itself a mirror (pure)."""
+    """Whether a provider Event may be mirrored at home: about a kind we mirror, and not itself a mirror (pure)."""
     involved = event.get("involvedObject") or {}
     labels = event["metadata"].get("labels") or {}
-    return bool(involved.get("kind") == "Pod" and involved.get("name") and names.ORIGIN not in labels)
+    return bool(involved.get("kind") in MIRRORED_KINDS and involved.get("name") and names.ORIGIN not in labels)
 
 
 def _whole_seconds(stamp: str | None) -> str | None:
@@ -27,17 +32,20 @@ def _whole_seconds(stamp: str | None) -> str | None:
     return kube_time(parse_time(stamp)) if stamp else None
 
 
-def mirrored_event(event: Obj, *, home_pod: Obj, provider_id: str) -> Obj:
-    """The home Event mirroring provider ``event`` onto ``home_pod``: same name, reason, message, type, count (pure).
+def mirrored_event(event: Obj, *, home_object: Obj, provider_id: str) -> Obj:
+    """The home Event mirroring provider ``event`` onto ``home_object``: same name, reason, message, type, count (pure).
+
+    ``home_object`` is what the provider's object stands for: the home pod, Service or Ingress.
 
     Same name as the provider's, so that every change of that Event (its count growing) updates one home Event
     and a re-list writes nothing new. Events written through events.k8s.io carry their count and times in
     ``series``/``eventTime`` instead: they are folded into the core fields.
     """
-    meta = home_pod["metadata"]
+    meta = home_object["metadata"]
+    kind = (event.get("involvedObject") or {}).get("kind") or "Pod"
     involved = {
-        "apiVersion": "v1",
-        "kind": "Pod",
+        "apiVersion": MIRRORED_KINDS.get(kind, "v1"),
+        "kind": kind,
         "name": meta["name"],
         "namespace": meta["namespace"],
         "uid": meta["uid"],

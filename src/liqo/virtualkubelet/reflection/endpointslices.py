@@ -20,8 +20,8 @@ from typing import Any
 from liqo.kube.controller import Controller, Result
 from liqo.kube.events import EventRecorder
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
-from liqo.virtualkubelet.forge import common, services
 from liqo.virtualkubelet.forge import endpointslices as forge
+from liqo.virtualkubelet.forge import services
 from liqo.virtualkubelet.reflection.copies import ReflectionPolicy, converge_copy, delete_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
@@ -112,7 +112,7 @@ class EndpointSliceReflector(Reflector):
             return None  # not (or no longer) offloaded here; or namespace_synced re-queues it
         home = pair.home(ENDPOINT_SLICES).store.get(f"{namespace}/{name}")
         current = pair.remote(ENDPOINT_SLICES).store.get(f"{pair.twin}/{name}")
-        if current is not None and not common.is_copy(current, origin=self._home_cluster_id):
+        if current is not None and not forge.is_reflected(current, origin=self._home_cluster_id):
             return None  # the provider's own (its controller's for the Service's pods there, or a namesake)
         service_name = forge.service_of(home) if home is not None else None
         service = pair.home(SERVICES).store.get(f"{namespace}/{service_name}") if service_name else None

@@ -1,11 +1,14 @@
-"""The provider's Events about the pods we run, mirrored onto the home pods.
+"""The provider's Events about the pods we run and the Services and Ingresses we copied, mirrored home.
 
 ``kubectl describe pod`` at home must show why a pod does not start on the provider (image pulls, probes,
-OOM kills): Events there about a pod we run become home Events about its home pod, one per provider Event
-(same name), updated in place as its count grows (:mod:`liqo.virtualkubelet.forge.events`).
+OOM kills), and ``kubectl describe service`` or ``ingress`` what the provider's controllers say of the copy:
+Events there about an object of ours become home Events about the home object it stands for, one per
+provider Event (same name), updated in place as its count grows (:mod:`liqo.virtualkubelet.forge.events`).
+Ours means: a pod made from our ShadowPod for that very home pod, or a copy carrying our marker, with the
+UID the Event names (never a namesake, never an earlier object of that name).
 
-One key per provider Event (``twin/name``). Events may be listed before the pod they are about: each pair
-keeps an index pod name → Event keys, so a pod showing up finds its Events without a scan of all.
+One key per provider Event (``twin/name``). Events may be listed before the object they are about: each
+pair keeps an index (kind, name) → Event keys, so an object showing up finds its Events without a scan.
 """
 
 from __future__ import annotations
@@ -15,28 +18,40 @@ from typing import Any
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import EVENTS
+from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource
+from liqo.virtualkubelet.forge import common
 from liqo.virtualkubelet.forge import events as forge
 from liqo.virtualkubelet.forge.pods import runs_home_pod
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.pods import remote_pods
 
 Obj = dict[str, Any]
+Subject = tuple[str, str]
+"""``(kind, name)`` of what an Event is about."""
+COPIED = {"Service": SERVICES, "Ingress": INGRESSES}
 
 
 class EventReflector(Reflector):
-    """Mirrors the provider's Events about one virtual node's pods onto the home pods."""
+    """Mirrors the provider's Events about one virtual node's pods and copies onto the home objects."""
 
     def __init__(
-        self, *, home: KubeClient, manager: ReflectionManager, node_name: str, provider_id: str, home_pods: Informer
+        self,
+        *,
+        home: KubeClient,
+        manager: ReflectionManager,
+        node_name: str,
+        provider_id: str,
+        home_cluster_id: str,
+        home_pods: Informer,
     ) -> None:
         """``home_pods`` is the pod reflector's informer (the pods bound to the node)."""
         self._home = home
         self._manager = manager
         self._provider_id = provider_id
+        self._home_cluster_id = home_cluster_id
         self._home_pods = home_pods
-        self._about: dict[str, dict[str, set[str]]] = {}
-        """Twin → pod name → keys of the Events about it."""
+        self._about: dict[str, dict[Subject, set[str]]] = {}
+        """Twin → (kind, name) → keys of the Events about it."""
         self.controller: Controller[str] = Controller(name=f"events {node_name}", reconcile=self.reconcile, workers=2)
 
     @property
@@ -45,42 +60,56 @@ class EventReflector(Reflector):
         return [self.controller]
 
     def start_namespace(self, pair: NamespacePair) -> None:
-        """Watch the twin's Events (indexed by pod) and our pods there (which re-queue their Events)."""
+        """Watch the twin's Events (indexed by subject) and our objects there (which re-queue their Events)."""
         about = self._about.setdefault(pair.twin, {})
 
         def key(event: Obj) -> str:
             return f"{pair.twin}/{event['metadata']['name']}"
 
+        def subject(event: Obj) -> Subject | None:
+            involved = event.get("involvedObject") or {}
+            return (involved["kind"], involved["name"]) if involved.get("kind") and involved.get("name") else None
+
         def seen(event: Obj) -> None:
-            pod = (event.get("involvedObject") or {}).get("name")
-            if pod:
-                about.setdefault(pod, set()).add(key(event))
+            found = subject(event)
+            if found is not None:
+                about.setdefault(found, set()).add(key(event))
             self.controller.queue.add(key(event))
 
         def gone(event: Obj) -> None:
-            pod = (event.get("involvedObject") or {}).get("name")
-            keys = about.get(pod or "", set())
+            found = subject(event)
+            if found is None:
+                return
+            keys = about.get(found, set())
             keys.discard(key(event))
             if not keys:
-                about.pop(pod or "", None)
+                about.pop(found, None)
 
-        def pod_seen(pod: Obj) -> None:
-            for event_key in about.get(pod["metadata"]["name"], ()):
-                self.controller.queue.add(event_key)
+        def appeared(kind: str) -> HandlerFuncs:
+            def requeue(obj: Obj) -> None:
+                for event_key in about.get((kind, obj["metadata"]["name"]), ()):
+                    self.controller.queue.add(event_key)
+
+            return HandlerFuncs(add=requeue)
 
         pair.remote(EVENTS).add_handler(HandlerFuncs(add=seen, update=lambda _old, new: seen(new), delete=gone))
-        remote_pods(pair).add_handler(HandlerFuncs(add=pod_seen))
+        remote_pods(pair).add_handler(appeared("Pod"))
+        for kind, resource in COPIED.items():
+            pair.remote(resource).add_handler(appeared(kind))
+            pair.home(resource)  # read by reconcile: asked for before the pair starts
 
     def namespace_synced(self, pair: NamespacePair) -> None:
-        """Look at every Event again, with the pods listed too."""
+        """Look at every Event again, with the objects listed too."""
         for keys in self._about.get(pair.twin, {}).values():
             for key in keys:
                 self.controller.queue.add(key)
 
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """Drop the pair's index."""
         self._about.pop(pair.twin, None)
 
     async def reconcile(self, key: str) -> Result | None:
-        """Mirror provider Event ``key`` onto the home pod it is about, if it is one of ours."""
+        """Mirror provider Event ``key`` onto the home object it is about, if that object is ours."""
         twin, _ = key.split("/", 1)
         pair = self._manager.pair_of_twin(twin)
         if pair is None or not pair.synced:
@@ -89,11 +118,24 @@ class EventReflector(Reflector):
         if event is None or not forge.mirrorable(event):
             return None  # a deleted Event's mirror expires at home on its own, as Events do
         involved = event["involvedObject"]
-        remote = remote_pods(pair).store.get(f"{twin}/{involved['name']}")
-        if remote is None or involved.get("uid", remote["metadata"]["uid"]) != remote["metadata"]["uid"]:
-            return None  # not about a pod we run (or about a previous one of that name)
-        home = self._home_pods.store.get(f"{pair.home_namespace}/{involved['name']}")
-        if home is None or not runs_home_pod(remote, home):
+        kind, name = involved["kind"], involved["name"]
+        home = self._home_object(pair, kind, name, involved.get("uid"))
+        if home is None:
             return None
-        await self._home.apply(EVENTS, forge.mirrored_event(event, home_pod=home, provider_id=self._provider_id))
+        await self._home.apply(EVENTS, forge.mirrored_event(event, home_object=home, provider_id=self._provider_id))
         return None
+
+    def _home_object(self, pair: NamespacePair, kind: str, name: str, uid: str | None) -> Obj | None:
+        """The home object the provider's ``kind`` ``name`` (of ``uid``) stands for, if it is one of ours."""
+        if kind == "Pod":
+            remote = remote_pods(pair).store.get(f"{pair.twin}/{name}")
+            home = self._home_pods.store.get(f"{pair.home_namespace}/{name}")
+            ours = remote is not None and home is not None and runs_home_pod(remote, home)
+        else:
+            resource: Resource = COPIED[kind]
+            remote = pair.remote(resource).store.get(f"{pair.twin}/{name}")
+            home = pair.home(resource).store.get(f"{pair.home_namespace}/{name}")
+            ours = remote is not None and common.is_copy(remote, origin=self._home_cluster_id)
+        if not ours or remote is None or uid not in (None, remote["metadata"]["uid"]):
+            return None  # not about an object of ours (or about a previous one of that name)
+        return home

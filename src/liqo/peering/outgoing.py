@@ -32,6 +32,7 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import identity_secret, renewal_due
@@ -198,7 +199,7 @@ class OutgoingPeering:
             fc,
             type="Normal",
             reason="Authenticated",
-            message=f"identity valid until {identity.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+            message=f"identity valid until {format_time(identity.expires_at)}",
         )
         return renewal_due(secret)
 

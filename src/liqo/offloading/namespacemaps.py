@@ -47,7 +47,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import PolicySelector
 from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
@@ -134,11 +134,6 @@ def refusal(twin: str, error: KubeError, *, doing: str) -> TwinStatus:
 def origin_of(namespace: Obj) -> str:
     """The home namespace a twin stands for (``""`` if it is no twin)."""
     return str((namespace["metadata"].get("labels") or {}).get(names.ORIGIN_NAMESPACE, ""))
-
-
-def terminating(obj: Obj | None) -> bool:
-    """Whether ``obj`` is being deleted."""
-    return bool(obj is not None and obj["metadata"].get("deletionTimestamp"))
 
 
 def twins_of(namespaces: Iterable[Obj], *, consumer_id: str) -> list[Obj]:

@@ -30,7 +30,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.kube.timefmt import parse_time
 from liqo.peering.outgoing import wants_outgoing
 
@@ -68,7 +68,7 @@ def verdict(
     abandoned_after: datetime.timedelta = ABANDONED_AFTER,
 ) -> Verdict:
     """What to do about a consumer's incoming side, from what the caches hold (pure)."""
-    if tenant is None or tenant["metadata"].get("deletionTimestamp"):
+    if tenant is None or terminating(tenant):
         return Verdict.NOTHING
     engaged = REQUESTED in (tenant["metadata"].get("annotations") or {})
     if refused(foreign_cluster):

@@ -31,7 +31,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.resources import NAMESPACES, SECRETS, terminating
 from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
@@ -64,7 +64,7 @@ def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, A
 
 def wants_outgoing(foreign_cluster: dict[str, Any] | None) -> bool:
     """Whether this ForeignCluster asks us to consume from the peer."""
-    if foreign_cluster is None or foreign_cluster["metadata"].get("deletionTimestamp"):
+    if foreign_cluster is None or terminating(foreign_cluster):
         return False
     return bool(foreign_cluster.get("spec", {}).get("outgoingPeeringEnabled") == "Yes")
 
@@ -220,7 +220,7 @@ class OutgoingPeering:
     def _has_outgoing_state(self, peer_id: str, fc: dict[str, Any]) -> bool:
         """Whether anything of ours exists for this peer (a provider-only peer has nothing to tear down)."""
         namespace = names.tenant_namespace(peer_id)
-        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        deleting = terminating(fc)
         ours = (
             self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
             deleting and self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"),
@@ -260,7 +260,7 @@ class OutgoingPeering:
         if remote is not None and not await withdrawn(remote, consumer_id=self._local.cluster_id):
             return False
         # The token stays until the ForeignCluster goes: a peering being re-enabled may have just written it.
-        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        deleting = terminating(fc)
         for name in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET) if deleting else (names.IDENTITY_SECRET,):
             cached = self.secrets.store.get(f"{namespace}/{name}")
             if cached is not None:

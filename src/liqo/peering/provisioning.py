@@ -31,7 +31,7 @@ from liqo.api import names
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS
+from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.tenants import tenant_namespace_manifest
 
@@ -293,7 +293,7 @@ class KubeProvisioner:
             tenant = await self._client.get(NAMESPACES, namespace)
         else:
             undo.append(partial(self._client.delete, NAMESPACES, namespace, uid=tenant["metadata"]["uid"]))
-        if tenant["metadata"].get("deletionTimestamp"):
+        if terminating(tenant):
             # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
             raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
         return namespace

@@ -21,6 +21,7 @@ from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
+from liqo.kube.resources import terminating
 from liqo.kube.timefmt import format_micro_time, format_time
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
@@ -183,7 +184,7 @@ class ForeignClusterStatus:
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""
         fc = self.caches.foreign_cluster(peer_id)
-        if fc is None or fc["metadata"].get("deletionTimestamp"):
+        if fc is None or terminating(fc):
             return None
         outgoing = wants_outgoing(fc)
         if outgoing:

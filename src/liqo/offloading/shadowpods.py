@@ -40,6 +40,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
+from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
 from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
@@ -277,14 +278,7 @@ class ShadowPods:
             else:
                 await self._release(shadow, pod)
             return None
-        if names.FINALIZER not in (shadow["metadata"].get("finalizers") or []):
-            finalizers = [*(shadow["metadata"].get("finalizers") or []), names.FINALIZER]
-            await self._client.patch(
-                SHADOW_PODS,
-                name,
-                {"metadata": {"finalizers": finalizers, "resourceVersion": shadow["metadata"]["resourceVersion"]}},
-                namespace=namespace,
-            )
+        if await add_finalizer(self._client, SHADOW_PODS, shadow, finalizer=names.FINALIZER):
             return None  # the update comes back through the informer
         if pod is not None and not made_for(pod, shadow):
             if not terminating(pod):
@@ -421,12 +415,4 @@ class ShadowPods:
                         uid=pod["metadata"]["uid"],
                     )
             return  # the pod's deletion event re-queues us
-        finalizers = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
-        if finalizers != (meta.get("finalizers") or []):
-            with contextlib.suppress(NotFoundError):
-                await self._client.patch(
-                    SHADOW_PODS,
-                    meta["name"],
-                    {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
-                    namespace=meta["namespace"],
-                )
+        await remove_finalizer(self._client, SHADOW_PODS, shadow, finalizer=names.FINALIZER)

@@ -31,6 +31,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
+from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
 from liqo.kube.resources import NAMESPACES, SECRETS, terminating
 from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
@@ -110,7 +111,7 @@ class OutgoingPeering:
         if not wants_outgoing(fc):
             done = await self._teardown(peer_id, fc)
             return None if done else Result(requeue_after=0.5)
-        await self._ensure_finalizer(fc)
+        await add_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         await self._client.apply(NAMESPACES, tenant_namespace_manifest(peer_id))
         namespace = names.tenant_namespace(peer_id)
         now = datetime.datetime.now(datetime.UTC)
@@ -203,20 +204,6 @@ class OutgoingPeering:
         )
         return renewal_due(secret)
 
-    async def _ensure_finalizer(self, fc: dict[str, Any]) -> None:
-        finalizers = fc["metadata"].get("finalizers") or []
-        if names.FINALIZER not in finalizers:
-            await self._client.patch(
-                FOREIGN_CLUSTERS,
-                fc["metadata"]["name"],
-                {
-                    "metadata": {
-                        "finalizers": [*finalizers, names.FINALIZER],
-                        "resourceVersion": fc["metadata"]["resourceVersion"],
-                    }
-                },
-            )
-
     def _has_outgoing_state(self, peer_id: str, fc: dict[str, Any]) -> bool:
         """Whether anything of ours exists for this peer (a provider-only peer has nothing to tear down)."""
         namespace = names.tenant_namespace(peer_id)
@@ -230,7 +217,7 @@ class OutgoingPeering:
         return (
             any(ours)
             or bool(self.caches.in_tenant(self.virtual_nodes, peer_id))
-            or names.FINALIZER in (fc["metadata"].get("finalizers") or [])
+            or has_finalizer(fc, finalizer=names.FINALIZER)
         )
 
     async def _teardown(self, peer_id: str, fc: dict[str, Any]) -> bool:
@@ -272,13 +259,7 @@ class OutgoingPeering:
         if not incoming:
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(NAMESPACES, namespace)
-        remaining = [f for f in fc["metadata"].get("finalizers") or [] if f != names.FINALIZER]
-        with contextlib.suppress(NotFoundError):
-            await self._client.patch(
-                FOREIGN_CLUSTERS,
-                fc["metadata"]["name"],
-                {"metadata": {"finalizers": remaining, "resourceVersion": fc["metadata"]["resourceVersion"]}},
-            )
+        await remove_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         return True
 
 

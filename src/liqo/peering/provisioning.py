@@ -28,11 +28,11 @@ from typing import Any
 from cryptography import x509
 
 from liqo.api import names
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, terminating
-from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def certificate_of(csr: dict[str, Any]) -> str | None:
 
 
 class KubeProvisioner:
-    """The real :class:`~liqo.peering.authserver.Provisioner`: RBAC, ForeignCluster and a signed CSR.
+    """The real :class:`~liqo.api.provisioner.Provisioner`: RBAC, ForeignCluster and a signed CSR.
 
     ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it.
     """

@@ -30,6 +30,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import ProvisioningError
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules, peer_cluster_roles
 from liqo.kube import pki
@@ -47,7 +48,7 @@ from liqo.kube.resources import (
 )
 from liqo.peering import authclient
 from liqo.peering.authprotocol import NonceStore, make_csr
-from liqo.peering.authserver import ProvisioningError, auth_app
+from liqo.peering.authserver import auth_app
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
 from tests.helpers import LocalCluster, eventually, signed_identity_request, unique

@@ -29,6 +29,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import read_cluster_key
 from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import Issued, PeerRecord
 from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
@@ -36,7 +37,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, SECRETS
 from liqo.peering import authclient, operations
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import Issued, PeerRecord, auth_app
+from liqo.peering.authserver import auth_app
 from tests.helpers import Site, eventually, expect_clean
 from tests.integration.conftest import RUN_ID
 

@@ -30,7 +30,6 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.api.networks import ClusterNetwork
 from liqo.api.peers import PeerClients
-from liqo.api.resources import SHARING_POLICIES
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
@@ -49,7 +48,7 @@ from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, Provisioner, auth_app
+from liqo.peering.authserver import auth_app
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
@@ -57,8 +56,9 @@ from liqo.peering.outgoing import OutgoingPeering
 from liqo.peering.provisioning import KubeProvisioner
 from liqo.peering.status import ForeignClusterStatus
 from liqo.replication.replicator import Replicator
+from liqo.sharing.gate import PolicyGate
 from liqo.sharing.offers import OfferController
-from liqo.sharing.policy import PolicySelection, select_policy
+from liqo.sharing.policy import PolicySelection
 from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
@@ -66,45 +66,6 @@ log = logging.getLogger("liqo.manager")
 LISTEN_BACKLOG = 1024
 LEASE = MANAGER
 """Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
-
-
-class PolicyGate:
-    """Refuses identities to peers a SharingPolicy denies, before anything is created for them.
-
-    It sits between the endpoint and the provisioner (peering cannot read sharing's policies itself), and
-    judges the consumer by the cluster ID the endpoint authenticated, never by the name it claims.
-    """
-
-    def __init__(self, *, client: KubeClient, provisioner: Provisioner) -> None:
-        self._client = client
-        self._provisioner = provisioner
-
-    async def record(self, consumer_id: str) -> PeerRecord | None:
-        """The provisioner's record of ``consumer_id``."""
-        return await self._provisioner.record(consumer_id)
-
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
-        """Provision ``consumer_id`` unless a policy denies it."""
-        policies, _ = await self._client.list_all(SHARING_POLICIES)
-        if select_policy(policies, peer_id=consumer_id).action == "Deny":
-            raise PeerDenied("this cluster's sharing policy denies peering with you")
-        return await self._provisioner.provision(
-            consumer_id=consumer_id,
-            consumer_name=consumer_name,
-            auth_url=auth_url,
-            csr_pem=csr_pem,
-            key_fingerprint=key_fingerprint,
-            network=network,
-        )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, Resource
+from liqo.kube.timefmt import format_time
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,6 @@ class EventClient(Protocol):
 
     async def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None) -> dict[str, Any]:
         """Merge-patch an object."""
-
-
-def event_time(moment: datetime) -> str:
-    """A ``Time`` as the API server writes it: UTC, whole seconds, e.g. ``2026-11-25T21:00:00Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_name(object_name: str, suffix: str) -> str:
@@ -105,7 +101,7 @@ def build_event(
         ValueError: If ``obj`` has no name.
     """
     involved = involved_object(obj)
-    stamp = event_time(now)
+    stamp = format_time(now)
     event: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
@@ -199,7 +195,7 @@ class EventRecorder:
             written.count += 1
             written.last_seen = now
             self._written.move_to_end(key)
-            patch = {"count": written.count, "lastTimestamp": event_time(now)}
+            patch = {"count": written.count, "lastTimestamp": format_time(now)}
             try:
                 await self._client.patch(EVENTS, written.name, patch, namespace=written.namespace)
                 return

@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 import yaml
 
+from liqo.kube.timefmt import parse_time
+
 
 class KubeconfigError(ValueError):
     """The kubeconfig is missing, malformed, or names a context/cluster/user it does not define."""
@@ -195,7 +197,7 @@ async def _run_exec_plugin(plugin: ExecPlugin) -> tuple[str, datetime.datetime |
     if not token:
         raise KubeconfigError(f"exec credential plugin {plugin.command!r} returned no token (certificates unsupported)")
     expiry = status.get("expirationTimestamp")
-    expires = datetime.datetime.fromisoformat(expiry.replace("Z", "+00:00")) if expiry else None
+    expires = parse_time(expiry) if expiry else None
     return str(token), expires
 
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import LEASES, Resource
+from liqo.kube.timefmt import format_micro_time
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,6 @@ class LeaseClient(Protocol):
         self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = None
     ) -> dict[str, Any]:
         """Replace an object (ConflictError if its resourceVersion is stale)."""
-
-
-def micro_time(moment: datetime) -> str:
-    """A ``MicroTime`` as the API server writes it: UTC with microseconds, e.g. ``2026-11-25T21:00:00.000000Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def lease_duration_seconds(duration: float) -> int:
@@ -127,7 +123,7 @@ def acquired_lease(
         counts one more ``leaseTransitions``; a renewal only moves ``renewTime``. Spec fields we do not manage
         are kept.
     """
-    stamp = micro_time(now)
+    stamp = format_micro_time(now)
     spec: dict[str, Any] = {
         "holderIdentity": identity,
         "leaseDurationSeconds": lease_duration_seconds(lease_duration),
@@ -158,7 +154,7 @@ def released_lease(current: Mapping[str, Any], *, now: datetime) -> dict[str, An
     The holder is cleared (so candidates may take it at once) and the duration set to one second for
     readers that only look at times; ``leaseTransitions`` is left for the next holder to count.
     """
-    stamp = micro_time(now)
+    stamp = format_micro_time(now)
     spec = {
         **(current.get("spec") or {}),
         "holderIdentity": "",

@@ -1,8 +1,12 @@
-"""Which API resources we speak to, described as plain data.
+"""Which API resources we speak to, described as plain data, and what every controller reads off any object.
 
 A :class:`Resource` is everything needed to build a request path: no discovery round-trip, no generated
 model classes. Keeping the description pure (as lightkube does with its request data) lets the path
 logic be unit-tested without a server, and keeps the hot path on plain dicts.
+
+Objects are plain dicts too, so the few facts every controller reads off one live here, once: its cache key
+(:func:`object_key`, which informers index by and work queues carry, and :func:`split_key` back) and whether
+it is being deleted (:func:`terminating`).
 """
 
 from __future__ import annotations
@@ -92,6 +96,13 @@ MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "MutatingWebhookConfiguration",
     namespaced=False,
 )
+VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -112,10 +123,18 @@ def split_key(key: str) -> tuple[str | None, str]:
     return (namespace, name) if sep else (None, namespace)
 
 
-VALIDATING_WEBHOOK_CONFIGURATIONS = Resource(
-    "admissionregistration.k8s.io",
-    "v1",
-    "validatingwebhookconfigurations",
-    "ValidatingWebhookConfiguration",
-    namespaced=False,
-)
+def split_namespaced_key(key: str) -> tuple[str, str]:
+    """The (namespace, name) pair of the cache key of a namespaced object.
+
+    Raises:
+        ValueError: ``key`` is a cluster-scoped object's.
+    """
+    namespace, name = split_key(key)
+    if namespace is None:
+        raise ValueError(f"{key!r} is not the key of a namespaced object")
+    return namespace, name
+
+
+def terminating(obj: Mapping[str, Any] | None) -> bool:
+    """Whether ``obj`` exists and is being deleted (its ``metadata.deletionTimestamp`` is set)."""
+    return obj is not None and bool((obj.get("metadata") or {}).get("deletionTimestamp"))

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 
+from liqo.kube.timefmt import format_time
 from liqo.local.components import Component, Probe
 from liqo.local.layout import ClusterDir, read_json, write_json
 from liqo.local.processes import ProcessRef, die_with_parent, ref_of
@@ -47,7 +48,7 @@ STOP_GRACE = 10.0
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.datetime.now(datetime.UTC))
 
 
 @dataclass

@@ -13,6 +13,7 @@ trust. A file lock serialises concurrent builds (two test runs on one machine).
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import os
 import re
@@ -26,6 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
+
+from liqo.kube.timefmt import format_time
 
 KUBERNETES_VERSION = "1.37.2"
 ETCD_VERSION = "3.6.16"
@@ -229,7 +232,7 @@ def staging_modules(go_mod: str) -> list[str]:
 def _kube_ldflags() -> str:
     """The version stamps upstream's release build sets (hack/lib/version.sh)."""
     major, minor, _ = KUBERNETES_VERSION.split(".")
-    build_date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    build_date = format_time(datetime.datetime.now(datetime.UTC))
     flags = ["-s", "-w"]
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         for key, value in (

@@ -34,6 +34,7 @@ from typing import Any
 
 from liqo.api.podrequests import Resources, pod_limits, pod_requests
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity
+from liqo.kube.resources import terminating
 
 PODS = "pods"
 ACCEPTED = "Accepted"
@@ -130,7 +131,7 @@ def budget_of(offer: Mapping[str, Any] | None, *, count_limits: bool) -> Budget 
         offer: The ResourceOffer named after this cluster in the consumer's tenant namespace, if any.
         count_limits: The consumer's sharing policy's ``countLimits``.
     """
-    if offer is None or offer["metadata"].get("deletionTimestamp"):
+    if offer is None or terminating(offer):
         return NoBudget(
             "this provider has no offer for the consumer (not yet made, withdrawn, or denied by its sharing"
             " policy): no pod of the consumer runs here until one is accepted"

@@ -47,7 +47,8 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
+from liqo.kube.finalizers import add_finalizer, remove_finalizer
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import PolicySelector
 from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
@@ -134,11 +135,6 @@ def refusal(twin: str, error: KubeError, *, doing: str) -> TwinStatus:
 def origin_of(namespace: Obj) -> str:
     """The home namespace a twin stands for (``""`` if it is no twin)."""
     return str((namespace["metadata"].get("labels") or {}).get(names.ORIGIN_NAMESPACE, ""))
-
-
-def terminating(obj: Obj | None) -> bool:
-    """Whether ``obj`` is being deleted."""
-    return bool(obj is not None and obj["metadata"].get("deletionTimestamp"))
 
 
 def twins_of(namespaces: Iterable[Obj], *, consumer_id: str) -> list[Obj]:
@@ -290,7 +286,7 @@ class NamespaceMapController:
             self._failures.pop(consumer_id, None)
             await self._teardown(consumer_id, namespace_map)
             return None
-        await self._ensure_finalizer(namespace_map)
+        await add_finalizer(self._client, NAMESPACE_MAPS, namespace_map, finalizer=names.FINALIZER)
         by_name = {ns["metadata"]["name"]: ns for ns in self.namespaces.store.list()}
         mappings = (namespace_map.get("spec") or {}).get("mappings") or {}
         plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name, reserved_names=self._reserved)
@@ -359,15 +355,6 @@ class NamespaceMapController:
             return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")
         return TwinStatus(twin, "Ready")
 
-    async def _ensure_finalizer(self, namespace_map: Obj) -> None:
-        meta = namespace_map["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if names.FINALIZER not in finalizers:
-            patch = {
-                "metadata": {"finalizers": [*finalizers, names.FINALIZER], "resourceVersion": meta["resourceVersion"]}
-            }
-            await self._client.patch(NAMESPACE_MAPS, meta["name"], patch, namespace=meta["namespace"])
-
     async def _teardown(self, consumer_id: str, namespace_map: Obj | None) -> None:
         """Delete every twin of ``consumer_id``; once none is left, let its NamespaceMap go."""
         twins = twins_of(self.namespaces.store.list(), consumer_id=consumer_id)
@@ -380,10 +367,4 @@ class NamespaceMapController:
                 await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
         if twins or namespace_map is None:
             return  # the namespaces' deletion events bring us back
-        meta = namespace_map["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if names.FINALIZER in finalizers:
-            remaining = [f for f in finalizers if f != names.FINALIZER]
-            patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
-            with contextlib.suppress(NotFoundError):
-                await self._client.patch(NAMESPACE_MAPS, meta["name"], patch, namespace=meta["namespace"])
+        await remove_finalizer(self._client, NAMESPACE_MAPS, namespace_map, finalizer=names.FINALIZER)

@@ -24,7 +24,7 @@ from liqo.api.identity import read_identity
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, InvalidError, NotFoundError
-from liqo.kube.resources import NAMESPACES
+from liqo.kube.resources import NAMESPACES, terminating
 from liqo.offloading.namespaces import selected_providers, twin_name
 
 Progress = Callable[[str], None]
@@ -221,10 +221,10 @@ async def offload(
         home = await client.get(NAMESPACES, namespace)
     except NotFoundError:
         raise OffloadingError(f"namespace {namespace} does not exist: create it first") from None
-    if home["metadata"].get("deletionTimestamp"):
+    if terminating(home):
         raise OffloadingError(f"namespace {namespace} is being deleted")
     existing = await _get(client, namespace)
-    if existing is not None and existing["metadata"].get("deletionTimestamp"):
+    if terminating(existing):
         raise OffloadingError(f"namespace {namespace} is being unoffloaded: wait until that is done")
     current = (existing or {}).get("spec") or {}
     manifest = offloading_manifest(

@@ -40,8 +40,9 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
+from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import NAMESPACES, PODS
+from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
 from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
 from liqo.offloading.podsecurity import Reset, SecurityPolicy, Verdict, apply_resets, shadow_pod_verdict
 from liqo.offloading.twins import is_twin_of
@@ -133,12 +134,7 @@ def grace_period(shadow: Obj, pod: Obj) -> int | None:
 
 
 def _key(obj: Obj) -> list[str]:
-    meta = obj["metadata"]
-    return [f"{meta['namespace']}/{meta['name']}"]
-
-
-def _terminating(obj: Obj | None) -> bool:
-    return bool(obj and obj["metadata"].get("deletionTimestamp"))
+    return [object_key(obj)]
 
 
 def _terminal(pod: Obj) -> bool:
@@ -249,8 +245,7 @@ class ShadowPods:
                 usage = pod_usage(pod.get("spec") or {})
             except UnreadablePod:
                 continue  # the API server made it: cannot happen, and nothing to count if it does
-            key = f"{meta['namespace']}/{meta['name']}"
-            self.ledger.hold(key, consumer=consumer, uid=_owner_uid(pod), usage=usage)
+            self.ledger.hold(object_key(pod), consumer=consumer, uid=_owner_uid(pod), usage=usage)
 
     def _free(self, key: str) -> None:
         """``key`` holds nothing any more: its consumer's waiting ShadowPods may fit now."""
@@ -265,35 +260,28 @@ class ShadowPods:
         """Converge the pod of ShadowPod ``key``."""
         if not self._rebuilt:
             self._rebuild()
-        namespace, name = key.split("/", 1)
+        namespace, name = split_namespaced_key(key)
         shadow = self.shadows.store.get(key)
         pod = self.pods.store.get(key)
         if pod is not None and _terminal(pod):
             self._free(key)  # done: it holds nothing on a node any more
-        if shadow is None or _terminating(shadow):
+        if shadow is None or terminating(shadow):
             self.ledger.stop_waiting(key)
             self._retry.forget(key)
             if pod is None:
                 self._free(key)
             if shadow is None:
-                if pod is not None and not _terminating(pod):
+                if pod is not None and not terminating(pod):
                     # Its ShadowPod is gone (the garbage collector would get there too, later).
                     with contextlib.suppress(NotFoundError):
                         await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
             else:
                 await self._release(shadow, pod)
             return None
-        if names.FINALIZER not in (shadow["metadata"].get("finalizers") or []):
-            finalizers = [*(shadow["metadata"].get("finalizers") or []), names.FINALIZER]
-            await self._client.patch(
-                SHADOW_PODS,
-                name,
-                {"metadata": {"finalizers": finalizers, "resourceVersion": shadow["metadata"]["resourceVersion"]}},
-                namespace=namespace,
-            )
+        if await add_finalizer(self._client, SHADOW_PODS, shadow, finalizer=names.FINALIZER):
             return None  # the update comes back through the informer
         if pod is not None and not made_for(pod, shadow):
-            if not _terminating(pod):
+            if not terminating(pod):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
             return None
@@ -355,7 +343,7 @@ class ShadowPods:
         self.ledger.wait(key, consumer=consumer)
         if pod is None:
             self._free(key)
-        elif not _terminating(pod):
+        elif not terminating(pod):
             meta = pod["metadata"]
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
@@ -387,7 +375,7 @@ class ShadowPods:
 
     async def _created(self, shadow: Obj) -> None:
         """The pod exists: clear a waiting or refused status (none is written on the happy path)."""
-        key = _key(shadow)[0]
+        key = object_key(shadow)
         self.ledger.stop_waiting(key)
         self._retry.forget(key)
         if (shadow.get("status") or {}).get("phase") not in (None, "Created"):
@@ -417,7 +405,7 @@ class ShadowPods:
         """Delete the pod with the consumer's grace period, then let the ShadowPod go."""
         meta = shadow["metadata"]
         if pod is not None:
-            if not pod["metadata"].get("deletionTimestamp"):
+            if not terminating(pod):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(
                         PODS,
@@ -427,12 +415,4 @@ class ShadowPods:
                         uid=pod["metadata"]["uid"],
                     )
             return  # the pod's deletion event re-queues us
-        finalizers = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
-        if finalizers != (meta.get("finalizers") or []):
-            with contextlib.suppress(NotFoundError):
-                await self._client.patch(
-                    SHADOW_PODS,
-                    meta["name"],
-                    {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
-                    namespace=meta["namespace"],
-                )
+        await remove_finalizer(self._client, SHADOW_PODS, shadow, finalizer=names.FINALIZER)

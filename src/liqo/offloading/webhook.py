@@ -39,7 +39,7 @@ from liqo.api import names
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer, WatchClient
-from liqo.kube.resources import Resource
+from liqo.kube.resources import Resource, terminating
 from liqo.offloading.registration import PATH
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def pod_patch(*, pod: Mapping[str, Any], offloading: Mapping[str, Any] | None) -
     Raises:
         UnknownStrategy: see :func:`strategy_of`.
     """
-    if offloading is None or (offloading.get("metadata") or {}).get("deletionTimestamp"):
+    if offloading is None or terminating(offloading):
         return []
     spec = pod.get("spec")
     if not isinstance(spec, Mapping) or spec.get("nodeName"):

@@ -50,6 +50,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import clusterkey, names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import NETWORK, ClusterNetwork, InvalidNetwork
+from liqo.kube.timefmt import format_time, parse_time
 
 KEY_SIGNATURE = "keySignature"
 """In a request: the consumer's cluster-key signature."""
@@ -232,20 +233,11 @@ def _network(message: Mapping[str, Any]) -> ClusterNetwork:
         raise InvalidMessage(str(exc)) from None
 
 
-def format_time(moment: datetime.datetime) -> str:
-    """RFC 3339 in UTC, to the second (``2026-01-02T03:04:05Z``)."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str) -> datetime.datetime:
-    """An RFC 3339 time, as an aware UTC datetime."""
+def _time(message: Mapping[str, Any], key: str) -> datetime.datetime:
     try:
-        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_time(_string(message, key, max_length=64))
     except ValueError as exc:
-        raise InvalidMessage(f"{value!r} is not an RFC 3339 time") from exc
-    if moment.tzinfo is None:
-        raise InvalidMessage(f"{value!r} has no time zone")
-    return moment.astimezone(datetime.UTC)
+        raise InvalidMessage(f"{key!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -336,7 +328,7 @@ class IdentityResponse:
             ca=ca,
             certificate=_string(message, "certificate"),
             namespace=_string(message, "namespace", max_length=63),
-            expires_at=parse_time(_string(message, "expiresAt", max_length=64)),
+            expires_at=_time(message, "expiresAt"),
             public_key=_public_key(message),
             network=_network(message),
         )

@@ -6,24 +6,24 @@ to the consumer's tenant namespace (see docs/peering.md, "Authentication"); ``GE
 
 The order of the checks is the security of the endpoint. Everything that needs no API call comes first:
 the message's shape, the CSR, the consumer's signature with the key it presents, the single-use nonce. Only
-then does the endpoint look at what this cluster knows of the consumer (:class:`PeerRecord`): a refused
-consumer stays refused; a known consumer must present the key pinned for its cluster ID and needs no token;
-an unknown one must also prove it holds the token, which is read only then. The :class:`Provisioner` — the
-only code that creates anything — runs last, and pins the key of a new consumer before it signs anything.
-A forged, replayed or wrongly keyed request therefore costs the provider a signature check and creates
-nothing. Logs name the peer and the outcome, never the token, a signature, a nonce or a certificate.
+then does the endpoint look at what this cluster knows of the consumer (a
+:class:`~liqo.api.provisioner.PeerRecord`): a refused consumer stays refused; a known consumer must present
+the key pinned for its cluster ID and needs no token; an unknown one must also prove it holds the token,
+which is read only then. The :class:`~liqo.api.provisioner.Provisioner` — the only code that creates
+anything — runs last, and pins the key of a new consumer before it signs anything. A forged, replayed or
+wrongly keyed request therefore costs the provider a signature check and creates nothing. Logs name the
+peer and the outcome, never the token, a signature, a nonce or a certificate.
 
-The provisioner is a Protocol so that the HTTP behaviour is tested with a fake over real sockets, and the
-Kubernetes side (:mod:`liqo.peering.provisioning`) on a real cluster, each on its own.
+The provisioner is a Protocol (in :mod:`liqo.api.provisioner`, as sharing's policy gate implements it too)
+so that the HTTP behaviour is tested with a fake over real sockets, and the Kubernetes side
+(:mod:`liqo.peering.provisioning`) on a real cluster, each on its own.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import PeerDenied, PeerRecord, Provisioner, ProvisioningError
 from liqo.peering.authprotocol import (
     MAX_BODY,
     IdentityRequest,
@@ -45,67 +46,6 @@ from liqo.peering.authprotocol import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Issued:
-    """What the provisioner hands back: where the consumer reaches this cluster, and its certificate."""
-
-    api_server_url: str
-    ca_pem: str
-    certificate_pem: str
-    namespace: str
-    expires_at: datetime.datetime
-
-
-@dataclass(frozen=True)
-class PeerRecord:
-    """What this cluster knows of a consumer before it authenticates (its ForeignCluster here, if any)."""
-
-    key_fingerprint: str | None
-    """The key pinned for its cluster ID (None: none yet: the next consumer proving the token pins one)."""
-    refused: bool
-    """The admin refuses it (``incomingPeeringEnabled: No``): revoked, or never allowed."""
-
-
-class PeerDenied(Exception):
-    """This provider refuses the consumer (revoked, another key, a policy): the answer is 403 with ``reason``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ProvisioningError(Exception):
-    """Provisioning failed for a reason safe to tell the consumer (the answer is 500 with it)."""
-
-
-class Provisioner(Protocol):
-    """Knows the consumers, creates what an authenticated one needs and signs its CSR."""
-
-    async def record(self, consumer_id: str) -> PeerRecord | None:
-        """This cluster's record of ``consumer_id``; None if it has none."""
-        ...
-
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
-        """Pin the consumer's key (unless pinned), ensure its tenant namespace, RBAC; sign the CSR; record its network.
-
-        Leaves nothing behind when it fails.
-
-        Raises:
-            PeerDenied: the consumer is refused (a policy; or, found meanwhile, another key or a revocation).
-            ProvisioningError: something failed that the consumer may be told about.
-        """
-        ...
 
 
 def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: str) -> tuple[bool, str | None]:

@@ -15,18 +15,11 @@ import orjson
 
 from liqo.api import names
 from liqo.api.peers import IDENTITY_LABEL
+from liqo.kube.timefmt import format_time, parse_time
 
 ISSUED_AT = "liqo.io/issued-at"
 RENEW_AFTER = 2 / 3
 """Renew once two thirds of the certificate's lifetime have passed."""
-
-
-def _parse_time(value: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _format_time(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def identity_secret(
@@ -44,7 +37,7 @@ def identity_secret(
             "name": names.IDENTITY_SECRET,
             "namespace": names.tenant_namespace(provider_id),
             "labels": names.peer_labels(provider_id) | {IDENTITY_LABEL: "true"},
-            "annotations": {ISSUED_AT: _format_time(issued_at), names.EXPIRES_AT: _format_time(expires_at)},
+            "annotations": {ISSUED_AT: format_time(issued_at), names.EXPIRES_AT: format_time(expires_at)},
         },
         "type": "Opaque",
         "data": {"kubeconfig": base64.b64encode(orjson.dumps(kubeconfig)).decode()},
@@ -57,8 +50,8 @@ def renewal_due(secret: dict[str, Any] | None) -> datetime.datetime | None:
         return None
     annotations = secret["metadata"].get("annotations") or {}
     try:
-        issued = _parse_time(annotations[ISSUED_AT])
-        expires = _parse_time(annotations[names.EXPIRES_AT])
+        issued = parse_time(annotations[ISSUED_AT])
+        expires = parse_time(annotations[names.EXPIRES_AT])
     except (KeyError, ValueError):
         return None
     return issued + (expires - issued) * RENEW_AFTER

@@ -30,7 +30,8 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
+from liqo.kube.timefmt import parse_time
 from liqo.peering.outgoing import wants_outgoing
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,6 @@ def refused(foreign_cluster: Obj | None) -> bool:
     return bool(foreign_cluster and (foreign_cluster.get("spec") or {}).get("incomingPeeringEnabled") == "No")
 
 
-def _time(value: str) -> datetime.datetime:
-    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def verdict(
     *,
     tenant: Obj | None,
@@ -71,7 +68,7 @@ def verdict(
     abandoned_after: datetime.timedelta = ABANDONED_AFTER,
 ) -> Verdict:
     """What to do about a consumer's incoming side, from what the caches hold (pure)."""
-    if tenant is None or tenant["metadata"].get("deletionTimestamp"):
+    if tenant is None or terminating(tenant):
         return Verdict.NOTHING
     engaged = REQUESTED in (tenant["metadata"].get("annotations") or {})
     if refused(foreign_cluster):
@@ -85,7 +82,7 @@ def verdict(
     if wants_outgoing(foreign_cluster):
         return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
     created = tenant["metadata"].get("creationTimestamp")
-    if created and now - _time(created) >= abandoned_after:
+    if created and now - parse_time(created) >= abandoned_after:
         return Verdict.RELEASE
     return Verdict.WAIT
 
@@ -127,7 +124,7 @@ class IncomingPeering:
         elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:
-            created = _time(tenant["metadata"]["creationTimestamp"])
+            created = parse_time(tenant["metadata"]["creationTimestamp"])
             return Result(requeue_after=max(1.0, (created + self._abandoned_after - now).total_seconds()))
         return None
 

@@ -27,6 +27,7 @@ from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUE
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.timefmt import format_micro_time, parse_time
 from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.peering import authclient
 from liqo.peering.outgoing import PEERING_REQUESTED
@@ -390,12 +391,12 @@ def _final(kind: str, condition: dict[str, Any], *, asked: datetime.datetime) ->
     if kind == "AuthenticationStatus":
         refused = status == "Denied" or condition.get("reason") == "ProviderNotAuthenticated"
         probed = condition.get("lastProbeTime")
-        return refused and bool(probed) and datetime.datetime.fromisoformat(str(probed)) >= asked
+        return refused and bool(probed) and parse_time(str(probed)) >= asked
     return kind == "OutgoingPeering" and status in ("Error", "Denied")
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(datetime.datetime.now(datetime.UTC))
 
 
 async def info(client: KubeClient) -> dict[str, Any]:

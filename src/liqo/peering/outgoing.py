@@ -37,7 +37,9 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.resources import NAMESPACES, SECRETS
+from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
+from liqo.kube.resources import NAMESPACES, SECRETS, terminating
+from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import identity_secret, renewal_due
@@ -69,7 +71,7 @@ def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, A
 
 def wants_outgoing(foreign_cluster: dict[str, Any] | None) -> bool:
     """Whether this ForeignCluster asks us to consume from the peer."""
-    if foreign_cluster is None or foreign_cluster["metadata"].get("deletionTimestamp"):
+    if foreign_cluster is None or terminating(foreign_cluster):
         return False
     return bool(foreign_cluster.get("spec", {}).get("outgoingPeeringEnabled") == "Yes")
 
@@ -117,7 +119,7 @@ class OutgoingPeering:
         if not wants_outgoing(fc):
             done = await self._teardown(peer_id, fc)
             return None if done else Result(requeue_after=0.5)
-        await self._ensure_finalizer(fc)
+        await add_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         await self._client.apply(NAMESPACES, tenant_namespace_manifest(peer_id))
         namespace = names.tenant_namespace(peer_id)
         now = datetime.datetime.now(datetime.UTC)
@@ -211,28 +213,14 @@ class OutgoingPeering:
             fc,
             type="Normal",
             reason="Authenticated",
-            message=f"identity valid until {identity.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+            message=f"identity valid until {format_time(identity.expires_at)}",
         )
         return renewal_due(secret)
-
-    async def _ensure_finalizer(self, fc: dict[str, Any]) -> None:
-        finalizers = fc["metadata"].get("finalizers") or []
-        if names.FINALIZER not in finalizers:
-            await self._client.patch(
-                FOREIGN_CLUSTERS,
-                fc["metadata"]["name"],
-                {
-                    "metadata": {
-                        "finalizers": [*finalizers, names.FINALIZER],
-                        "resourceVersion": fc["metadata"]["resourceVersion"],
-                    }
-                },
-            )
 
     def _has_outgoing_state(self, peer_id: str, fc: dict[str, Any]) -> bool:
         """Whether anything of ours exists for this peer (a provider-only peer has nothing to tear down)."""
         namespace = names.tenant_namespace(peer_id)
-        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        deleting = terminating(fc)
         ours = (
             self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
             deleting and self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"),
@@ -242,7 +230,7 @@ class OutgoingPeering:
         return (
             any(ours)
             or bool(self.caches.in_tenant(self.virtual_nodes, peer_id))
-            or names.FINALIZER in (fc["metadata"].get("finalizers") or [])
+            or has_finalizer(fc, finalizer=names.FINALIZER)
         )
 
     async def _teardown(self, peer_id: str, fc: dict[str, Any]) -> bool:
@@ -272,7 +260,7 @@ class OutgoingPeering:
         if remote is not None and not await withdrawn(remote, consumer_id=self._local.cluster_id):
             return False
         # The token stays until the ForeignCluster goes: a peering being re-enabled may have just written it.
-        deleting = bool(fc["metadata"].get("deletionTimestamp"))
+        deleting = terminating(fc)
         for name in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET) if deleting else (names.IDENTITY_SECRET,):
             cached = self.secrets.store.get(f"{namespace}/{name}")
             if cached is not None:
@@ -284,13 +272,7 @@ class OutgoingPeering:
         if not incoming:
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(NAMESPACES, namespace)
-        remaining = [f for f in fc["metadata"].get("finalizers") or [] if f != names.FINALIZER]
-        with contextlib.suppress(NotFoundError):
-            await self._client.patch(
-                FOREIGN_CLUSTERS,
-                fc["metadata"]["name"],
-                {"metadata": {"finalizers": remaining, "resourceVersion": fc["metadata"]["resourceVersion"]}},
-            )
+        await remove_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         return True
 
 

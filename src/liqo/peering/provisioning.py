@@ -35,11 +35,11 @@ from cryptography import x509
 
 from liqo.api import names
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS
-from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def certificate_of(csr: dict[str, Any]) -> str | None:
 
 
 class KubeProvisioner:
-    """The real :class:`~liqo.peering.authserver.Provisioner`: RBAC, ForeignCluster and a signed CSR.
+    """The real :class:`~liqo.api.provisioner.Provisioner`: RBAC, ForeignCluster and a signed CSR.
 
     ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it.
     """
@@ -335,7 +335,7 @@ class KubeProvisioner:
             tenant = await self._client.get(NAMESPACES, namespace)
         else:
             undo.append(partial(self._client.delete, NAMESPACES, namespace, uid=tenant["metadata"]["uid"]))
-        if tenant["metadata"].get("deletionTimestamp"):
+        if terminating(tenant):
             # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
             raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
         return namespace

@@ -29,6 +29,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.events import EventRecorder
+from liqo.kube.resources import terminating
+from liqo.kube.timefmt import format_micro_time, format_time
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
 from liqo.peering.observations import FORBIDDEN, Observation, Observations
@@ -83,7 +85,7 @@ def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
         _network(state),
     ]
     previous = {c["type"]: c for c in (state.foreign_cluster.get("status") or {}).get("conditions") or []}
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(now)
     for condition in conditions:
         before = previous.get(condition["type"])
         same = before is not None and before.get("status") == condition["status"]
@@ -113,7 +115,7 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
             if state.authentication.at is not None:
                 # When the handshake was tried: tells `liqoctl peer` a verdict on its request from an older one.
                 # To the microsecond: a refusal and the request after it often fall in the same second.
-                condition["lastProbeTime"] = state.authentication.at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                condition["lastProbeTime"] = format_micro_time(state.authentication.at)
             return condition
         if state.identity is not None:
             return _condition(
@@ -244,7 +246,7 @@ class ForeignClusterStatus:
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""
         fc = self.caches.foreign_cluster(peer_id)
-        if fc is None or fc["metadata"].get("deletionTimestamp"):
+        if fc is None or terminating(fc):
             return None
         outgoing = wants_outgoing(fc)
         if outgoing:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from liqo.api.quantity import QuantityError, parse_quantity
-from liqo.sharing.policy import parse_time
+from liqo.kube.timefmt import parse_time
 
 Phase = Literal["Accepted", "Refused", "ManualActionRequired"]
 ACCEPTED: Phase = "Accepted"

@@ -23,7 +23,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs
-from liqo.kube.resources import NAMESPACES, NODES, PODS
+from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
 from liqo.sharing.capacity import RequestsMemo, free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
@@ -75,9 +75,9 @@ class OfferController:
         request = self.requests.store.get(f"{namespace}/{consumer_id}")
         offer: dict[str, Any] | None = self.offers.store.get(f"{namespace}/{self._local.cluster_id}")
         tenant = self.hosted.store.get(namespace)
-        if tenant is None or tenant["metadata"].get("deletionTimestamp"):
+        if tenant is None or terminating(tenant):
             return None  # not provisioned yet, or being released: nothing can be written in it
-        if request is None or request["metadata"].get("deletionTimestamp"):
+        if request is None or terminating(request):
             await self._withdraw(consumer_id, offer)
             return None
         policy = select_policy(self.policies.store.list(), peer_id=consumer_id)

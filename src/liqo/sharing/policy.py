@@ -31,6 +31,7 @@ from typing import Any
 
 from liqo.api.podrequests import covers
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
+from liqo.kube.timefmt import as_utc, format_time, parse_time
 
 SHARE = "Share"
 DENY = "Deny"
@@ -219,7 +220,7 @@ def offer_spec(
         (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second.
     """
     # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
-    timestamp = _utc(now).replace(microsecond=0)
+    timestamp = as_utc(now).replace(microsecond=0)
     return {
         "providerClusterID": provider_id,
         "providerClusterName": provider_name,
@@ -278,7 +279,7 @@ def needs_refresh(
         expiry = parse_time(str(current_spec["expiry"]))
     except (KeyError, ValueError):
         return True
-    return expiry - _utc(now) <= datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
+    return expiry - as_utc(now) <= datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
 
 
 def slots_moved(
@@ -294,30 +295,6 @@ def slots_moved(
         return True
     enlarged = [{r: amount * (100 + threshold_percent) / 100 for r, amount in slot.items()} for slot in published]
     return any(not any(covers(then, now) for then in enlarged) for now in current)
-
-
-def format_time(moment: datetime.datetime) -> str:
-    """``moment`` as an RFC 3339 UTC timestamp to the second (``2030-01-02T03:04:05Z``), as Kubernetes writes."""
-    return _utc(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str) -> datetime.datetime:
-    """An RFC 3339 timestamp (``...Z`` or with an offset) as an aware datetime.
-
-    Raises:
-        ValueError: ``text`` is not such a timestamp (including one without a time zone).
-    """
-    moment = datetime.datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no time zone")
-    return moment
-
-
-def _utc(moment: datetime.datetime) -> datetime.datetime:
-    if moment.tzinfo is None:
-        # A naive time would be read as this machine's local time: a silent error of hours in expiries.
-        raise ValueError(f"{moment} has no time zone")
-    return moment.astimezone(datetime.UTC)
 
 
 def _formatted(resources: Mapping[str, Decimal]) -> dict[str, str]:

@@ -21,6 +21,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import object_key, terminating
 from liqo.sharing.acceptance import decide
 
 
@@ -72,11 +73,7 @@ class OfferAcceptance:
         namespace = names.tenant_namespace(provider_id)
         offer = self.offers.store.get(f"{namespace}/{provider_id}")
         fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == provider_id), None)
-        wanted = (
-            fc is not None
-            and fc["spec"].get("outgoingPeeringEnabled") == "Yes"
-            and not fc["metadata"].get("deletionTimestamp")
-        )
+        wanted = fc is not None and fc["spec"].get("outgoingPeeringEnabled") == "Yes" and not terminating(fc)
         if offer is None or not wanted:
             await self._delete_virtual_nodes(namespace, keep=None)
             return
@@ -102,7 +99,7 @@ class OfferAcceptance:
         if desired_node is None:
             await self._delete_virtual_nodes(namespace, keep=None)
             return
-        current = self.virtual_nodes.store.get(f"{namespace}/{desired_node['metadata']['name']}")
+        current = self.virtual_nodes.store.get(object_key(desired_node))
         if current is None or current.get("spec") != desired_node["spec"]:
             await self._client.apply(VIRTUAL_NODES, desired_node)
         await self._delete_virtual_nodes(namespace, keep=desired_node["metadata"]["name"])

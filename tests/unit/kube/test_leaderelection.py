@@ -5,7 +5,7 @@ import contextlib
 import copy
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,10 +18,10 @@ from liqo.kube.leaderelection import (
     can_acquire,
     holder_of,
     lease_duration_seconds,
-    micro_time,
     released_lease,
 )
 from liqo.kube.resources import LEASES, Resource
+from liqo.kube.timefmt import format_micro_time
 from tests.helpers import Signal
 
 Object = dict[str, Any]
@@ -34,13 +34,6 @@ LEASE_DURATION, RENEW_DEADLINE, RETRY_PERIOD = 0.5, 0.3, 0.05
 
 
 # -- pure decisions ------------------------------------------------------------------------------------------
-
-
-def test_micro_time_format() -> None:
-    assert micro_time(NOW) == "2026-11-25T21:00:00.000000Z"
-    assert micro_time(datetime(2026, 1, 2, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=1)))) == (
-        "2026-01-02T03:05:06.000007Z"
-    )
 
 
 def test_lease_duration_is_rounded_up_to_whole_seconds() -> None:
@@ -90,8 +83,8 @@ def test_acquired_lease_takes_over_from_another_holder() -> None:
     current = _lease(
         holderIdentity="b",
         leaseDurationSeconds=30,
-        acquireTime=micro_time(NOW),
-        renewTime=micro_time(NOW),
+        acquireTime=format_micro_time(NOW),
+        renewTime=format_micro_time(NOW),
         leaseTransitions=3,
         strategy="OldestEmulationVersion",
     )
@@ -100,8 +93,8 @@ def test_acquired_lease_takes_over_from_another_holder() -> None:
     assert lease["spec"] == {
         "holderIdentity": "a",
         "leaseDurationSeconds": 15,
-        "acquireTime": micro_time(LATER),
-        "renewTime": micro_time(LATER),
+        "acquireTime": format_micro_time(LATER),
+        "renewTime": format_micro_time(LATER),
         "leaseTransitions": 4,
         "strategy": "OldestEmulationVersion",
     }
@@ -109,11 +102,13 @@ def test_acquired_lease_takes_over_from_another_holder() -> None:
 
 
 def test_acquired_lease_renews_our_own() -> None:
-    current = _lease(holderIdentity="a", leaseDurationSeconds=15, acquireTime=micro_time(NOW), leaseTransitions=3)
+    current = _lease(
+        holderIdentity="a", leaseDurationSeconds=15, acquireTime=format_micro_time(NOW), leaseTransitions=3
+    )
     spec = acquired_lease(current=current, namespace="x", name="y", identity="a", lease_duration=15, now=LATER)["spec"]
     assert (spec["acquireTime"], spec["renewTime"], spec["leaseTransitions"]) == (
-        micro_time(NOW),
-        micro_time(LATER),
+        format_micro_time(NOW),
+        format_micro_time(LATER),
         3,
     )
 
@@ -125,14 +120,16 @@ def test_acquiring_a_released_lease_counts_a_transition() -> None:
 
 
 def test_released_lease() -> None:
-    current = _lease(holderIdentity="a", leaseDurationSeconds=15, acquireTime=micro_time(NOW), leaseTransitions=3)
+    current = _lease(
+        holderIdentity="a", leaseDurationSeconds=15, acquireTime=format_micro_time(NOW), leaseTransitions=3
+    )
     lease = released_lease(current, now=LATER)
     assert lease["metadata"] == current["metadata"]
     assert lease["spec"] == {
         "holderIdentity": "",
         "leaseDurationSeconds": 1,
-        "acquireTime": micro_time(LATER),
-        "renewTime": micro_time(LATER),
+        "acquireTime": format_micro_time(LATER),
+        "renewTime": format_micro_time(LATER),
         "leaseTransitions": 3,
     }
     assert holder_of(lease) is None

@@ -2,7 +2,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liqo.kube.resources import CONFIGMAPS, DEPLOYMENTS, NODES, object_key, split_key
+from liqo.kube.resources import (
+    CONFIGMAPS,
+    DEPLOYMENTS,
+    NODES,
+    object_key,
+    split_key,
+    split_namespaced_key,
+    terminating,
+)
 
 
 def test_paths() -> None:
@@ -30,3 +38,29 @@ names = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 def test_keys_round_trip(namespace: str | None, name: str) -> None:
     obj = {"metadata": {"name": name, **({"namespace": namespace} if namespace else {})}}
     assert split_key(object_key(obj)) == (namespace, name)
+
+
+@given(namespace=names, name=names)
+def test_namespaced_keys_round_trip(namespace: str, name: str) -> None:
+    assert split_namespaced_key(object_key({"metadata": {"name": name, "namespace": namespace}})) == (namespace, name)
+
+
+@given(name=names)
+def test_a_cluster_scoped_key_is_no_namespaced_key(name: str) -> None:
+    with pytest.raises(ValueError, match="not the key of a namespaced object"):
+        split_namespaced_key(object_key({"metadata": {"name": name}}))
+
+
+timestamps = st.none() | st.just("") | st.just("2030-01-02T03:04:05Z")
+
+
+@given(deletion=timestamps, others=st.dictionaries(st.sampled_from(["name", "uid", "finalizers"]), names))
+def test_terminating_is_a_set_deletion_timestamp(deletion: str | None, others: dict[str, str]) -> None:
+    meta = others | ({"deletionTimestamp": deletion} if deletion is not None else {})
+    assert terminating({"metadata": meta}) is bool(deletion)
+
+
+def test_nothing_is_not_terminating() -> None:
+    assert terminating(None) is False
+    assert terminating({}) is False
+    assert terminating({"metadata": None}) is False

@@ -28,6 +28,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
 from liqo.peering import authclient
@@ -40,7 +41,7 @@ from liqo.peering.authprotocol import (
     sign_answer,
     sign_request,
 )
-from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError, auth_app
+from liqo.peering.authserver import auth_app
 
 TOKEN = "dG9rZW4tb2YtdGhlLXByb3ZpZGVyLTMyLWJ5dGVzLS0tLQ"
 PROVIDER = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"

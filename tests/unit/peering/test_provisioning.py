@@ -15,12 +15,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.kubeconfig import Access
 from liqo.kube.resources import CSRS, Resource
 from liqo.peering.authprotocol import make_csr
-from liqo.peering.authserver import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.peering.provisioning import (
     KubeProvisioner,
     approved,

@@ -1,0 +1,79 @@
+"""The provisioner contract: what the authentication endpoint asks of whoever creates a consumer's identity.
+
+The endpoint (:mod:`liqo.peering.authserver`) authenticates a consumer, then hands it to a
+:class:`Provisioner`, the only code that creates anything for it: peering's own (:mod:`liqo.peering.provisioning`,
+RBAC, ForeignCluster, a signed CSR) behind sharing's :class:`~liqo.sharing.gate.PolicyGate`, which refuses
+the peers a SharingPolicy denies before anything is created. Capabilities do not import one another, so the
+contract they share — the protocol, what it returns (:class:`Issued`, :class:`PeerRecord`) and the two
+errors the endpoint turns into answers (:class:`PeerDenied`, :class:`ProvisioningError`) — lives here, below
+both; the manager (:mod:`liqo.apps.manager`) wires the chain.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from typing import Protocol
+
+from liqo.api.networks import ClusterNetwork
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What the provisioner hands back: where the consumer reaches this cluster, and its certificate."""
+
+    api_server_url: str
+    ca_pem: str
+    certificate_pem: str
+    namespace: str
+    expires_at: datetime.datetime
+
+
+@dataclass(frozen=True)
+class PeerRecord:
+    """What this cluster knows of a consumer before it authenticates (its ForeignCluster here, if any)."""
+
+    key_fingerprint: str | None
+    """The key pinned for its cluster ID (None: none yet: the next consumer proving the token pins one)."""
+    refused: bool
+    """The admin refuses it (``incomingPeeringEnabled: No``): revoked, or never allowed."""
+
+
+class PeerDenied(Exception):
+    """This provider refuses the consumer (revoked, another key, a policy): the answer is 403 with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ProvisioningError(Exception):
+    """Provisioning failed for a reason safe to tell the consumer (the answer is 500 with it)."""
+
+
+class Provisioner(Protocol):
+    """Knows the consumers, creates what an authenticated one needs and signs its CSR."""
+
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        """This cluster's record of ``consumer_id``; None if it has none."""
+        ...
+
+    async def provision(
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
+    ) -> Issued:
+        """Pin the consumer's key (unless pinned), ensure its tenant namespace, RBAC; sign the CSR; record its network.
+
+        Leaves nothing behind when it fails.
+
+        Raises:
+            PeerDenied: the consumer is refused (a policy; or, found meanwhile, another key or a revocation).
+            ProvisioningError: something failed that the consumer may be told about.
+        """
+        ...

@@ -1,0 +1,70 @@
+"""The sharing policy's say in authentication: a peer a SharingPolicy denies gets no identity at all.
+
+:class:`PolicyGate` is a :class:`~liqo.api.provisioner.Provisioner` wrapped around another one (peering's
+:class:`~liqo.peering.provisioning.KubeProvisioner`): the authentication endpoint calls it after it has
+authenticated the consumer and before anything is created, so a denied peer leaves no tenant namespace, RBAC
+or certificate behind. It belongs to sharing because the decision is the SharingPolicy's
+(:func:`~liqo.sharing.policy.select_policy`), and it sees peering only through the contract in
+:mod:`liqo.api.provisioner`, since capabilities do not import one another; the manager chains the two.
+
+The consumer is judged by the cluster ID the endpoint authenticated, never by the name it claims. Policies
+are read from the API server at each request rather than from a cache: the endpoint runs, stateless, in
+every replica of the manager, and identities are asked for rarely.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from liqo.api.networks import ClusterNetwork
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, Provisioner
+from liqo.api.resources import SHARING_POLICIES
+from liqo.kube.resources import Resource
+from liqo.sharing.policy import select_policy
+
+
+class PolicyReader(Protocol):
+    """The client call the gate makes; :class:`~liqo.kube.client.KubeClient` provides it."""
+
+    async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a collection, and the list's resourceVersion."""
+
+
+class PolicyGate:
+    """Refuses identities to peers a SharingPolicy denies; hands every other one to ``provisioner``."""
+
+    def __init__(self, *, client: PolicyReader, provisioner: Provisioner) -> None:
+        self._client = client
+        self._provisioner = provisioner
+
+    async def record(self, consumer_id: str) -> PeerRecord | None:
+        """The provisioner's record of ``consumer_id``."""
+        return await self._provisioner.record(consumer_id)
+
+    async def provision(
+        self,
+        *,
+        consumer_id: str,
+        consumer_name: str,
+        auth_url: str | None,
+        csr_pem: str,
+        key_fingerprint: str,
+        network: ClusterNetwork,
+    ) -> Issued:
+        """Provision ``consumer_id`` unless a policy denies it.
+
+        Raises:
+            PeerDenied: the policy applying to ``consumer_id`` denies it; or the provisioner refuses it.
+            ProvisioningError: the provisioner failed.
+        """
+        policies, _ = await self._client.list_all(SHARING_POLICIES)
+        if select_policy(policies, peer_id=consumer_id).action == "Deny":
+            raise PeerDenied("this cluster's sharing policy denies peering with you")
+        return await self._provisioner.provision(
+            consumer_id=consumer_id,
+            consumer_name=consumer_name,
+            auth_url=auth_url,
+            csr_pem=csr_pem,
+            key_fingerprint=key_fingerprint,
+            network=network,
+        )

@@ -35,9 +35,10 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError, UnreachableError
 from liqo.kube.events import EventRecorder
+from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import NAMESPACES
+from liqo.kube.resources import NAMESPACES, terminating
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,6 @@ class ProviderView:
 
 
 # -- pure decisions --------------------------------------------------------------------------------------
-
-
-def terminating(obj: Obj | None) -> bool:
-    """Whether ``obj`` is being deleted."""
-    return bool(obj is not None and obj["metadata"].get("deletionTimestamp"))
 
 
 def twin_name(offloading: Obj, *, home_cluster_id: str) -> str:
@@ -441,7 +437,7 @@ class NamespaceOffloadings:
         twin = twin_name(offloading, home_cluster_id=self._local_id)
         if terminating(offloading):
             return await self._depart(home, offloading, twin=twin, namespace=namespace)
-        await self._ensure_finalizer(offloading)
+        await add_finalizer(self._client, NAMESPACE_OFFLOADINGS, offloading, finalizer=names.FINALIZER)
         await self._set_label(namespace, enabled=True)
         selector = (offloading.get("spec") or {}).get("clusterSelector") or {}
         providers = selected_providers(self.virtual_nodes.store.list(), selector)
@@ -473,14 +469,9 @@ class NamespaceOffloadings:
         if hosting:
             return None  # each provider's map status change brings us back
         await self._set_label(namespace, enabled=False)
-        meta = offloading["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if names.FINALIZER in finalizers:
+        if has_finalizer(offloading, finalizer=names.FINALIZER):
             log.info("namespace %s is no longer offloaded anywhere: releasing its NamespaceOffloading", home)
-            remaining = [f for f in finalizers if f != names.FINALIZER]
-            patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
-            with contextlib.suppress(NotFoundError):
-                await self._client.patch(NAMESPACE_OFFLOADINGS, meta["name"], patch, namespace=home)
+            await remove_finalizer(self._client, NAMESPACE_OFFLOADINGS, offloading, finalizer=names.FINALIZER)
         return None
 
     async def _write_status(self, offloading: Obj, status: Obj) -> None:
@@ -491,15 +482,6 @@ class NamespaceOffloadings:
             await self._client.apply_status(
                 NAMESPACE_OFFLOADINGS, name=meta["name"], namespace=meta["namespace"], status=status
             )
-
-    async def _ensure_finalizer(self, offloading: Obj) -> None:
-        meta = offloading["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if names.FINALIZER not in finalizers:
-            patch = {
-                "metadata": {"finalizers": [*finalizers, names.FINALIZER], "resourceVersion": meta["resourceVersion"]}
-            }
-            await self._client.patch(NAMESPACE_OFFLOADINGS, meta["name"], patch, namespace=meta["namespace"])
 
     async def _set_label(self, namespace: Obj | None, *, enabled: bool) -> None:
         """Label the home namespace for the pod webhook while it is offloaded; unlabel it after."""

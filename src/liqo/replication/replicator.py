@@ -30,7 +30,7 @@ from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import Resource
+from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Replicator:
         theirs = names.tenant_namespace(self._local_id)
         local = self.requests.store.get(f"{ours}/{self._local_id}")
         copy = remote.requests.store.get(f"{theirs}/{self._local_id}")
-        if local is None or local["metadata"].get("deletionTimestamp"):
+        if local is None or terminating(local):
             if copy is not None:
                 log.info("withdrawing our request from %s (no local request)", provider_id)
                 await withdraw(remote.client, consumer_id=self._local_id)

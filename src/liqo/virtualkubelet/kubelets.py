@@ -23,7 +23,7 @@ from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, VIRTUAL_
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import SECRETS
+from liqo.kube.resources import SECRETS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.node import NodeController
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
@@ -115,7 +115,7 @@ class VirtualKubelets:
 
     def _virtual_node_updated(self, old: Obj, new: Obj) -> None:
         self._mark(new)
-        running = self.running.get(f"{new['metadata']['namespace']}/{new['metadata']['name']}")
+        running = self.running.get(object_key(new))
         # Only the slots decide whether a held-back pod may go (fit.fits); other changes concern the Node.
         if running is not None and running.reflector is not None and fit.slots_of(old) != fit.slots_of(new):
             running.reflector.slots_changed()
@@ -185,11 +185,7 @@ class VirtualKubelets:
 
     async def converge(self) -> None:
         """Start, restart and stop virtual kubelets to match the VirtualNodes and identities."""
-        wanted = {
-            f"{vn['metadata']['namespace']}/{vn['metadata']['name']}": vn
-            for vn in self.virtual_nodes.store.list()
-            if not vn["metadata"].get("deletionTimestamp")
-        }
+        wanted = {object_key(vn): vn for vn in self.virtual_nodes.store.list() if not terminating(vn)}
         for key in set(self.running) - set(wanted):
             await self._stop(key, delete_node=True)
         for key, vn in wanted.items():
@@ -226,7 +222,7 @@ class VirtualKubelets:
         running.manager, running.reflector, running.reflector_task, running.client = None, None, None, client
         if client is None:
             return
-        key = f"{vn['metadata']['namespace']}/{vn['metadata']['name']}"
+        key = object_key(vn)
         node_name = vn["metadata"]["name"]
         provider_id = running.provider_id
         provider_name = str(vn["spec"].get("clusterName") or provider_id)
@@ -299,5 +295,5 @@ class VirtualKubelets:
         await asyncio.gather(*tasks, return_exceptions=True)
         if delete_node:
             with contextlib.suppress(Exception):
-                await running.node.delete(key.split("/", 1)[1])
+                await running.node.delete(split_namespaced_key(key)[1])
             log.info("virtual node %s stopped and deleted", key)

@@ -1,4 +1,4 @@
-"""What every forge module shares: the metadata of a copy and its marker, and Kubernetes times (pure).
+"""What every forge module shares: the envelope of a copy and the marker that makes it ours (pure).
 
 Every copy carries ``names.ORIGIN`` (the cluster it comes from), and nothing unmarked is ever updated or
 deleted: a twin may hold objects of the same name made by others.
@@ -6,7 +6,6 @@ deleted: a twin may hold objects of the same name made by others.
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from liqo.api import names
@@ -17,21 +16,6 @@ Obj = dict[str, Any]
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", "kubernetes.io/ingress.class"})
 """Annotations never copied: kubectl's own (a copy would be applied back as the original) and the legacy
 ingress class (a home class means nothing on the provider)."""
-
-
-def kube_time(moment: datetime.datetime) -> str:
-    """``moment`` as a Kubernetes ``Time`` (RFC 3339, whole seconds, UTC)."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(moment: datetime.datetime) -> str:
-    """``moment`` as a Kubernetes ``MicroTime`` (RFC 3339, microseconds, UTC), as Leases carry."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: str) -> datetime.datetime:
-    """An RFC 3339 time as the API server writes it (pure)."""
-    return datetime.datetime.fromisoformat(value).astimezone(datetime.UTC)
 
 
 def reflected_by_default(obj: Obj) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.kube.events import MAX_MESSAGE_LENGTH
-from liqo.virtualkubelet.forge.common import kube_time, parse_time
+from liqo.kube.timefmt import format_time, parse_time
 
 Obj = dict[str, Any]
 
@@ -29,7 +29,7 @@ def mirrorable(event: Obj) -> bool:
 
 def _whole_seconds(stamp: str | None) -> str | None:
     """A ``Time`` from a ``Time`` or ``MicroTime`` (the events.k8s.io fields), which core Events need."""
-    return kube_time(parse_time(stamp)) if stamp else None
+    return format_time(parse_time(stamp)) if stamp else None
 
 
 def mirrored_event(event: Obj, *, home_object: Obj, provider_id: str) -> Obj:

@@ -12,7 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.kube.resources import LEASES, NODES
-from liqo.virtualkubelet.forge.common import kube_time, micro_time
+from liqo.kube.timefmt import format_micro_time, format_time
 
 Obj = dict[str, Any]
 
@@ -96,7 +96,7 @@ def registration_condition(virtual_node: Obj, *, squatter: Obj | None, now: date
     before = next(
         (c for c in (virtual_node.get("status") or {}).get("conditions") or [] if c.get("type") == REGISTERED), None
     )
-    since = before["lastTransitionTime"] if before and before.get("status") == status else kube_time(now)
+    since = before["lastTransitionTime"] if before and before.get("status") == status else format_time(now)
     return {"type": REGISTERED, "status": status, "reason": reason, "message": message, "lastTransitionTime": since}
 
 
@@ -123,7 +123,7 @@ def node_status(
     so that ``kubectl describe node`` tells since when the provider is (un)reachable.
     """
     before = {c["type"]: c for c in ((previous or {}).get("status") or {}).get("conditions") or []}
-    stamp = kube_time(now)
+    stamp = format_time(now)
 
     def condition(kind: str, status: str, reason: str, text: str) -> Obj:
         old = before.get(kind)
@@ -192,7 +192,7 @@ def node_lease(node: Obj, *, holder: str, now: datetime.datetime) -> Obj:
         "spec": {
             "holderIdentity": holder,
             "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-            "renewTime": micro_time(now),
+            "renewTime": format_micro_time(now),
         },
     }
 
@@ -216,6 +216,6 @@ def consumer_heartbeat(*, home_cluster_id: str, holder: str, now: datetime.datet
         "spec": {
             "holderIdentity": holder,
             "leaseDurationSeconds": HEARTBEAT_DURATION_SECONDS,
-            "renewTime": micro_time(now),
+            "renewTime": format_micro_time(now),
         },
     }

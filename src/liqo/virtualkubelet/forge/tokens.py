@@ -13,7 +13,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.kube.resources import SECRETS
-from liqo.virtualkubelet.forge.common import kube_time, parse_time
+from liqo.kube.timefmt import format_time, parse_time
 
 Obj = dict[str, Any]
 
@@ -107,7 +107,7 @@ def token_secret(
             "annotations": {
                 names.HOME_POD: meta["name"],
                 names.HOME_POD_UID: meta["uid"],
-                names.RENEW_AT: kube_time(renew_at),
+                names.RENEW_AT: format_time(renew_at),
             },
         },
         "type": "Opaque",

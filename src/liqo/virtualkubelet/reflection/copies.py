@@ -25,7 +25,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
+from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
@@ -234,8 +234,8 @@ def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]
 
 async def delete_copy(provider: KubeClient, resource: Resource, obj: Obj) -> None:
     """Delete a copy (at its uid: never a namesake made since), unless it is already going."""
-    meta = obj["metadata"]
-    if meta.get("deletionTimestamp"):
+    if terminating(obj):
         return
+    meta = obj["metadata"]
     with contextlib.suppress(NotFoundError):
         await provider.delete(resource, meta["name"], namespace=meta["namespace"], uid=meta["uid"])

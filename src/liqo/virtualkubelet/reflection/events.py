@@ -18,7 +18,7 @@ from typing import Any
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource
+from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource, split_namespaced_key
 from liqo.virtualkubelet.forge import common
 from liqo.virtualkubelet.forge import events as forge
 from liqo.virtualkubelet.forge.pods import runs_home_pod
@@ -110,7 +110,7 @@ class EventReflector(Reflector):
 
     async def reconcile(self, key: str) -> Result | None:
         """Mirror provider Event ``key`` onto the home object it is about, if that object is ours."""
-        twin, _ = key.split("/", 1)
+        twin, _ = split_namespaced_key(key)
         pair = self._manager.pair_of_twin(twin)
         if pair is None or not pair.synced:
             return None

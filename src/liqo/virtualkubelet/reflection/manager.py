@@ -37,7 +37,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
-from liqo.kube.resources import Resource
+from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def twins_on(offloadings: Iterable[Obj], *, provider_id: str) -> dict[str, str]:
     """Home namespace → twin namespace on ``provider_id``, for twins the provider reports Ready (pure)."""
     twins: dict[str, str] = {}
     for offloading in offloadings:
-        if offloading["metadata"].get("deletionTimestamp"):
+        if terminating(offloading):
             continue
         for twin in (offloading.get("status") or {}).get("remoteNamespacesConditions") or []:
             if twin.get("clusterID") == provider_id and twin.get("phase") == "Ready" and twin.get("remoteNamespace"):

@@ -39,7 +39,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import PODS
+from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
@@ -55,10 +55,6 @@ REFUSED_FIRST_SECONDS = 1.0
 REFUSED_MAX_SECONDS = 60.0
 """A ShadowPod the provider refused to take is written again after 1 s, doubling up to this, never given up
 on: the provider's policy may change. Its backoff is cleared once the write goes through."""
-
-
-def _terminating(obj: Obj | None) -> bool:
-    return bool(obj and obj["metadata"].get("deletionTimestamp"))
 
 
 def remote_pods(pair: NamespacePair) -> Informer:
@@ -102,7 +98,7 @@ class PodReflector(Reflector):
         self.controller: Controller[str] = Controller(
             name=f"pods {node_name}", reconcile=self.reconcile, workers=workers
         )
-        self.controller.watch(self.pods, lambda pod: [_key(pod)])
+        self.controller.watch(self.pods, lambda pod: [object_key(pod)])
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -141,7 +137,7 @@ class PodReflector(Reflector):
     def _requeue(self, namespace: str | None) -> None:
         for pod in self.pods.store.list():
             if namespace is None or pod["metadata"]["namespace"] == namespace:
-                self.controller.queue.add(_key(pod))
+                self.controller.queue.add(object_key(pod))
 
     def slots_changed(self) -> None:
         """The VirtualNode's largest slots changed: pods held back for want of a slot may fit now.
@@ -163,7 +159,7 @@ class PodReflector(Reflector):
 
     async def reconcile(self, key: str) -> Result | None:
         """Take pod ``key`` one step closer to agreement between home and provider."""
-        namespace, name = key.split("/", 1)
+        namespace, name = split_namespaced_key(key)
         home = self.pods.store.get(key)
         if home is None:
             self._held.discard(key)
@@ -180,13 +176,13 @@ class PodReflector(Reflector):
             await self._delete_shadow(shadow, grace=None)  # a previous namesake's; the deletion re-queues us
             return None
         if home is None:
-            if shadow is not None and not _terminating(shadow):
+            if shadow is not None and not terminating(shadow):
                 await self._delete_shadow(shadow, grace=None)
             return None
-        if _terminating(home):
+        if terminating(home):
             await self._finalise(home, shadow, remote)
             return None
-        if _terminating(shadow):
+        if terminating(shadow):
             # The provider (or its admin) let the pod go: the home controller must make a new one.
             await self._delete_home(home, grace=0)
             return None
@@ -226,7 +222,7 @@ class PodReflector(Reflector):
     async def _no_twin(self, home: Obj | None) -> Result | None:
         if home is None:
             return None
-        if _terminating(home):
+        if terminating(home):
             await self._delete_home(home, grace=0)  # nothing remote to wait for
             return None
         message = f"namespace {home['metadata']['namespace']} is not offloaded to this provider (yet)"
@@ -235,7 +231,7 @@ class PodReflector(Reflector):
 
     async def _finalise(self, home: Obj, shadow: Obj | None, remote: Obj | None) -> None:
         if shadow is not None:
-            if not _terminating(shadow):
+            if not terminating(shadow):
                 grace = home["metadata"].get("deletionGracePeriodSeconds")
                 await self._delete_shadow(shadow, grace=grace)
             return  # the provider deletes the pod, then lets the ShadowPod go: both re-queue us
@@ -280,7 +276,3 @@ class PodReflector(Reflector):
         if forge.status_differs(home, status):
             await self._set_status(home, status)
             await self._events.record(home, type="Warning", reason=reason, message=message)
-
-
-def _key(pod: Obj) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"

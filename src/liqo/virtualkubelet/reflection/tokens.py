@@ -23,9 +23,9 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
-from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key
+from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
+from liqo.kube.timefmt import parse_time
 from liqo.virtualkubelet.forge import configdata, tokens
-from liqo.virtualkubelet.forge.common import parse_time
 from liqo.virtualkubelet.reflection.copies import delete_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
@@ -99,7 +99,7 @@ class TokenReflector(Reflector):
 
     async def reconcile(self, key: str) -> Result | None:
         """Keep the pod-token Secret of home pod ``key`` holding a live home token (or delete it)."""
-        namespace, name = key.split("/", 1)
+        namespace, name = split_namespaced_key(key)
         pair = self._manager.pair(namespace)
         if pair is None or not pair.synced:
             return None  # no twin (yet): namespaces_changed or namespace_synced re-queues it

@@ -21,7 +21,6 @@ import socket
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -34,7 +33,7 @@ from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Controller
+from liqo.kube.component import run_components
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import LeaderElector
@@ -314,24 +313,21 @@ async def _controllers(
     outgoing.secrets.add_handler(
         HandlerFuncs(add=peers.update, update=lambda _old, secret: peers.update(secret), delete=peers.remove)
     )
-    controllers: list[Controller[Any]] = [c.controller for c in (outgoing, status, incoming, offers, acceptance)] + [
-        replicator.controller,
-        namespace_maps.controller,
-        *offloadings.controllers,
-        *shadow_pods.controllers,
-        heartbeats.controller,
+    components = [
+        outgoing,
+        status,
+        incoming,
+        replicator,
+        offers,
+        acceptance,
+        shadow_pods,
+        namespace_maps,
+        offloadings,
+        heartbeats,
     ]
     try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(informers.run())
-            if not await informers.wait_synced(60):
-                raise RuntimeError("caches did not sync within 60 s")
-            log.info("caches synced; running %d controllers", len(controllers))
-            for controller in controllers:
-                group.create_task(controller.run())
+        await run_components(components, informers=informers)
     finally:
-        await replicator.close()
-        await offloadings.close()
         await peers.close()
 
 

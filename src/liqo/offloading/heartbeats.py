@@ -28,6 +28,7 @@ from typing import Any
 from liqo.api import names
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.informer import HandlerFuncs
@@ -86,7 +87,7 @@ def silent_for(last_change: float | None, *, now: float) -> float:
 # -- the controller --------------------------------------------------------------------------------------
 
 
-class Heartbeats:
+class Heartbeats(Component):
     """Turns the endpoints of silent consumers not-ready."""
 
     def __init__(
@@ -111,6 +112,11 @@ class Heartbeats:
         self.controller: Controller[str] = Controller(name="heartbeats", reconcile=self.reconcile, workers=2)
         self.leases.add_handler(HandlerFuncs(add=self._beat, update=lambda _old, new: self._beat(new)))
         self.controller.watch(self.slices, self._consumer_of_slice)
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     def _beat(self, lease: Obj) -> None:
         meta = lease["metadata"]

@@ -45,6 +45,7 @@ from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN
 from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
@@ -239,7 +240,7 @@ def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     )
 
 
-class NamespaceMapController:
+class NamespaceMapController(Component):
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
     def __init__(
@@ -258,6 +259,11 @@ class NamespaceMapController:
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     def _every_consumer(self, _policy: Obj) -> list[str]:
         """Every consumer with a map: a SharingPolicy change may move any one's pod security level."""

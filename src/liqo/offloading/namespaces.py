@@ -32,6 +32,7 @@ from liqo.api.peers import PeerClientSource
 from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError, UnreachableError
 from liqo.kube.events import EventRecorder
@@ -276,7 +277,7 @@ class _Remote(InformerGroup):
         super().__init__([self.maps], name=f"namespacemaps@{provider_id[:8]}")
 
 
-class NamespaceOffloadings:
+class NamespaceOffloadings(Component):
     """Publishes NamespaceMaps to providers and reports, per home namespace, where its twins stand."""
 
     def __init__(
@@ -320,7 +321,7 @@ class NamespaceOffloadings:
         self.publisher.watch(self.virtual_nodes, lambda vn: [(vn.get("spec") or {}).get("clusterID") or ""])
 
     @property
-    def controllers(self) -> list[Controller[str]]:
+    def controllers(self) -> list[Controller[Any]]:
         """Both control loops (run them together)."""
         return [self.controller, self.publisher]
 

@@ -37,6 +37,7 @@ from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
@@ -149,7 +150,7 @@ def _owner_uid(pod: Obj) -> str:
     return next((o.get("uid", "") for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), "")
 
 
-class ShadowPods:
+class ShadowPods(Component):
     """Creates, re-creates and deletes the pods of every ShadowPod in this cluster, within each consumer's budget."""
 
     def __init__(
@@ -181,9 +182,13 @@ class ShadowPods:
         self.budgets: Controller[str] = Controller(name="budgets", reconcile=self.reconcile_budget)
         self.budgets.watch(self.offers, self._consumer_of_offer)
         self.budgets.watch(self.policies, lambda _obj: self._consumers())
-        self.controllers = [self.controller, self.budgets]
 
     # -- budgets --------------------------------------------------------------------------------------------
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The pod controller and the budget controller."""
+        return [self.controller, self.budgets]
 
     def _consumer_of_offer(self, offer: Obj) -> list[str]:
         meta = offer["metadata"]

@@ -28,6 +28,7 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
@@ -87,7 +88,7 @@ def verdict(
     return Verdict.WAIT
 
 
-class IncomingPeering:
+class IncomingPeering(Component):
     """Notices a consumer's request; releases everything of a consumer that left, is refused, or never came."""
 
     def __init__(
@@ -102,6 +103,11 @@ class IncomingPeering:
         self.controller.watch(self.namespaces, _peer_label)
         self.controller.watch(self.requests, lambda rr: [rr["metadata"]["name"]])
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     def _foreign_cluster(self, peer_id: str) -> Obj | None:
         return next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)

@@ -34,6 +34,7 @@ from liqo.api.peers import PeerClients
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
@@ -76,7 +77,7 @@ def wants_outgoing(foreign_cluster: dict[str, Any] | None) -> bool:
     return bool(foreign_cluster.get("spec", {}).get("outgoingPeeringEnabled") == "Yes")
 
 
-class OutgoingPeering:
+class OutgoingPeering(Component):
     """Reconciles the consumer side of every peering."""
 
     def __init__(
@@ -108,6 +109,11 @@ class OutgoingPeering:
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         self.controller.watch(self.secrets, _peer_of)
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Converge the consumer side of the peering with ``peer_id``."""

@@ -26,6 +26,7 @@ from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conf
 from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.events import EventRecorder
@@ -211,7 +212,7 @@ def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     return _condition(kind, "Error", state.api_server.reason, state.api_server.message)
 
 
-class ForeignClusterStatus:
+class ForeignClusterStatus(Component):
     """Writes every ForeignCluster's status from the caches."""
 
     def __init__(
@@ -242,6 +243,11 @@ class ForeignClusterStatus:
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes):
             self.controller.watch(informer, _peer_of_namespace)
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""

@@ -26,6 +26,7 @@ from liqo.api.requests import withdraw
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
 from liqo.kube.following import Following
@@ -64,7 +65,7 @@ class _Tenant(InformerGroup):
         super().__init__([self.requests, self.offers], name=f"tenant {namespace}")
 
 
-class Replicator:
+class Replicator(Component):
     """Replicates ResourceRequests and ResourceOffers between this consumer and its providers."""
 
     def __init__(
@@ -84,6 +85,11 @@ class Replicator:
         self.controller: Controller[Key] = Controller(name="replicator", reconcile=self.reconcile, workers=4)
         self.controller.watch(self.requests, lambda rr: self._keys("request", rr))
         self.controller.watch(self.offers, lambda ro: self._keys("offer", ro))
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     def peer_changed(self, provider_id: str) -> None:
         """Hook for PeerClients: an identity appeared, was renewed or went away."""

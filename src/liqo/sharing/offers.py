@@ -20,6 +20,7 @@ from liqo.api.identity import ClusterIdentity
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs
@@ -35,7 +36,7 @@ def request_status(state: str, message: str = "") -> dict[str, Any]:
     return {"offerState": state, "message": message}
 
 
-class OfferController:
+class OfferController(Component):
     """Computes and refreshes the offer made to every consumer."""
 
     def __init__(self, *, client: KubeClient, informers: SharedInformers, local: ClusterIdentity) -> None:
@@ -58,6 +59,11 @@ class OfferController:
             # Capacity moves with every pod: recomputing every offer (O(pods)) once per event would make a
             # rollout quadratic, so a burst is coalesced into one recomputation per second.
             self.controller.watch(informer, lambda _obj: self.consumers(), coalesce=CAPACITY_COALESCE_SECONDS)
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     def consumers(self) -> list[str]:
         """Every consumer with a request here (capacity or policy changes concern them all)."""

@@ -19,6 +19,7 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.component import Component
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import object_key, terminating
@@ -55,7 +56,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: st
     }
 
 
-class OfferAcceptance:
+class OfferAcceptance(Component):
     """Decides on offers and keeps one VirtualNode per accepted offer."""
 
     def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
@@ -67,6 +68,11 @@ class OfferAcceptance:
         self.controller.watch(self.offers, lambda ro: [ro["metadata"]["name"]])
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         self.controller.watch(self.virtual_nodes, lambda vn: [vn["spec"]["clusterID"]])
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The control loop."""
+        return [self.controller]
 
     async def reconcile(self, provider_id: str) -> None:
         """Decide on ``provider_id``'s offer and converge its VirtualNode."""

@@ -34,7 +34,7 @@ from typing import Any
 from liqo.api.networks import ClusterNetwork, Translation, translate
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Controller
+from liqo.kube.component import Component
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
 from liqo.kube.resources import Resource, terminating
@@ -96,16 +96,11 @@ class NamespacePair(InformerGroup):
         return self._scoped[scope]
 
 
-class Reflector:
+class Reflector(Component):
     """What the manager calls on a reflector (see the module docstring for when); every hook does nothing here.
 
     A reflector overrides the hooks it needs and lists its control loops in :attr:`controllers`.
     """
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The reflector's control loops, run by the manager."""
-        return []
 
     @property
     def informers(self) -> list[Informer]:

@@ -5,9 +5,10 @@ liqoctl=${LIQOCTL:-.venv/bin/liqoctl}
 
 kubeconfig_of() { (eval "$($liqoctl local env "$1")"; echo "$KUBECONFIG"); }
 
-for cluster in rome milan; do
-  $liqoctl local up "$cluster"
-done
+# Pod CIDRs apart, so that each side can dial the other's pod addresses as they are (overlapping ones are
+# detected and reported; the network fabric that remaps them is a later step: docs/offloading.md).
+$liqoctl local up rome --pod-cidr 10.244.0.0/16
+$liqoctl local up milan --pod-cidr 10.245.0.0/16
 ROME=$(kubeconfig_of rome)
 MILAN=$(kubeconfig_of milan)
 eval "$($liqoctl local env rome)"   # PATH: the kubectl matching the clusters
@@ -49,6 +50,10 @@ echo; echo "== rome: the pods, bound to the virtual node"
 kubectl --kubeconfig "$ROME" get pods -n demo -o wide
 echo; echo "== milan: the same pods, Running on its real nodes in namespace $TWIN"
 kubectl --kubeconfig "$MILAN" get pods -n "$TWIN" -o wide
+echo; echo "== rome: the Service's endpoints, the offloaded pods at the addresses milan gave them"
+kubectl --kubeconfig "$ROME" get endpointslices -n demo -o wide
+echo; echo "== milan: the Service copied into $TWIN (its own cluster IP), and its endpoints there"
+kubectl --kubeconfig "$MILAN" get services,endpointslices -n "$TWIN" -o wide
 echo; echo "== rome: kubectl logs of an offloaded pod (served through the virtual kubelet)"
 POD=$(kubectl --kubeconfig "$ROME" get pods -n demo -l app=web -o jsonpath='{.items[0].metadata.name}')
 kubectl --kubeconfig "$ROME" logs -n demo "$POD" --tail=5

@@ -10,12 +10,16 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from liqo.api.resources import SHARING_POLICIES
+from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import UnreachableError
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS
+from liqo.peering import operations
 
 
 @dataclass(frozen=True)
@@ -97,3 +101,17 @@ async def rollout(
                 continue
     seconds = max(ready_at.values()) - started
     return RolloutResult(replicas, seconds, [ready_at[n] - first_seen[n] for n in ready_at])
+
+
+async def install_and_peer(consumer: KubeClient, provider: KubeClient, *, progress: Callable[[str], None]) -> None:
+    """liqo on both clusters, the provider sharing all it has (the offer is no limit), the consumer peered."""
+    for client in (consumer, provider):
+        await install(client, InstallOptions(), progress=progress)
+    policy = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": "bench-share-all"},
+        "spec": {"action": "Share", "percentage": 100},
+    }
+    await provider.apply(SHARING_POLICIES, policy)
+    await operations.peer(consumer, provider, timeout=60)

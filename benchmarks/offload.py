@@ -30,17 +30,14 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.measure import RolloutResult, rollout
-from liqo.api.resources import SHARING_POLICIES
+from benchmarks.measure import RolloutResult, install_and_peer, rollout
 from liqo.install import manifests
-from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir, read_json
 from liqo.local.spec import ClusterSpec
 from liqo.offloading import operations as offloading
-from liqo.peering import operations
 
 console = Console()
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -67,16 +64,7 @@ def usage(cluster: str, component: str) -> Usage:
 
 async def prepare(rome: KubeClient, milan: KubeClient) -> None:
     """liqo on both, milan sharing everything, rome peered and namespace ``bench-offloaded`` offloaded."""
-    for client in (rome, milan):
-        await install(client, InstallOptions(), progress=console.print)
-    policy = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": "bench-share-all"},
-        "spec": {"action": "Share", "percentage": 100},
-    }
-    await milan.apply(SHARING_POLICIES, policy)
-    await operations.peer(rome, milan, timeout=60)
+    await install_and_peer(rome, milan, progress=console.print)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-offloaded"}}
     await rome.create(NAMESPACES, namespace)
     await offloading.offload(rome, "bench-offloaded", pod_offloading_strategy="Remote")

@@ -34,9 +34,8 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.measure import install_and_peer
 from liqo.api import names
-from liqo.api.resources import SHARING_POLICIES
-from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError, UnreachableError
 from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
@@ -44,7 +43,6 @@ from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
 from liqo.offloading import operations as offloading
-from liqo.peering import operations
 
 console = Console()
 NAMESPACE = "bench-services"
@@ -139,16 +137,7 @@ def percentile(values: list[float], q: int) -> float:
 
 async def prepare(rome: KubeClient, milan: KubeClient) -> str:
     """liqo on both, milan sharing everything, rome peered, the namespace offloaded; the twin's name."""
-    for client in (rome, milan):
-        await install(client, InstallOptions(), progress=console.print)
-    policy = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": "bench-share-all"},
-        "spec": {"action": "Share", "percentage": 100},
-    }
-    await milan.apply(SHARING_POLICIES, policy)
-    await operations.peer(rome, milan, timeout=60)
+    await install_and_peer(rome, milan, progress=console.print)
     await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     await offloading.offload(rome, NAMESPACE, pod_offloading_strategy="LocalAndRemote")
     status = await offloading.wait_offloaded(rome, NAMESPACE, timeout=120)

@@ -230,6 +230,8 @@ class VirtualKubelets:
             home=self._client,
             provider=client,
             provider_id=provider_id,
+            node_name=node_name,
+            home_cluster_id=self._home_cluster_id,
             offloadings=self.offloadings,
             addresses=Addresses(
                 home=self._home_network,
@@ -237,52 +239,24 @@ class VirtualKubelets:
                 provider=lambda: self.provider_network(provider_id),
                 provider_name=provider_name,
             ),
+            events=self._events,
         )
         pods = PodReflector(
-            home=self._client,
             manager=manager,
-            node_name=node_name,
-            home_cluster_id=self._home_cluster_id,
             node_address=self._address,
-            events=self._events,
             virtual_node=lambda: self.virtual_nodes.store.get(key),
             provider_ready=lambda: running.node.ready,
         )
         manager.register(
             pods,
-            CopyReflector(
-                manager=manager,
-                node_name=node_name,
-                home_cluster_id=self._home_cluster_id,
-                events=self._events,
-                policy=self._policy,
-                kinds=copied_kinds(self._policy),
-            ),
-            TokenReflector(
-                home=self._client,
-                manager=manager,
-                node_name=node_name,
-                home_cluster_id=self._home_cluster_id,
-                home_pods=pods.pods,
-                events=self._events,
-            ),
+            CopyReflector(manager=manager, policy=self._policy, kinds=copied_kinds(self._policy)),
+            TokenReflector(manager=manager, home_pods=pods.pods),
             EndpointSliceReflector(
                 manager=manager,
-                node_name=node_name,
-                provider_name=provider_name,
-                home_cluster_id=self._home_cluster_id,
-                events=self._events,
                 policy=self._policy,
                 virtual_nodes=lambda: {vn["metadata"]["name"] for vn in self.virtual_nodes.store.list()},
             ),
-            EventReflector(
-                home=self._client,
-                manager=manager,
-                node_name=node_name,
-                provider_id=running.provider_id,
-                home_cluster_id=self._home_cluster_id,
-                home_pods=pods.pods,
-            ),
+            EventReflector(manager=manager, home_pods=pods.pods),
         )
         running.manager, running.reflector = manager, pods
         running.reflector_task = asyncio.get_running_loop().create_task(manager.run(), name=f"reflection {node_name}")

@@ -223,16 +223,15 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
         home=cast(KubeClient, home),
         provider=cast(KubeClient, provider),
         provider_id="m",
-        offloadings=offloadings,
-        addresses=Addresses(home=None, home_name="rome", provider=lambda: None, provider_name="milan"),
-    )
-    reflector = PodReflector(
-        home=cast(KubeClient, home),
-        manager=manager,
         node_name="liqo-milan",
         home_cluster_id="rome",
-        node_address="127.0.0.1",
+        offloadings=offloadings,
+        addresses=Addresses(home=None, home_name="rome", provider=lambda: None, provider_name="milan"),
         events=EventRecorder(client=home, component="test"),
+    )
+    reflector = PodReflector(
+        manager=manager,
+        node_address="127.0.0.1",
         virtual_node=lambda: current,
     )
 

@@ -428,38 +428,20 @@ async def reflection(home: FakeApi, provider: FakeApi, **policy: Any) -> AsyncIt
         home=cast(KubeClient, home),
         provider=cast(KubeClient, provider),
         provider_id=PROVIDER_ID,
+        node_name="liqo-milan",
+        home_cluster_id=HOME_ID,
         offloadings=offloadings,
         addresses=Addresses(home=None, home_name="rome", provider=lambda: None, provider_name="milan"),
+        events=EventRecorder(client=home, component="test"),
     )
-    recorder = EventRecorder(client=home, component="test")
     made = Reflected(
         manager=manager,
         home_pods=pods,
         copies=CopyReflector(
-            manager=manager,
-            node_name="liqo-milan",
-            home_cluster_id=HOME_ID,
-            events=recorder,
-            policy=ReflectionPolicy(**policy),
-            kinds=copied_kinds(ReflectionPolicy(**policy)),
+            manager=manager, policy=ReflectionPolicy(**policy), kinds=copied_kinds(ReflectionPolicy(**policy))
         ),
-        tokens=TokenReflector(
-            home=cast(KubeClient, home),
-            manager=manager,
-            node_name="liqo-milan",
-            home_cluster_id=HOME_ID,
-            home_pods=pods,
-            events=recorder,
-            clock=lambda: NOW,
-        ),
-        events=EventReflector(
-            home=cast(KubeClient, home),
-            manager=manager,
-            node_name="liqo-milan",
-            provider_id=PROVIDER_ID,
-            home_cluster_id=HOME_ID,
-            home_pods=pods,
-        ),
+        tokens=TokenReflector(manager=manager, home_pods=pods, clock=lambda: NOW),
+        events=EventReflector(manager=manager, home_pods=pods),
     )
     manager.register(made.copies, made.tokens, made.events)
     tasks = [asyncio.create_task(offloadings.run()), asyncio.create_task(pods.run())]

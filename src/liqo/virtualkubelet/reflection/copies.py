@@ -24,7 +24,6 @@ from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
-from liqo.kube.events import EventRecorder
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
@@ -119,20 +118,17 @@ class CopyReflector(Reflector):
         self,
         *,
         manager: ReflectionManager,
-        node_name: str,
-        home_cluster_id: str,
-        events: EventRecorder,
         policy: ReflectionPolicy,
         kinds: Iterable[CopiedKind],
     ) -> None:
         self._manager = manager
         self._provider = manager.provider
-        self._home_cluster_id = home_cluster_id
-        self._events = events
+        self._home_cluster_id = manager.home_cluster_id
+        self._events = manager.events
         self._policy = policy
         self._kinds = {kind.resource.plural: kind for kind in kinds}
         self.controller: Controller[ObjectKey] = Controller(
-            name=f"copies {node_name}", reconcile=self.reconcile, workers=3
+            name=f"copies {manager.node_name}", reconcile=self.reconcile, workers=3
         )
 
     @property

@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from liqo.kube.controller import Controller, Result
-from liqo.kube.events import EventRecorder
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
 from liqo.virtualkubelet.forge import endpointslices as forge
 from liqo.virtualkubelet.forge import services
@@ -38,25 +37,21 @@ class EndpointSliceReflector(Reflector):
         self,
         *,
         manager: ReflectionManager,
-        node_name: str,
-        provider_name: str,
-        home_cluster_id: str,
-        events: EventRecorder,
         policy: ReflectionPolicy,
         virtual_nodes: Callable[[], Collection[str]],
     ) -> None:
         """``virtual_nodes`` gives every virtual node of home (endpoints there run in other providers)."""
         self._manager = manager
         self._provider = manager.provider
-        self._node_name = node_name
-        self._provider_name = provider_name
-        self._home_cluster_id = home_cluster_id
-        self._events = events
+        self._node_name = manager.node_name
+        self._provider_name = manager.addresses.provider_name
+        self._home_cluster_id = manager.home_cluster_id
+        self._events = manager.events
         self._policy = policy
         self._virtual_nodes = virtual_nodes
         self._reported: dict[SliceKey, tuple[str, ...]] = {}
         self.controller: Controller[SliceKey] = Controller(
-            name=f"endpointslices {node_name}", reconcile=self.reconcile, workers=4
+            name=f"endpointslices {manager.node_name}", reconcile=self.reconcile, workers=4
         )
 
     @property

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource, split_namespaced_key
@@ -37,22 +36,20 @@ class EventReflector(Reflector):
     def __init__(
         self,
         *,
-        home: KubeClient,
         manager: ReflectionManager,
-        node_name: str,
-        provider_id: str,
-        home_cluster_id: str,
         home_pods: Informer,
     ) -> None:
         """``home_pods`` is the pod reflector's informer (the pods bound to the node)."""
-        self._home = home
+        self._home = manager.home
         self._manager = manager
-        self._provider_id = provider_id
-        self._home_cluster_id = home_cluster_id
+        self._provider_id = manager.provider_id
+        self._home_cluster_id = manager.home_cluster_id
         self._home_pods = home_pods
         self._about: dict[str, dict[Subject, set[str]]] = {}
         """Twin → (kind, name) → keys of the Events about it."""
-        self.controller: Controller[str] = Controller(name=f"events {node_name}", reconcile=self.reconcile, workers=2)
+        self.controller: Controller[str] = Controller(
+            name=f"events {manager.node_name}", reconcile=self.reconcile, workers=2
+        )
 
     @property
     def controllers(self) -> list[Controller[Any]]:

@@ -35,6 +35,7 @@ from liqo.api.networks import ClusterNetwork, Translation, translate
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
+from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
 from liqo.kube.resources import Resource, terminating
@@ -148,7 +149,11 @@ class Addresses:
 
 
 class ReflectionManager:
-    """Follows the twins of one virtual node and runs its reflectors over them."""
+    """Follows the twins of one virtual node and runs its reflectors over them.
+
+    It also holds what every reflector of the node is built with (clients, names, the Event recorder, the
+    address translation), so that a reflector is constructed from the manager and its own few inputs.
+    """
 
     def __init__(
         self,
@@ -156,14 +161,24 @@ class ReflectionManager:
         home: KubeClient,
         provider: KubeClient,
         provider_id: str,
+        node_name: str,
+        home_cluster_id: str,
         offloadings: Informer,
         addresses: Addresses,
+        events: EventRecorder,
     ) -> None:
         """``offloadings`` is the home NamespaceOffloading informer the caller runs (one per process)."""
+        self.home = home
+        """The home cluster's client."""
+        self.provider = provider
+        """The provider's client, with this virtual node's identity."""
+        self.provider_id = provider_id
+        self.node_name = node_name
+        """The virtual node's name at home."""
+        self.home_cluster_id = home_cluster_id
+        """Home's cluster ID: the marker of every copy reflectors make."""
         self.addresses = addresses
-        self._home = home
-        self._provider = provider
-        self._provider_id = provider_id
+        self.events = events
         self._offloadings = offloadings
         self._reflectors: list[Reflector] = []
         self.twins: dict[str, str] = {}
@@ -173,11 +188,6 @@ class ReflectionManager:
             on_synced=lambda _twin, pair: self._each(lambda r: r.namespace_synced(pair)),
             on_stop=lambda _twin, pair: self._each(lambda r: r.stop_namespace(pair)),
         )
-
-    @property
-    def provider(self) -> KubeClient:
-        """The client of the provider, with this virtual node's identity."""
-        return self._provider
 
     def register(self, *reflectors: Reflector) -> None:
         """Add reflectors (before :meth:`run`)."""
@@ -194,7 +204,7 @@ class ReflectionManager:
 
     def twins_changed(self) -> None:
         """The NamespaceOffloadings changed: follow the twins on this provider (call on every change)."""
-        wanted = twins_on(self._offloadings.store.list(), provider_id=self._provider_id)
+        wanted = twins_on(self._offloadings.store.list(), provider_id=self.provider_id)
         if wanted == self.twins:
             return
         self.twins = wanted
@@ -206,7 +216,7 @@ class ReflectionManager:
         self._each(lambda r: r.network_changed())
 
     def _start_pair(self, twin: str, home_namespace: str) -> NamespacePair:
-        pair = NamespacePair(home=self._home, provider=self._provider, home_namespace=home_namespace, twin=twin)
+        pair = NamespacePair(home=self.home, provider=self.provider, home_namespace=home_namespace, twin=twin)
         for reflector in self._reflectors:
             reflector.start_namespace(pair)
         return pair

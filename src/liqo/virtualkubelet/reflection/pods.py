@@ -36,7 +36,6 @@ from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
@@ -72,31 +71,27 @@ class PodReflector(Reflector):
     def __init__(
         self,
         *,
-        home: KubeClient,
         manager: ReflectionManager,
-        node_name: str,
-        home_cluster_id: str,
         node_address: str,
-        events: EventRecorder,
         virtual_node: Callable[[], Obj | None],
         provider_ready: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
-        self._home = home
+        self._home = manager.home
         self._virtual_node = virtual_node
         self._provider_ready = provider_ready
         self._manager = manager
         self._provider = manager.provider
-        self._home_cluster_id = home_cluster_id
+        self._home_cluster_id = manager.home_cluster_id
         self._address = node_address
-        self._events = events
-        self.pods = Informer(client=home, resource=PODS, field_selector=f"spec.nodeName={node_name}")
+        self._events = manager.events
+        self.pods = Informer(client=manager.home, resource=PODS, field_selector=f"spec.nodeName={manager.node_name}")
         self._held: set[str] = set()  # pods held back for want of a slot: what a change of slots re-queues
         self._refusals = ItemExponentialFailureRateLimiter(
             base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
         )
         self.controller: Controller[str] = Controller(
-            name=f"pods {node_name}", reconcile=self.reconcile, workers=workers
+            name=f"pods {manager.node_name}", reconcile=self.reconcile, workers=workers
         )
         self.controller.watch(self.pods, lambda pod: [object_key(pod)])
 

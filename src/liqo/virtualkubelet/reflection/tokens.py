@@ -18,10 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from liqo.api import names
-from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
-from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
 from liqo.kube.timefmt import parse_time
@@ -42,23 +40,21 @@ class TokenReflector(Reflector):
     def __init__(
         self,
         *,
-        home: KubeClient,
         manager: ReflectionManager,
-        node_name: str,
-        home_cluster_id: str,
         home_pods: Informer,
-        events: EventRecorder,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         """``home_pods`` is the pod reflector's informer (the pods bound to the node): the keys come from it."""
-        self._home = home
+        self._home = manager.home
         self._manager = manager
         self._provider = manager.provider
-        self._home_cluster_id = home_cluster_id
+        self._home_cluster_id = manager.home_cluster_id
         self._home_pods = home_pods
-        self._events = events
+        self._events = manager.events
         self._clock = clock
-        self.controller: Controller[str] = Controller(name=f"tokens {node_name}", reconcile=self.reconcile, workers=2)
+        self.controller: Controller[str] = Controller(
+            name=f"tokens {manager.node_name}", reconcile=self.reconcile, workers=2
+        )
         self.controller.watch(home_pods, lambda pod: [object_key(pod)])
 
     @property

@@ -44,8 +44,10 @@ async def wait_network_reason(client: KubeClient, peer_id: str, reason: str) -> 
     return await network_condition(client, peer_id)
 
 
-async def overlap_events(client: KubeClient, fc_name: str) -> list[dict[str, Any]]:
-    selector = f"involvedObject.name={fc_name},reason=CIDROverlap,type=Warning"
+async def overlap_events(client: KubeClient, fc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The CIDROverlap Warnings about this very ForeignCluster (an earlier one of that name may have had its own)."""
+    meta = fc["metadata"]
+    selector = f"involvedObject.name={meta['name']},involvedObject.uid={meta['uid']},reason=CIDROverlap,type=Warning"
     events, _ = await client.list_all(EVENTS, namespace="default", field_selector=selector)
     return events
 
@@ -100,10 +102,10 @@ async def test_the_same_pod_cidr_is_an_overlap_on_both_sides_with_a_warning_even
         for client, fc in ((rome, rome_fc), (naples, naples_fc)):
 
             async def warned(client: KubeClient = client, fc: dict[str, Any] = fc) -> bool:
-                return bool(await overlap_events(client, fc["metadata"]["name"]))
+                return bool(await overlap_events(client, fc))
 
             await eventually(warned, timeout=20, message=f"a CIDROverlap Warning Event on {client.name}")
-            [event] = await overlap_events(client, fc["metadata"]["name"])
+            [event] = await overlap_events(client, fc)
             assert event["involvedObject"]["kind"] == "ForeignCluster"
             assert "overlaps" in event["message"]
         done = await asyncio.to_thread(liqoctl, "status", f"--kubeconfig={sites['rome'].cluster.kubeconfig}")

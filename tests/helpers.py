@@ -17,13 +17,15 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
-from liqo.api.resources import SHARING_POLICIES
+from liqo.api.resources import SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir
 from liqo.local.spec import ClusterSpec
+from liqo.offloading import operations as offloading
+from liqo.peering import operations as peering
 from liqo.peering.authprotocol import make_csr, sign_request
 
 
@@ -300,3 +302,27 @@ async def stopped(site: Site, *components: str) -> AsyncIterator[None]:
         yield
     finally:
         await asyncio.to_thread(clusters.set_components, site.cluster.name, list(components), enabled=True)
+
+
+@contextlib.asynccontextmanager
+async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str = "off") -> AsyncIterator[Offloaded]:
+    """``home`` peered with ``provider`` and a fresh namespace offloaded there with ``strategy``, for the duration.
+
+    On the way out: unoffloaded, the namespace deleted, unpeered, and both clusters checked clean.
+    """
+    async with home.client() as consumer, provider.client() as producer:
+        await peering.peer(consumer, producer, timeout=30)
+        namespace = unique(prefix)
+        await consumer.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        try:
+            await offloading.offload(consumer, namespace, pod_offloading_strategy=strategy)
+            await offloading.wait_offloaded(consumer, namespace, timeout=60)
+            twin = names.twin_namespace(namespace, home_cluster_id=home.cluster_id)
+            tenant = names.tenant_namespace(provider.cluster_id)
+            nodes, _ = await consumer.list_all(VIRTUAL_NODES, namespace=tenant)
+            yield Offloaded(namespace=namespace, twin=twin, node=nodes[0]["metadata"]["name"])
+        finally:
+            await offloading.unoffload(consumer, namespace, timeout=120)
+            await consumer.delete(NAMESPACES, namespace)
+            await peering.unpeer(consumer, provider.cluster_id, timeout=90)
+        await expect_clean(consumer, producer)

@@ -14,16 +14,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from liqo.api import names
 from liqo.api.crds import all_crds
-from liqo.api.resources import VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install, wait_crds_established
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
-from liqo.offloading import operations as offloading
-from liqo.peering import operations
-from tests.helpers import LocalCluster, Offloaded, Site, expect_clean, purge, start, unique
+from tests.helpers import LocalCluster, Offloaded, Site, offloaded_to, purge, start, unique
 
 KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
 RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
@@ -121,18 +117,7 @@ async def naples(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture
-async def offloaded(sites: dict[str, Site], rome: KubeClient, milan: KubeClient) -> AsyncIterator[Offloaded]:
-    await operations.peer(rome, milan, timeout=30)
-    namespace = unique("off")
-    await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    try:
-        await offloading.offload(rome, namespace, pod_offloading_strategy="Remote")
-        await offloading.wait_offloaded(rome, namespace, timeout=60)
-        twin = names.twin_namespace(namespace, home_cluster_id=sites["rome"].cluster_id)
-        nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(sites["milan"].cluster_id))
-        yield Offloaded(namespace=namespace, twin=twin, node=nodes[0]["metadata"]["name"])
-    finally:
-        await offloading.unoffload(rome, namespace, timeout=120)
-        await rome.delete(NAMESPACES, namespace)
-        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=90)
-    await expect_clean(rome, milan)
+async def offloaded(sites: dict[str, Site]) -> AsyncIterator[Offloaded]:
+    """rome peered with milan, a fresh namespace offloaded there with Remote; all undone and checked after."""
+    async with offloaded_to(sites["rome"], sites["milan"], strategy="Remote") as made:
+        yield made

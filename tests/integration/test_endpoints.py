@@ -16,14 +16,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from liqo.api import names
-from liqo.api.resources import VIRTUAL_NODES
 from liqo.install.manifests import VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NAMESPACES, PODS, SERVICES
-from liqo.offloading import operations as offloading
-from liqo.peering import operations as peering
+from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, PODS, SERVICES
 from liqo.virtualkubelet.forge import endpointslices as forge
-from tests.helpers import Obj, Site, deployment, eventually, expect_clean, stopped, unique
+from tests.helpers import Obj, Site, deployment, eventually, offloaded_to, stopped
 
 ROME_PODS = ipaddress.ip_network("10.244.0.0/16")
 MILAN_PODS = ipaddress.ip_network("10.245.0.0/16")
@@ -78,20 +75,10 @@ async def pod_ips(client: KubeClient, namespace: str, app: str) -> list[str]:
 
 
 @pytest.fixture
-async def split(sites: dict[str, Site], rome: KubeClient, milan: KubeClient) -> AsyncIterator[tuple[str, str]]:
+async def split(sites: dict[str, Site]) -> AsyncIterator[tuple[str, str]]:
     """A namespace of rome offloaded to milan with LocalAndRemote: (home namespace, twin)."""
-    await peering.peer(rome, milan, timeout=30)
-    namespace = unique("split")
-    await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    try:
-        await offloading.offload(rome, namespace, pod_offloading_strategy="LocalAndRemote")
-        await offloading.wait_offloaded(rome, namespace, timeout=60)
-        yield namespace, names.twin_namespace(namespace, home_cluster_id=sites["rome"].cluster_id)
-    finally:
-        await offloading.unoffload(rome, namespace, timeout=120)
-        await rome.delete(NAMESPACES, namespace)
-        await peering.unpeer(rome, sites["milan"].cluster_id, timeout=90)
-    await expect_clean(rome, milan)
+    async with offloaded_to(sites["rome"], sites["milan"], strategy="LocalAndRemote", prefix="split") as made:
+        yield made.namespace, made.twin
 
 
 async def test_a_split_deployment_lists_every_endpoint_on_both_sides(
@@ -135,13 +122,8 @@ async def test_a_split_deployment_lists_every_endpoint_on_both_sides(
 async def test_overlapping_pod_cidrs_are_reported_and_nothing_is_written_wrong(
     sites: dict[str, Site], rome: KubeClient, naples: KubeClient
 ) -> None:
-    await peering.peer(rome, naples, timeout=30)
-    namespace = unique("overlap")
-    await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    twin = names.twin_namespace(namespace, home_cluster_id=sites["rome"].cluster_id)
-    try:
-        await offloading.offload(rome, namespace, pod_offloading_strategy="LocalAndRemote")
-        await offloading.wait_offloaded(rome, namespace, timeout=60)
+    async with offloaded_to(sites["rome"], sites["naples"], strategy="LocalAndRemote", prefix="overlap") as made:
+        namespace, twin = made.namespace, made.twin
         await rome.create(SERVICES, service("web", namespace))
         await rome.create(DEPLOYMENTS, spread("web", namespace, replicas=2))
 
@@ -159,11 +141,8 @@ async def test_overlapping_pod_cidrs_are_reported_and_nothing_is_written_wrong(
         events, _ = await rome.list_all(EVENTS, namespace=namespace)
         messages = [e["message"] for e in events if e["reason"] in ("PodIPNotReachable", "EndpointsNotReflected")]
         assert all("overlaps" in m for m in messages), messages
-        nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(sites["naples"].cluster_id))
         offloaded = [
-            p
-            for p in (await rome.list_all(PODS, namespace=namespace))[0]
-            if p["spec"].get("nodeName") == nodes[0]["metadata"]["name"]
+            p for p in (await rome.list_all(PODS, namespace=namespace))[0] if p["spec"].get("nodeName") == made.node
         ]
         assert offloaded
         assert all(not (p.get("status") or {}).get("podIP") for p in offloaded)
@@ -172,11 +151,6 @@ async def test_overlapping_pod_cidrs_are_reported_and_nothing_is_written_wrong(
         assert len(at_home) == 1  # rome's own pod only
         # On naples, no slice of ours: rome's pod address would mean one of naples' own pods.
         assert ready_addresses(await slices_of(naples, twin, "web"), ours=True) == []
-    finally:
-        await offloading.unoffload(rome, namespace, timeout=120)
-        await rome.delete(NAMESPACES, namespace)
-        await peering.unpeer(rome, sites["naples"].cluster_id, timeout=90)
-    await expect_clean(rome, naples)
 
 
 async def test_a_partition_marks_endpoints_not_ready_and_they_recover(

@@ -12,6 +12,8 @@ from liqo.kube.errors import KubeError
 from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.waiting import WaitTimeout
 from liqo.local.clusters import ClusterError
+from liqo.local.realnodes.host import HostError
+from liqo.local.realnodes.images import ImageError
 from liqo.local.spec import SpecError
 from liqo.local.toolchain import BuildError, ToolchainError
 from liqo.peering.operations import PeeringError
@@ -21,6 +23,8 @@ EXPECTED = (
     ClusterError,
     ToolchainError,
     BuildError,
+    ImageError,
+    HostError,
     InstallError,
     PeeringError,
     KubeconfigError,

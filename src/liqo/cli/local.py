@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,6 +11,7 @@ import typer
 from liqo.cli.errors import expected_errors
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
 from liqo.local import clusters, toolchain
+from liqo.local.realnodes import images
 from liqo.local.spec import ClusterSpec, parse_labels
 
 app = typer.Typer(help="Local clusters for demos and tests (no container runtime needed).", no_args_is_help=True)
@@ -18,17 +20,28 @@ Name = Annotated[str, typer.Argument(help="Cluster name (lowercase letters, digi
 
 
 @app.command()
-def build() -> None:
+def build(
+    real_nodes: Annotated[
+        bool, typer.Option("--real-nodes", help="Also build what real nodes need: kubelet, containerd, images.")
+    ] = False,
+) -> None:
     """Build the Kubernetes binaries from their Go modules (only what the cache lacks)."""
     with expected_errors():
         path = toolchain.ensure_binaries(progress=progress)
+        if real_nodes:
+            out.print(str(toolchain.ensure_node_binaries(progress=progress)))
+            for archive in images.ensure_images(progress=progress):
+                out.print(str(archive))
     out.print(str(path))
 
 
 @app.command()
 def up(
     name: Name,
-    nodes: Annotated[int, typer.Option(help="Number of fake (kwok) nodes.")] = 1,
+    nodes: Annotated[int, typer.Option(help="Number of fake (kwok) nodes (0 is allowed with --real-nodes).")] = 1,
+    real_nodes: Annotated[
+        int, typer.Option(help="Number of real nodes (kubelet + containerd, each in its own namespaces; needs root).")
+    ] = 0,
     node_cpu: Annotated[str, typer.Option(help="CPU of each node (a quantity: 8, 500m).")] = "8",
     node_memory: Annotated[str, typer.Option(help="Memory of each node (a quantity: 32Gi).")] = "32Gi",
     node_pods: Annotated[int, typer.Option(help="Maximum pods per node.")] = 110,
@@ -47,9 +60,11 @@ def up(
             pod_cidr=pod_cidr,
             service_cidr=service_cidr,
             node_labels=parse_labels(node_labels),
+            real_nodes=real_nodes,
         )
         info = clusters.up(spec, progress=progress)
-    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}")
+    real = f", real nodes {info.real_nodes}" if real_nodes else ""
+    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}{real}")
     out.print(f"use it with: eval $(liqoctl local env {info.name})")
 
 
@@ -72,8 +87,11 @@ def list_(output: Format = OUTPUT_OPTION) -> None:
     if emit([i.to_dict() for i in infos], fmt=output):
         return
     table(
-        ["name", "api url", "state", "nodes", "restarts", "unhealthy"],
-        [[i.name, i.api_url, i.state, i.nodes, str(i.restarts), ",".join(i.unhealthy) or "-"] for i in infos],
+        ["name", "api url", "state", "nodes", "real nodes", "restarts", "unhealthy"],
+        [
+            [i.name, i.api_url, i.state, i.nodes, i.real_nodes, str(i.restarts), ",".join(i.unhealthy) or "-"]
+            for i in infos
+        ],
     )
 
 
@@ -84,6 +102,17 @@ def env(name: Name) -> None:
         variables = clusters.env(name)
     for key, value in variables.items():
         out.print(f"export {key}={shlex.quote(value)}")
+
+
+@app.command("load-image")
+def load_image(
+    name: Name,
+    archive: Annotated[Path, typer.Argument(help="An OCI layout or docker image archive (tar).", exists=True)],
+) -> None:
+    """Import an image archive into every real node of a cluster (no registry needed)."""
+    with expected_errors():
+        loaded = clusters.load_image(name, archive)
+    out.print(f"loaded {', '.join(loaded)} into the real nodes of {name}")
 
 
 Components = Annotated[

@@ -142,8 +142,14 @@ def write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def kubeconfig(*, cluster: str, server: str, ca: bytes, user: str, cert: bytes, key: bytes) -> dict[str, Any]:
-    """A kubeconfig with embedded client-certificate credentials, as a dict ready for YAML/JSON."""
+def kubeconfig(
+    *, cluster: str, server: str, ca: bytes, user: str, cert: bytes, key: bytes, tls_server_name: str = ""
+) -> dict[str, Any]:
+    """A kubeconfig with embedded client-certificate credentials, as a dict ready for YAML/JSON.
+
+    ``tls_server_name``: the name to verify the server's certificate against, when ``server``'s address is
+    not among its SANs (a loopback API server reached through a NAT).
+    """
 
     def b64(data: bytes) -> str:
         return base64.b64encode(data).decode()
@@ -151,7 +157,13 @@ def kubeconfig(*, cluster: str, server: str, ca: bytes, user: str, cert: bytes, 
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster, "cluster": {"server": server, "certificate-authority-data": b64(ca)}}],
+        "clusters": [
+            {
+                "name": cluster,
+                "cluster": {"server": server, "certificate-authority-data": b64(ca)}
+                | ({"tls-server-name": tls_server_name} if tls_server_name else {}),
+            }
+        ],
         "users": [{"name": user, "user": {"client-certificate-data": b64(cert), "client-key-data": b64(key)}}],
         "contexts": [{"name": cluster, "context": {"cluster": cluster, "user": user}}],
         "current-context": cluster,

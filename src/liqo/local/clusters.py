@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -30,7 +31,7 @@ import yaml
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
+from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
 from liqo.local import toolchain
 from liqo.local.components import (
     WEBHOOK_CLIENT,
@@ -45,6 +46,9 @@ from liqo.local.components import (
 )
 from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refresh_ports, write_json
 from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone
+from liqo.local.realnodes import host, images
+from liqo.local.realnodes import plan as realplan
+from liqo.local.realnodes.nodes import NODE_PRIVATE_DIRS, UNDERLAY_HOST, RealNode, real_nodes, underlay_index
 from liqo.local.spec import ClusterSpec, check_name
 
 Progress = Callable[[str], None]
@@ -72,6 +76,7 @@ class ClusterInfo:
     state: str
     kubeconfig: str
     nodes: str
+    real_nodes: str = "0"
     unhealthy: list[str] = field(default_factory=list)
     components: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +93,7 @@ class ClusterInfo:
             "state": self.state,
             "kubeconfig": self.kubeconfig,
             "nodes": self.nodes,
+            "realNodes": self.real_nodes,
             "restarts": self.restarts,
             "unhealthyComponents": self.unhealthy,
             "components": self.components,
@@ -101,6 +107,7 @@ def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo
     """Bring cluster ``spec.name`` up (or make sure it is up) and return its state once Ready."""
     bin_dir = toolchain.ensure_binaries(progress=progress)
     cluster = ClusterDir.named(spec.name)
+    node_kit = _node_kit(spec, cluster, progress=progress) if spec.real_nodes else None
     with _cluster_lock(cluster):
         if cluster.exists():
             stored = ClusterSpec.from_dict(read_json(cluster.cluster_file)["spec"])
@@ -114,7 +121,12 @@ def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo
         if supervisor is None:
             progress(f"starting cluster {spec.name}")
             _stop_processes(cluster)  # leftovers of a supervisor that died, if any
-            _prepare(spec, cluster, bin_dir)
+            _teardown_real_nodes(cluster)
+            with host.underlay_lock(cluster.root.parent):
+                _prepare(spec, cluster, bin_dir, node_kit)
+            if spec.real_nodes:
+                progress(f"setting up {spec.real_nodes} real node(s)")
+                _setup_real_nodes(spec, cluster)
             _start_supervisor(cluster)
         elif _enable_all(cluster):
             progress(f"starting the stopped components of {spec.name}")
@@ -123,9 +135,72 @@ def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo
     return info(spec.name)
 
 
-def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
+@dataclass(frozen=True)
+class _NodeKit:
+    """What real nodes need from this machine, checked before anything starts."""
+
+    bin_dir: Path
+    archives: list[Path]
+    runc: str
+    cni_bin_dir: Path
+
+
+def _node_kit(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progress) -> _NodeKit:
+    """Check that real nodes can run here, and build their binaries and images (cached)."""
+    if os.geteuid() != 0:
+        raise ClusterError("real nodes need root (network and mount namespaces, cgroups): run as root")
+    for private in NODE_PRIVATE_DIRS:
+        if cluster.root.is_relative_to(private):
+            raise ClusterError(
+                f"real nodes cover {private} with their own directory: move LIQO_HOME ({cluster.root.parent}) "
+                f"out of {', '.join(NODE_PRIVATE_DIRS)}"
+            )
+    tools = {name: toolchain.os_tool(name) for name in toolchain.NODE_OS_TOOLS}
+    cni = toolchain.cni_bin_dir()
+    node_bin = toolchain.ensure_node_binaries(progress=progress)
+    archives = images.ensure_images(progress=progress)
+    return _NodeKit(bin_dir=node_bin, archives=archives, runc=tools["runc"], cni_bin_dir=cni)
+
+
+def _real_nodes(cluster: ClusterDir, spec: ClusterSpec | None = None) -> list[RealNode]:
+    """The cluster's real nodes: those of its spec, and any other whose directory is left (to tear down)."""
+    stored = read_json(cluster.cluster_file) if cluster.exists() else {}
+    underlay = stored.get("underlay")
+    if underlay is None:
+        return []
+    count = (spec or ClusterSpec.from_dict(stored["spec"])).real_nodes
+    nodes_dir = cluster.root / "nodes"
+    if nodes_dir.is_dir():
+        indexes = [int(p.name.removeprefix("real-")) for p in nodes_dir.glob("real-*") if p.name[5:].isdigit()]
+        count = max([count, *indexes])
+    return real_nodes(cluster=cluster.name, count=count, underlay=int(underlay), cluster_root=cluster.root)
+
+
+def _setup_real_nodes(spec: ClusterSpec, cluster: ClusterDir) -> None:
+    port = int(read_json(cluster.cluster_file)["ports"]["apiserver"])
+    host.setup_cluster(
+        _real_nodes(cluster, spec), cluster=spec.name, clusters_root=cluster.root.parent, apiserver_port=port
+    )
+
+
+def _teardown_real_nodes(cluster: ClusterDir) -> None:
+    nodes = _real_nodes(cluster)
+    if nodes:
+        host.teardown_cluster(nodes, cluster=cluster.name, clusters_root=cluster.root.parent)
+
+
+def _underlays_of_other_clusters(name: str) -> list[int]:
+    return [
+        int(stored["underlay"])
+        for other in names()
+        if other != name and (stored := read_json(ClusterDir.named(other).cluster_file)).get("underlay") is not None
+    ]
+
+
+def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _NodeKit | None) -> None:
     """Write every file the supervisor needs: ports, PKI, kubeconfigs, configuration, components."""
-    previous = read_json(cluster.cluster_file)["ports"] if cluster.exists() else None
+    stored = read_json(cluster.cluster_file) if cluster.exists() else {}
+    previous = stored.get("ports")
     ports = refresh_ports(Ports(**previous) if previous else None, reserved=_ports_of_other_clusters(spec.name))
     _write_pki(spec, cluster, ports)
     cluster.config.mkdir(parents=True, exist_ok=True)
@@ -144,6 +219,26 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
     kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file), exec_dir=str(exec_dir))
     (cluster.config / "kwok.yaml").write_text(kwok)
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
+    underlay = None
+    if node_kit is not None:
+        # The caller holds the underlay lock: no other cluster takes this index before cluster.json says it.
+        underlay = underlay_index(previous=stored.get("underlay"), taken=_underlays_of_other_clusters(spec.name))
+        ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
+        for node in real_nodes(cluster=spec.name, count=spec.real_nodes, underlay=underlay, cluster_root=cluster.root):
+            realplan.write_node_files(
+                node,
+                ca=ca,
+                cluster=spec.name,
+                apiserver_port=ports.apiserver,
+                pod_cidr=spec.pod_cidr,
+                max_pods=spec.node_pods,
+                sandbox_image=images.PAUSE_IMAGE,
+                runc=node_kit.runc,
+                cni_bin_dir=str(node_kit.cni_bin_dir),
+            )
+            components += realplan.node_components(
+                node=node, node_bin=node_kit.bin_dir, archives=node_kit.archives, labels=spec.node_labels
+            )
     core = {c.name for c in components}
     extras = [item for item in read_json(cluster.components_file) if item["name"] not in core] if (
         cluster.components_file.exists()
@@ -160,7 +255,8 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path) -> None:
                 "kwok": toolchain.KWOK_VERSION,
             },
             "binDir": str(bin_dir),
-        },
+        }
+        | ({"underlay": underlay, "nodeBinDir": str(node_kit.bin_dir)} if node_kit is not None and underlay else {}),
     )
 
 
@@ -274,16 +370,22 @@ async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progr
         for index in range(1, spec.nodes + 1):
             with suppress(ConflictError):
                 await client.create(NODES, node_manifest(spec=spec, index=index))
-        progress(f"waiting for {spec.nodes} node(s) to be Ready")
+        if spec.real_nodes:
+            port = int(read_json(cluster.cluster_file)["ports"]["apiserver"])
+            for obj in real_node_objects(apiserver_port=port):
+                await client.apply(
+                    CLUSTER_ROLE_BINDINGS if obj["kind"] == "ClusterRoleBinding" else ENDPOINT_SLICES, obj
+                )
+        progress(f"waiting for {spec.all_nodes} node(s) to be Ready")
         deadline = time.monotonic() + NODES_DEADLINE
         while True:
-            ready = await _ready_nodes(client)
+            ready = await _ready_nodes(client) + await _ready_nodes(client, kind="real")
             missing_sa = await _missing_default_service_account(client)
             unhealthy = _unhealthy(_read_status(cluster).get("components", {}))
-            if ready >= spec.nodes and not missing_sa and not unhealthy:
+            if ready >= spec.all_nodes and not missing_sa and not unhealthy:
                 return
             if time.monotonic() > deadline:
-                problems = [f"{ready}/{spec.nodes} nodes Ready"]
+                problems = [f"{ready}/{spec.all_nodes} nodes Ready"]
                 problems += ["no default ServiceAccount yet"] * missing_sa
                 problems += [f"unhealthy: {', '.join(unhealthy)}"] * bool(unhealthy)
                 raise ClusterError(
@@ -322,8 +424,44 @@ async def _wait_api(cluster: ClusterDir, *, deadline: float) -> None:
         await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
 
 
-async def _ready_nodes(client: KubeClient) -> int:
-    nodes, _ = await client.list_all(NODES, label_selector="type=kwok")
+def real_node_objects(*, apiserver_port: int) -> list[dict[str, Any]]:
+    """What a cluster with real nodes needs in its API (pure).
+
+    The API server calls kubelets as ``kube-apiserver-kubelet-client`` (logs, exec, port-forward), which
+    real kubelets authorize by asking the API server: it needs ``system:kubelet-api-admin``. The
+    ``kubernetes`` Service gets an endpoint pods can reach, the underlay's host address (NATed to the API
+    server): the API server itself publishes none (``--endpoint-reconciler-type=none``).
+    """
+    rbac = "rbac.authorization.k8s.io"
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "liqo-local:apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}
+        ],
+    }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "liqoctl-local",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [UNDERLAY_HOST], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}],
+    }
+    return [binding, endpoints]
+
+
+async def _ready_nodes(client: KubeClient, *, kind: str = "kwok") -> int:
+    nodes, _ = await client.list_all(NODES, label_selector=f"type={kind}")
     return sum(1 for node in nodes if _condition(node, "Ready") == "True")
 
 
@@ -355,6 +493,7 @@ def down(name: str, *, purge: bool = False) -> list[ProcessRef]:
     cluster = _existing(name)
     with _cluster_lock(cluster):
         stopped = _stop_processes(cluster)
+        _teardown_real_nodes(cluster)
         if purge:
             shutil.rmtree(cluster.root)
     return stopped
@@ -411,24 +550,27 @@ def info(name: str) -> ClusterInfo:
         state = "Stopped" if not status or status.get("supervisor") is None else "Crashed"
     else:
         state = "Degraded" if unhealthy else "Running"
-    nodes = f"?/{spec.nodes}"
+    nodes, real = f"?/{spec.nodes}", f"?/{spec.real_nodes}"
     if running and components.get("kube-apiserver", {}).get("healthy"):
         with suppress(KubeError, aiohttp.ClientError, OSError):
-            nodes = f"{asyncio.run(_count_ready(cluster))}/{spec.nodes}"
+            fake_ready, real_ready = asyncio.run(_count_ready(cluster))
+            nodes, real = f"{fake_ready}/{spec.nodes}", f"{real_ready}/{spec.real_nodes}"
     return ClusterInfo(
         name=name,
         api_url=f"https://127.0.0.1:{stored['ports']['apiserver']}",
         state=state,
         kubeconfig=str(cluster.kubeconfig),
         nodes=nodes,
+        real_nodes=real,
         unhealthy=unhealthy,
         components=components,
     )
 
 
-async def _count_ready(cluster: ClusterDir) -> int:
+async def _count_ready(cluster: ClusterDir) -> tuple[int, int]:
     async with KubeClient.from_kubeconfig(cluster.kubeconfig) as client:
-        return await asyncio.wait_for(_ready_nodes(client), timeout=3)
+        async with asyncio.timeout(3):
+            return await _ready_nodes(client), await _ready_nodes(client, kind="real")
 
 
 def env(name: str) -> dict[str, str]:
@@ -551,6 +693,37 @@ def issue_serving_pair(name: str, *, cert: Path, key: Path) -> None:
     pair = pki.issue(ca, common_name="localhost", dns_names=["localhost"], ip_addresses=["127.0.0.1"], server=True)
     pki.write_private(key, pair.key)
     cert.write_bytes(pair.cert)
+
+
+def load_image(name: str, archive: Path) -> list[str]:
+    """Import an OCI or docker image archive into every real node of cluster ``name``; return its image names.
+
+    The archive is kept with the cluster, so nodes started later (or again) import it too.
+
+    Raises:
+        ClusterError: the cluster has no real nodes or is not running, or a node refused the archive.
+        ImageError: the file is not an image archive.
+    """
+    cluster = _existing(name)
+    nodes = _real_nodes(cluster)
+    if not nodes:
+        raise ClusterError(f"cluster {name} has no real nodes: images only matter there (`local up --real-nodes N`)")
+    image_names = images.archive_names(archive)
+    if not image_names:
+        raise images.ImageError(f"{archive} names no image (a docker archive needs RepoTags, an OCI one a name)")
+    with _cluster_lock(cluster):
+        if supervisor_ref(cluster) is None:
+            raise ClusterError(f"cluster {name} is not running; start it with `liqoctl local up {name}`")
+        kept = realplan.images_dir(cluster.root) / f"{hashlib.sha256(str(image_names).encode()).hexdigest()[:12]}.tar"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(archive, kept)
+        ctr = str(Path(read_json(cluster.cluster_file)["nodeBinDir"]) / "ctr")
+        for node in nodes:
+            try:
+                host.run_in_node(node, ctr, "--namespace", "k8s.io", "images", "import", str(kept))
+            except host.HostError as exc:
+                raise ClusterError(f"node {node.name} could not import {archive}: {exc}") from exc
+    return image_names
 
 
 def find_by_server(server: str) -> str | None:

@@ -19,6 +19,7 @@ from liqo.api import quantity
 
 _NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
+MAX_REAL_NODES = 20
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -93,11 +94,14 @@ class ClusterSpec:
     pod_cidr: str = "10.244.0.0/16"
     service_cidr: str = "10.96.0.0/16"
     node_labels: dict[str, str] = field(default_factory=dict)
+    real_nodes: int = 0
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if not 1 <= self.nodes <= 1000:
-            raise SpecError(f"--nodes must be between 1 and 1000, got {self.nodes}")
+        if not 0 <= self.real_nodes <= MAX_REAL_NODES:
+            raise SpecError(f"--real-nodes must be between 0 and {MAX_REAL_NODES}, got {self.real_nodes}")
+        if not (0 if self.real_nodes else 1) <= self.nodes <= 1000:
+            raise SpecError(f"--nodes must be between 1 and 1000 (0 with --real-nodes), got {self.nodes}")
         if not 1 <= self.node_pods <= 10000:
             raise SpecError(f"--node-pods must be between 1 and 10000, got {self.node_pods}")
         if parse_quantity(self.node_cpu) <= 0:
@@ -110,14 +114,19 @@ class ClusterSpec:
             raise SpecError(f"--pod-cidr {pods} and --service-cidr {services} overlap")
         if services.prefixlen < 12 or services.prefixlen > 28:
             raise SpecError(f"--service-cidr must be between /12 and /28, got {services}")
-        node_cidr_mask(pods, nodes=self.nodes, pods_per_node=self.node_pods)
+        node_cidr_mask(pods, nodes=self.all_nodes, pods_per_node=self.node_pods)
         for key, value in self.node_labels.items():
             check_label(key, value)
 
     @property
+    def all_nodes(self) -> int:
+        """Fake and real nodes."""
+        return self.nodes + self.real_nodes
+
+    @property
     def node_mask(self) -> int:
         """The prefix length of each node's pod subnet."""
-        return node_cidr_mask(ipaddress.IPv4Network(self.pod_cidr), nodes=self.nodes, pods_per_node=self.node_pods)
+        return node_cidr_mask(ipaddress.IPv4Network(self.pod_cidr), nodes=self.all_nodes, pods_per_node=self.node_pods)
 
     @property
     def api_service_ip(self) -> str:

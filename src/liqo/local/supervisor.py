@@ -250,7 +250,8 @@ class Supervisor:
         state.last_probe = now
         assert self._session is not None
         try:
-            async with self._session.get(probe.url, ssl=self._ssl_for(probe)) as response:
+            tls: ssl.SSLContext | bool = self._ssl_for(probe) if probe.url.startswith("https:") else False
+            async with self._session.get(probe.url, ssl=tls) as response:
                 body = (await response.text())[:200]
                 ok = response.status == 200
                 state.probe_error = "" if ok else f"HTTP {response.status}: {body.strip()}"

@@ -6,6 +6,12 @@ tag, because upstream's own ``replace`` directives only work inside its reposito
 ``go.etcd.io/etcd/server/v3`` (same reason), kwok from ``sigs.k8s.io/kwok``. The recipe and its pitfalls
 are in ``docs/operations.md``.
 
+Real nodes (``liqoctl local up --real-nodes``) need a second set, built only when first asked for so that
+clusters of fake nodes stay as quick to set up as before: kubelet and kube-proxy from the same wrapper
+module, containerd with its runc shim and ``ctr`` from ``github.com/containerd/containerd/v2`` (without
+the snapshotters that need cgo or kernel features we do not use). runc and the CNI plugins need cgo or
+are plain OS tools: they come from the OS (:data:`NODE_OS_TOOLS`).
+
 Each build step compiles into a scratch directory next to the cache and renames the finished binaries
 into place, so an interrupted or failed build never leaves a half-written binary that a later run would
 trust. A file lock serialises concurrent builds (two test runs on one machine).
@@ -23,7 +29,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import orjson
@@ -33,10 +39,28 @@ from liqo.kube.timefmt import format_time
 KUBERNETES_VERSION = "1.37.2"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
+CONTAINERD_VERSION = "2.4.2"
 GO_MINIMUM = (1, 26)
 
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 BINARIES = (*KUBE_BINARIES, "etcd", "kwok")
+NODE_KUBE_BINARIES = ("kubelet", "kube-proxy")
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
+NODE_BINARIES = (*NODE_KUBE_BINARIES, *CONTAINERD_BINARIES)
+NODE_OS_TOOLS = {
+    "runc": "runc",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    "ip": "iproute2",
+    "nft": "nftables",
+    "iptables": "iptables",
+    "mount": "mount",
+    "mmdebstrap": "mmdebstrap",
+}
+"""Programs real nodes take from the OS, and the Debian package of each (named when one is missing)."""
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap")
+CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
+"""Where Debian's ``containernetworking-plugins`` and upstream's release put the CNI plugins."""
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -72,6 +96,11 @@ def bin_dir() -> Path:
     return cache_root() / "bin" / f"k8s-v{KUBERNETES_VERSION}-etcd-v{ETCD_VERSION}-kwok-v{KWOK_VERSION}"
 
 
+def node_bin_dir() -> Path:
+    """The versioned directory holding the binaries of real nodes."""
+    return cache_root() / "bin" / f"node-k8s-v{KUBERNETES_VERSION}-containerd-v{CONTAINERD_VERSION}"
+
+
 def missing(directory: Path | None = None) -> list[str]:
     """The binaries (and kwok's stage files, as ``kwok-stages``) not yet in the cache."""
     directory = directory or bin_dir()
@@ -81,41 +110,112 @@ def missing(directory: Path | None = None) -> list[str]:
     return absent
 
 
+def missing_node_binaries(directory: Path | None = None) -> list[str]:
+    """The binaries of real nodes not yet in the cache."""
+    directory = directory or node_bin_dir()
+    return [name for name in NODE_BINARIES if not os.access(directory / name, os.X_OK)]
+
+
 def ensure_binaries(*, progress: Progress = lambda _: None) -> Path:
-    """Build whatever the cache lacks and return the binary directory.
+    """Build whatever the cache lacks of the control plane's binaries and return their directory.
 
     Raises:
         ToolchainError: Go is missing or too old.
         BuildError: a step failed; nothing half-built is left in the cache.
     """
-    target = bin_dir()
-    if not missing(target):
+
+    def build(builder: _Builder, todo: list[str], scratch: Path) -> None:
+        kube = [name for name in KUBE_BINARIES if name in todo]
+        if kube:
+            builder.kubernetes(kube, out=scratch)
+        if "etcd" in todo:
+            builder.etcd(out=scratch)
+        if "kwok" in todo or STAGES_DIR in todo:
+            builder.kwok(out=scratch, binary="kwok" in todo)
+
+    return _ensure(bin_dir(), missing, build, what="binaries", progress=progress)
+
+
+def ensure_node_binaries(*, progress: Progress = lambda _: None) -> Path:
+    """Build whatever the cache lacks of real nodes' binaries and return their directory.
+
+    Raises:
+        ToolchainError: Go is missing or too old.
+        BuildError: a step failed; nothing half-built is left in the cache.
+    """
+
+    def build(builder: _Builder, todo: list[str], scratch: Path) -> None:
+        kube = [name for name in NODE_KUBE_BINARIES if name in todo]
+        if kube:
+            builder.kubernetes(kube, out=scratch)
+        if set(CONTAINERD_BINARIES) & set(todo):
+            builder.containerd(out=scratch)
+
+    return _ensure(node_bin_dir(), missing_node_binaries, build, what="node binaries", progress=progress)
+
+
+def os_tool(name: str) -> str:
+    """The path of an OS program real nodes need.
+
+    Raises:
+        ToolchainError: it is not installed; the message names the Debian package.
+    """
+    path = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if path is None:
+        raise ToolchainError(f"real nodes need `{name}`: install it (Debian package {NODE_OS_TOOLS[name]})")
+    return path
+
+
+def cni_bin_dir() -> Path:
+    """The directory holding the CNI plugins real nodes use.
+
+    Raises:
+        ToolchainError: no directory holds them all; the message names the Debian package.
+    """
+    for candidate in map(Path, CNI_BIN_DIRS):
+        if all(os.access(candidate / plugin, os.X_OK) for plugin in CNI_PLUGINS):
+            return candidate
+    raise ToolchainError(
+        f"real nodes need the CNI plugins {', '.join(CNI_PLUGINS)} in one of {', '.join(CNI_BIN_DIRS)}: "
+        "install them (Debian package containernetworking-plugins)"
+    )
+
+
+def _ensure(
+    target: Path,
+    absent: Callable[[Path], list[str]],
+    build: Callable[[_Builder, list[str], Path], None],
+    *,
+    what: str,
+    progress: Progress,
+) -> Path:
+    """Build what ``absent(target)`` names into a scratch directory, then move it into ``target``."""
+    if not absent(target):
         return target
     target.mkdir(parents=True, exist_ok=True)
-    with _build_lock(cache_root() / "build.lock"):
-        todo = missing(target)  # another process may have built them while we waited for the lock
+    with build_lock():
+        todo = absent(target)  # another process may have built them while we waited for the lock
         if not todo:
             return target
-        builder = _Builder(go=_check_go(), work=cache_root() / "build", progress=progress)
+        builder = _Builder(go=check_go(), work=cache_root() / "build", progress=progress)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".partial-") as tmp:
             scratch = Path(tmp)
-            kube = [name for name in KUBE_BINARIES if name in todo]
-            if kube:
-                builder.kubernetes(kube, out=scratch)
-            if "etcd" in todo:
-                builder.etcd(out=scratch)
-            if "kwok" in todo or STAGES_DIR in todo:
-                builder.kwok(out=scratch, binary="kwok" in todo)
+            build(builder, todo, scratch)
             for produced in scratch.iterdir():
                 if produced.is_dir():
                     shutil.rmtree(target / produced.name, ignore_errors=True)
                 os.replace(produced, target / produced.name)
-        progress(f"binaries ready in {target} ({builder.elapsed():.0f}s)")
+        progress(f"{what} ready in {target} ({builder.elapsed():.0f}s)")
     return target
 
 
+def build_lock() -> AbstractContextManager[None]:
+    """The lock serialising builds into the cache (binaries and images) across processes."""
+    return _file_lock(cache_root() / "build.lock")
+
+
 @contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def _file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -174,6 +274,20 @@ class _Builder:
             "etcd: compile etcd",
             "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3",
             cwd=module,
+        )  # fmt: skip
+
+    def containerd(self, *, out: Path) -> None:
+        """containerd, its runc shim and ``ctr``, without the snapshotters that need cgo or special kernels."""
+        module = self._module(f"containerd-v{CONTAINERD_VERSION}")
+        base = "github.com/containerd/containerd/v2/cmd"
+        packages = [f"{base}/{name}" for name in CONTAINERD_BINARIES]
+        versioned = [f"{package}@v{CONTAINERD_VERSION}" for package in packages]
+        self.go("containerd: download modules", "get", "-tool", *versioned, cwd=module)
+        ldflags = f"-s -w -X github.com/containerd/containerd/v2/version.Version=v{CONTAINERD_VERSION}"
+        self.go(
+            "containerd: compile containerd, containerd-shim-runc-v2, ctr",
+            "build", "-v", "-trimpath", "-tags=no_btrfs no_devmapper no_zfs no_aufs", f"-ldflags={ldflags}",
+            "-o", f"{out}/", *packages, cwd=module,
         )  # fmt: skip
 
     def kwok(self, *, out: Path, binary: bool) -> None:
@@ -246,7 +360,12 @@ def _kube_ldflags() -> str:
     return " ".join(flags)
 
 
-def _check_go() -> str:
+def check_go() -> str:
+    """The path of a Go new enough to build the pinned versions.
+
+    Raises:
+        ToolchainError: Go is missing or too old; the message says what to install.
+    """
     go = shutil.which("go")
     if go is None:
         raise ToolchainError(

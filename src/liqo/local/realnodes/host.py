@@ -68,12 +68,15 @@ def _in_node(node: RealNode, *argv: str, check: bool = True) -> subprocess.Compl
 
 
 def hierarchies() -> list[Path]:
-    """The cgroup v1 hierarchies of this machine (the empty v2 one, if mounted, is not among them)."""
+    """Every cgroup hierarchy mounted under ``/sys/fs/cgroup``: the v1 ones and the (hybrid) v2 one.
+
+    The v2 one holds no controller here, but runc creates the node's cgroups there too.
+    """
     if not CGROUP_ROOT.is_dir():
         return []
     return sorted(
         path for path in CGROUP_ROOT.iterdir()
-        if path.is_dir() and not path.is_symlink() and path.name != "unified" and (path / "cgroup.procs").exists()
+        if path.is_dir() and not path.is_symlink() and (path / "cgroup.procs").exists()
     )  # fmt: skip
 
 

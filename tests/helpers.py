@@ -19,6 +19,7 @@ from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install import manifests
+from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
@@ -96,6 +97,17 @@ def unique(prefix: str) -> str:
 def start(spec: ClusterSpec) -> LocalCluster:
     clusters.up(spec)
     return LocalCluster(spec)
+
+
+def install_liqo(local: LocalCluster) -> str:
+    """Install liqo on a local cluster (a short identity TTL); return its cluster ID."""
+
+    async def run() -> str:
+        async with local.client() as client:
+            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
+            return identity.cluster_id
+
+    return asyncio.run(run())
 
 
 def purge(cluster: LocalCluster) -> None:

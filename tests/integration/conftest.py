@@ -8,18 +8,17 @@ cluster down make their own. Names carry the pytest process id so that concurren
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from liqo.api.crds import all_crds
-from liqo.install.installer import InstallOptions, install, wait_crds_established
+from liqo.install.installer import wait_crds_established
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, Offloaded, Site, offloaded_to, purge, start, unique
+from tests.helpers import LocalCluster, Offloaded, Site, install_liqo, offloaded_to, purge, start, unique
 
 KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
 RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
@@ -64,15 +63,6 @@ async def namespace(kube: KubeClient) -> AsyncIterator[str]:
     await kube.delete(NAMESPACES, name)
 
 
-def _install(local: LocalCluster) -> str:
-    async def run() -> str:
-        async with local.client() as client:
-            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
-            return identity.cluster_id
-
-    return asyncio.run(run())
-
-
 @pytest.fixture
 async def crds(kube: KubeClient) -> None:
     """liqo's CRDs, applied and Established (an earlier test or run may have applied them already)."""
@@ -92,7 +82,7 @@ def sites() -> Iterator[dict[str, Site]]:
         "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
     }
     started = {role: start(spec) for role, spec in specs.items()}
-    yield {role: Site(local, _install(local)) for role, local in started.items()}
+    yield {role: Site(local, install_liqo(local)) for role, local in started.items()}
     if not KEEP:
         for local in started.values():
             purge(local)

@@ -405,6 +405,8 @@ class KubeClient:
             UnreachableError: the server could not be reached.
         """
         headers = await self._headers(None)
+        # No Accept: a real kubelet's router negotiates it and answers 406 to anything but its stream.
+        del headers["Accept"]
         try:
             return await self._session_for_requests().ws_connect(
                 self.server + path, params=list(query), headers=headers, protocols=protocols, max_msg_size=0

@@ -56,7 +56,7 @@ def _toml_table(table: Mapping[str, Any], *, prefix: tuple[str, ...], lines: lis
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _toml_value(key)
+    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
 
 
 def _toml_value(value: Any) -> str:
@@ -65,8 +65,8 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        # A JSON string is a valid TOML basic string (same escapes) once non-ASCII is escaped too.
-        return orjson.dumps(value).decode()
+        # A JSON string is a valid TOML basic string (same escapes) once DEL, which JSON leaves raw, is escaped.
+        return orjson.dumps(value).decode().replace("\x7f", "\\u007f")
     if isinstance(value, Sequence):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} as TOML")

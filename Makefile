@@ -9,7 +9,7 @@ UV_VERSION := 0.13.8
 UV := $(PYTHON) -m uv
 VENV := .venv
 LIQOCTL := $(VENV)/bin/liqoctl
-APT_PACKAGES := ca-certificates procps
+APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
 
 .PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local bench-offload bench-services clean
@@ -41,7 +41,7 @@ venv:
 	@UV_PYTHON=$(PYTHON) $(UV) sync --frozen --quiet
 
 binaries: venv
-	@$(LIQOCTL) local build
+	@$(LIQOCTL) local build --real-nodes
 
 demo: setup
 	LIQOCTL=$(LIQOCTL) scripts/demo.sh

@@ -48,7 +48,14 @@ from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refre
 from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone
 from liqo.local.realnodes import host, images
 from liqo.local.realnodes import plan as realplan
-from liqo.local.realnodes.nodes import NODE_PRIVATE_DIRS, UNDERLAY_HOST, RealNode, real_nodes, underlay_index
+from liqo.local.realnodes.nodes import (
+    NODE_PRIVATE_DIRS,
+    UNDERLAY_HOST,
+    RealNode,
+    pod_routes,
+    real_nodes,
+    underlay_index,
+)
 from liqo.local.spec import ClusterSpec, check_name
 
 Progress = Callable[[str], None]
@@ -383,6 +390,8 @@ async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progr
             missing_sa = await _missing_default_service_account(client)
             unhealthy = _unhealthy(_read_status(cluster).get("components", {}))
             if ready >= spec.all_nodes and not missing_sa and not unhealthy:
+                if spec.real_nodes > 1:
+                    await _route_pods_between_real_nodes(client, cluster)
                 return
             if time.monotonic() > deadline:
                 problems = [f"{ready}/{spec.all_nodes} nodes Ready"]
@@ -422,6 +431,16 @@ async def _wait_api(cluster: ClusterDir, *, deadline: float) -> None:
                 f"({'; '.join(problems) or 'supervisor not reporting'}); logs: {cluster.logs}"
             )
         await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
+
+
+async def _route_pods_between_real_nodes(client: KubeClient, cluster: ClusterDir) -> None:
+    """Each real node routes the others' pod CIDRs via their underlay address (all share one link)."""
+    found, _ = await client.list_all(NODES, label_selector="type=real")
+    cidrs = {node["metadata"]["name"]: node["spec"]["podCIDR"] for node in found if node["spec"].get("podCIDR")}
+    nodes = _real_nodes(cluster)
+    routes = pod_routes(nodes, cidrs)
+    for node in nodes:
+        await asyncio.to_thread(host.route_pods, node, routes[node.name])
 
 
 def real_node_objects(*, apiserver_port: int) -> list[dict[str, Any]]:

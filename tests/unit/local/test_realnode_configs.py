@@ -285,6 +285,7 @@ def test_kube_proxy_config() -> None:
 
 def test_node_labels_mark_the_node_real_and_carry_the_extra_labels() -> None:
     assert node_labels({}) == f"type=real,{NODE_LABEL}=real"
+    assert node_labels({"type": "kwok"}) == f"type=real,{NODE_LABEL}=real"
     flag = node_labels({"zone": "north", "liqo.io/provider": "x"})
     assert dict(item.split("=", 1) for item in flag.split(",")) == {
         "type": "real",

@@ -196,6 +196,6 @@ def kube_proxy_config(*, node_ip: str, node_name: str, kubeconfig: str, pod_cidr
 
 
 def node_labels(extra: Mapping[str, str]) -> str:
-    """The ``--node-labels`` flag value of a real node's kubelet."""
-    labels = {"type": "real", NODE_LABEL: "real", **extra}
+    """The ``--node-labels`` flag value of a real node's kubelet (its own labels win over ``extra``)."""
+    labels = {**extra, "type": "real", NODE_LABEL: "real"}
     return ",".join(f"{key}={value}" for key, value in labels.items())

@@ -277,6 +277,12 @@ def teardown_cluster(nodes: list[RealNode], *, cluster: str, clusters_root: Path
         _remove_bridge_if_unused()
 
 
+def route_pods(node: RealNode, routes: dict[str, str]) -> None:
+    """Route other nodes' pod CIDRs (keys) via their underlay addresses (values) inside ``node``."""
+    for cidr, via in routes.items():
+        _in_node(node, "ip", "route", "replace", cidr, "via", via)
+
+
 def run_in_node(node: RealNode, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run a command inside the node's namespaces (e.g. ``ctr`` against its containerd); raises HostError."""
     return _in_node(node, *argv)

@@ -136,3 +136,14 @@ class RealNode:
 def real_nodes(*, cluster: str, count: int, underlay: int, cluster_root: Path) -> list[RealNode]:
     """The ``count`` real nodes of a cluster."""
     return [RealNode(cluster, index, underlay, cluster_root) for index in range(1, count + 1)]
+
+
+def pod_routes(nodes: list[RealNode], pod_cidrs: dict[str, str]) -> dict[str, dict[str, str]]:
+    """For each node (by name), the other nodes' pod CIDRs and the address to reach each through (pure).
+
+    ``pod_cidrs``: node name → the pod CIDR kube-controller-manager gave it (nodes without one are left out).
+    """
+    return {
+        node.name: {pod_cidrs[other.name]: other.ip for other in nodes if other != node and other.name in pod_cidrs}
+        for node in nodes
+    }

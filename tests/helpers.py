@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,32 @@ def unique(prefix: str) -> str:
 def start(spec: ClusterSpec) -> LocalCluster:
     clusters.up(spec)
     return LocalCluster(spec)
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
+    """Run kubectl against ``cluster``; its stdout, or an AssertionError with its stderr."""
+    result = subprocess.run(
+        [*cluster.kubectl(), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+@contextlib.contextmanager
+def port_forward(cluster: LocalCluster, namespace: str, pod: str, port: int) -> Iterator[int]:
+    """``kubectl port-forward`` to ``pod``'s ``port`` in the background; yields the local port."""
+    argv = [*cluster.kubectl(), "port-forward", "-n", namespace, pod, f":{port}"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8080", or nothing on failure
+            if not line.startswith("Forwarding from 127.0.0.1:"):
+                process.kill()
+                _, stderr = process.communicate(timeout=10)
+                raise AssertionError(f"kubectl port-forward: {line}{stderr}")
+            yield int(line.split(":")[1].split()[0])
+        finally:
+            process.terminate()
 
 
 def install_liqo(local: LocalCluster) -> str:

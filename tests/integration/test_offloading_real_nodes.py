@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,12 @@ from liqo.kube.resources import PODS
 from liqo.local.realnodes import images
 from liqo.local.spec import ClusterSpec
 from tests.helpers import (
-    LocalCluster,
-    Offloaded,
     Site,
     install_liqo,
+    kubectl,
     offloaded_to,
     pod,
+    port_forward,
     purge,
     running_pods,
     start,
@@ -52,62 +51,37 @@ def rome(sites: dict[str, Site]) -> Site:
     return sites["rome"]
 
 
-@pytest.fixture
-async def worker(rome: Site, florence: Site) -> AsyncIterator[Offloaded]:
-    """A namespace of rome offloaded to florence, holding pod ``worker`` (a TCP server) Running there."""
+async def test_a_pod_offloaded_to_a_real_node_answers_kubectl_at_home(
+    rome: Site, florence: Site, tmp_path: Path
+) -> None:
     async with offloaded_to(rome, florence, strategy="Remote", prefix="rn") as offloaded:
+        home, ns = rome.cluster, offloaded.namespace
         container = {"name": "app", "image": TOOLBOX, "command": SERVER}
-        async with rome.client() as home:
-            await home.create(PODS, pod("worker", offloaded.namespace, containers=[container]))
-            await running_pods(home, offloaded.namespace, 1)
+        async with rome.client() as consumer:
+            await consumer.create(PODS, pod("worker", ns, containers=[container]))
+            await running_pods(consumer, ns, 1)
         async with florence.client() as provider:
             (twin,) = await running_pods(provider, offloaded.twin, 1)
             assert twin["spec"]["nodeName"] == f"{florence.cluster.name}-real-1"
-        yield offloaded
 
+        assert "started" in kubectl(home, "logs", "-n", ns, "worker")
+        assert kubectl(home, "exec", "-n", ns, "worker", "--", "cat", "/proc/1/cmdline").startswith("socat\0")
+        # stdin's end crosses both API servers and the virtual kubelet: cat ends, so does kubectl.
+        echoed = kubectl(home, "exec", "-i", "-n", ns, "worker", "--", "cat", stdin="across\n", timeout=30)
+        assert echoed == "across\n"
+        (tmp_path / "in.txt").write_text("copied across\n")
+        kubectl(home, "cp", str(tmp_path / "in.txt"), f"{ns}/worker:/tmp/in.txt", timeout=30)
+        kubectl(home, "cp", f"{ns}/worker:/tmp/in.txt", str(tmp_path / "out.txt"), timeout=30)
+        assert (tmp_path / "out.txt").read_text() == "copied across\n"
 
-def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
-    result = subprocess.run(
-        [*cluster.kubectl(), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
-
-
-async def test_logs_exec_and_cp_from_home_reach_the_real_container(
-    rome: Site, worker: Offloaded, tmp_path: Path
-) -> None:
-    home, ns = rome.cluster, worker.namespace
-    assert "started" in kubectl(home, "logs", "-n", ns, "worker")
-    assert kubectl(home, "exec", "-n", ns, "worker", "--", "cat", "/proc/1/cmdline").startswith("socat\0")
-    # stdin's end crosses both API servers and the virtual kubelet: cat ends, so does kubectl.
-    echoed = kubectl(home, "exec", "-i", "-n", ns, "worker", "--", "cat", stdin="through two clusters\n", timeout=30)
-    assert echoed == "through two clusters\n"
-    (tmp_path / "in.txt").write_text("copied across\n")
-    kubectl(home, "cp", str(tmp_path / "in.txt"), f"{ns}/worker:/tmp/in.txt", timeout=30)
-    kubectl(home, "cp", f"{ns}/worker:/tmp/in.txt", str(tmp_path / "out.txt"), timeout=30)
-    assert (tmp_path / "out.txt").read_text() == "copied across\n"
-
-
-async def test_port_forward_from_home_reaches_the_real_container(rome: Site, worker: Offloaded) -> None:
-    argv = [*rome.cluster.kubectl(), "port-forward", "-n", worker.namespace, "worker", ":8080"]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as forward:
-        try:
-            assert forward.stdout is not None
-            line = forward.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8080"
-            assert line.startswith("Forwarding from 127.0.0.1:"), line
-            port = int(line.split(":")[1].split()[0])
+        with port_forward(home, ns, "worker", 8080) as port:
             for _ in range(2):  # one connection after another over the same forward
                 with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
                     assert conn.recv(100) == b"pong\n"
-        finally:
-            forward.terminate()
 
-
-async def test_kubectl_run_interactive_in_an_offloaded_namespace(rome: Site, worker: Offloaded) -> None:
-    shell = kubectl(
-        rome.cluster, "run", unique("it"), "-n", worker.namespace, f"--image={TOOLBOX}", "--restart=Never",
-        "-i", "--rm", "--quiet", "--", "sh", "-c", "read line; echo got $line on $(hostname)",
-        stdin="hello\n", timeout=120,
-    )  # fmt: skip
-    assert shell.startswith("got hello on ")
+        # kubectl run -it: the pod is created, scheduled on the virtual node, attached to through it.
+        shell = kubectl(
+            home, "run", "shell", "-n", ns, f"--image={TOOLBOX}", "--restart=Never", "-i", "--rm", "--quiet",
+            "--", "sh", "-c", "read line; echo got $line on $(hostname)", stdin="hello\n", timeout=120,
+        )  # fmt: skip
+        assert shell.startswith("got hello on shell")

@@ -27,7 +27,17 @@ from liqo.local.processes import ProcessRef, is_alive
 from liqo.local.realnodes import host, images
 from liqo.local.realnodes.nodes import CGROUP_PARENT, SYSCTLS_KUBELET_WANTS
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, eventually, eventually_sync, purge, running_pods, start, unique
+from tests.helpers import (
+    LocalCluster,
+    eventually,
+    eventually_sync,
+    kubectl,
+    port_forward,
+    purge,
+    running_pods,
+    start,
+    unique,
+)
 
 pytestmark = [
     pytest.mark.cluster,
@@ -49,7 +59,7 @@ def sysctls_before() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def real(sysctls_before: dict[str, str]) -> Iterator[LocalCluster]:
-    local = start(ClusterSpec(name=unique("real"), nodes=0, real_nodes=1))
+    local = start(ClusterSpec(name=unique("real"), nodes=0, real_nodes=2))
     yield local
     purge(local)
 
@@ -68,8 +78,11 @@ async def ns(kube: KubeClient) -> Any:
     await kube.delete(NAMESPACES, name)
 
 
-def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[str]) -> Obj:
+def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[str], spread: bool = False) -> Obj:
     labels = {"app": name}
+    # One replica per node: traffic between them crosses from one node to another.
+    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels}}
+    affinity = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -82,28 +95,24 @@ def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[s
                 "spec": {
                     "terminationGracePeriodSeconds": 1,
                     "containers": [{"name": "main", "image": TOOLBOX, "command": command}],
-                },
+                }
+                | (affinity if spread else {}),
             },
         },
     }
 
 
-def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
-    result = subprocess.run(
-        [*cluster.kubectl(), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result.stdout
-
-
 def node_pids(cluster: LocalCluster) -> set[int]:
-    return host.cgroup_pids(f"/{CGROUP_PARENT}/{cluster.name}-real-1")
+    pids: set[int] = set()
+    for index in range(1, cluster.spec.real_nodes + 1):
+        pids |= host.cgroup_pids(f"/{CGROUP_PARENT}/{cluster.name}-real-{index}")
+    return pids
 
 
 async def test_a_deployment_of_the_tool_image_really_runs(real: LocalCluster, kube: KubeClient, ns: str) -> None:
     await kube.create(DEPLOYMENTS, tool_deployment("sleeper", ns, replicas=2, command=["sleep", "3600"]))
     pods = await running_pods(kube, ns, 2)
-    assert {pod["spec"]["nodeName"] for pod in pods} == {f"{real.name}-real-1"}
+    assert {pod["spec"]["nodeName"] for pod in pods} <= {f"{real.name}-real-1", f"{real.name}-real-2"}
     name = pods[0]["metadata"]["name"]
     cmdline = kubectl(real, "exec", "-n", ns, name, "--", "cat", "/proc/1/cmdline")
     assert cmdline.split("\0")[:2] == ["sleep", "3600"]
@@ -116,7 +125,7 @@ async def test_pods_reach_each_other_a_service_and_their_api_server(
     real: LocalCluster, kube: KubeClient, ns: str
 ) -> None:
     server = ["socat", "TCP-LISTEN:8080,fork,reuseaddr", "SYSTEM:echo hello from $HOSTNAME"]
-    await kube.create(DEPLOYMENTS, tool_deployment("echo", ns, replicas=2, command=server))
+    await kube.create(DEPLOYMENTS, tool_deployment("echo", ns, replicas=2, command=server, spread=True))
     await kube.create(
         SERVICES,
         {
@@ -127,6 +136,7 @@ async def test_pods_reach_each_other_a_service_and_their_api_server(
         },
     )
     servers = await running_pods(kube, ns, 2)
+    assert len({server["spec"]["nodeName"] for server in servers}) == 2
     # A client made after the Service: it gets the Service's environment variables.
     await kube.create(DEPLOYMENTS, tool_deployment("client", ns, replicas=1, command=["sleep", "3600"]))
     pods = await running_pods(kube, ns, 3)
@@ -177,28 +187,6 @@ async def test_logs_exec_cp_attach_and_port_forward(
     assert shell.strip() == "got hello"
     with port_forward(real, ns, name, 8080) as local_port, socket.create_connection(("127.0.0.1", local_port)) as conn:
         assert conn.recv(100) == b"pong\n"
-
-
-class port_forward:
-    """``kubectl port-forward`` to a pod in the background, until the context ends."""
-
-    def __init__(self, cluster: LocalCluster, namespace: str, pod: str, port: int) -> None:
-        self._argv = [*cluster.kubectl(), "port-forward", "-n", namespace, pod, f":{port}"]
-        self._process: subprocess.Popen[str] | None = None
-
-    def __enter__(self) -> int:
-        self._process = subprocess.Popen(self._argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert self._process.stdout is not None
-        line = self._process.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 8080"
-        assert line.startswith("Forwarding from 127.0.0.1:"), line + (
-            self._process.stderr.read() if self._process.stderr else ""
-        )
-        return int(line.split(":")[1].split()[0])
-
-    def __exit__(self, *_: object) -> None:
-        assert self._process is not None
-        self._process.terminate()
-        self._process.wait(timeout=10)
 
 
 async def test_load_image_makes_an_archive_runnable(

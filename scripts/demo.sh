@@ -7,8 +7,10 @@ kubeconfig_of() { (eval "$($liqoctl local env "$1")"; echo "$KUBECONFIG"); }
 
 # Pod CIDRs apart, so that each side can dial the other's pod addresses as they are (overlapping ones are
 # detected and reported; the network fabric that remaps them is a later step: docs/offloading.md).
+# milan's node is real (a kubelet, containerd and runc in namespaces of this machine): the offloaded pods
+# really run there.
 $liqoctl local up rome --pod-cidr 10.244.0.0/16
-$liqoctl local up milan --pod-cidr 10.245.0.0/16
+$liqoctl local up milan --pod-cidr 10.245.0.0/16 --nodes 0 --real-nodes 1
 ROME=$(kubeconfig_of rome)
 MILAN=$(kubeconfig_of milan)
 eval "$($liqoctl local env rome)"   # PATH: the kubectl matching the clusters
@@ -48,12 +50,19 @@ kubectl --kubeconfig "$ROME" rollout status -n demo deployment/web --timeout=120
 TWIN=$(kubectl --kubeconfig "$ROME" get namespaceoffloading offloading -n demo -o jsonpath='{.status.remoteNamespaceName}')
 echo; echo "== rome: the pods, bound to the virtual node"
 kubectl --kubeconfig "$ROME" get pods -n demo -o wide
-echo; echo "== milan: the same pods, Running on its real nodes in namespace $TWIN"
+echo; echo "== milan: the same pods, Running on its real node in namespace $TWIN"
 kubectl --kubeconfig "$MILAN" get pods -n "$TWIN" -o wide
 echo; echo "== rome: the Service's endpoints, the offloaded pods at the addresses milan gave them"
 kubectl --kubeconfig "$ROME" get endpointslices -n demo -o wide
 echo; echo "== milan: the Service copied into $TWIN (its own cluster IP), and its endpoints there"
 kubectl --kubeconfig "$MILAN" get services,endpointslices -n "$TWIN" -o wide
 echo; echo "== rome: kubectl logs of an offloaded pod (served through the virtual kubelet)"
-POD=$(kubectl --kubeconfig "$ROME" get pods -n demo -l app=web -o jsonpath='{.items[0].metadata.name}')
+POD=$(kubectl --kubeconfig "$ROME" get pods -n demo -l app=web --field-selector=status.phase=Running \
+  -o jsonpath='{.items[0].metadata.name}')
 kubectl --kubeconfig "$ROME" logs -n demo "$POD" --tail=5
+echo; echo "== rome: kubectl exec into an offloaded pod, which asks milan's copy of the Service"
+WEB_IP=$(kubectl --kubeconfig "$MILAN" get service web -n "$TWIN" -o jsonpath='{.spec.clusterIP}')
+# Retries: milan's kube-proxy programs the Service moments after its pods became Ready.
+for _ in 1 2 3; do
+  kubectl --kubeconfig "$ROME" exec -n demo "$POD" -- curl -s -m 3 --retry 10 --retry-all-errors --retry-delay 1 "http://$WEB_IP/"
+done

@@ -396,17 +396,17 @@ class KubeClient:
     async def websocket(
         self, path: str, *, query: Sequence[tuple[str, str]], protocols: tuple[str, ...] = ()
     ) -> aiohttp.ClientWebSocketResponse:
-        """Open a WebSocket to ``path`` (``pods/exec``), offering ``protocols``; the caller closes it.
+        """Open a WebSocket to ``path`` (``pods/exec``, ``attach``, ``portforward``); the caller closes it.
 
-        ``query`` is a list of pairs because exec repeats ``command`` once per argument.
+        ``protocols`` are offered in that order. ``query`` is a list of pairs because exec repeats ``command``
+        once per argument.
 
         Raises:
             ApiError: the server refused the upgrade (its status, e.g. 403 or 404).
             UnreachableError: the server could not be reached.
         """
-        headers = await self._headers(None)
-        # No Accept: a real kubelet's router negotiates it and answers 406 to anything but its stream.
-        del headers["Accept"]
+        # No Accept: a real kubelet's and kwok's streaming routes answer 406 to application/json.
+        headers = {key: value for key, value in (await self._headers(None)).items() if key != "Accept"}
         try:
             return await self._session_for_requests().ws_connect(
                 self.server + path, params=list(query), headers=headers, protocols=protocols, max_msg_size=0
@@ -414,9 +414,28 @@ class KubeClient:
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 401:
                 self._auth.invalidate()
-            raise api_error(exc.status, {"message": exc.message}) from exc
+            raise api_error(exc.status, await self._refusal(path, query=query, status=exc.status)) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise UnreachableError(f"{self.name}: websocket {path}: {exc}") from exc
+
+    async def _refusal(self, path: str, *, query: Sequence[tuple[str, str]], status: int) -> dict[str, Any]:
+        """Why the server refused a WebSocket to ``path`` with ``status``: aiohttp keeps no body of a refusal.
+
+        Asked again as a plain GET, which never opens a stream: the API server refuses it the same way when
+        the refusal came before any upgrade (authorization, a missing pod, a bad container), and with 400
+        "Upgrade request required" otherwise, in which case only the status is known.
+        """
+        bare = {"message": f"the WebSocket upgrade was refused with HTTP {status}"}
+        try:
+            async with self._session_for_requests().get(
+                self.server + path, params=list(query), headers=await self._headers(None), timeout=_REQUEST_TIMEOUT
+            ) as response:
+                found = _decode_status(await response.read()) if response.status == status else None
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return bare
+        if not found or "Upgrade request required" in str(found.get("message")):
+            return bare  # refused behind the upgrade (by the kubelet), which a plain GET never reaches
+        return found
 
     async def watch(
         self,

@@ -269,12 +269,14 @@ def webhook_client_kubeconfig(*, cert: bytes, key: bytes) -> dict[str, Any]:
 
 
 def kwok_config(*, stages: list[str], logs_file: str, exec_dir: str) -> str:
-    """kwok's configuration: its stages (pod and node lifecycles), container logs, and exec.
+    """kwok's configuration: its stages (pod and node lifecycles), container logs, exec, attach, port-forward.
 
     ``stages`` are the YAML texts of the Stage files shipped with kwok's module. Every container of every
-    pod reads its logs from ``logs_file`` (CRI log format), which is what ``kubectl logs`` then shows.
+    pod reads its logs from ``logs_file`` (CRI log format), which is what ``kubectl logs`` then shows, and
+    ``kubectl attach`` follows from the moment it attaches (kwok ignores its stdin).
     ``kubectl exec`` runs the command on this machine, in ``exec_dir``, as kwok's user: a local cluster is
     a development tool on loopback, and this is what lets exec be tested end to end without containers.
+    ``kubectl port-forward`` reaches an echo on every port of every pod (``cat`` on the forwarded stream).
     """
     cluster_logs = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
@@ -288,8 +290,21 @@ def kwok_config(*, stages: list[str], logs_file: str, exec_dir: str) -> str:
         "metadata": {"name": "all-containers"},
         "spec": {"execs": [{"containers": [], "local": {"workDir": exec_dir}}]},
     }
+    cluster_attach = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterAttach",
+        "metadata": {"name": "all-containers"},
+        "spec": {"attaches": [{"containers": [], "logsFile": logs_file}]},
+    }
+    cluster_port_forward = {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "ClusterPortForward",
+        "metadata": {"name": "all-ports"},
+        "spec": {"forwards": [{"command": ["cat"]}]},
+    }
+    extras = (cluster_logs, cluster_exec, cluster_attach, cluster_port_forward)
     documents = [stage.strip() for stage in stages] + [
-        yaml.safe_dump(document, sort_keys=False).strip() for document in (cluster_logs, cluster_exec)
+        yaml.safe_dump(document, sort_keys=False).strip() for document in extras
     ]
     return "\n---\n".join(documents) + "\n"
 

@@ -66,7 +66,9 @@ def twin_rules() -> list[dict[str, Any]]:
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _ALL},
         {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
+        # The kubelet API's streams (liqo.virtualkubelet.kubeletapi), opened as WebSockets: a GET, so "get", and
+        # "create" as well since Kubernetes 1.35 (AuthorizePodWebsocketUpgradeCreatePermission).
+        {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": _READ},
     ]
 

@@ -1,16 +1,45 @@
-"""The kubelet API of virtual nodes: what the API server calls for ``kubectl logs`` and ``exec`` on an offloaded pod.
+"""The kubelet API of virtual nodes: what the API server calls for ``kubectl logs/exec/attach/port-forward``.
 
 The API server reaches a node's kubelet at its address and ``daemonEndpoints`` port, over TLS it verifies
 with ``--kubelet-certificate-authority`` and with its own client certificate, which we verify in turn
-against the cluster CA: only the API server (or whoever holds a certificate of that CA) may read pods'
-logs through us. A request for a home pod is answered from the provider's API server (``pods/log`` of
-the remote pod, with the same options), streamed as it comes so that ``kubectl logs -f`` follows.
+against the cluster CA: only the API server (or whoever holds a certificate of that CA) may reach pods
+through us. A request for a home pod is answered from the provider's API server, with the consumer's
+identity there, about the twin pod.
 
-``exec`` arrives as a WebSocket (the node declares ``ExtendWebSocketsToKubelet``, so the API server
-passes the client's WebSocket through instead of translating it to SPDY, which we do not speak). We open
-a WebSocket to the provider's ``pods/exec`` with the protocols the client offered, answer the client with
-the one the provider chose, and relay frames both ways unchanged: the channel protocol (stdin, stdout,
-stderr, errors, resize, close) is end to end between kubectl and the provider.
+``containerLogs`` is the provider's ``pods/log`` with the same options, streamed as it comes so that
+``kubectl logs -f`` follows.
+
+``exec``, ``attach`` and ``portForward`` are one path: a WebSocket relay. The node declares
+``ExtendWebSocketsToKubelet``, so the API server passes the client's WebSocket through to us unchanged
+(pkg/registry/core/pod/rest/subresources.go in Kubernetes: ``proxied_to_kubelet``) instead of translating it
+to SPDY, which we do not speak. We open a WebSocket to the provider's ``pods/exec``, ``pods/attach`` or
+``pods/portforward`` with the subprotocols the client offered, answer the client with the one the provider
+chose, and relay frames both ways unchanged. Each protocol is thus end to end between the client and the
+provider's kubelet, and nothing of it is reimplemented here:
+
+- exec and attach speak ``v5.channel.k8s.io`` (kubectl offers nothing else): stdin, stdout, stderr, the
+  status channel (exit codes), resize, and the CLOSE signal (channel 255) that half-closes stdin, so that
+  ``echo x | kubectl exec -i POD -- cat`` and ``kubectl cp`` end. A client offering only
+  ``v4.channel.k8s.io`` gets v4, which has no way to close stdin but by closing the whole connection.
+- port-forward from kubectl is ``SPDY/3.1+portforward.k8s.io``: SPDY frames carried in binary WebSocket
+  messages, one SPDY session multiplexing a data and an error stream per local connection. The provider's
+  API server accepts that same tunnel (``PortForwardWebsockets``) and hands it to its kubelet, so we carry
+  bytes and never parse SPDY. Clients of the plain ``v4.channel.k8s.io`` port-forward protocol (ports in
+  the query, a data and an error channel per port) are relayed the same way.
+
+Why not answer port-forward ourselves (a SPDY/3.1 server toward kubectl, the v4 WebSocket protocol toward
+the provider), as upstream Liqo's virtual kubelet library does: v4 fixes the ports when it connects and
+carries one connection per port, so every local connection would cost a WebSocket to the provider; it has
+no half-close, so a client's EOF could not reach the pod; and SPDY's compressed header contexts, flow
+control windows and stream states would be ours to get right, for nothing the relay does not already do.
+
+Only the query is translated (pure functions below): the kubelet's ``input``/``output``/``error``/``tty``
+become the pod API's ``stdin``/``stdout``/``stderr``/``tty``, its ``port=80,443`` the pod API's repeated
+``ports``.
+
+A client that speaks plain SPDY is refused: kubectl tries WebSockets first and falls back to SPDY only when
+the upgrade fails, so the fallback is answered with the failure the WebSocket attempt met (the provider's
+refusal, remembered for a moment), not with a complaint about SPDY that would hide it.
 """
 
 from __future__ import annotations
@@ -18,7 +47,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -42,24 +72,52 @@ def log_params(query: dict[str, str], *, container: str) -> dict[str, str]:
     return {"container": container} | {key: query[key] for key in LOG_OPTIONS if key in query}
 
 
-EXEC_STREAMS = {"input": "stdin", "output": "stdout", "error": "stderr", "tty": "tty"}
-"""The kubelet's exec query flags → the pod API's ``pods/exec`` flags."""
+STREAM_FLAGS = {"input": "stdin", "output": "stdout", "error": "stderr", "tty": "tty"}
+"""The kubelet's exec and attach query flags → the pod API's ``pods/exec`` and ``pods/attach`` flags."""
+
+SUBRESOURCES = {"exec": "exec", "attach": "attach", "portForward": "portforward"}
+"""The kubelet's streaming endpoints → the pod subresource each is relayed to."""
 
 
-def exec_query(query: list[tuple[str, str]], *, container: str) -> list[tuple[str, str]]:
-    """The provider's ``pods/exec`` query for a kubelet ``exec`` query (pure); ``command`` repeats in order."""
+def stream_query(endpoint: str, query: Sequence[tuple[str, str]], *, container: str) -> list[tuple[str, str]]:
+    """The provider's pod subresource query for a kubelet ``exec``, ``attach`` or ``portForward`` query (pure).
+
+    exec and attach: the container and the stream flags (set by ``1`` or ``true``); exec also its
+    ``command``, repeated in order. portForward: the kubelet's ``port`` (comma-separated, possibly repeated)
+    as the pod API's repeated ``ports``; no port at all is what kubectl's SPDY tunnel sends (ports travel
+    in its stream headers). Anything else is dropped.
+    """
+    if endpoint == "portForward":
+        ports = (port.strip() for key, value in query if key == "port" for port in value.split(","))
+        return [("ports", port) for port in ports if port]
     out = [("container", container)]
     for key, value in query:
-        if key == "command":
+        if key == "command" and endpoint == "exec":
             out.append(("command", value))
-        elif key in EXEC_STREAMS and value.lower() in ("1", "true"):
-            out.append((EXEC_STREAMS[key], "true"))
+        elif key in STREAM_FLAGS and value.lower() in ("1", "true"):
+            out.append((STREAM_FLAGS[key], "true"))
     return out
 
 
 def offered_protocols(header: str) -> tuple[str, ...]:
     """The subprotocols of a ``Sec-WebSocket-Protocol`` header, in the client's order (pure)."""
     return tuple(p.strip() for p in header.split(",") if p.strip())
+
+
+_UNSENDABLE_CLOSE_CODES = {1005, 1006, 1015}
+"""Close codes that report a local condition (no code, connection lost, TLS) and never go on the wire."""
+
+
+def relayed_close_code(received: int | None) -> int:
+    """The close code to give one side when the other side's WebSocket ended with ``received`` (pure).
+
+    A code the peer sent is passed on. Anything else is a normal closure: Kubernetes' API servers end exec
+    and port-forward WebSockets by closing the connection without a close frame (aiohttp reports 1006), and
+    what went wrong, if anything, is already on the protocol's own error channel.
+    """
+    if received is None or received in _UNSENDABLE_CLOSE_CODES or not 1000 <= received <= 4999:
+        return aiohttp.WSCloseCode.OK
+    return received
 
 
 async def _relay(source: aiohttp.ClientWebSocketResponse | web.WebSocketResponse, sink: Any) -> None:
@@ -72,23 +130,28 @@ async def _relay(source: aiohttp.ClientWebSocketResponse | web.WebSocketResponse
             break
 
 
+REFUSAL_MEMORY_SECONDS = 30.0
+"""How long the provider's refusal of a WebSocket is repeated to the SPDY attempt kubectl makes right after."""
+
+
 class _Handlers:
     """The endpoints, sharing the caller check and the home pod → provider lookup."""
 
     def __init__(self, *, locate: Locate, require_client_cert: bool) -> None:
         self._locate = locate
         self._require_client_cert = require_client_cert
+        self._refusals: dict[tuple[str, str, str], tuple[float, web.HTTPException]] = {}
 
     def _target(self, request: web.Request) -> tuple[KubeClient, str, str, str]:
         """The provider, twin namespace, pod and container a pod endpoint is about (or an HTTP error)."""
         if self._require_client_cert and not (request.transport and request.transport.get_extra_info("peercert")):
             raise web.HTTPUnauthorized(text="a client certificate of the cluster CA is required\n")
-        namespace, pod, container = (request.match_info[k] for k in ("namespace", "pod", "container"))
+        namespace, pod = request.match_info["namespace"], request.match_info["pod"]
         found = self._locate(namespace, pod)
         if found is None:
             raise web.HTTPNotFound(text=f"pod {namespace}/{pod} does not run on a virtual node of this kubelet\n")
         provider, twin = found
-        return provider, twin, pod, container
+        return provider, twin, pod, request.match_info.get("container", "")
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -115,34 +178,71 @@ class _Handlers:
         return response
 
     async def exec(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, "exec")
+
+    async def attach(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, "attach")
+
+    async def port_forward(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, "portForward")
+
+    async def _stream(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        """The client's WebSocket relayed to the provider's pod subresource for ``endpoint``."""
         provider, twin, pod, container = self._target(request)
+        key = (endpoint, request.match_info["namespace"], pod)
         if request.headers.get("Upgrade", "").lower() != "websocket":
-            raise web.HTTPBadRequest(text="exec on a virtual node needs a WebSocket (SPDY is not supported)\n")
-        path = PODS.path(namespace=twin, name=pod, subresource="exec")
-        query = exec_query(list(request.query.items()), container=container)
+            raise self._remembered(key) or web.HTTPBadRequest(
+                text=f"{endpoint} on a virtual node needs WebSockets (SPDY is not supported): kubectl uses them"
+                " unless KUBECTL_REMOTE_COMMAND_WEBSOCKETS or KUBECTL_PORT_FORWARD_WEBSOCKETS is false\n"
+            )
+        path = PODS.path(namespace=twin, name=pod, subresource=SUBRESOURCES[endpoint])
+        query = stream_query(endpoint, list(request.query.items()), container=container)
         protocols = offered_protocols(request.headers.get("Sec-WebSocket-Protocol", ""))
         try:
             upstream = await provider.websocket(path, query=query, protocols=protocols)
         except ApiError as exc:
-            raise web.HTTPBadRequest(text=f"the provider answered: {exc.message}\n") from exc
+            raise self._remember(key, web.HTTPBadRequest(text=f"the provider answered: {exc.message}\n")) from exc
         except KubeError as exc:
-            raise web.HTTPBadGateway(text=f"the provider is unreachable: {exc}\n") from exc
+            raise self._remember(key, web.HTTPBadGateway(text=f"the provider is unreachable: {exc}\n")) from exc
         downstream = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (), max_msg_size=0)
         try:
             await downstream.prepare(request)
-            relays = [
-                asyncio.create_task(_relay(downstream, upstream)),
-                asyncio.create_task(_relay(upstream, downstream)),
-            ]
-            _, pending = await asyncio.wait(relays, return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await _relay_both_ways(downstream, upstream)
         finally:
             with contextlib.suppress(Exception):
                 await upstream.close()
             await downstream.close()
         return downstream
+
+    def _remember(self, key: tuple[str, str, str], refusal: web.HTTPException) -> web.HTTPException:
+        """Keep ``refusal`` for the SPDY attempt that follows it (kubectl's fallback), and return it."""
+        now = time.monotonic()
+        self._refusals = {k: v for k, v in self._refusals.items() if v[0] > now}
+        self._refusals[key] = (now + REFUSAL_MEMORY_SECONDS, refusal)
+        return refusal
+
+    def _remembered(self, key: tuple[str, str, str]) -> web.HTTPException | None:
+        """The refusal :meth:`_remember` kept for ``key``, once, while it is fresh."""
+        kept = self._refusals.pop(key, None)
+        if kept is None or kept[0] < time.monotonic():
+            return None
+        return type(kept[1])(text=kept[1].text)
+
+
+async def _relay_both_ways(downstream: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse) -> None:
+    """Relay until either side's stream ends, then close the other with the code that side gave."""
+    to_provider = asyncio.create_task(_relay(downstream, upstream))
+    to_client = asyncio.create_task(_relay(upstream, downstream))
+    done, pending = await asyncio.wait((to_provider, to_client), return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.info("stream relay ended: %s", error or type(error).__name__)
+    ended, other = (downstream, upstream) if to_provider in done else (upstream, downstream)
+    with contextlib.suppress(Exception):
+        await other.close(code=relayed_close_code(ended.close_code))
 
 
 def kubelet_app(*, locate: Locate, require_client_cert: bool) -> web.Application:
@@ -156,4 +256,6 @@ def kubelet_app(*, locate: Locate, require_client_cert: bool) -> web.Application
     app.router.add_get("/healthz", handlers.healthz)
     app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", handlers.container_logs)
     app.router.add_route("*", "/exec/{namespace}/{pod}/{container}", handlers.exec)
+    app.router.add_route("*", "/attach/{namespace}/{pod}/{container}", handlers.attach)
+    app.router.add_route("*", "/portForward/{namespace}/{pod}", handlers.port_forward)
     return app

@@ -66,9 +66,12 @@ def test_node_manifest_carries_capacity_and_labels() -> None:
 def test_generated_configs_are_valid_yaml() -> None:
     stage = "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: s\n"
     docs = list(yaml.safe_load_all(kwok_config(stages=[stage, stage], logs_file="/logs/c.log", exec_dir="/x")))
-    assert [d["kind"] for d in docs] == ["Stage", "Stage", "ClusterLogs", "ClusterExec"]
-    assert docs[-2]["spec"]["logs"][0]["logsFile"] == "/logs/c.log"
-    assert docs[-1]["spec"]["execs"][0]["local"]["workDir"] == "/x"
+    kinds = ["Stage", "Stage", "ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"]
+    assert [d["kind"] for d in docs] == kinds
+    logs, exec_, attach, port_forward = docs[2:]
+    assert logs["spec"]["logs"][0]["logsFile"] == attach["spec"]["attaches"][0]["logsFile"] == "/logs/c.log"
+    assert exec_["spec"]["execs"][0]["local"]["workDir"] == "/x"
+    assert port_forward["spec"]["forwards"] == [{"command": ["cat"]}]  # an echo on every port
     scheduler = yaml.safe_load(scheduler_config(kubeconfig="/k"))
     assert scheduler["clientConnection"]["kubeconfig"] == "/k"
     assert scheduler["leaderElection"]["leaderElect"] is False

@@ -14,7 +14,6 @@ from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
 from liqo.virtualkubelet.forge import tokens as forge_tokens
-from liqo.virtualkubelet.kubeletapi import exec_query, log_params, offered_protocols
 from liqo.virtualkubelet.reflection.manager import twins_on
 
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
@@ -249,16 +248,6 @@ def test_twins_on_a_provider_are_the_ready_ones() -> None:
     assert twins_on(items, provider_id="m") == {"a": "a-r"}
 
 
-def test_log_params_pass_the_kubectl_options_on() -> None:
-    query = {"follow": "true", "tailLines": "5", "previous": "true", "bogus": "x"}
-    assert log_params(query, container="c") == {
-        "container": "c",
-        "follow": "true",
-        "tailLines": "5",
-        "previous": "true",
-    }
-
-
 def test_the_status_patch_replaces_ip_lists_and_merges_conditions() -> None:
     status = forge_pods.home_status(
         {"status": {"podIPs": [{"ip": "10.0.0.3"}], "conditions": [{"type": "Ready", "status": "True"}]}},
@@ -269,22 +258,6 @@ def test_the_status_patch_replaces_ip_lists_and_merges_conditions() -> None:
     assert patch["hostIPs"] == [{"$patch": "replace"}, {"ip": "127.0.0.1"}]
     assert patch["conditions"] == [{"type": "Ready", "status": "True"}]
     assert status["podIPs"] == [{"ip": "10.0.0.3"}]  # the status itself is untouched
-
-
-def test_exec_query_maps_the_kubelet_flags_and_keeps_the_command_in_order() -> None:
-    query = [("command", "sh"), ("command", "-c"), ("command", "echo hi"), ("input", "1"), ("output", "1")]
-    query += [("error", "0"), ("tty", "true"), ("other", "x")]
-    assert exec_query(query, container="app") == [
-        ("container", "app"),
-        ("command", "sh"),
-        ("command", "-c"),
-        ("command", "echo hi"),
-        ("stdin", "true"),
-        ("stdout", "true"),
-        ("tty", "true"),
-    ]
-    assert offered_protocols("v5.channel.k8s.io, v4.channel.k8s.io,") == ("v5.channel.k8s.io", "v4.channel.k8s.io")
-    assert offered_protocols("") == ()
 
 
 def test_a_node_is_first_created_with_what_makes_it_ours_and_its_taint_only() -> None:

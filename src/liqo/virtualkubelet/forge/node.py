@@ -20,8 +20,8 @@ Obj = dict[str, Any]
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 KUBELET_VERSION = "v1.37.2-liqo"
-EXEC_OVER_WEBSOCKETS = "ExtendWebSocketsToKubelet"
-"""The node-declared feature telling the API server this kubelet takes exec over WebSockets."""
+STREAMS_OVER_WEBSOCKETS = "ExtendWebSocketsToKubelet"
+"""The node-declared feature telling the API server this kubelet takes exec, attach and port-forward WebSockets."""
 
 
 def node_manifest(virtual_node: Obj) -> Obj:
@@ -160,8 +160,9 @@ def node_status(
                 {"type": "Hostname", "address": virtual_node["metadata"]["name"]},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
-            # The API server then passes exec WebSockets through to us instead of translating them to SPDY.
-            "declaredFeatures": [EXEC_OVER_WEBSOCKETS],
+            # The API server then passes the client's exec, attach and port-forward WebSockets through to us
+            # instead of translating them to SPDY (liqo.virtualkubelet.kubeletapi).
+            "declaredFeatures": [STREAMS_OVER_WEBSOCKETS],
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",

@@ -291,7 +291,8 @@ class Offloaded:
     node: str
 
 
-def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m") -> Obj:
+def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m", **spec: Any) -> Obj:
+    """A Deployment of ``replicas`` nginx pods requesting ``cpu``; ``spec`` overrides pod spec fields."""
     labels = {"app": name}
     container = {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "32Mi"}}}
     return {
@@ -301,7 +302,7 @@ def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m") -
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container], **spec}},
         },
     }
 

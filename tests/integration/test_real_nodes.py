@@ -29,6 +29,7 @@ from liqo.local.realnodes.nodes import CGROUP_PARENT, SYSCTLS_KUBELET_WANTS
 from liqo.local.spec import ClusterSpec
 from tests.helpers import (
     LocalCluster,
+    deployment,
     eventually,
     eventually_sync,
     kubectl,
@@ -79,27 +80,14 @@ async def ns(kube: KubeClient) -> Any:
 
 
 def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[str], spread: bool = False) -> Obj:
-    labels = {"app": name}
+    container = {"name": "main", "image": TOOLBOX, "command": command}
     # One replica per node: traffic between them crosses from one node to another.
-    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": labels}}
-    affinity = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{"name": "main", "image": TOOLBOX, "command": command}],
-                }
-                | (affinity if spread else {}),
-            },
-        },
-    }
+    apart = {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": name}}}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [apart]}}
+    extra: dict[str, Any] = {"affinity": affinity} if spread else {}
+    return deployment(
+        name, namespace, replicas=replicas, containers=[container], terminationGracePeriodSeconds=1, **extra
+    )
 
 
 def node_pids(cluster: LocalCluster) -> set[int]:

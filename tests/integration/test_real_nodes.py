@@ -177,10 +177,10 @@ async def test_logs_exec_cp_attach_and_port_forward(
         assert conn.recv(100) == b"pong\n"
 
 
-async def test_load_image_makes_an_archive_runnable(
+async def test_load_image_makes_an_archive_runnable_even_with_pull_policy_always(
     real: LocalCluster, kube: KubeClient, ns: str, tmp_path: Path
 ) -> None:
-    name = f"localhost/test/{unique('img')}:1"
+    short = unique("img")  # a Docker Hub name: docker.io/library/<short>:latest
     with tarfile.open(images.pause_archive()) as source:
         index = orjson.loads(source.extractfile("index.json").read())  # type: ignore[union-attr]
         manifest_digest = index["manifests"][0]["digest"].removeprefix("sha256:")
@@ -188,16 +188,21 @@ async def test_load_image_makes_an_archive_runnable(
         layer = manifest["layers"][0]["digest"].removeprefix("sha256:")
         source.extract(f"blobs/sha256/{layer}", tmp_path, filter="data")
     archive = tmp_path / "image.tar"
-    images.write_archive(layer=tmp_path / "blobs" / "sha256" / layer, entrypoint=["/pause"], names=[name], out=archive)
-    assert clusters.load_image(real.name, archive) == [name]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "loaded", "namespace": ns},
-        "spec": {"containers": [{"name": "main", "image": name}]},
-    }
+    full = f"docker.io/library/{short}:latest"
+    images.write_archive(layer=tmp_path / "blobs" / "sha256" / layer, entrypoint=["/pause"], names=[full], out=archive)
+    assert clusters.load_image(real.name, archive) == [full]
+    # Always: the kubelet pulls, and the cluster's registry answers for Docker Hub.
+    container = {"name": "main", "image": short, "imagePullPolicy": "Always"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loaded", "namespace": ns},
+           "spec": {"containers": [container]}}  # fmt: skip
     await kube.create(PODS, pod)
     await running_pods(kube, ns, 1)
+
+
+def test_the_plainest_deployment_of_the_tool_image_runs(real: LocalCluster, ns: str) -> None:
+    # No tag: ":latest", pulled every time (imagePullPolicy Always), from the cluster's registry.
+    kubectl(real, "create", "deployment", "tools", "-n", ns, "--image=localhost/liqo/toolbox", "--", "sleep", "3600")
+    kubectl(real, "rollout", "status", "-n", ns, "deployment/tools", "--timeout=60s")
 
 
 def test_two_clusters_with_the_same_pod_cidr_run_side_by_side_and_leave_nothing(

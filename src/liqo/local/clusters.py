@@ -228,6 +228,11 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
     underlay = None
     if node_kit is not None:
+        components.append(
+            realplan.registry_component(
+                cluster_root=cluster.root, preloaded_dir=images.images_dir(), port=ports.registry
+            )
+        )
         # The caller holds the underlay lock: no other cluster takes this index before cluster.json says it.
         underlay = underlay_index(previous=stored.get("underlay"), taken=_underlays_of_other_clusters(spec.name))
         ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
@@ -242,6 +247,7 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
                 sandbox_image=images.PAUSE_IMAGE,
                 runc=node_kit.runc,
                 cni_bin_dir=str(node_kit.cni_bin_dir),
+                registry_port=ports.registry,
             )
             components += realplan.node_components(
                 node=node, node_bin=node_kit.bin_dir, archives=node_kit.archives, labels=spec.node_labels

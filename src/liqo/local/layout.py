@@ -105,6 +105,8 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    registry: int = 0
+    """The image registry of real nodes (on the underlay's host address); 0 in clusters made before it."""
 
     def values(self) -> list[int]:
         """Every port, in field order."""
@@ -147,7 +149,11 @@ def free_ports(count: int, *, reserved: Iterable[int] = ()) -> list[int]:
 def refresh_ports(current: Ports | None, *, reserved: Iterable[int] = ()) -> Ports:
     """Keep every port of ``current`` that is still free; replace the taken ones (or all, when new)."""
     names = [f.name for f in fields(Ports)]
-    keep = {name: getattr(current, name) for name in names if current and port_is_free(getattr(current, name))}
+    keep = {
+        name: getattr(current, name)
+        for name in names
+        if current and getattr(current, name) and port_is_free(getattr(current, name))
+    }
     fresh = iter(free_ports(len(names) - len(keep), reserved=[*reserved, *keep.values()]))
     return Ports(**{name: keep[name] if name in keep else next(fresh) for name in names})
 

@@ -25,6 +25,8 @@ import yaml
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
 CNI_CONF_DIR = "/var/lib/cni/net.d"
 CNI_TEMPLATE = "/var/lib/cni/template.json"
+REGISTRY_HOSTS_DIR = "/var/lib/liqo/registry-hosts"
+"""containerd's per-registry settings (``hosts.toml``): ``_default`` asks the cluster's registry first."""
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 KUBE_PROXY_HEALTHZ_PORT = 10256
@@ -105,12 +107,22 @@ def containerd_config(*, sandbox_image: str, runc: str, cni_bin_dir: str) -> str
             "io.containerd.cri.v1.images": {
                 "snapshotter": "overlayfs",
                 "pinned_images": {"sandbox": sandbox_image},
+                "registry": {"config_path": REGISTRY_HOSTS_DIR},
             },
             "io.containerd.cri.v1.runtime": cri_runtime,
             "io.containerd.grpc.v1.cri": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
         },
     }
     return toml_text(document)
+
+
+def registry_hosts(*, registry: str) -> str:
+    """The ``hosts.toml`` that makes ``registry`` (``http://HOST:PORT``) the first place any image is pulled from.
+
+    A mirror for every registry: containerd tells it which one with ``?ns=``; what it lacks is then asked
+    of the real registry, as without it.
+    """
+    return toml_text({"host": {registry: {"capabilities": ["pull", "resolve"]}}})
 
 
 def cni_template(*, network: str = "liqo-local") -> str:

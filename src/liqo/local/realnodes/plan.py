@@ -31,6 +31,27 @@ def component_names(node: RealNode) -> list[str]:
     return [f"{program}-real-{node.index}" for program in ("containerd", "kubelet", "kube-proxy")]
 
 
+def registry_url(port: int) -> str:
+    """Where the cluster's image registry listens: the underlay's host address, seen from every node."""
+    return f"http://{UNDERLAY_HOST}:{port}"
+
+
+def registry_component(*, cluster_root: Path, preloaded_dir: Path, port: int) -> Component:
+    """The cluster's read-only image registry (:mod:`liqo.local.realnodes.registry`)."""
+    return Component(
+        name="image-registry",
+        argv=[
+            sys.executable,
+            "-m",
+            "liqo.local.realnodes.registry",
+            f"--listen={UNDERLAY_HOST}:{port}",
+            f"--archives={preloaded_dir}",
+            f"--archives={images_dir(cluster_root)}",
+        ],
+        probe=Probe(url=f"{registry_url(port)}/v2/", ca=""),
+    )
+
+
 def images_dir(cluster_root: Path) -> Path:
     """Where ``liqoctl local load-image`` keeps a cluster's archives (every real node imports them at start)."""
     return cluster_root / "images"
@@ -95,6 +116,7 @@ def write_node_files(
     sandbox_image: str,
     runc: str,
     cni_bin_dir: str,
+    registry_port: int,
 ) -> None:
     """Write the node's configuration files and credentials (certificates only when missing)."""
     config = node.config_dir
@@ -127,6 +149,9 @@ def write_node_files(
     (config / "containerd.toml").write_text(
         configs.containerd_config(sandbox_image=sandbox_image, runc=runc, cni_bin_dir=cni_bin_dir)
     )
+    hosts = node.inside(configs.REGISTRY_HOSTS_DIR) / "_default" / "hosts.toml"
+    hosts.parent.mkdir(parents=True, exist_ok=True)
+    hosts.write_text(configs.registry_hosts(registry=registry_url(registry_port)))
     template = node.inside(configs.CNI_TEMPLATE)
     template.parent.mkdir(parents=True, exist_ok=True)
     template.write_text(configs.cni_template())

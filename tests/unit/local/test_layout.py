@@ -13,14 +13,16 @@ def test_free_ports_are_distinct_and_avoid_reserved() -> None:
 
 
 def test_refresh_ports_keeps_free_ports_and_replaces_taken_ones() -> None:
-    current = Ports(*free_ports(6))
+    current = Ports(*free_ports(6))  # a cluster made before the registry: its port is 0, i.e. none yet
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", current.kwok))
         busy.listen()
         refreshed = refresh_ports(current)
     assert refreshed.apiserver == current.apiserver
     assert refreshed.kwok != current.kwok
-    assert len(set(refreshed.values())) == 6
+    assert current.registry == 0
+    assert refreshed.registry != 0
+    assert len(set(refreshed.values())) == 7
 
 
 def test_json_files_are_written_atomically(tmp_path: Path) -> None:

@@ -50,7 +50,6 @@ from liqo.local.realnodes import host, images
 from liqo.local.realnodes import plan as realplan
 from liqo.local.realnodes.nodes import (
     NODE_PRIVATE_DIRS,
-    UNDERLAY_HOST,
     RealNode,
     pod_routes,
     real_nodes,
@@ -385,10 +384,9 @@ async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progr
                 await client.create(NODES, node_manifest(spec=spec, index=index))
         if spec.real_nodes:
             port = int(read_json(cluster.cluster_file)["ports"]["apiserver"])
-            for obj in real_node_objects(apiserver_port=port):
-                await client.apply(
-                    CLUSTER_ROLE_BINDINGS if obj["kind"] == "ClusterRoleBinding" else ENDPOINT_SLICES, obj
-                )
+            binding, endpoints = realplan.api_objects(apiserver_port=port)
+            await client.apply(CLUSTER_ROLE_BINDINGS, binding)
+            await client.apply(ENDPOINT_SLICES, endpoints)
         progress(f"waiting for {spec.all_nodes} node(s) to be Ready")
         deadline = time.monotonic() + NODES_DEADLINE
         while True:
@@ -447,42 +445,6 @@ async def _route_pods_between_real_nodes(client: KubeClient, cluster: ClusterDir
     routes = pod_routes(nodes, cidrs)
     for node in nodes:
         await asyncio.to_thread(host.route_pods, node, routes[node.name])
-
-
-def real_node_objects(*, apiserver_port: int) -> list[dict[str, Any]]:
-    """What a cluster with real nodes needs in its API (pure).
-
-    The API server calls kubelets as ``kube-apiserver-kubelet-client`` (logs, exec, port-forward), which
-    real kubelets authorize by asking the API server: it needs ``system:kubelet-api-admin``. The
-    ``kubernetes`` Service gets an endpoint pods can reach, the underlay's host address (NATed to the API
-    server): the API server itself publishes none (``--endpoint-reconciler-type=none``).
-    """
-    rbac = "rbac.authorization.k8s.io"
-    binding = {
-        "apiVersion": f"{rbac}/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "liqo-local:apiserver-kubelet-client"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}
-        ],
-    }
-    endpoints = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": "kubernetes",
-            "namespace": "default",
-            "labels": {
-                "kubernetes.io/service-name": "kubernetes",
-                "endpointslice.kubernetes.io/managed-by": "liqoctl-local",
-            },
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [UNDERLAY_HOST], "conditions": {"ready": True}}],
-        "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}],
-    }
-    return [binding, endpoints]
 
 
 async def _ready_nodes(client: KubeClient, *, kind: str = "kwok") -> int:

@@ -3,12 +3,11 @@ from pathlib import Path
 
 import pytest
 
-from liqo.local.clusters import real_node_objects
 from liqo.local.components import Component
 from liqo.local.realnodes import configs
 from liqo.local.realnodes.host import apiserver_nat, nat_table
 from liqo.local.realnodes.nodes import UNDERLAY_BRIDGE, UNDERLAY_HOST, RealNode
-from liqo.local.realnodes.plan import component_names, images_dir, node_components
+from liqo.local.realnodes.plan import api_objects, component_names, images_dir, node_components
 
 ROOT = Path("/state/rome")
 NODE = RealNode("rome", 2, 5, ROOT)
@@ -117,8 +116,8 @@ def test_apiserver_nat_recreates_one_table_forwarding_the_underlay_to_loopback(p
 # -- objects in the cluster's API --------------------------------------------------------------------------
 
 
-def test_real_node_objects() -> None:
-    binding, slice_ = real_node_objects(apiserver_port=34567)
+def test_real_node_api_objects() -> None:
+    binding, slice_ = api_objects(apiserver_port=34567)
     assert binding["kind"] == "ClusterRoleBinding"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

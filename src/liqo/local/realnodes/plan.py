@@ -1,4 +1,4 @@
-"""A real node's processes for the supervisor, and the files they read.
+"""A real node's processes for the supervisor, the files they read, and what the cluster's API needs for them.
 
 Three components per node, named after it so that ``liqoctl local stop rome kubelet-real-1`` works as
 for the control plane: ``containerd-real-N``, ``kubelet-real-N`` (after containerd and the API server)
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -171,3 +172,39 @@ def write_node_files(
             node_ip=node.ip, node_name=node.name, kubeconfig=str(config / "kube-proxy.kubeconfig"), pod_cidr=pod_cidr
         )
     )
+
+
+def api_objects(*, apiserver_port: int) -> list[dict[str, Any]]:
+    """What a cluster with real nodes needs in its API (pure).
+
+    The API server calls kubelets as ``kube-apiserver-kubelet-client`` (logs, exec, port-forward), which
+    real kubelets authorize by asking the API server: it needs ``system:kubelet-api-admin``. The
+    ``kubernetes`` Service gets an endpoint pods can reach, the underlay's host address (NATed to the API
+    server): the API server itself publishes none (``--endpoint-reconciler-type=none``).
+    """
+    rbac = "rbac.authorization.k8s.io"
+    binding = {
+        "apiVersion": f"{rbac}/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "liqo-local:apiserver-kubelet-client"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}
+        ],
+    }
+    endpoints = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "liqoctl-local",
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [UNDERLAY_HOST], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}],
+    }
+    return [binding, endpoints]

@@ -331,17 +331,18 @@ async def running_pods(client: KubeClient, namespace: str, count: int) -> list[O
 
 
 @contextlib.asynccontextmanager
-async def stopped(site: Site, *components: str) -> AsyncIterator[None]:
-    """``components`` of ``site`` stopped for the duration, restarted whatever happens.
+async def stopped(site: Site | LocalCluster, *components: str) -> AsyncIterator[None]:
+    """``components`` of a cluster stopped for the duration, restarted whatever happens.
 
     What attack tests use to take the peer's own components out of the way: only the other side's defences
-    stand, against writes made with the peer's identity.
+    stand, against writes made with the peer's identity. Fault tests stop a cluster's own components.
     """
-    await asyncio.to_thread(clusters.set_components, site.cluster.name, list(components), enabled=False)
+    name = site.cluster.name if isinstance(site, Site) else site.name
+    await asyncio.to_thread(clusters.set_components, name, list(components), enabled=False)
     try:
         yield
     finally:
-        await asyncio.to_thread(clusters.set_components, site.cluster.name, list(components), enabled=True)
+        await asyncio.to_thread(clusters.set_components, name, list(components), enabled=True)
 
 
 @contextlib.asynccontextmanager

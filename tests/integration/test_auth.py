@@ -52,7 +52,7 @@ from liqo.peering.authprotocol import NonceStore, make_csr
 from liqo.peering.authserver import auth_app
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import LocalCluster, eventually, signed_identity_request, unique
+from tests.helpers import LocalCluster, eventually, signed_identity_request, stopped, unique
 
 TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
 TTL = 900
@@ -486,21 +486,28 @@ async def test_a_revoked_consumer_stays_refused_until_allowed_again(
     assert allowed_again.namespace == names.tenant_namespace(consumer_id)
 
 
-async def test_a_failed_signature_leaves_nothing_behind(kube: KubeClient, manager: KubeClient, crds: None) -> None:
-    """A provisioning that fails half-way (here: no certificate in time) takes back what it created."""
+async def test_a_failed_signature_leaves_nothing_behind(
+    cluster: LocalCluster, kube: KubeClient, manager: KubeClient, crds: None
+) -> None:
+    """A provisioning that fails half-way (here: no certificate in time) takes back what it created.
+
+    The signer (kube-controller-manager) is stopped, so that no certificate can come, however fast or
+    slow the machine: a timeout alone races with a signer that answers first.
+    """
     consumer = str(uuid.uuid4())
     provisioner = KubeProvisioner(
-        client=manager, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=0.001
+        client=manager, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=1
     )
-    with pytest.raises(ProvisioningError, match="signed no certificate"):
-        await provisioner.provision(
-            consumer_id=consumer,
-            consumer_name="doomed",
-            auth_url=None,
-            csr_pem=make_csr(consumer)[1],
-            key_fingerprint=key_of(consumer).fingerprint,
-            network=CONSUMER_NETWORK,
-        )
+    async with stopped(cluster, "kube-controller-manager"):
+        with pytest.raises(ProvisioningError, match="signed no certificate"):
+            await provisioner.provision(
+                consumer_id=consumer,
+                consumer_name="doomed",
+                auth_url=None,
+                csr_pem=make_csr(consumer)[1],
+                key_fingerprint=key_of(consumer).fingerprint,
+                network=CONSUMER_NETWORK,
+            )
     assert await leftovers(kube, consumer) == []
 
 

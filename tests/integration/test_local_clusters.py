@@ -51,8 +51,12 @@ async def test_deployment_becomes_running_pods_with_node_cidr_ips_and_logs(
         node = nodes[pod["spec"]["nodeName"]]
         assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(node["spec"]["podCIDR"])
     assert len({p["status"]["podIP"] for p in pods}) == 5
-    deploy = await kube.get(DEPLOYMENTS, "web", namespace=namespace)
-    assert deploy["status"].get("readyReplicas") == 5
+
+    async def deployment_ready() -> bool:  # its status follows the pods' a moment later
+        deploy = await kube.get(DEPLOYMENTS, "web", namespace=namespace)
+        return bool(deploy["status"].get("readyReplicas") == 5)
+
+    await eventually(deployment_ready, timeout=30, message="the Deployment reports 5 ready replicas")
 
     logs = await asyncio.to_thread(
         subprocess.run,

@@ -170,8 +170,9 @@ def test_archive_names_reads_dot_slash_members_and_skips_unnamed_manifests(tmp_p
 def test_archive_names_refuses_a_file_that_is_not_a_tar(tmp_path: Path) -> None:
     not_tar = tmp_path / "image.tar"
     not_tar.write_bytes(b"this is not a tar archive\n" * 40)
-    with pytest.raises(ImageError, match="not a readable image archive"):
+    with pytest.raises(ImageError, match="is not a tar archive") as raised:
         archive_names(not_tar)
+    assert "\n" not in str(raised.value)  # one line, not tarfile's list of every compression it tried
 
 
 def test_archive_names_refuses_a_missing_file(tmp_path: Path) -> None:

@@ -254,6 +254,8 @@ def archive_names(archive: Path) -> list[str]:
             if "manifest.json" in members:
                 data = orjson.loads(_read_member(tar, members["manifest.json"]))
                 return [str(tag) for entry in data for tag in entry.get("RepoTags") or []]
+    except tarfile.ReadError as exc:  # its message lists every compression tried, one per line
+        raise ImageError(f"{archive} is not a tar archive (an OCI layout or `docker save` archive is)") from exc
     except (tarfile.TarError, OSError, ValueError) as exc:
         raise ImageError(f"{archive} is not a readable image archive: {exc}") from exc
     raise ImageError(f"{archive} is neither an OCI layout archive (index.json) nor a docker one (manifest.json)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import subprocess
 import time
 import uuid
@@ -21,6 +22,7 @@ from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install import manifests
 from liqo.install.installer import InstallOptions, install
+from liqo.install.values import Values
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
@@ -237,22 +239,20 @@ async def expect_clean(*clients: KubeClient) -> None:
 Obj = dict[str, Any]
 
 
-def install_manifests(**extra: Any) -> list[Obj]:
-    """What ``liqoctl install`` would apply on a real cluster with sample values (``extra`` overrides)."""
-    sample: dict[str, Any] = {
-        "cluster_id": "id",
-        "cluster_name": "rome",
-        "cluster_labels": {},
-        "api_server_url": "https://127.0.0.1:6443",
-        "auth_url": "https://127.0.0.1:8443",
-        "token": "t",
-        "key": ClusterKey.generate(),
-        "network": ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
-        "image": "img",
-        "identity_ttl": 7200,
-        "workload": True,
-    }
-    return manifests.manifests(**(sample | extra))
+SAMPLE_VALUES = Values(
+    api_server_url="https://127.0.0.1:6443",
+    pod_cidr="10.244.0.0/16",
+    service_cidr="10.96.0.0/16",
+    cluster_name="rome",
+    image="img",
+)
+
+
+def install_manifests(*, webhook_client_config: Any = None, **values: Any) -> list[Obj]:
+    """What ``liqoctl install`` would apply on a real cluster with sample values (``values`` override fields)."""
+    return manifests.manifests(
+        dataclasses.replace(SAMPLE_VALUES, **values), webhook_client_config=webhook_client_config
+    )
 
 
 async def signed_identity_request(

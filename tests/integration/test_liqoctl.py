@@ -17,7 +17,7 @@ from liqo.install.installer import BY_KIND
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import CONFIGMAPS
-from tests.helpers import LocalCluster, Site, expect_clean
+from tests.helpers import SAMPLE_VALUES, LocalCluster, Site, expect_clean
 
 
 def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -92,12 +92,10 @@ async def test_dry_run_manifests_are_accepted_by_a_real_api_server(sites: dict[s
     kinds = [d["kind"] for d in documents]
     assert kinds.count("CustomResourceDefinition") == len(all_crds())
     assert "Deployment" not in kinds  # a local cluster runs the manager under its supervisor
-    [identity] = [d for d in documents if d["metadata"]["name"] == "liqo-cluster-identity"]
-    assert (identity["data"]["podCIDR"], identity["data"]["serviceCIDR"]) == ("10.245.0.0/16", "10.96.0.0/16")
-    workload = [
-        *manifests.manager_workload(image=manifests.DEFAULT_IMAGE, identity_ttl=7200),
-        manifests.virtual_kubelet_workload(image=manifests.DEFAULT_IMAGE),
-    ]
+    [settings] = [d for d in documents if d["metadata"]["name"] == "liqo-settings"]
+    assert (settings["data"]["podCIDR"], settings["data"]["serviceCIDR"]) == ("10.245.0.0/16", "10.96.0.0/16")
+    assert not [d for d in documents if d["kind"] == "Secret"]  # the key and the token are the manager's to make
+    workload = [*manifests.manager_workload(SAMPLE_VALUES), *manifests.virtual_kubelet_workload(SAMPLE_VALUES)]
     async with sites["milan"].client() as client:
         for document in workload:
             admitted = await client.apply(BY_KIND[document["kind"]], document, dry_run=True)
@@ -131,8 +129,8 @@ async def test_install_elsewhere_than_a_local_cluster_asks_for_the_network_and_n
     assert printed.returncode == 0, printed.stderr
     documents = list(yaml.safe_load_all(printed.stdout))
     assert "Deployment" in [d["kind"] for d in documents]  # the path of a cluster that is not local
-    [identity] = [d for d in documents if d["metadata"]["name"] == "liqo-cluster-identity"]
-    assert (identity["data"]["podCIDR"], identity["data"]["serviceCIDR"]) == ("10.50.0.0/16", "10.51.0.0/16")
+    [settings] = [d for d in documents if d["metadata"]["name"] == "liqo-settings"]
+    assert (settings["data"]["podCIDR"], settings["data"]["serviceCIDR"]) == ("10.50.0.0/16", "10.51.0.0/16")
 
 
 async def test_install_on_a_local_cluster_refuses_a_network_other_than_its_own(sites: dict[str, Site]) -> None:

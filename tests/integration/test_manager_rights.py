@@ -72,7 +72,8 @@ DENIED: list[Attributes] = [
     # ConfigMaps: two, read, in liqo; nothing anywhere else.
     {"verb": "get", "resource": "configmaps", "namespace": "default", "name": "kube-root-ca.crt"},
     {"verb": "list", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
-    {"verb": "create", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
+    {"verb": "create", "resource": "configmaps", "namespace": "default"},
+    {"verb": "patch", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_SETTINGS},
     # Secrets and namespaces: no replacing a whole object it did not write, no bulk deletion.
     {"verb": "update", "resource": "secrets", "namespace": "kube-system", "name": SERVING_SECRET},
     {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": names.AUTH_TOKEN_SECRET},
@@ -106,6 +107,9 @@ ALLOWED: list[Attributes] = [
     ),
     {"verb": "create", "group": "coordination.k8s.io", "resource": "leases", "namespace": names.LIQO_NAMESPACE},
     {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_IDENTITY},
+    {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_SETTINGS},
+    {"verb": "patch", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_IDENTITY},
+    {"verb": "create", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
     {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": "kube-root-ca.crt"},
     {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": SERVING_SECRET},
     *(

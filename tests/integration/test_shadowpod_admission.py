@@ -24,7 +24,7 @@ import pytest
 from liqo.api import names
 from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
 from liqo.install import manifests
-from liqo.install.installer import local_manager
+from liqo.install.installer import InstallOptions, host_processes
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -311,8 +311,7 @@ async def _post(url: str, context: ssl.SSLContext) -> int:
 async def test_the_webhook_listener_answers_the_api_server_only(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
-    local = local_manager(milan)
-    assert local is not None
+    local = host_processes(sites["milan"].cluster.name, InstallOptions())
     url = f"{local.webhook_url}{VALIDATE_PATH}"
     pki = sites["milan"].cluster.dir.pki
     ca = (pki / "ca.crt").read_bytes()

@@ -14,7 +14,10 @@ LIQO_NAMESPACE = "liqo"
 """Where liqo's own components, the cluster identity and the authentication token live."""
 
 CLUSTER_IDENTITY = "liqo-cluster-identity"
-"""ConfigMap in LIQO_NAMESPACE: ``clusterID``, ``clusterName``, ``apiServerURL``, ``authURL``."""
+"""ConfigMap in LIQO_NAMESPACE: ``clusterID``, ``clusterName``, ``apiServerURL``, ``authURL`` (by the manager)."""
+
+CLUSTER_SETTINGS = "liqo-settings"
+"""ConfigMap in LIQO_NAMESPACE: what the install was told (name, labels, URLs, network), for the manager."""
 
 AUTH_TOKEN_SECRET = "liqo-auth-token"
 """Secret in LIQO_NAMESPACE (key ``token``): what a new consumer must prove it knows to enrol."""

@@ -20,20 +20,21 @@ import signal
 import socket
 import ssl
 import sys
-from pathlib import Path
 
 from aiohttp import web
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
-from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
+from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork
 from liqo.api.peers import PeerClients
+from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import run_components
+from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import LeaderElector
@@ -63,6 +64,8 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 log = logging.getLogger("liqo.manager")
 
 LISTEN_BACKLOG = 1024
+SETTINGS_REFRESH = 3.0
+"""Seconds between two reads of the settings (a re-install waits for the identity they make)."""
 LEASE = MANAGER
 """Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
 
@@ -87,6 +90,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=(),
         help="namespace names (or prefixes ending in *) no consumer's twin may take, besides default, kube-*, liqo*",
     )
+    parser.add_argument(
+        "--shutdown-delay",
+        type=float,
+        default=0.0,
+        help="seconds to keep answering after SIGTERM, while the endpoints stop sending to this replica",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -102,28 +111,36 @@ async def run(args: argparse.Namespace) -> None:
     """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
     async with KubeClient(access=access, name="local") as client:
-        # Without its network this cluster could tell peers nothing true about its addresses: wait for it.
-        local, network = await poll_until(
-            lambda: _identity_with_network(client),
+        settings = await poll_until(
+            lambda: read_settings(client),
             timeout=3600,
             interval=2,
-            message="liqo is not installed on this cluster, or was installed before its network was recorded:"
-            " run `liqoctl install` (with --pod-cidr and --service-cidr on a cluster that is not local)",
+            message=f"liqo is not installed on this cluster (no ConfigMap {names.CLUSTER_SETTINGS}): run"
+            " `liqoctl install` or `helm install`",
         )
-        key = await poll_until(
-            lambda: read_cluster_key(client), timeout=3600, interval=2, message="this cluster has no key yet"
-        )
+        local, key = await ensure_identity(client, settings)
+        network = local.network
+        assert network is not None  # the settings always record one
         shared = await _shared_pair(client) if not (args.auth_cert and args.webhook_cert) else None
         # One memo of the consumers' SharingPolicies for the ShadowPod webhook and the controllers alike.
         selection = PolicySelection()
+        auth_tls = _server_tls(args.auth_cert, args.auth_key, shared)
+        webhook_tls = _server_tls(args.webhook_cert, args.webhook_key, shared)
         runners = [
-            await _serve_auth(client, local=local, network=network, key=key, args=args, shared=shared),
-            await _serve_webhooks(client, args, shared, selection),
+            await _serve_auth(client, local=local, network=network, key=key, args=args, tls=auth_tls),
+            await _serve_webhooks(client, args, webhook_tls, selection),
         ]
+        rotation = None
+        if shared is not None:
+            # The pair is the Secret's, not ours: follow it (and publish its CA) for as long as we serve it.
+            await registration.publish_ca_bundles(client, ca_pem=shared.ca)
+            followed = [tls for tls, own in ((auth_tls, args.auth_cert), (webhook_tls, args.webhook_cert)) if not own]
+            rotation = asyncio.create_task(_follow_shared_pair(client, shared, followed))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        settings_changed = asyncio.create_task(_settings_changed(client, settings))
         elector = LeaderElector(
             client=client,
             namespace=names.LIQO_NAMESPACE,
@@ -142,16 +159,39 @@ async def run(args: argparse.Namespace) -> None:
                 )
             )
         )
-        await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [campaign, settings_changed, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+        )
         campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
+        settings_changed.cancel()
+        if rotation is not None:
+            rotation.cancel()
+        if args.shutdown_delay:
+            # A terminating pod's endpoint is withdrawn asynchronously (EndpointSlice, then every node's
+            # proxy): calls still arrive for a moment, and a closed port would refuse pods at admission.
+            log.info("leadership released; answering for %.0f s more", args.shutdown_delay)
+            await asyncio.sleep(args.shutdown_delay)
+        await asyncio.gather(campaign, *([rotation] if rotation else []), return_exceptions=True)
         for runner in runners:
             await runner.cleanup()
 
 
-async def _identity_with_network(client: KubeClient) -> tuple[ClusterIdentity, ClusterNetwork] | None:
-    local = await read_identity(client)
-    return None if local is None or local.network is None else (local, local.network)
+async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> None:
+    """Return once the install's settings differ from ``settings``.
+
+    Every component holds the identity made of them: the process stops (and its supervisor or kubelet
+    starts it again) rather than mend each.
+    """
+    while True:
+        await asyncio.sleep(SETTINGS_REFRESH)
+        try:
+            current = await read_settings(client)
+        except KubeError as exc:
+            log.warning("cannot read the settings: %s", exc)
+            continue
+        if current is not None and current != settings:
+            log.info("the install's settings changed: restarting to apply them")
+            return
 
 
 async def _serve_auth(
@@ -161,7 +201,7 @@ async def _serve_auth(
     network: ClusterNetwork,
     key: ClusterKey,
     args: argparse.Namespace,
-    shared: registration.ServingPair | None,
+    tls: ssl.SSLContext,
 ) -> web.AppRunner:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
 
@@ -184,20 +224,18 @@ async def _serve_auth(
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
     )
-    tls, _ = _server_tls(args.auth_cert, args.auth_key, shared)
     runner = await _start(app, args.auth_address, tls)
     log.info("authentication endpoint on https://%s", args.auth_address)
     return runner
 
 
 async def _serve_webhooks(
-    client: KubeClient, args: argparse.Namespace, shared: registration.ServingPair | None, selection: PolicySelection
+    client: KubeClient, args: argparse.Namespace, tls: ssl.SSLContext, selection: PolicySelection
 ) -> web.AppRunner:
     """The webhooks, on their own listener: peers reach the authentication one, never this one."""
     app = web.Application(client_max_size=MAX_REVIEW)
     PodWebhook(client=client).attach(app)
     ShadowPodWebhook(client=client, select=lambda policies, peer: selection(policies, peer).pod_security).attach(app)
-    tls, ca_pem = _server_tls(args.webhook_cert, args.webhook_key, shared)
     if args.webhook_client_ca:
         # Only the API server (a client certificate of that CA) may call; a peer that can reach the port
         # fails the TLS handshake before any request is read.
@@ -205,7 +243,6 @@ async def _serve_webhooks(
         tls.load_verify_locations(cafile=args.webhook_client_ca)
     runner = await _start(app, args.webhook_address, tls)
     log.info("webhooks on https://%s", args.webhook_address)
-    await registration.publish_ca_bundles(client, ca_pem=ca_pem)
     return runner
 
 
@@ -229,26 +266,44 @@ async def _shared_pair(client: KubeClient) -> registration.ServingPair:
         client,
         namespace=names.LIQO_NAMESPACE,
         dns_names=dns_names,
+        ip_addresses=await registration.called_addresses(client),
         labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
     )
 
 
-def _server_tls(
-    cert: str | None, key: str | None, shared: registration.ServingPair | None
-) -> tuple[ssl.SSLContext, str]:
-    """A listener's TLS context, and the CA a client must trust to call it."""
+async def _follow_shared_pair(
+    client: KubeClient, serving: registration.ServingPair, contexts: list[ssl.SSLContext]
+) -> None:
+    """Serve the Secret's pair as it rotates: new connections get the new certificate, none is dropped."""
+    while True:
+        await asyncio.sleep(registration.REFRESH)
+        try:
+            pair = await _shared_pair(client)
+        except KubeError as exc:
+            log.warning("cannot read the serving pair (still serving the current one): %s", exc)
+            continue
+        if pair == serving:
+            continue
+        for context in contexts:
+            kubeconfig.load_cert_chain(context, pair.cert, pair.key)
+        await registration.publish_ca_bundles(client, ca_pem=pair.ca)
+        log.info("now serving the rotated certificate")
+        serving = pair
+
+
+def _server_tls(cert: str | None, key: str | None, shared: registration.ServingPair | None) -> ssl.SSLContext:
+    """A listener's TLS context: its own files' pair, else the shared one."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     # The API server opens a connection per concurrent admission call and never resumes a session: the
     # tickets TLS 1.3 would issue after every handshake are work for nothing on the hot path of every pod.
     context.num_tickets = 0
     if cert and key:
         context.load_cert_chain(cert, key)
-        # The chain itself as the CA: the API server accepts a certificate found among its trusted ones as is.
-        return context, Path(cert).read_text()
+        return context
     if shared is None:
         raise ValueError("a listener without its own certificate needs the shared serving pair")
     kubeconfig.load_cert_chain(context, shared.cert, shared.key)
-    return context, shared.ca
+    return context
 
 
 async def _controllers(
@@ -337,7 +392,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
     )
-    asyncio.run(run(args))
+    try:
+        asyncio.run(run(args))
+    except InvalidSettings as exc:
+        # What the operator must fix, as the last line of `kubectl logs` (and of the pod's termination message).
+        log.error("%s", exc)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
     parser.add_argument("--listen", default="0.0.0.0:10250", help="HOST:PORT of the kubelet API")
     parser.add_argument("--node-address", default="127.0.0.1", help="the nodes' InternalIP (where we listen)")
+    parser.add_argument(
+        "--node-port",
+        type=int,
+        help="the kubelet port the nodes advertise (default: the --listen port; another when a node port fronts us)",
+    )
     parser.add_argument("--cert", help="TLS certificate of the kubelet API (default: self-signed)")
     parser.add_argument("--key", help="TLS key of the kubelet API")
     parser.add_argument("--client-ca", help="CA the API server's client certificate must chain to")
@@ -100,7 +105,7 @@ async def run(args: argparse.Namespace) -> None:
             home_name=local.cluster_name,
             home_network=local.network,
             address=args.node_address,
-            port=int(port),
+            port=args.node_port or int(port),
             holder=identity,
             events=EventRecorder(client=client, component="liqo-virtual-kubelet", host=socket.gethostname()),
             policy=ReflectionPolicy(

@@ -13,7 +13,7 @@ from liqo.api.networks import InvalidNetwork, IPNetwork, parse_cidr
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
-from liqo.install.installer import InstallOptions, install, local_manager, plan, uninstall
+from liqo.install.installer import InstallOptions, install, plan, uninstall
 from liqo.local.spec import parse_labels
 from liqo.offloading.namespacemaps import parse_reserved
 
@@ -22,7 +22,9 @@ def install_command(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     cluster_name: Annotated[str | None, typer.Option(help="Name of this cluster for its peers.")] = None,
-    cluster_labels: Annotated[str, typer.Option(help="Labels of this cluster: k=v,k2=v2.")] = "",
+    cluster_labels: Annotated[
+        str | None, typer.Option(help="Labels of this cluster: k=v,k2=v2 (default: the recorded ones).")
+    ] = None,
     api_server_url: Annotated[str | None, typer.Option(help="API server URL as peers reach it.")] = None,
     auth_url: Annotated[str | None, typer.Option(help="Authentication endpoint URL as peers reach it.")] = None,
     identity_ttl: Annotated[int, typer.Option(help="Lifetime of issued peer identities, seconds (>= 600).")] = 7200,
@@ -44,7 +46,20 @@ def install_command(
             help="This cluster's service CIDR, told to peers (required the first time on a cluster that is not local)."
         ),
     ] = None,
-    dry_run: Annotated[bool, typer.Option(help="Print the manifests instead of applying them.")] = False,
+    image: Annotated[
+        str | None,
+        typer.Option(help="liqo's image (default: the release's; on a local cluster, the one its real nodes hold)."),
+    ] = None,
+    replicas: Annotated[int, typer.Option(help="Manager replicas (every one serves the webhooks).", min=1)] = 2,
+    dry_run: Annotated[bool, typer.Option(help="Print what would be applied instead of applying it.")] = False,
+    output: Annotated[
+        str,
+        typer.Option(
+            "--output",
+            "-o",
+            help="With --dry-run: manifests (YAML), or values (the chart's values.yaml for `helm install -f`).",
+        ),
+    ] = "manifests",
 ) -> None:
     """Install liqo: CRDs, namespace, RBAC, cluster identity, authentication endpoint and manager."""
     with expected_errors():
@@ -54,9 +69,13 @@ def install_command(
             reserved = parse_reserved(reserved_namespaces)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reserved-namespaces") from None
+        if output not in ("manifests", "values"):
+            raise typer.BadParameter("must be manifests or values", param_hint="--output")
         options = InstallOptions(
             cluster_name=cluster_name,
-            cluster_labels=parse_labels(cluster_labels),
+            cluster_labels=parse_labels(cluster_labels) if cluster_labels is not None else None,
+            image=image,
+            replicas=replicas,
             api_server_url=api_server_url,
             auth_url=auth_url,
             identity_ttl=identity_ttl,
@@ -64,7 +83,7 @@ def install_command(
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),
         )
-        asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run))
+        asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run, output=output))
 
 
 def _cidr(flag: str, value: str | None) -> IPNetwork | None:
@@ -76,11 +95,16 @@ def _cidr(flag: str, value: str | None) -> IPNetwork | None:
         raise typer.BadParameter(str(exc), param_hint=flag) from None
 
 
-async def _install(kubeconfig: str | None, context: str | None, options: InstallOptions, *, dry_run: bool) -> None:
+async def _install(
+    kubeconfig: str | None, context: str | None, options: InstallOptions, *, dry_run: bool, output: str
+) -> None:
     async with client_for(kubeconfig, context) as client:
         if dry_run:
-            items, _ = await plan(client, options, local=local_manager(client))
-            sys.stdout.write(yaml.safe_dump_all(items, sort_keys=False))
+            planned = await plan(client, options)
+            if output == "values":
+                sys.stdout.write(yaml.safe_dump(planned.values.to_helm(), sort_keys=False))
+            else:
+                sys.stdout.write(yaml.safe_dump_all(planned.items, sort_keys=False))
             return
         identity = await install(client, options, progress=progress)
     out.print(f"liqo installed on [bold]{identity.cluster_name}[/bold] (cluster ID {identity.cluster_id})")

@@ -1,40 +1,50 @@
-"""``liqoctl install`` / ``uninstall``: apply the manifests, then start the manager with the right launcher.
+"""``liqoctl install`` / ``uninstall``: render the values, apply the manifests, start liqo with the launcher that fits.
 
-The cluster ID is the UID of the ``kube-system`` namespace: stable for the life of the cluster, the same
-after an uninstall and re-install, and needing no storage of its own. A re-install keeps the
-authentication token and the cluster key, so peers holding the one or pinning the other keep working.
+The install writes what it is told (``liqo-settings``); the manager makes the cluster identity, key and token
+from it at start-up (:mod:`liqo.install.bootstrap`), so ``helm install`` and ``liqoctl install`` are the same
+act. A re-install keeps the token and the key (the manager never replaces them) and the settings recorded
+before, for every flag not given again.
 
-The cluster's network (pod and service CIDRs) is recorded in the identity too, and told to peers at
-authentication. It is never guessed: a local cluster's comes from its own spec; elsewhere ``--pod-cidr`` and
-``--service-cidr`` are required the first time, and a re-install keeps what was recorded. Nodes'
-``spec.podCIDRs`` are only per-node slices (and unused by many CNIs), the ``kubernetes`` Service holds one
-address of the service CIDR: a network inferred from them could be too narrow or plain wrong, and a peer
-trusting it would dial the wrong pods — exactly what recording the network is meant to prevent.
+The cluster's network (pod and service CIDRs) is never guessed: a local cluster's comes from its own spec;
+elsewhere ``--pod-cidr`` and ``--service-cidr`` are required the first time, and a re-install keeps what was
+recorded. Nodes' ``spec.podCIDRs`` are only per-node slices (and unused by many CNIs), the ``kubernetes``
+Service holds one address of the service CIDR: a network inferred from them could be too narrow or plain
+wrong, and a peer trusting it would dial the wrong pods — exactly what recording the network is meant to
+prevent.
 
-Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
-cluster's supervisor, with a client certificate for the user ``liqo-manager``, a loopback HTTPS port for
-authentication and another for the webhooks (which accepts only the API server's webhook client
-certificate); elsewhere it is the Deployment of the manifests.
+Launchers:
+
+- **pods** (:class:`Pods`): the Deployments of the manifests, from the liqo image. Any cluster, and a
+  local cluster with real nodes, where the values route the API server's calls through node ports
+  (:func:`local_pod_values`: it runs on loopback and reaches no pod address).
+- **host processes** (:class:`HostProcesses`): a local cluster without real nodes (nothing could run a
+  pod): the manager and the virtual kubelet are components of the cluster's supervisor, with client
+  certificates for their users, and loopback ports for authentication, webhooks and the kubelet API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from importlib.metadata import version
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from liqo.api import names
 from liqo.api import resources as liqo_resources
-from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import crd_name
-from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
+from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
 from liqo.install import manifests
+from liqo.install.bootstrap import read_settings
+from liqo.install.values import DEFAULT_IMAGE, Values
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import (
@@ -61,8 +71,8 @@ from liqo.kube.waiting import poll_until
 from liqo.local import clusters
 from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
+from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.offloading.registration import REGISTRATIONS
-from liqo.peering.tokens import new_token, token_of
 
 Progress = Callable[[str], None]
 
@@ -100,17 +110,18 @@ class InstallError(RuntimeError):
 
 @dataclass(frozen=True)
 class InstallOptions:
-    """The flags of ``liqoctl install``."""
+    """The flags of ``liqoctl install`` (None: keep what the cluster records, else the default)."""
 
     cluster_name: str | None = None
-    cluster_labels: dict[str, str] = field(default_factory=dict)
+    cluster_labels: dict[str, str] | None = None
     api_server_url: str | None = None
     auth_url: str | None = None
-    image: str = manifests.DEFAULT_IMAGE
+    image: str | None = None
     identity_ttl: int = 7200
     reserved_namespaces: tuple[str, ...] = ()
     pod_cidr: IPNetwork | None = None
     service_cidr: IPNetwork | None = None
+    replicas: int = 2
 
 
 def resolve_network(
@@ -150,8 +161,45 @@ def resolve_network(
         raise InstallError(f"this cluster's network (--pod-cidr {pods}, --service-cidr {services}): {exc}") from None
 
 
+LOCAL_NODE_PORTS = {"auth": 30443, "webhook": 30944, "kubelet": 30250}
+"""The node ports through which a local cluster's API server and peers reach liqo's pods on its real nodes."""
+
+
+def local_pod_values(values: Values, *, network: clusters.PodNetwork, image: str) -> Values:
+    """``values`` for a local cluster whose liqo runs as pods on its real nodes (pure).
+
+    Its API server, a loopback host process, calls the webhooks and the kubelet API through node ports on
+    the first real node's address (the serving certificates name it); peers' pods reach the authentication
+    endpoint the same way, and the API server at the underlay's host address. Pods go to real nodes only
+    (KWOK's fake nodes run nothing), from the image every real node holds.
+    """
+    address = network.node_addresses[0]
+    return dataclasses.replace(
+        values,
+        api_server_url=network.api_server_url,
+        auth_url=values.auth_url or f"https://{address}:{LOCAL_NODE_PORTS['auth']}",
+        auth_service_type="NodePort",
+        auth_node_port=LOCAL_NODE_PORTS["auth"],
+        webhook_url=f"https://{address}:{LOCAL_NODE_PORTS['webhook']}",
+        webhook_node_port=LOCAL_NODE_PORTS["webhook"],
+        virtual_kubelet_node_port=LOCAL_NODE_PORTS["kubelet"],
+        node_selector={NODE_LABEL: "real"},
+        image=image,
+    )
+
+
 @dataclass(frozen=True)
-class LocalManager:
+class Pods:
+    """liqo as the Deployments of the manifests."""
+
+    async def start(self, client: KubeClient, progress: Progress) -> None:
+        """Wait until the manager Deployment is available (its pods made the identity)."""
+        progress(f"waiting for the {manifests.MANAGER} Deployment")
+        await _wait_deployment(client)
+
+
+@dataclass(frozen=True)
+class HostProcesses:
     """Where the manager of a local cluster keeps its files, and its authentication and webhook ports."""
 
     cluster: str
@@ -159,6 +207,8 @@ class LocalManager:
     port: int
     kubelet_port: int
     webhook_port: int
+    identity_ttl: int = 7200
+    reserved_namespaces: tuple[str, ...] = ()
 
     @property
     def auth_url(self) -> str:
@@ -175,7 +225,7 @@ class LocalManager:
         ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
         return manifests.webhook_url_client_config(webhook_url=self.webhook_url, ca_pem=ca, path=path)
 
-    def component(self, *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> Component:
+    def component(self) -> Component:
         """The manager as a component of the cluster's supervisor."""
         pki = ClusterDir.named(self.cluster).pki
         return Component(
@@ -192,7 +242,7 @@ class LocalManager:
                 f"--webhook-cert={self.directory / 'webhook.crt'}",
                 f"--webhook-key={self.directory / 'webhook.key'}",
                 f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
-                *manifests.manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
+                *manifests.manager_flags(identity_ttl=self.identity_ttl, reserved_namespaces=self.reserved_namespaces),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
             after=["kube-apiserver"],
@@ -222,68 +272,112 @@ class LocalManager:
             after=["kube-apiserver"],
         )
 
+    async def start(self, client: KubeClient, progress: Progress) -> None:
+        """Issue the components' credentials and hand them to the cluster's supervisor."""
+        progress(f"starting the manager on local cluster {self.cluster} (auth endpoint {self.auth_url})")
+        await asyncio.to_thread(self._start)
 
-async def plan(
-    client: KubeClient, options: InstallOptions, *, local: LocalManager | None
-) -> tuple[list[manifests.Manifest], ClusterIdentity]:
-    """The manifests ``install`` would apply on the cluster behind ``client`` (for ``--dry-run`` too)."""
-    cluster_id = (await client.get(NAMESPACES, "kube-system"))["metadata"]["uid"]
-    previous = await read_identity(client)
-    cluster_name = options.cluster_name or (previous.cluster_name if previous else None)
-    cluster_name = cluster_name or (local.cluster if local else f"cluster-{cluster_id[:8]}")
-    auth_url = options.auth_url or (local.auth_url if local else (previous.auth_url if previous else ""))
-    if not auth_url:
-        auth_url = f"https://{manifests.AUTH_SERVICE}.{names.LIQO_NAMESPACE}.svc"
-    key = await read_cluster_key(client) or ClusterKey.generate()
+    def _start(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for user, file in ((manifests.MANAGER, "manager"), (manifests.VIRTUAL_KUBELET, "virtual-kubelet")):
+            clusters.issue_client_kubeconfig(self.cluster, user=user, path=self.directory / f"{file}.kubeconfig")
+        for pair in ("auth", "webhook", "kubelet"):
+            clusters.issue_serving_pair(
+                self.cluster, cert=self.directory / f"{pair}.crt", key=self.directory / f"{pair}.key"
+            )
+        components = [self.component(), self.virtual_kubelet_component()]
+        clusters.add_components(self.cluster, components, timeout=MANAGER_DEADLINE)
+
+
+Launcher = Pods | HostProcesses
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an install applies, from which values, and who then starts liqo."""
+
+    values: Values
+    items: list[manifests.Manifest]
+    launcher: Launcher
+
+
+async def plan(client: KubeClient, options: InstallOptions) -> Plan:
+    """What ``install`` would do on the cluster behind ``client`` (``--dry-run`` prints its manifests).
+
+    Raises:
+        InstallError: see :func:`resolve_network`.
+    """
+    local = clusters.find_by_server(client.server)
+    previous = await read_settings(client) or {}
+    recorded = _recorded_network(previous)
     network = resolve_network(
         pod_cidr=options.pod_cidr,
         service_cidr=options.service_cidr,
-        local=_local_network(local.cluster) if local else None,
-        previous=previous.network if previous else None,
+        local=_local_network(local) if local else None,
+        previous=recorded,
     )
-    identity = ClusterIdentity(
-        cluster_id=cluster_id,
-        cluster_name=cluster_name,
-        api_server_url=options.api_server_url or client.server,
-        auth_url=auth_url,
-        cluster_labels=options.cluster_labels,
-        public_key=key.public_pem,
-        key_fingerprint=key.fingerprint,
-        network=network,
-    )
-    items = manifests.manifests(
-        cluster_id=identity.cluster_id,
-        cluster_name=identity.cluster_name,
-        cluster_labels=options.cluster_labels,
-        api_server_url=identity.api_server_url,
-        auth_url=identity.auth_url,
-        token=await _token(client),
-        key=key,
-        network=network,
-        image=options.image,
+    labels = options.cluster_labels
+    if labels is None:
+        labels = orjson.loads(previous.get("clusterLabels") or "{}")
+    values = Values(
+        api_server_url=options.api_server_url or previous.get("apiServerURL") or client.server,
+        pod_cidr=str(network.pod_cidr),
+        service_cidr=str(network.service_cidr),
+        cluster_name=options.cluster_name or previous.get("clusterName") or (local or ""),
+        cluster_labels=labels,
+        auth_url=options.auth_url or previous.get("authURL", ""),
+        image=options.image or DEFAULT_IMAGE,
+        manager_replicas=options.replicas,
         identity_ttl=options.identity_ttl,
-        workload=local is None,
-        webhook_client_config=local.webhook_client_config if local else manifests.webhook_service_client_config,
         reserved_namespaces=options.reserved_namespaces,
     )
-    return items, identity
+    if local is None:
+        return Plan(values=values, items=manifests.manifests(values), launcher=Pods())
+    pods = clusters.pod_network(local)
+    if pods is not None:
+        values = local_pod_values(values, network=pods, image=options.image or local_image())
+        return Plan(values=values, items=manifests.manifests(values), launcher=Pods())
+    host = host_processes(local, options)
+    values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url)
+    items = manifests.manifests(values, webhook_client_config=host.webhook_client_config, workloads=False)
+    return Plan(values=values, items=items, launcher=host)
+
+
+def local_image() -> str:
+    """The liqo image local clusters' real nodes hold (built from this checkout)."""
+    return f"localhost/liqo/liqo:{version('liqo')}"
 
 
 async def install(client: KubeClient, options: InstallOptions, *, progress: Progress) -> ClusterIdentity:
-    """Install (or update) liqo on the cluster behind ``client`` and wait until its manager is ready."""
-    local = local_manager(client)
-    items, identity = await plan(client, options, local=local)
-    progress(f"installing liqo on {identity.cluster_name} (cluster ID {identity.cluster_id})")
-    for item in items:
+    """Install (or update) liqo on the cluster behind ``client`` and wait until its manager made the identity."""
+    planned = await plan(client, options)
+    name = planned.values.cluster_name or "this cluster"
+    progress(f"installing liqo on {name}")
+    for item in planned.items:
         await client.apply(BY_KIND[item["kind"]], item)
     await wait_crds_established(client)
-    if local is not None:
-        progress(f"starting the manager on local cluster {local.cluster} (auth endpoint {local.auth_url})")
-        await asyncio.to_thread(_start_local_manager, local, options)
-    else:
-        progress("waiting for the manager Deployment")
-        await _wait_deployment(client)
-    return identity
+    await planned.launcher.start(client, progress)
+    return await _wait_identity(client, planned.values)
+
+
+async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
+    """The identity once a manager derived it from these values (not a previous install's)."""
+
+    async def current() -> ClusterIdentity | None:
+        identity = await read_identity(client)
+        if identity is None or identity.api_server_url != values.api_server_url:
+            return None
+        if values.cluster_name and identity.cluster_name != values.cluster_name:
+            return None
+        return identity
+
+    return await poll_until(
+        current,
+        timeout=MANAGER_DEADLINE,
+        interval=0.2,
+        message=f"the manager did not record this cluster's identity: kubectl -n {names.LIQO_NAMESPACE} logs"
+        f" deployment/{manifests.MANAGER}",
+    )
 
 
 async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> None:
@@ -303,22 +397,22 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
     for resource, name, _ in REGISTRATIONS:
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)
-    local = local_manager(client)
-    if local is not None:
-        progress(f"stopping the manager and the virtual kubelet of local cluster {local.cluster}")
-        await asyncio.to_thread(
-            clusters.remove_components, local.cluster, [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
-        )
-    else:
-        workloads = (
-            (DEPLOYMENTS, manifests.MANAGER),
-            (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
-            (SERVICES, manifests.AUTH_SERVICE),
-            (SERVICES, manifests.WEBHOOK_SERVICE),
-        )
-        for resource, name in workloads:
-            with contextlib.suppress(NotFoundError):
-                await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
+    local = clusters.find_by_server(client.server)
+    if local is not None and any(
+        c.name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET) for c in clusters.components(local)
+    ):
+        progress(f"stopping the manager and the virtual kubelet of local cluster {local}")
+        await asyncio.to_thread(clusters.remove_components, local, [manifests.MANAGER, manifests.VIRTUAL_KUBELET])
+    workloads = (
+        (DEPLOYMENTS, manifests.MANAGER),
+        (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
+        (SERVICES, manifests.AUTH_SERVICE),
+        (SERVICES, manifests.WEBHOOK_SERVICE),
+        (SERVICES, manifests.VIRTUAL_KUBELET),
+    )
+    for resource, name in workloads:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
     if purge:
         progress("deleting liqo resources, tenant and twin namespaces, virtual nodes and CRDs")
         await _purge(client)
@@ -332,9 +426,19 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)
+    if not purge:
+        await _delete_installed_default_policy(client)
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
+
+
+async def _delete_installed_default_policy(client: KubeClient) -> None:
+    """The SharingPolicy ``default`` if the install made it (values ``sharing.defaultPolicy``), not a user's."""
+    with contextlib.suppress(NotFoundError):
+        policy = await client.get(liqo_resources.SHARING_POLICIES, "default")
+        if (policy["metadata"].get("labels") or {}).get(names.MANAGED_BY) == names.MANAGED_BY_VALUE:
+            await client.delete(liqo_resources.SHARING_POLICIES, "default")
 
 
 async def _purge(client: KubeClient) -> None:
@@ -384,13 +488,12 @@ async def _active_peers(client: KubeClient) -> list[str]:
     ]
 
 
-async def _token(client: KubeClient) -> str:
-    """The existing token (a re-install must not invalidate what peers hold), or a new one."""
+def _recorded_network(settings: dict[str, str]) -> ClusterNetwork | None:
+    """The network a previous install recorded; None if none (or one no cluster may claim: ask again)."""
     try:
-        token = token_of(await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE))
-    except NotFoundError:
-        token = None
-    return token or new_token()
+        return ClusterNetwork.parse(pod_cidr=settings["podCIDR"], service_cidr=settings["serviceCIDR"])
+    except (KeyError, InvalidNetwork):
+        return None
 
 
 def _local_network(name: str) -> ClusterNetwork:
@@ -402,22 +505,20 @@ def _local_network(name: str) -> ClusterNetwork:
         raise InstallError(f"local cluster {name} has a network liqo cannot tell peers about: {exc}") from None
 
 
-def local_manager(client: KubeClient) -> LocalManager | None:
-    """The manager layout if ``client`` talks to a local cluster of ours."""
-    name = clusters.find_by_server(client.server)
-    if name is None:
-        return None
-    directory = ClusterDir.named(name).root / "liqo"
+def host_processes(name: str, options: InstallOptions) -> HostProcesses:
+    """The host-process launcher of local cluster ``name`` (ports kept from a previous install)."""
     auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
     kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
     webhook = _kept_port(name, manifests.MANAGER, "--webhook-address=")
     fresh = iter(free_ports(3))
-    return LocalManager(
+    return HostProcesses(
         cluster=name,
-        directory=directory,
+        directory=ClusterDir.named(name).root / "liqo",
         port=auth or next(fresh),
         kubelet_port=kubelet or next(fresh),
         webhook_port=webhook or next(fresh),
+        identity_ttl=options.identity_ttl,
+        reserved_namespaces=options.reserved_namespaces,
     )
 
 
@@ -429,24 +530,6 @@ def _kept_port(name: str, component_name: str, flag: str) -> int | None:
                 if arg.startswith(flag):
                     return int(arg.rsplit(":", 1)[1])
     return None
-
-
-def _start_local_manager(local: LocalManager, options: InstallOptions) -> None:
-    local.directory.mkdir(parents=True, exist_ok=True)
-    clusters.issue_client_kubeconfig(local.cluster, user=manifests.MANAGER, path=local.directory / "manager.kubeconfig")
-    clusters.issue_serving_pair(local.cluster, cert=local.directory / "auth.crt", key=local.directory / "auth.key")
-    clusters.issue_serving_pair(
-        local.cluster, cert=local.directory / "webhook.crt", key=local.directory / "webhook.key"
-    )
-    clusters.issue_client_kubeconfig(
-        local.cluster, user=manifests.VIRTUAL_KUBELET, path=local.directory / "virtual-kubelet.kubeconfig"
-    )
-    clusters.issue_serving_pair(
-        local.cluster, cert=local.directory / "kubelet.crt", key=local.directory / "kubelet.key"
-    )
-    manager = local.component(identity_ttl=options.identity_ttl, reserved_namespaces=options.reserved_namespaces)
-    components = [manager, local.virtual_kubelet_component()]
-    clusters.add_components(local.cluster, components, timeout=MANAGER_DEADLINE)
 
 
 async def wait_crds_established(client: KubeClient) -> None:

@@ -1,8 +1,12 @@
-"""What ``liqoctl install`` puts on a cluster, as plain manifests (pure functions, no I/O).
+"""What ``liqoctl install`` and ``charts/liqo`` put on a cluster, as plain manifests (pure functions, no I/O).
 
-The same list serves both launchers: applied as is on a real cluster (where the manager is a Deployment),
-or, on a local cluster, applied without the Deployments and Services because the manager runs as a host
-process under the cluster's supervisor. ``--dry-run`` prints exactly this list.
+One rendering of :class:`~liqo.install.values.Values`, in Python; the chart's templates are the other, and a
+test holds ``helm template`` equal to :func:`chart` (``liqoctl install --dry-run`` prints :func:`manifests`).
+The chart's static files (CRDs, RBAC, the peer Service policy) are written from here (:mod:`liqo.install.chart`).
+
+The same list serves both launchers: applied as is where liqo runs as pods (any cluster, and local clusters
+with real nodes), or, on a local cluster without real nodes, applied without the Deployments and Services
+because the manager and the virtual kubelet run as host processes under the cluster's supervisor.
 """
 
 from __future__ import annotations
@@ -15,13 +19,11 @@ import orjson
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
-from liqo.api.clusterkey import ClusterKey
 from liqo.api.crds import all_crds
-from liqo.api.networks import ClusterNetwork
+from liqo.install.values import Values
 from liqo.offloading import registration
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
-from liqo.peering.tokens import token_secret
 
 MANAGER = "liqo-manager"
 """Name of the manager's ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment, and local user."""
@@ -33,7 +35,6 @@ AUTH_PORT = 8443
 WEBHOOK_SERVICE = "liqo-webhook"
 """The ClusterIP Service through which the API server calls the webhooks (never the peers' ``liqo-auth``)."""
 WEBHOOK_PORT = 9443
-DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 
 Manifest = dict[str, Any]
 
@@ -123,7 +124,7 @@ def manager_rules() -> list[dict[str, Any]]:
 
 
 def manager_namespace_rules() -> list[dict[str, Any]]:
-    """What the manager may do in the ``liqo`` namespace only: elect its leader, read its identity, renew its pair."""
+    """What the manager may do in the ``liqo`` namespace only: elect its leader, keep its identity, renew its pair."""
     return [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         # The manager's Lease is named after it (liqo.apps.manager.LEASE).
@@ -136,9 +137,13 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
-            "resourceNames": [names.CLUSTER_IDENTITY, "kube-root-ca.crt"],
+            "resourceNames": [names.CLUSTER_SETTINGS, names.CLUSTER_IDENTITY, "kube-root-ca.crt"],
             "verbs": ["get"],
         },
+        # The identity it derives from the settings at start-up (liqo.install.bootstrap): created once, then
+        # applied by name. (Create cannot be limited by name; it is limited to this namespace.)
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [names.CLUSTER_IDENTITY], "verbs": ["patch"]},
         {
             "apiGroups": [""],
             "resources": ["secrets"],
@@ -290,42 +295,23 @@ def component_rbac(
     return manifests
 
 
-def cluster_identity(
-    *,
-    cluster_id: str,
-    cluster_name: str,
-    cluster_labels: dict[str, str],
-    api_server_url: str,
-    auth_url: str,
-    key: ClusterKey,
-    network: ClusterNetwork,
-) -> Manifest:
-    """The ConfigMap every component reads to know which cluster it runs in (with the key's public half)."""
+SETTINGS_KEYS = ("clusterName", "clusterLabels", "apiServerURL", "authURL", "podCIDR", "serviceCIDR")
+
+
+def settings(values: Values) -> Manifest:
+    """The ConfigMap of what the install was told; the manager derives the cluster identity from it."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(names.CLUSTER_IDENTITY),
+        "metadata": _meta(names.CLUSTER_SETTINGS),
         "data": {
-            "clusterID": cluster_id,
-            "clusterName": cluster_name,
-            "clusterLabels": orjson.dumps(cluster_labels, option=orjson.OPT_SORT_KEYS).decode(),
-            "apiServerURL": api_server_url,
-            "authURL": auth_url,
-            "publicKey": key.public_pem,
-            "keyFingerprint": key.fingerprint,
-            **network.to_message(),
+            "clusterName": values.cluster_name,
+            "clusterLabels": orjson.dumps(dict(values.cluster_labels), option=orjson.OPT_SORT_KEYS).decode(),
+            "apiServerURL": values.api_server_url,
+            "authURL": values.auth_url,
+            "podCIDR": values.pod_cidr,
+            "serviceCIDR": values.service_cidr,
         },
-    }
-
-
-def cluster_key_secret(key: ClusterKey) -> Manifest:
-    """The Secret holding this cluster's private key (the manager signs with it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _meta(names.CLUSTER_KEY_SECRET),
-        "type": "Opaque",
-        "stringData": {"privateKey": key.private_pem()},
     }
 
 
@@ -337,100 +323,151 @@ def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (
     return flags
 
 
-def manager_workload(*, image: str, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[Manifest]:
-    """The manager as a Deployment, with its Services: authentication for peers, webhooks for the API server.
+_CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+SHUTDOWN_DELAY = 5
+"""Seconds a terminating manager keeps answering (well within the pod's grace period)."""
+SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+"""The cluster CA as every pod sees it: what the API server's client certificates chain to."""
 
-    Two Services because peers reach one and must not reach the other: ``liqo-auth`` (LoadBalancer) serves
-    the authentication listener only; ``liqo-webhook`` (ClusterIP) the webhook listener (real clusters).
-    """
-    labels = {"app.kubernetes.io/name": MANAGER}
-    container = {
-        "name": "manager",
-        "image": image,
-        "command": ["python", "-m", "liqo.apps.manager"],
-        "args": [
-            f"--auth-address=0.0.0.0:{AUTH_PORT}",
-            f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
-            *manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
+
+def _deployment(
+    name: str, values: Values, *, replicas: int, container: dict[str, Any], strategy: dict[str, Any]
+) -> Manifest:
+    labels = {"app.kubernetes.io/name": name}
+    pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        # Long enough for a manager to drain (it keeps answering webhooks while its endpoint is withdrawn).
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": name.removeprefix("liqo-"),
+                "image": values.image,
+                "imagePullPolicy": values.image_pull_policy,
+                **container,
+                "securityContext": _CONTAINER_SECURITY,
+            }
         ],
-        "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     }
-    return [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(MANAGER) | {"labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, **labels}},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"serviceAccountName": MANAGER, "containers": [container]},
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(AUTH_SERVICE),
-            "spec": {
-                "type": "LoadBalancer",
-                "selector": labels,
-                "ports": [{"name": "https", "port": 443, "targetPort": "auth"}],
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(WEBHOOK_SERVICE),
-            "spec": {
-                "type": "ClusterIP",
-                "selector": labels,
-                "ports": [{"name": "https", "port": 443, "targetPort": "webhook"}],
-            },
-        },
-    ]
-
-
-def virtual_kubelet_workload(*, image: str) -> Manifest:
-    """The virtual kubelet as a Deployment (real clusters): the API server reaches it at its pod IP."""
-    labels = {"app.kubernetes.io/name": VIRTUAL_KUBELET}
-    container = {
-        "name": "virtual-kubelet",
-        "image": image,
-        "command": ["python", "-m", "liqo.apps.virtualkubelet"],
-        "args": [f"--listen=0.0.0.0:{KUBELET_PORT}", "--node-address=$(POD_IP)"],
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}},
-    }
+    if values.node_selector:
+        pod["nodeSelector"] = dict(values.node_selector)
+    if values.tolerations:
+        pod["tolerations"] = [dict(t) for t in values.tolerations]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(VIRTUAL_KUBELET) | {"labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, **labels}},
+        "metadata": _meta(name) | {"labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE, **labels}},
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
+            "strategy": strategy,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"serviceAccountName": VIRTUAL_KUBELET, "containers": [container]},
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+def _service(name: str, *, selector: str, port: str, service_type: str, node_port: int | None) -> Manifest:
+    service_port: dict[str, Any] = {"name": "https", "port": 443, "targetPort": port}
+    if node_port is not None:
+        service_port["nodePort"] = node_port
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name),
+        "spec": {"type": service_type, "selector": {"app.kubernetes.io/name": selector}, "ports": [service_port]},
+    }
+
+
+def manager_workload(values: Values) -> list[Manifest]:
+    """The manager as a Deployment, with its Services: authentication for peers, webhooks for the API server.
+
+    Two Services because peers reach one and must not reach the other: ``liqo-auth`` serves the
+    authentication listener only; ``liqo-webhook`` the webhook listener. Every replica serves both, and a
+    rolling update adds a ready replica before removing one, so the webhooks always have an endpoint.
+    """
+    container = {
+        "command": ["python3", "-m", "liqo.apps.manager"],
+        "args": [
+            f"--auth-address=0.0.0.0:{AUTH_PORT}",
+            f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
+            f"--shutdown-delay={SHUTDOWN_DELAY}",
+            *manager_flags(identity_ttl=values.identity_ttl, reserved_namespaces=values.reserved_namespaces),
+        ],
+        "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}, "periodSeconds": 2},
+        "resources": dict(values.manager_resources),
+    }
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    webhook_type = "NodePort" if values.webhook_node_port is not None else "ClusterIP"
+    return [
+        _deployment(MANAGER, values, replicas=values.manager_replicas, container=container, strategy=rolling),
+        _service(
+            AUTH_SERVICE,
+            selector=MANAGER,
+            port="auth",
+            service_type=values.auth_service_type,
+            node_port=values.auth_node_port,
+        ),
+        _service(
+            WEBHOOK_SERVICE,
+            selector=MANAGER,
+            port="webhook",
+            service_type=webhook_type,
+            node_port=values.webhook_node_port,
+        ),
+    ]
+
+
+def virtual_kubelet_workload(values: Values) -> list[Manifest]:
+    """The virtual kubelet as a Deployment: the API server reaches it at its pod IP, or at a node port.
+
+    With ``virtualKubelet.nodePort`` the virtual nodes advertise the address of the node the pod runs on
+    and that port (a Service's), for clusters whose API server cannot reach pod IPs.
+    """
+    behind_node_port = values.virtual_kubelet_node_port is not None
+    address = "HOST_IP" if behind_node_port else "POD_IP"
+    args = [f"--listen=0.0.0.0:{KUBELET_PORT}", f"--node-address=$({address})", f"--client-ca={SERVICE_ACCOUNT_CA}"]
+    if behind_node_port:
+        args.append(f"--node-port={values.virtual_kubelet_node_port}")
+    container = {
+        "command": ["python3", "-m", "liqo.apps.virtualkubelet"],
+        "args": args,
+        "env": [{"name": address, "valueFrom": {"fieldRef": {"fieldPath": f"status.{address[:4].lower()}IP"}}}],
+        "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
+        "resources": dict(values.virtual_kubelet_resources),
+    }
+    # One replica leads; a second would only wait for the Lease.
+    items = [_deployment(VIRTUAL_KUBELET, values, replicas=1, container=container, strategy={"type": "Recreate"})]
+    if behind_node_port:
+        items.append(
+            _service(
+                VIRTUAL_KUBELET,
+                selector=VIRTUAL_KUBELET,
+                port="kubelet",
+                service_type="NodePort",
+                node_port=values.virtual_kubelet_node_port,
+            )
+        )
+    return items
+
+
+def default_sharing_policy(values: Values) -> list[Manifest]:
+    """The SharingPolicy ``default`` (naming no consumer) when values give one; none means: share half."""
+    if not values.default_sharing_policy:
+        return []
+    return [
+        {
+            "apiVersion": f"{liqo_resources.SHARING_POLICIES.group}/{liqo_resources.SHARING_POLICIES.version}",
+            "kind": liqo_resources.SHARING_POLICIES.kind,
+            "metadata": _meta("default", namespace=None),
+            "spec": dict(values.default_sharing_policy),
+        }
+    ]
 
 
 def webhook_service_client_config(path: str) -> dict[str, Any]:
@@ -441,9 +478,16 @@ def webhook_service_client_config(path: str) -> dict[str, Any]:
     return {"service": {"namespace": names.LIQO_NAMESPACE, "name": WEBHOOK_SERVICE, "path": path, "port": 443}}
 
 
-def webhook_url_client_config(*, webhook_url: str, ca_pem: bytes, path: str) -> dict[str, Any]:
-    """How the API server reaches the webhook at ``path`` of a local cluster: the manager's loopback listener."""
-    return {"url": f"{webhook_url.rstrip('/')}{path}", "caBundle": base64.b64encode(ca_pem).decode()}
+def webhook_url_client_config(*, webhook_url: str, path: str, ca_pem: bytes | None = None) -> dict[str, Any]:
+    """How the API server reaches the webhook at ``path`` by URL (a local cluster's host process, a node port).
+
+    With ``ca_pem`` (the host-process launcher's certificate comes from the cluster CA) the bundle is written
+    here; without, each manager publishes its serving CA at start-up, as for a Service.
+    """
+    config: dict[str, Any] = {"url": f"{webhook_url.rstrip('/')}{path}"}
+    if ca_pem is not None:
+        config["caBundle"] = base64.b64encode(ca_pem).decode()
+    return config
 
 
 ClientConfig = Callable[[str], dict[str, Any]]
@@ -523,50 +567,43 @@ def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manife
     }
 
 
-def manifests(
-    *,
-    cluster_id: str,
-    cluster_name: str,
-    cluster_labels: dict[str, str],
-    api_server_url: str,
-    auth_url: str,
-    token: str,
-    key: ClusterKey,
-    network: ClusterNetwork,
-    image: str,
-    identity_ttl: int,
-    workload: bool,
-    webhook_client_config: ClientConfig = webhook_service_client_config,
-    reserved_namespaces: tuple[str, ...] = (),
+def chart(
+    values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
 ) -> list[Manifest]:
-    """Everything, in apply order (CRDs and namespace first). ``workload`` adds the Deployments and Services.
+    """What ``charts/liqo`` renders for ``values`` (its CRDs included), in apply order.
 
-    The webhooks' registrations come last, once what serves them is in place; ``webhook_client_config``
-    says how the API server reaches a webhook's path (default: through the manager's webhook Service).
+    The webhooks' registrations come last, once what serves them is in place. ``workloads=False`` leaves
+    out the Deployments and Services (the host-process launcher runs the manager and the virtual kubelet
+    itself, and says with ``webhook_client_config`` how the API server reaches them).
     """
-    identity = cluster_identity(
-        cluster_id=cluster_id,
-        cluster_name=cluster_name,
-        cluster_labels=cluster_labels,
-        api_server_url=api_server_url,
-        auth_url=auth_url,
-        key=key,
-        network=network,
-    )
+    if webhook_client_config is None and values.webhook_url:
+        url = values.webhook_url
+
+        def webhook_client_config(path: str) -> dict[str, Any]:
+            return webhook_url_client_config(webhook_url=url, path=path)
+
+    client_config = webhook_client_config or webhook_service_client_config
     items = [
         *all_crds(),
-        namespace(),
         *peer_cluster_roles(),
         *peer_services_policy(),
         *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
-        identity,
-        token_secret(token),
-        cluster_key_secret(key),
+        settings(values),
+        *default_sharing_policy(values),
     ]
-    if workload:
-        manager = manager_workload(image=image, identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces)
-        items += [*manager, virtual_kubelet_workload(image=image)]
-    items.append(pod_webhook_configuration(client_config=webhook_client_config(registration.PATH)))
-    items.append(shadow_pod_webhook_configuration(client_config=webhook_client_config(registration.VALIDATE_PATH)))
+    if workloads:
+        items += [*manager_workload(values), *virtual_kubelet_workload(values)]
+    items.append(pod_webhook_configuration(client_config=client_config(registration.PATH)))
+    items.append(shadow_pod_webhook_configuration(client_config=client_config(registration.VALIDATE_PATH)))
     return items
+
+
+def manifests(
+    values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
+) -> list[Manifest]:
+    """Everything ``liqoctl install`` applies: the liqo namespace, then :func:`chart`.
+
+    The chart leaves the namespace out because Helm makes it (``--create-namespace``) and owns none of it.
+    """
+    return [namespace(), *chart(values, webhook_client_config=webhook_client_config, workloads=workloads)]

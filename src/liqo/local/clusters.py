@@ -50,6 +50,7 @@ from liqo.local.realnodes import host, images
 from liqo.local.realnodes import plan as realplan
 from liqo.local.realnodes.nodes import (
     NODE_PRIVATE_DIRS,
+    UNDERLAY_HOST,
     RealNode,
     pod_routes,
     real_nodes,
@@ -304,7 +305,7 @@ def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
     ]
     leaves: dict[str, dict[str, Any]] = {
         "apiserver": {"common_name": "kube-apiserver", "server": True, "dns_names": ["localhost", *service_names],
-                      "ip_addresses": ["127.0.0.1", spec.api_service_ip]},
+                      "ip_addresses": ["127.0.0.1", spec.api_service_ip, UNDERLAY_HOST]},
         "serving": {"common_name": "localhost", "server": True, "dns_names": ["localhost"],
                     "ip_addresses": ["127.0.0.1"]},
         "etcd": {"common_name": "etcd", "server": True, "client": True, "dns_names": ["localhost"],
@@ -522,6 +523,33 @@ def names() -> list[str]:
 def stored_spec(name: str) -> ClusterSpec:
     """The spec cluster ``name`` was made with (its CIDRs are what ``liqoctl install`` records there)."""
     return ClusterSpec.from_dict(read_json(_existing(name).cluster_file)["spec"])
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """How pods on a cluster's real nodes, and the cluster's API server, reach each other and peers.
+
+    The API server is a host process on loopback and cannot reach pod or Service addresses (pod CIDRs of
+    different local clusters may even be the same): it reaches pods through node ports on the real nodes'
+    addresses. Pods reach it — and peers' pods reach it — at the underlay's host address, which the
+    cluster's nftables table forwards to loopback (its serving certificate names that address).
+    """
+
+    api_server_url: str
+    node_addresses: tuple[str, ...]
+
+
+def pod_network(name: str) -> PodNetwork | None:
+    """The pod network of local cluster ``name``; None when it has no real node (nothing runs as a pod)."""
+    cluster = _existing(name)
+    stored = read_json(cluster.cluster_file)
+    nodes = [node for node in _real_nodes(cluster) if node.index <= ClusterSpec.from_dict(stored["spec"]).real_nodes]
+    if not nodes:
+        return None
+    return PodNetwork(
+        api_server_url=f"https://{UNDERLAY_HOST}:{stored['ports']['apiserver']}",
+        node_addresses=tuple(node.ip for node in nodes),
+    )
 
 
 def info(name: str) -> ClusterInfo:

@@ -14,19 +14,29 @@ called by URL on loopback. On a real cluster they are called through the ``liqo-
   pair lives in one Secret; the first replica creates it, the others (and later restarts) reuse it, and
   a replica that finds it close to expiry (or not covering the Service's names) replaces it — a
   conflicting write means another replica did it first, and its pair is used;
-- at start-up each replica publishes the CA into each configuration's ``caBundle`` if it is not there yet
-  (a strategic-merge patch of that one field, which ``liqoctl install`` never sets for a Service, so a
-  re-install does not erase it).
+- each replica publishes the CA into each configuration's ``caBundle`` if it is not there yet (a
+  strategic-merge patch of that one field, which the install never sets when the managers serve this pair,
+  so a re-install or ``helm upgrade`` does not erase it);
+- the pair is short-lived (:data:`LEAF_VALIDITY`) and rotated while the managers run: every replica reads
+  the Secret every :data:`REFRESH` and serves what it finds, renewing it when it is due. A renewed pair's
+  ``ca.crt`` carries the new CA *and* the previous one, so the published bundle trusts both, and a replica
+  still serving the old certificate for up to a minute is never refused by the API server.
+
+Where the API server calls the webhooks by URL through a node port (local clusters with real nodes, whose
+API server cannot reach pod or Service addresses), the certificate also names the URL's IP address.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
+import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from cryptography import x509
 
@@ -56,9 +66,11 @@ REGISTRATIONS: tuple[tuple[Resource, str, str], ...] = (
 
 SERVING_SECRET = "liqo-manager-tls"
 """Secret (``kubernetes.io/tls``, plus ``ca.crt``) holding the pair every manager replica serves."""
-RENEW_BEFORE = datetime.timedelta(days=30)
-"""A pair expiring sooner than this is replaced at start-up."""
-LEAF_VALIDITY = datetime.timedelta(days=365)
+RENEW_BEFORE = datetime.timedelta(days=2)
+"""A pair expiring sooner than this is replaced."""
+LEAF_VALIDITY = datetime.timedelta(days=7)
+REFRESH = 60.0
+"""Seconds between two reads of the Secret by each replica."""
 _ATTEMPTS = 3
 
 
@@ -76,11 +88,38 @@ def service_dns_names(*, service: str, namespace: str) -> list[str]:
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
 
 
-def new_pair(*, dns_names: Sequence[str], now: datetime.datetime | None = None) -> ServingPair:
-    """A fresh CA and a serving certificate for ``dns_names`` signed by it."""
+def new_pair(
+    *,
+    dns_names: Sequence[str],
+    ip_addresses: Sequence[str] = (),
+    previous: ServingPair | None = None,
+    now: datetime.datetime | None = None,
+) -> ServingPair:
+    """A fresh CA and a serving certificate for ``dns_names`` and ``ip_addresses`` signed by it.
+
+    With ``previous``, its CA (the first in its bundle) follows the new one in ``ca``, so a client given the
+    new bundle still trusts a server that has not loaded the new pair yet.
+    """
     ca = pki.make_ca("liqo-manager-ca", now=now)
-    leaf = pki.issue(ca, common_name=dns_names[0], dns_names=dns_names, server=True, validity=LEAF_VALIDITY, now=now)
-    return ServingPair(cert=leaf.cert.decode(), key=leaf.key.decode(), ca=ca.cert.decode())
+    leaf = pki.issue(
+        ca,
+        common_name=dns_names[0],
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+        server=True,
+        validity=LEAF_VALIDITY,
+        now=now,
+    )
+    bundle = ca.cert.decode()
+    if previous is not None:
+        bundle += _first_pem(previous.ca)
+    return ServingPair(cert=leaf.cert.decode(), key=leaf.key.decode(), ca=bundle)
+
+
+def _first_pem(bundle: str) -> str:
+    end = "-----END CERTIFICATE-----"
+    head, sep, _ = bundle.partition(end)
+    return f"{head}{sep}\n" if sep else ""
 
 
 def pair_from_secret(secret: Mapping[str, Any]) -> ServingPair | None:
@@ -93,8 +132,10 @@ def pair_from_secret(secret: Mapping[str, Any]) -> ServingPair | None:
     return ServingPair(cert=cert, key=key, ca=ca)
 
 
-def usable(pair: ServingPair, *, dns_names: Sequence[str], now: datetime.datetime) -> bool:
-    """Whether ``pair`` covers ``dns_names`` and stays valid for more than :data:`RENEW_BEFORE`."""
+def usable(
+    pair: ServingPair, *, dns_names: Sequence[str], now: datetime.datetime, ip_addresses: Sequence[str] = ()
+) -> bool:
+    """Whether ``pair`` covers ``dns_names`` and ``ip_addresses`` and stays valid beyond :data:`RENEW_BEFORE`."""
     try:
         cert = x509.load_pem_x509_certificate(pair.cert.encode())
         ca = x509.load_pem_x509_certificate(pair.ca.encode())
@@ -102,8 +143,9 @@ def usable(pair: ServingPair, *, dns_names: Sequence[str], now: datetime.datetim
     except (ValueError, x509.ExtensionNotFound):
         return False
     covered = set(sans.get_values_for_type(x509.DNSName))
+    addresses = {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
     expiry = min(cert.not_valid_after_utc, ca.not_valid_after_utc)
-    return set(dns_names) <= covered and expiry - now > RENEW_BEFORE
+    return set(dns_names) <= covered and set(ip_addresses) <= addresses and expiry - now > RENEW_BEFORE
 
 
 def serving_secret(pair: ServingPair, *, namespace: str, labels: Mapping[str, str]) -> dict[str, Any]:
@@ -126,22 +168,46 @@ def ca_bundle_patch(
 ) -> dict[str, Any] | None:
     """The strategic-merge patch publishing ``ca_pem`` for ``webhook``, or None when there is nothing to do.
 
-    Nothing to do when the webhook is called by URL (a local cluster: install wrote the bundle) or when
-    the bundle is already ``ca_pem``.
+    Nothing to do when the bundle is already ``ca_pem``. (The caller publishes only the pair it serves from
+    the shared Secret: where install wrote the bundle itself, a host process's, it never calls this.)
     """
     bundle = base64.b64encode(ca_pem.encode()).decode()
     for hook in configuration.get("webhooks") or []:
         if hook.get("name") != webhook:
             continue
-        client_config = hook.get("clientConfig") or {}
-        if "service" not in client_config or client_config.get("caBundle") == bundle:
+        if (hook.get("clientConfig") or {}).get("caBundle") == bundle:
             return None
         return {"webhooks": [{"name": webhook, "clientConfig": {"caBundle": bundle}}]}
     return None
 
 
+def url_addresses(configuration: Mapping[str, Any]) -> list[str]:
+    """The IP addresses the configuration's webhooks are called at by URL (pure)."""
+    found = []
+    for hook in configuration.get("webhooks") or []:
+        host = urlsplit((hook.get("clientConfig") or {}).get("url") or "").hostname
+        with contextlib.suppress(ValueError):
+            if host:
+                found.append(str(ipaddress.ip_address(host)))
+    return found
+
+
+async def called_addresses(client: KubeClient) -> list[str]:
+    """The IP addresses any of liqo's webhooks is called at (their certificate must name them)."""
+    found: set[str] = set()
+    for resource, name, _ in REGISTRATIONS:
+        with contextlib.suppress(NotFoundError):
+            found.update(url_addresses(await client.get(resource, name)))
+    return sorted(found)
+
+
 async def shared_serving_pair(
-    client: KubeClient, *, namespace: str, dns_names: Sequence[str], labels: Mapping[str, str]
+    client: KubeClient,
+    *,
+    namespace: str,
+    dns_names: Sequence[str],
+    labels: Mapping[str, str],
+    ip_addresses: Sequence[str] = (),
 ) -> ServingPair:
     """The pair every replica serves: the Secret's if usable, else a new one written there first.
 
@@ -155,9 +221,9 @@ async def shared_serving_pair(
         except NotFoundError:
             secret = None
         current = pair_from_secret(secret) if secret is not None else None
-        if current is not None and usable(current, dns_names=dns_names, now=now):
+        if current is not None and usable(current, dns_names=dns_names, ip_addresses=ip_addresses, now=now):
             return current
-        pair = new_pair(dns_names=dns_names, now=now)
+        pair = new_pair(dns_names=dns_names, ip_addresses=ip_addresses, previous=current, now=now)
         desired = serving_secret(pair, namespace=namespace, labels=labels)
         try:
             if secret is None:

@@ -6,8 +6,10 @@ import ipaddress
 
 import pytest
 
+from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork
+from liqo.install.bootstrap import InvalidSettings, identity_configmap, identity_from_settings
 from liqo.install.installer import InstallError, resolve_network
 from tests.helpers import install_manifests
 
@@ -56,17 +58,42 @@ def test_flags_that_make_no_network_are_refused_with_both_values() -> None:
         )
 
 
-def test_the_identity_configmap_records_the_network_and_reads_it_back() -> None:
-    [configmap] = [m for m in install_manifests(network=PREVIOUS) if m["metadata"]["name"] == "liqo-cluster-identity"]
+def test_the_identity_the_manager_makes_records_the_network_and_reads_it_back() -> None:
+    [settings] = [
+        m
+        for m in install_manifests(pod_cidr="10.8.0.0/14", service_cidr="10.12.0.0/16")
+        if m["metadata"]["name"] == "liqo-settings"
+    ]
+    identity = identity_from_settings(settings["data"], cluster_id="id", key=ClusterKey.generate())
+    configmap = identity_configmap(identity)
     assert (configmap["data"]["podCIDR"], configmap["data"]["serviceCIDR"]) == ("10.8.0.0/14", "10.12.0.0/16")
-    assert ClusterIdentity.from_configmap(configmap).network == PREVIOUS
+    assert ClusterIdentity.from_configmap(configmap) == identity
+    assert identity.network == PREVIOUS
 
 
 def test_an_identity_without_a_network_is_one_installed_before_it_was_recorded() -> None:
-    [configmap] = [m for m in install_manifests() if m["metadata"]["name"] == "liqo-cluster-identity"]
+    [settings] = [m for m in install_manifests() if m["metadata"]["name"] == "liqo-settings"]
+    configmap = identity_configmap(identity_from_settings(settings["data"], cluster_id="id", key=ClusterKey.generate()))
     for key in ("podCIDR", "serviceCIDR"):
         del configmap["data"][key]
     assert ClusterIdentity.from_configmap(configmap).network is None
     configmap["data"] |= {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}
     with pytest.raises(InvalidNetwork, match=r"'ConfigMap liqo-cluster-identity\.podCIDR': 127\.0\.0\.0/8 overlaps"):
         ClusterIdentity.from_configmap(configmap)
+
+
+def test_settings_no_identity_can_be_made_of_are_refused_naming_the_key() -> None:
+    key = ClusterKey.generate()
+    good = {"apiServerURL": "https://a:6443", "podCIDR": "10.8.0.0/14", "serviceCIDR": "10.12.0.0/16"}
+    identity = identity_from_settings(good, cluster_id="0123456789", key=key)
+    assert (identity.cluster_name, identity.auth_url) == ("cluster-01234567", "https://liqo-auth.liqo.svc")
+    assert identity.key_fingerprint == key.fingerprint
+    for broken, complaint in (
+        ({"apiServerURL": ""}, "apiServerURL must be set"),
+        ({"podCIDR": "", "serviceCIDR": ""}, "podCIDR, serviceCIDR must be set"),
+        ({"clusterLabels": "[1]"}, "clusterLabels must be a JSON object of strings"),
+        ({"clusterLabels": '{"a": 1}'}, "clusterLabels must be a JSON object of strings"),
+        ({"podCIDR": "127.0.0.0/8"}, "overlaps"),
+    ):
+        with pytest.raises(InvalidSettings, match="ConfigMap liqo/liqo-settings: .*" + complaint):
+            identity_from_settings(good | broken, cluster_id="id", key=key)

@@ -54,6 +54,10 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
         ("configmaps", "get", names.CLUSTER_IDENTITY),
         ("configmaps", "get", "kube-root-ca.crt"),
         ("secrets", "update", "liqo-manager-tls"),
+        # The identity the manager derives from the install's settings (liqo.install.bootstrap).
+        ("configmaps", "get", "liqo-settings"),
+        ("configmaps", "create", "*"),
+        ("configmaps", "patch", "liqo-cluster-identity"),
     }
 
 

@@ -370,7 +370,10 @@ def test_the_ca_bundle_is_published_for_a_service_webhook_only_when_it_differs()
         "webhooks": [{"name": registration.WEBHOOK_NAME, "clientConfig": {"caBundle": bundle}}]
     }
     assert registration.ca_bundle_patch(configuration(service | {"caBundle": bundle}), ca_pem="CA PEM") is None
-    assert registration.ca_bundle_patch(configuration({"url": "https://x", "caBundle": "Q0E="}), ca_pem="x") is None
+    assert (
+        registration.ca_bundle_patch(configuration({"url": "https://x", "caBundle": bundle}), ca_pem="CA PEM") is None
+    )
+    assert registration.ca_bundle_patch(configuration({"url": "https://x"}), ca_pem="CA PEM") is not None
     assert registration.ca_bundle_patch(configuration(service, name="other"), ca_pem="x") is None
 
 

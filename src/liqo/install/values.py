@@ -1,0 +1,101 @@
+"""What an install is parameterised by: the chart's ``values.yaml``, as one typed record (pure, no I/O).
+
+``liqoctl install`` and ``helm install charts/liqo`` must put the same objects on a cluster. Both start
+from these values: liqoctl fills them from its flags (and what the cluster already records), Helm from
+``values.yaml`` and ``--set``; :mod:`liqo.install.manifests` renders them in Python, the chart's templates
+in Go. :meth:`Values.to_helm` is the bridge: ``liqoctl install --dry-run -o values`` prints it, and the
+test that holds the two renderings equal feeds it to ``helm template``.
+
+Nothing secret or generated is a value. The cluster ID (the ``kube-system`` namespace's UID), the cluster
+key and the authentication token are made by the manager itself at start-up (:mod:`liqo.install.bootstrap`),
+so a plain ``helm install`` needs no liqoctl, and neither a re-install nor ``helm upgrade`` can replace
+what peers pin or hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
+RESOURCES_MANAGER: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+RESOURCES_VIRTUAL_KUBELET: Mapping[str, Any] = {
+    "requests": {"cpu": "100m", "memory": "128Mi"},
+    "limits": {"memory": "1Gi"},
+}
+
+
+@dataclass(frozen=True)
+class Values:
+    """One install's parameters; each field's comment names its key in ``values.yaml``."""
+
+    api_server_url: str
+    """``apiServer.url``: the API server as peers reach it (required)."""
+    pod_cidr: str
+    """``network.podCIDR`` (required: liqo never guesses a network, docs/operations.md says why)."""
+    service_cidr: str
+    """``network.serviceCIDR`` (required)."""
+    cluster_name: str = ""
+    """``cluster.name``; empty: ``cluster-`` and the first 8 characters of the cluster ID."""
+    cluster_labels: Mapping[str, str] = field(default_factory=dict)
+    """``cluster.labels``: what peers select this cluster by."""
+    auth_url: str = ""
+    """``auth.url``: the authentication endpoint as peers reach it; empty: the ``liqo-auth`` Service's name."""
+    auth_service_type: str = "LoadBalancer"
+    """``auth.service.type``: how peers reach the endpoint."""
+    auth_node_port: int | None = None
+    """``auth.service.nodePort``: a fixed node port for it (the auth URL must be known before install)."""
+    image: str = DEFAULT_IMAGE
+    """``image.ref``: one image for every component."""
+    image_pull_policy: str = "IfNotPresent"
+    """``image.pullPolicy``."""
+    manager_replicas: int = 2
+    """``manager.replicas``: every replica serves the webhooks; one, elected, runs the controllers."""
+    identity_ttl: int = 7200
+    """``manager.identityTTL``: lifetime of the identities issued to consumers, seconds (>= 600)."""
+    reserved_namespaces: tuple[str, ...] = ()
+    """``manager.reservedNamespaces``: names (or ``prefix-*``) no consumer's twin may take."""
+    manager_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_MANAGER))
+    """``manager.resources``."""
+    webhook_url: str = ""
+    """``webhook.url``: where the API server calls the webhooks; empty: through the ``liqo-webhook`` Service."""
+    webhook_node_port: int | None = None
+    """``webhook.nodePort``: with ``webhook.url``, the node port behind it."""
+    virtual_kubelet_node_port: int | None = None
+    """``virtualKubelet.nodePort``: virtual nodes then advertise their host's IP and this port, not the pod's."""
+    virtual_kubelet_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_VIRTUAL_KUBELET))
+    """``virtualKubelet.resources``."""
+    default_sharing_policy: Mapping[str, Any] = field(default_factory=dict)
+    """``sharing.defaultPolicy``: the ``spec`` of a SharingPolicy ``default``; empty: none (share half)."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """``nodeSelector`` of liqo's pods."""
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """``tolerations`` of liqo's pods."""
+
+    def to_helm(self) -> dict[str, Any]:
+        """These values as ``values.yaml`` spells them (what ``helm install -f`` takes)."""
+        return {
+            "cluster": {"name": self.cluster_name, "labels": dict(self.cluster_labels)},
+            "apiServer": {"url": self.api_server_url},
+            "auth": {
+                "url": self.auth_url,
+                "service": {"type": self.auth_service_type, "nodePort": self.auth_node_port},
+            },
+            "network": {"podCIDR": self.pod_cidr, "serviceCIDR": self.service_cidr},
+            "image": {"ref": self.image, "pullPolicy": self.image_pull_policy},
+            "manager": {
+                "replicas": self.manager_replicas,
+                "identityTTL": self.identity_ttl,
+                "reservedNamespaces": list(self.reserved_namespaces),
+                "resources": dict(self.manager_resources),
+            },
+            "webhook": {"url": self.webhook_url, "nodePort": self.webhook_node_port},
+            "virtualKubelet": {
+                "nodePort": self.virtual_kubelet_node_port,
+                "resources": dict(self.virtual_kubelet_resources),
+            },
+            "sharing": {"defaultPolicy": dict(self.default_sharing_policy)},
+            "nodeSelector": dict(self.node_selector),
+            "tolerations": [dict(t) for t in self.tolerations],
+        }

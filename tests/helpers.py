@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import contextlib
 import dataclasses
 import subprocess
@@ -367,3 +368,8 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
             await consumer.delete(NAMESPACES, namespace)
             await peering.unpeer(consumer, provider.cluster_id, timeout=90)
         await expect_clean(consumer, producer)
+
+
+def helm_binary() -> str:
+    """The helm binary ``make setup`` fetched."""
+    return os.environ.get("LIQO_HELM", "/tmp/helmwheel/x/package/lib/l/helm/helm")

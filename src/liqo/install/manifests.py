@@ -323,12 +323,13 @@ def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (
     return flags
 
 
-_CONTAINER_SECURITY = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "capabilities": {"drop": ["ALL"]},
-}
+def _container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 SHUTDOWN_DELAY = 5
 """Seconds a terminating manager keeps answering (well within the pod's grace period)."""
 SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -350,7 +351,7 @@ def _deployment(
                 "image": values.image,
                 "imagePullPolicy": values.image_pull_policy,
                 **container,
-                "securityContext": _CONTAINER_SECURITY,
+                "securityContext": _container_security(),
             }
         ],
     }
@@ -430,14 +431,14 @@ def virtual_kubelet_workload(values: Values) -> list[Manifest]:
     and that port (a Service's), for clusters whose API server cannot reach pod IPs.
     """
     behind_node_port = values.virtual_kubelet_node_port is not None
-    address = "HOST_IP" if behind_node_port else "POD_IP"
+    address, address_field = ("HOST_IP", "hostIP") if behind_node_port else ("POD_IP", "podIP")
     args = [f"--listen=0.0.0.0:{KUBELET_PORT}", f"--node-address=$({address})", f"--client-ca={SERVICE_ACCOUNT_CA}"]
     if behind_node_port:
         args.append(f"--node-port={values.virtual_kubelet_node_port}")
     container = {
         "command": ["python3", "-m", "liqo.apps.virtualkubelet"],
         "args": args,
-        "env": [{"name": address, "valueFrom": {"fieldRef": {"fieldPath": f"status.{address[:4].lower()}IP"}}}],
+        "env": [{"name": address, "valueFrom": {"fieldRef": {"fieldPath": f"status.{address_field}"}}}],
         "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
         "resources": dict(values.virtual_kubelet_resources),
     }

@@ -37,7 +37,7 @@ from liqo.kube.component import run_components
 from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
-from liqo.kube.leaderelection import LeaderElector
+from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
@@ -146,6 +146,7 @@ async def run(args: argparse.Namespace) -> None:
             namespace=names.LIQO_NAMESPACE,
             name=LEASE,
             identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
+            observe_period=STANDBY_OBSERVE_PERIOD,
         )
         campaign = asyncio.create_task(
             elector.run(

@@ -24,7 +24,7 @@ from liqo.api.identity import read_identity
 from liqo.kube import kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
-from liqo.kube.leaderelection import LeaderElector
+from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -129,7 +129,13 @@ async def run(args: argparse.Namespace) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        elector = LeaderElector(client=client, namespace=names.LIQO_NAMESPACE, name=LEASE, identity=identity)
+        elector = LeaderElector(
+            client=client,
+            namespace=names.LIQO_NAMESPACE,
+            name=LEASE,
+            identity=identity,
+            observe_period=STANDBY_OBSERVE_PERIOD,
+        )
         campaign = asyncio.create_task(elector.run(kubelets.run))
         await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
         campaign.cancel()

@@ -51,7 +51,9 @@ def _webhooks() -> str:
             indent = len(line) - len(line.lstrip())
             path = line.split(_CLIENT_CONFIG, 1)[1]
             # The marker sits under ``clientConfig:``, on its own ``url:`` line: the include replaces it.
-            lines.append(f'{" " * indent}{{{{- include "liqo.webhookClientConfig" (list . "{path}") | nindent {indent} }}}}')
+            lines.append(
+                f'{" " * indent}{{{{- include "liqo.webhookClientConfig" (list . "{path}") | nindent {indent} }}}}'
+            )
         else:
             lines.append(line)
     return "\n".join(lines) + "\n"
@@ -61,7 +63,7 @@ def _values() -> str:
     return (
         HEADER
         + "# apiServer.url and network.podCIDR / network.serviceCIDR are required: liqo never guesses them.\n"
-        + "# docs/operations.md (\"Install with Helm\") says what each value does.\n"
+        + '# docs/operations.md ("Install with Helm") says what each value does.\n'
         + yaml.safe_dump(REQUIRED.to_helm(), sort_keys=False, width=10_000)
     )
 

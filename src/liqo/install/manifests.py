@@ -330,6 +330,8 @@ def _container_security() -> dict[str, Any]:
         "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
 SHUTDOWN_DELAY = 5
 """Seconds a terminating manager keeps answering (well within the pod's grace period)."""
 SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"

@@ -108,8 +108,11 @@ def test_apiserver_nat_recreates_one_table_forwarding_the_underlay_to_loopback(p
     assert lines[:3] == [f"table ip {table}", f"delete table ip {table}", f"table ip {table} {{"]
     assert {line.split()[2] for line in lines if line.startswith("table ")} == {table}
     assert "type nat hook prerouting priority dstnat; policy accept;" in lines
-    [rule] = [line for line in lines if "dnat" in line]
-    assert rule == (f'iifname "{UNDERLAY_BRIDGE}" ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}')
+    assert "type nat hook output priority -100; policy accept;" in lines
+    arriving, local = [line for line in lines if "dnat to" in line]
+    assert arriving == (f'iifname "{UNDERLAY_BRIDGE}" ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}')
+    # This machine's own processes reach the same address (no interface: local traffic has none).
+    assert local == f"ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}"
     assert script.count("{") == script.count("}")
 
 

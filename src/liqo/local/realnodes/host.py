@@ -194,7 +194,10 @@ def nat_table(cluster: str) -> str:
 
 
 def apiserver_nat(*, cluster: str, port: int) -> str:
-    """The nftables script that (re)creates a cluster's table: the underlay's host address → its API server."""
+    """The nftables script that (re)creates a cluster's table: the underlay's host address → its API server.
+
+    For traffic arriving from the underlay (pods, and peers' pods) and for this machine's own processes.
+    """
     table = nat_table(cluster)
     return (
         f"table ip {table}\n"
@@ -203,6 +206,12 @@ def apiserver_nat(*, cluster: str, port: int) -> str:
         "  chain prerouting {\n"
         "    type nat hook prerouting priority dstnat; policy accept;\n"
         f'    iifname "{UNDERLAY_BRIDGE}" ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}\n'
+        "  }\n"
+        # The same address from this machine's own processes (another cluster's host-process components
+        # reach the API server at the address its pods and peers' pods use).
+        "  chain output {\n"
+        "    type nat hook output priority -100; policy accept;\n"
+        f"    ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}\n"
         "  }\n"
         "}\n"
     )

@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries demo demo-down test lint unit integration bench-local bench-offload bench-services clean
+.PHONY: help setup apt venv binaries chart demo demo-down test lint unit integration bench-local bench-offload bench-services clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
 	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
+	@echo "make chart        rewrite charts/liqo's generated files from src/liqo/install"
 	@echo "make demo-down    stop and delete the demo clusters"
 
 setup: apt venv binaries
@@ -42,6 +43,9 @@ venv:
 
 binaries: venv
 	@$(LIQOCTL) local build --real-nodes
+
+chart: venv
+	$(VENV)/bin/python -m liqo.install.chart charts/liqo
 
 demo: setup
 	LIQOCTL=$(LIQOCTL) scripts/demo.sh

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import contextlib
 import dataclasses
+import os
 import subprocess
 import time
 import uuid

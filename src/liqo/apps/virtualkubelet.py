@@ -3,12 +3,20 @@
 Wiring only. The kubelet API (HTTPS) is served from the start; the virtual nodes run in the replica that
 holds the ``liqo-virtual-kubelet`` Lease. Separate from the manager so that either can die (a required
 fault drill) without taking the other along; docs/offloading.md says why one process serves every node.
+
+The API server dials the kubelet API at the nodes' InternalIP and, when it runs with
+``--kubelet-certificate-authority``, verifies its certificate. Local clusters hand their launcher's pair in
+(``--cert/--key``, from the cluster CA). Without one, the default (``--serving-cert=csr``) asks the cluster
+for a kubelet serving certificate of ``--node-address`` through a CertificateSigningRequest
+(:mod:`liqo.kube.csr`), valid a day and swapped into the running listener before it expires; a
+self-signed one (``--serving-cert=self-signed``) only suits API servers that do not verify kubelets.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import secrets
@@ -16,12 +24,14 @@ import signal
 import socket
 import ssl
 import sys
+from functools import partial
 
 from aiohttp import web
 
 from liqo.api import names
 from liqo.api.identity import read_identity
-from liqo.kube import kubeconfig, pki
+from liqo.install.manifests import VIRTUAL_KUBELET
+from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
@@ -33,6 +43,8 @@ from liqo.virtualkubelet.reflection.copies import ReflectionPolicy
 log = logging.getLogger("liqo.virtualkubelet")
 
 LEASE = "liqo-virtual-kubelet"
+SERVING_CERT_TTL = 24 * 3600
+"""Lifetime asked for a serving certificate signed by the cluster: a day, renewed at about two thirds of it."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -46,8 +58,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="the kubelet port the nodes advertise (default: the --listen port; another when a node port fronts us)",
     )
-    parser.add_argument("--cert", help="TLS certificate of the kubelet API (default: self-signed)")
+    parser.add_argument("--cert", help="TLS certificate of the kubelet API, with --key (default: see --serving-cert)")
     parser.add_argument("--key", help="TLS key of the kubelet API")
+    parser.add_argument(
+        "--serving-cert",
+        choices=["csr", "self-signed"],
+        help="without --cert/--key: csr (the default) has the cluster sign a certificate of --node-address and"
+        " renews it; self-signed suits only API servers that do not verify kubelets",
+    )
     parser.add_argument("--client-ca", help="CA the API server's client certificate must chain to")
     for kind in ("configmaps", "secrets", "services", "ingresses"):
         parser.add_argument(
@@ -65,7 +83,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="map a home IngressClass to the providers' in Ingress copies (repeatable; unmapped ones are cleared)",
     )
     parser.add_argument("--log-level", default="INFO")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if bool(args.cert) != bool(args.key):
+        parser.error("--cert and --key go together")
+    if args.cert and args.serving_cert:
+        parser.error("--serving-cert chooses a certificate when no --cert/--key are given")
+    args.serving_cert = "files" if args.cert else args.serving_cert or "csr"
+    if args.serving_cert == "csr" and not _is_ip(args.node_address):
+        parser.error(f"--serving-cert=csr certifies --node-address, which must be an IP address: {args.node_address!r}")
+    return args
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _class_mapping(text: str) -> tuple[str, str]:
@@ -76,11 +110,12 @@ def _class_mapping(text: str) -> tuple[str, str]:
 
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext:
+    """The kubelet API's TLS context; with ``--serving-cert=csr`` its certificate is loaded later (:func:`run`)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    if args.cert and args.key:
+    if args.serving_cert == "files":
         context.load_cert_chain(args.cert, args.key)
-    else:
-        pair = pki.issue(pki.make_ca("liqo-kubelet-ca"), common_name="liqo-virtual-kubelet", server=True)
+    elif args.serving_cert == "self-signed":
+        pair = pki.issue(pki.make_ca("liqo-kubelet-ca"), common_name=VIRTUAL_KUBELET, server=True)
         kubeconfig.load_cert_chain(context, pair.cert.decode(), pair.key.decode())
     if args.client_ca:
         # Optional at the TLS level so that health probes need no certificate; the kubelet endpoints refuse
@@ -88,6 +123,28 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext:
         context.load_verify_locations(args.client_ca)
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+async def _serve_signed_by_the_cluster(
+    client: KubeClient, tls: ssl.SSLContext, *, node_address: str
+) -> asyncio.Task[None]:
+    """Load a kubelet serving certificate of ``node_address`` signed by the cluster into ``tls``.
+
+    Returns the task that keeps it renewed there.
+    """
+    obtain = partial(
+        csr.issue_kubelet_serving,
+        csr.CsrIssuer(client=client),
+        node_name=VIRTUAL_KUBELET,
+        ip_addresses=[node_address],
+        expiration_seconds=SERVING_CERT_TTL,
+        generate_name=f"{VIRTUAL_KUBELET}-",
+        labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
+    )
+    pair = await obtain()
+    pair.load_into(tls)
+    log.info("serving a certificate signed by the cluster for %s, valid until %s", node_address, pair.not_after)
+    return asyncio.create_task(csr.keep_renewed(obtain, current=pair, install=lambda new: new.load_into(tls)))
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -121,9 +178,13 @@ async def run(args: argparse.Namespace) -> None:
             reflector = kubelets.reflector_for(namespace, pod)
             return reflector.remote_of(namespace, pod) if reflector else None
 
+        tls = _tls(args)
+        tasks: list[asyncio.Task[None]] = []
+        if args.serving_cert == "csr":
+            tasks.append(await _serve_signed_by_the_cluster(client, tls, node_address=args.node_address))
         runner = web.AppRunner(kubelet_app(locate=locate, require_client_cert=bool(args.client_ca)), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, host, int(port), ssl_context=_tls(args)).start()
+        await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
         log.info("kubelet API on https://%s", args.listen)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -136,11 +197,16 @@ async def run(args: argparse.Namespace) -> None:
             identity=identity,
             observe_period=STANDBY_OBSERVE_PERIOD,
         )
-        campaign = asyncio.create_task(elector.run(kubelets.run))
-        await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
+        tasks.append(asyncio.create_task(elector.run(kubelets.run)))
+        await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()
+        # A task that failed by itself (not cancelled above) says why the process stops.
+        for outcome in ended:
+            if isinstance(outcome, Exception):
+                raise outcome
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -149,7 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
     )
-    asyncio.run(run(args))
+    try:
+        asyncio.run(run(args))
+    except csr.SigningError as exc:
+        sys.exit(f"liqo-virtual-kubelet: no serving certificate: {exc}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.crds import all_crds
 from liqo.install.values import Values
+from liqo.kube import csr
 from liqo.offloading import registration
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
@@ -234,7 +235,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
     ConfigMaps, Services, Ingresses and EndpointSlices, to copy offloaded namespaces' into their twins (and
     ForeignClusters, for the providers' networks); tokens are requested
     for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with server-side apply,
-    hence ``patch``).
+    hence ``patch``). Its serving certificate, as a pod, comes from a CertificateSigningRequest it approves
+    itself, for the kubelet-serving signer only (:mod:`liqo.kube.csr`; docs/security.md says what that lets it do).
     """
     read = ["get", "list", "watch"]
     return [
@@ -255,6 +257,23 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         },
         # The Registered condition: whether the Node of that name is ours (server-side apply is a patch).
         {"apiGroups": [liqo_resources.VIRTUAL_KUBELET], "resources": ["virtualnodes/status"], "verbs": ["patch"]},
+        # Its own CSR: created, watched by name until signed, deleted (names are generated: no resourceNames).
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests"],
+            "verbs": ["create", "get", "watch", "delete"],
+        },
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests/approval"],
+            "verbs": ["update"],
+        },
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["signers"],
+            "resourceNames": [csr.KUBELET_SERVING_SIGNER],
+            "verbs": ["approve"],
+        },
     ]
 
 

@@ -1,7 +1,8 @@
 """Certificates and kubeconfigs, made with ``cryptography`` (no openssl binary needed).
 
-Used by local clusters (their whole PKI) and by the manager (a self-signed endpoint certificate when none
-is given). On a local cluster one CA signs everything: it is the API server's client CA, the CSR signer of
+Used by local clusters (their whole PKI), by the manager (a self-signed endpoint certificate when none
+is given) and by :mod:`liqo.kube.csr` (the subject and names of the requests the cluster signs). On a
+local cluster one CA signs everything: it is the API server's client CA, the CSR signer of
 kube-controller-manager (so ``certificates.k8s.io`` issues certificates the API server trusts) and the CA
 of etcd and the kwok "kubelet". Each component gets its own client identity with the user name and groups
 RBAC expects (``system:kube-controller-manager``, ``system:kube-scheduler``...), not one shared admin
@@ -51,6 +52,22 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 def public_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     """The SubjectPublicKeyInfo PEM of a key's public half."""
     return key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def subject(*, common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
+    """``O=<each organization>, CN=<common_name>``: what the API server reads as groups and user name."""
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    return x509.Name([*attributes, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def alternative_names(*, dns_names: Sequence[str] = (), ip_addresses: Sequence[str] = ()) -> list[x509.GeneralName]:
+    """Subject alternative names for ``dns_names`` and ``ip_addresses``.
+
+    Raises:
+        ValueError: an address is not an IP address.
+    """
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    return sans + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
 
 
 def make_ca(common_name: str, *, now: datetime.datetime | None = None) -> KeyPair:
@@ -106,12 +123,10 @@ def issue(
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise TypeError("the CA key must be an ECDSA key")
     key = new_key()
-    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     usages = [ExtendedKeyUsageOID.SERVER_AUTH] * server + [ExtendedKeyUsageOID.CLIENT_AUTH] * client
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name(attributes))
+        .subject_name(subject(common_name=common_name, organizations=organizations))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -124,8 +139,7 @@ def issue(
             critical=False,
         )
     )
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
+    sans = alternative_names(dns_names=dns_names, ip_addresses=ip_addresses)
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())

@@ -43,13 +43,13 @@ from typing import Any
 
 import orjson
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from liqo.api import clusterkey, names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import NETWORK, ClusterNetwork, InvalidNetwork
+from liqo.kube.csr import make_request
 from liqo.kube.timefmt import format_time, parse_time
 
 KEY_SIGNATURE = "keySignature"
@@ -339,13 +339,7 @@ class IdentityResponse:
 
 def make_csr(cluster_id: str) -> tuple[str, str]:
     """A fresh ECDSA P-256 key and a CSR for ``CN=liqo.io:peer:<cluster_id>`` (no groups), both PEM."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names.peer_user(cluster_id))])
-    csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem.decode(), csr.public_bytes(serialization.Encoding.PEM).decode()
+    return make_request(common_name=names.peer_user(cluster_id))
 
 
 def check_csr(csr_pem: str, *, cluster_id: str) -> x509.CertificateSigningRequest:

@@ -15,11 +15,10 @@ import orjson
 
 from liqo.api import names
 from liqo.api.peers import IDENTITY_LABEL
+from liqo.kube.csr import renewal_time
 from liqo.kube.timefmt import format_time, parse_time
 
 ISSUED_AT = "liqo.io/issued-at"
-RENEW_AFTER = 2 / 3
-"""Renew once two thirds of the certificate's lifetime have passed."""
 
 
 def identity_secret(
@@ -54,7 +53,7 @@ def renewal_due(secret: dict[str, Any] | None) -> datetime.datetime | None:
         expires = parse_time(annotations[names.EXPIRES_AT])
     except (KeyError, ValueError):
         return None
-    return issued + (expires - issued) * RENEW_AFTER
+    return renewal_time(not_before=issued, not_after=expires)
 
 
 def expires_at(secret: dict[str, Any] | None) -> str | None:

@@ -17,15 +17,13 @@ server-side apply, so that a later ``liqoctl peer`` applying the ForeignCluster'
 cannot take it away.
 
 Certificates are signed by the cluster itself through ``certificates.k8s.io/v1`` with the
-``kubernetes.io/kube-apiserver-client`` signer: the provider never holds its CA key, the API server
-trusts what comes out, and ``expirationSeconds`` makes the identity short-lived. The CSR object is deleted
-once the certificate is read: it has no further use, and leaving it would accumulate one per renewal.
+``kubernetes.io/kube-apiserver-client`` signer (:mod:`liqo.kube.csr`: created, checked to be ours,
+approved, awaited, deleted): the provider never holds its CA key, the API server trusts what comes out, and
+``expirationSeconds`` makes the identity short-lived.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -37,21 +35,17 @@ from liqo.api import names
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
+from liqo.kube import csr
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, terminating
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
 
-SIGNER = "kubernetes.io/kube-apiserver-client"
 DEFAULT_IDENTITY_TTL = 7200
-MIN_IDENTITY_TTL = 600
-"""The API server refuses ``expirationSeconds`` below 10 minutes."""
-CERTIFICATE_TIMEOUT = 30.0
 _PIN_ATTEMPTS = 5
 _RBAC = "rbac.authorization.k8s.io"
-_REFUSALS = {"Denied": "denied", "Failed": "not signed"}
 
 
 def peer_rules() -> list[dict[str, Any]]:
@@ -147,45 +141,14 @@ def record_of(foreign_cluster: dict[str, Any]) -> PeerRecord:
 
 def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
     """The CertificateSigningRequest asking the API server's client signer for a ``ttl``-second certificate."""
-    return {
-        "apiVersion": CSRS.api_version,
-        "kind": CSRS.kind,
-        "metadata": {"generateName": f"{names.PEER_BINDING}-", "labels": names.peer_labels(consumer_id)},
-        "spec": {
-            "request": base64.b64encode(csr_pem.encode()).decode(),
-            "signerName": SIGNER,
-            "expirationSeconds": ttl,
-            "usages": ["client auth", "digital signature"],
-        },
-    }
-
-
-def approved(csr: dict[str, Any], *, consumer_id: str) -> dict[str, Any]:
-    """``csr`` with an ``Approved`` condition, for the ``approval`` subresource (pure)."""
-    condition = {
-        "type": "Approved",
-        "status": "True",
-        "reason": "LiqoPeerAuthenticated",
-        "message": f"peer {consumer_id} proved it holds this cluster's liqo token",
-    }
-    status = csr.get("status") or {}
-    return csr | {"status": status | {"conditions": [*(status.get("conditions") or []), condition]}}
-
-
-def certificate_of(csr: dict[str, Any]) -> str | None:
-    """The issued PEM certificate of ``csr``; None while pending.
-
-    Raises:
-        ProvisioningError: the request was denied or failed.
-    """
-    status = csr.get("status") or {}
-    for condition in status.get("conditions") or []:
-        verdict = _REFUSALS.get(condition.get("type"))
-        if verdict and condition.get("status") == "True":
-            detail = condition.get("message") or condition.get("reason") or ""
-            raise ProvisioningError(f"the certificate signing request was {verdict}: {detail}")
-    certificate = status.get("certificate")
-    return base64.b64decode(certificate).decode() if certificate else None
+    return csr.csr_object(
+        csr_pem=csr_pem,
+        signer=csr.CLIENT_SIGNER,
+        usages=csr.CLIENT_USAGES,
+        expiration_seconds=ttl,
+        generate_name=f"{names.PEER_BINDING}-",
+        labels=names.peer_labels(consumer_id),
+    )
 
 
 class KubeProvisioner:
@@ -201,15 +164,15 @@ class KubeProvisioner:
         api_server_url: str,
         ca_pem: str,
         identity_ttl: int = DEFAULT_IDENTITY_TTL,
-        certificate_timeout: float = CERTIFICATE_TIMEOUT,
+        certificate_timeout: float = csr.SIGNING_TIMEOUT,
     ) -> None:
-        if identity_ttl < MIN_IDENTITY_TTL:
-            raise ValueError(f"the identity TTL must be at least {MIN_IDENTITY_TTL} s, got {identity_ttl}")
+        if identity_ttl < csr.MIN_EXPIRATION_SECONDS:
+            raise ValueError(f"the identity TTL must be at least {csr.MIN_EXPIRATION_SECONDS} s, got {identity_ttl}")
         self._client = client
+        self._issuer = csr.CsrIssuer(client=client, timeout=certificate_timeout)
         self._api_server_url = api_server_url
         self._ca_pem = ca_pem
         self._ttl = identity_ttl
-        self._certificate_timeout = certificate_timeout
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
         """This cluster's record of ``consumer_id``: its ForeignCluster, if there is one."""
@@ -368,48 +331,12 @@ class KubeProvisioner:
         return None
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:
-        """Create, approve and wait for a CSR; delete it whatever the outcome."""
-        created = await self._client.create(CSRS, csr_object(consumer_id=consumer_id, csr_pem=csr_pem, ttl=self._ttl))
-        name = created["metadata"]["name"]
+        """Have the consumer's CSR signed (the request object is deleted whatever the outcome)."""
         try:
-            current = await self._client.replace(
-                CSRS, approved(created, consumer_id=consumer_id), subresource="approval"
+            return await self._issuer.sign(
+                csr_object(consumer_id=consumer_id, csr_pem=csr_pem, ttl=self._ttl),
+                reason="LiqoPeerAuthenticated",
+                message=f"peer {consumer_id} proved it holds this cluster's liqo token",
             )
-            try:
-                async with asyncio.timeout(self._certificate_timeout):
-                    return await self._wait_for_certificate(current)
-            except TimeoutError:
-                raise ProvisioningError(
-                    f"the API server signed no certificate within {self._certificate_timeout:.0f} s"
-                    " (is kube-controller-manager's CSR signer running?)"
-                ) from None
-        finally:
-            try:
-                await self._client.delete(CSRS, name)
-            except NotFoundError:
-                pass
-            except KubeError as exc:
-                log.warning("could not delete CertificateSigningRequest %s: %s", name, exc)
-
-    async def _wait_for_certificate(self, csr: dict[str, Any]) -> str:
-        """Watch ``csr`` until it carries a certificate (the caller bounds the wait)."""
-        name = csr["metadata"]["name"]
-        while True:
-            certificate = certificate_of(csr)
-            if certificate:
-                return certificate
-            version = csr["metadata"]["resourceVersion"]
-            async for event in self._client.watch(
-                CSRS, resource_version=version, field_selector=f"metadata.name={name}", timeout_seconds=60
-            ):
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    certificate = certificate_of(event["object"])
-                    if certificate:
-                        return certificate
-                elif event["type"] == "DELETED":
-                    raise ProvisioningError(f"CertificateSigningRequest {name} was deleted before it was signed")
-            # The server ended the watch: read the object afresh and watch on from its version.
-            try:
-                csr = await self._client.get(CSRS, name)
-            except NotFoundError:
-                raise ProvisioningError(f"CertificateSigningRequest {name} was deleted before it was signed") from None
+        except csr.SigningError as exc:
+            raise ProvisioningError(str(exc)) from None

@@ -110,7 +110,9 @@ def test_apiserver_nat_recreates_one_table_forwarding_the_underlay_to_loopback(p
     assert "type nat hook prerouting priority dstnat; policy accept;" in lines
     assert "type nat hook output priority -100; policy accept;" in lines
     arriving, local = [line for line in lines if "dnat to" in line]
-    assert arriving == (f'iifname "{UNDERLAY_BRIDGE}" ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}')
+    assert arriving == (
+        f'iifname "{UNDERLAY_BRIDGE}" ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}'
+    )
     # This machine's own processes reach the same address (no interface: local traffic has none).
     assert local == f"ip daddr {UNDERLAY_HOST} tcp dport {port} dnat to 127.0.0.1:{port}"
     assert script.count("{") == script.count("}")

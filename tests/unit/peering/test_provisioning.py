@@ -23,8 +23,6 @@ from liqo.kube.resources import CSRS, Resource
 from liqo.peering.authprotocol import make_csr
 from liqo.peering.provisioning import (
     KubeProvisioner,
-    approved,
-    certificate_of,
     consumer_foreign_cluster,
     csr_object,
     peer_role_binding,
@@ -36,6 +34,7 @@ PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 CSR = make_csr(PEER)[1]
 KEY = "sha256:" + "a" * 64
 OTHER_KEY = "sha256:" + "b" * 64
+MANAGER = "liqo-manager"
 NETWORK = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 MOVED = ClusterNetwork.parse(pod_cidr="10.40.0.0/16", service_cidr="10.96.0.0/16")
 
@@ -147,28 +146,6 @@ def test_the_csr_object_asks_the_client_signer_for_the_ttl() -> None:
     }
 
 
-def test_approval_adds_a_condition_and_keeps_the_rest() -> None:
-    csr = {"metadata": {"name": "x", "resourceVersion": "7"}, "spec": {}, "status": {"conditions": [{"type": "Other"}]}}
-    out = approved(csr, consumer_id=PEER)
-    assert out["metadata"] == csr["metadata"]
-    assert [c["type"] for c in out["status"]["conditions"]] == ["Other", "Approved"]
-    assert out["status"]["conditions"][1]["status"] == "True"
-    assert approved({"metadata": {}}, consumer_id=PEER)["status"]["conditions"][0]["type"] == "Approved"
-
-
-def test_the_certificate_is_read_once_issued_and_a_denial_is_an_error() -> None:
-    assert certificate_of({"status": {}}) is None
-    assert certificate_of({}) is None
-    issued = {"status": {"certificate": base64.b64encode(b"CERT").decode()}}
-    assert certificate_of(issued) == "CERT"
-    denied = {"status": {"conditions": [{"type": "Denied", "status": "True", "message": "no way"}]}}
-    with pytest.raises(ProvisioningError, match="was denied: no way"):
-        certificate_of(denied)
-    failed = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "SignerFailure"}]}}
-    with pytest.raises(ProvisioningError, match="was not signed: SignerFailure"):
-        certificate_of(failed)
-
-
 def test_an_identity_ttl_below_ten_minutes_is_refused() -> None:
     client = KubeClient(access=Access(server="https://127.0.0.1:6443"))
     with pytest.raises(ValueError, match="at least 600"):
@@ -204,11 +181,17 @@ class FakeKube:
     async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
         return [o for (kind, _), o in self.objects.items() if kind == resource.kind], "1"
 
+    async def request(self, method: str, path: str, *, body: dict[str, Any]) -> dict[str, Any]:
+        assert (method, body["kind"]) == ("POST", "SelfSubjectReview")
+        return {"status": {"userInfo": {"username": MANAGER}}}
+
     async def create(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         name = obj["metadata"].get("name") or obj["metadata"]["generateName"] + "abcde"
         if (resource.kind, name) in self.objects:
             raise ConflictError(409, "AlreadyExists", name)
         created = obj | {"metadata": obj["metadata"] | {"name": name, "resourceVersion": "1", "uid": f"uid-{name}"}}
+        if resource == CSRS:  # the API server records who asked
+            created["spec"] = obj["spec"] | {"username": MANAGER}
         self.objects[(resource.kind, name)] = created
         return created
 

@@ -29,7 +29,13 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from liqo.api import names
 from liqo.install.installer import BY_KIND
-from liqo.install.manifests import VIRTUAL_KUBELET, component_rbac, namespace, virtual_kubelet_rules
+from liqo.install.manifests import (
+    VIRTUAL_KUBELET,
+    component_rbac,
+    namespace,
+    own_approvals_policy,
+    virtual_kubelet_rules,
+)
 from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -62,7 +68,7 @@ async def virtual_kubelet_may_approve(kube: KubeClient) -> bool:
 @pytest.fixture
 async def as_virtual_kubelet(cluster: LocalCluster, kube: KubeClient, tmp_path: Path) -> AsyncIterator[KubeClient]:
     """The cluster as the virtual kubelet's user, with the rights install gives it (applied here)."""
-    for item in [namespace(), *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules())]:
+    for item in [namespace(), *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()), *own_approvals_policy()]:
         await kube.apply(BY_KIND[item["kind"]], item)
     await eventually(
         lambda: virtual_kubelet_may_approve(kube), timeout=30, message="the virtual kubelet's RBAC is in force"
@@ -348,15 +354,15 @@ async def test_rbac_refuses_the_virtual_kubelets_approval_for_any_other_signer(
         await kube.delete(CSRS, name)
 
 
-async def test_rbac_lets_the_virtual_kubelet_approve_anyones_kubelet_serving_request(
+async def test_the_api_server_refuses_the_virtual_kubelet_anyone_elses_kubelet_serving_request(
     kube: KubeClient, as_virtual_kubelet: KubeClient, labels: dict[str, str]
 ) -> None:
-    """What RBAC really enforces: approval is per signer, not per requester (docs/security.md).
+    """RBAC grants approval per signer, not per requester; the policy ``liqo-own-approvals`` closes the gap.
 
     Someone else — any user who may create CSRs — asks for a serving certificate of a real node's name and
-    address; the virtual kubelet's identity may approve it, and kube-controller-manager signs it. Only the
-    virtual kubelet's code (the test above) keeps it to its own requests. It may not list requests to go
-    looking for them, though: it only reads the ones it names.
+    address. RBAC alone lets the virtual kubelet's identity approve it (the SubjectAccessReview says so), and
+    kube-controller-manager would sign it; the API server refuses the approval, naming the rule, and the
+    request stays pending. Nor may the identity list requests to go looking for them.
     """
     node = (await kube.list_all(NODES))[0][0]
     address = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
@@ -378,14 +384,13 @@ async def test_rbac_lets_the_virtual_kubelet_approve_anyones_kubelet_serving_req
         with pytest.raises(ApiError) as refused:
             await as_virtual_kubelet.list(CSRS)
         assert refused.value.status == 403
-        await as_virtual_kubelet.replace(
-            CSRS, csr.approved(theirs, reason="Attack", message="not ours"), subresource="approval"
-        )
-
-        async def signed() -> bool:
-            return csr.certificate_of(await as_virtual_kubelet.get(CSRS, name)) is not None
-
-        await eventually(signed, timeout=30, message=f"kube-controller-manager signs {name}")
+        assert await virtual_kubelet_may_approve(kube)  # RBAC would let it
+        with pytest.raises(ApiError) as denied:
+            await as_virtual_kubelet.replace(
+                CSRS, csr.approved(theirs, reason="Attack", message="not ours"), subresource="approval"
+            )
+        assert "may approve only the certificate requests they made themselves" in str(denied.value)
+        assert not ((await kube.get(CSRS, name)).get("status") or {}).get("conditions")
     finally:
         with contextlib.suppress(NotFoundError):
             await kube.delete(CSRS, name)

@@ -85,6 +85,7 @@ def generated_files(*, chart_version: str | None = None) -> dict[str, str]:
     static = [
         *manifests.peer_cluster_roles(),
         *manifests.peer_services_policy(),
+        *manifests.own_approvals_policy(),
         *manifests.component_rbac(manifests.MANAGER, manifests.manager_rules(), manifests.manager_namespace_rules()),
         *manifests.component_rbac(manifests.VIRTUAL_KUBELET, manifests.virtual_kubelet_rules()),
     ]

@@ -423,6 +423,8 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
         (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.PEER_SERVICES_POLICY),
         (VALIDATING_ADMISSION_POLICIES, manifests.PEER_SERVICES_POLICY),
+        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.OWN_APPROVALS_POLICY),
+        (VALIDATING_ADMISSION_POLICIES, manifests.OWN_APPROVALS_POLICY),
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)

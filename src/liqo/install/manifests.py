@@ -228,6 +228,57 @@ def peer_services_policy() -> list[Manifest]:
     return [policy, binding]
 
 
+OWN_APPROVALS_POLICY = "liqo-own-approvals"
+
+
+def own_approvals_policy() -> list[Manifest]:
+    """The API server refuses liqo's components any approval of a CSR they did not create themselves.
+
+    RBAC grants approval per signer, not per requester: the manager may approve any client certificate
+    request, the virtual kubelet any kubelet-serving one (a certificate for a real node's address). Their
+    code approves only requests it made (:mod:`liqo.kube.csr`); this policy makes it a rule of the API
+    server, which holds even for a stolen credential.
+    """
+    users = [
+        f"system:serviceaccount:{names.LIQO_NAMESPACE}:{component}" for component in (MANAGER, VIRTUAL_KUBELET)
+    ] + [MANAGER, VIRTUAL_KUBELET]  # the users of a local cluster's host processes
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": _meta(OWN_APPROVALS_POLICY, namespace=None),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["certificates.k8s.io"],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["certificatesigningrequests/approval"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "liqo", "expression": f"request.userInfo.username in {orjson.dumps(users).decode()}"}
+            ],
+            "validations": [
+                {
+                    "expression": "object.spec.username == request.userInfo.username",
+                    "message": "liqo's components may approve only the certificate requests they made themselves",
+                    "reason": "Forbidden",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": _meta(OWN_APPROVALS_POLICY, namespace=None),
+        "spec": {"policyName": OWN_APPROVALS_POLICY, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
@@ -609,6 +660,7 @@ def chart(
         *all_crds(),
         *peer_cluster_roles(),
         *peer_services_policy(),
+        *own_approvals_policy(),
         *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         settings(values),

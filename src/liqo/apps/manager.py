@@ -5,7 +5,8 @@ and, on a listener of its own that peers do not reach, the webhooks (pod mutator
 each with its own caches, since the API server may call any replica; the control loops run in the replica
 that holds the ``liqo-manager`` Lease. The same entry point runs as a Deployment on a real cluster
 (in-cluster credentials) and as a supervised host process on a local one (``--kubeconfig``, loopback
-``--auth-address`` and ``--webhook-address``).
+``--auth-address``, ``--webhook-address`` and ``--metrics-address``). Every replica is ready (``/readyz``)
+once both its listeners serve, leader or not: the Services send peers and the API server to any of them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity, read_cluster_key, read_identity
 from liqo.api.networks import ClusterNetwork
 from liqo.api.peers import PeerClients
+from liqo.apps import operability
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
@@ -37,6 +39,7 @@ from liqo.kube.component import run_components
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import LeaderElector
+from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
@@ -87,7 +90,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=(),
         help="namespace names (or prefixes ending in *) no consumer's twin may take, besides default, kube-*, liqo*",
     )
-    parser.add_argument("--log-level", default="INFO")
+    operability.add_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -101,6 +104,9 @@ def _reserved_namespaces(text: str) -> tuple[str, ...]:
 async def run(args: argparse.Namespace) -> None:
     """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
+    serving = asyncio.Event()
+    # Up before the waits below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
         # Without its network this cluster could tell peers nothing true about its addresses: wait for it.
         local, network = await poll_until(
@@ -120,6 +126,7 @@ async def run(args: argparse.Namespace) -> None:
             await _serve_auth(client, local=local, network=network, key=key, args=args, shared=shared),
             await _serve_webhooks(client, args, shared, selection),
         ]
+        serving.set()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -142,11 +149,14 @@ async def run(args: argparse.Namespace) -> None:
                 )
             )
         )
-        await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
+        with registered(CacheCollector([elector.gauge])):
+            await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            campaign.cancel()
+            await asyncio.gather(campaign, return_exceptions=True)
         for runner in runners:
             await runner.cleanup()
+    if metrics is not None:
+        await metrics.cleanup()
 
 
 async def _identity_with_network(client: KubeClient) -> tuple[ClusterIdentity, ClusterNetwork] | None:
@@ -334,9 +344,7 @@ async def _controllers(
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    operability.setup_logging(args)
     asyncio.run(run(args))
 
 

@@ -3,6 +3,7 @@
 Wiring only. The kubelet API (HTTPS) is served from the start; the virtual nodes run in the replica that
 holds the ``liqo-virtual-kubelet`` Lease. Separate from the manager so that either can die (a required
 fault drill) without taking the other along; docs/offloading.md says why one process serves every node.
+Every replica is ready (``/readyz`` on ``--metrics-address``) once its kubelet API serves.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from aiohttp import web
 
 from liqo.api import names
 from liqo.api.identity import read_identity
+from liqo.apps import operability
 from liqo.kube import kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.leaderelection import LeaderElector
+from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -59,7 +62,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="HOME=PROVIDER",
         help="map a home IngressClass to the providers' in Ingress copies (repeatable; unmapped ones are cleared)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    operability.add_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -89,6 +92,9 @@ async def run(args: argparse.Namespace) -> None:
     """Serve the kubelet API, campaign for the lease, run the virtual nodes while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
     host, _, port = args.listen.rpartition(":")
+    serving = asyncio.Event()
+    # Up before the wait below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
         local = await poll_until(
             lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
@@ -120,24 +126,26 @@ async def run(args: argparse.Namespace) -> None:
         await runner.setup()
         await web.TCPSite(runner, host, int(port), ssl_context=_tls(args)).start()
         log.info("kubelet API on https://%s", args.listen)
+        serving.set()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         elector = LeaderElector(client=client, namespace=names.LIQO_NAMESPACE, name=LEASE, identity=identity)
         campaign = asyncio.create_task(elector.run(kubelets.run))
-        await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        campaign.cancel()
-        await asyncio.gather(campaign, return_exceptions=True)
+        with registered(CacheCollector([elector.gauge, *kubelets.gauges])):
+            await asyncio.wait([campaign, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            campaign.cancel()
+            await asyncio.gather(campaign, return_exceptions=True)
         await runner.cleanup()
+    if metrics is not None:
+        await metrics.cleanup()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    operability.setup_logging(args)
     asyncio.run(run(args))
 
 

@@ -14,7 +14,8 @@ trusting it would dial the wrong pods — exactly what recording the network is 
 Launchers: on a local cluster (recognised by its API server URL) the manager is a component of the
 cluster's supervisor, with a client certificate for the user ``liqo-manager``, a loopback HTTPS port for
 authentication and another for the webhooks (which accepts only the API server's webhook client
-certificate); elsewhere it is the Deployment of the manifests.
+certificate); elsewhere it is the Deployment of the manifests. Locally, the manager and the virtual kubelet
+each serve metrics on a loopback port of their own, so that local clusters on one machine never share one.
 """
 
 from __future__ import annotations
@@ -152,13 +153,15 @@ def resolve_network(
 
 @dataclass(frozen=True)
 class LocalManager:
-    """Where the manager of a local cluster keeps its files, and its authentication and webhook ports."""
+    """Where the manager of a local cluster keeps its files, and the ports it and the virtual kubelet serve."""
 
     cluster: str
     directory: Path
     port: int
     kubelet_port: int
     webhook_port: int
+    metrics_port: int
+    kubelet_metrics_port: int
 
     @property
     def auth_url(self) -> str:
@@ -192,6 +195,7 @@ class LocalManager:
                 f"--webhook-cert={self.directory / 'webhook.crt'}",
                 f"--webhook-key={self.directory / 'webhook.key'}",
                 f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
+                f"--metrics-address=127.0.0.1:{self.metrics_port}",
                 *manifests.manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
@@ -217,6 +221,7 @@ class LocalManager:
                 f"--cert={self.directory / 'kubelet.crt'}",
                 f"--key={self.directory / 'kubelet.key'}",
                 f"--client-ca={ca}",
+                f"--metrics-address=127.0.0.1:{self.kubelet_metrics_port}",
             ],
             probe=Probe(url=f"https://127.0.0.1:{self.kubelet_port}/healthz", ca=ca),
             after=["kube-apiserver"],
@@ -411,18 +416,22 @@ def local_manager(client: KubeClient) -> LocalManager | None:
     auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
     kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
     webhook = _kept_port(name, manifests.MANAGER, "--webhook-address=")
-    fresh = iter(free_ports(3))
+    metrics = _kept_port(name, manifests.MANAGER, "--metrics-address=")
+    kubelet_metrics = _kept_port(name, manifests.VIRTUAL_KUBELET, "--metrics-address=")
+    fresh = iter(free_ports(5))
     return LocalManager(
         cluster=name,
         directory=directory,
         port=auth or next(fresh),
         kubelet_port=kubelet or next(fresh),
         webhook_port=webhook or next(fresh),
+        metrics_port=metrics or next(fresh),
+        kubelet_metrics_port=kubelet_metrics or next(fresh),
     )
 
 
 def _kept_port(name: str, component_name: str, flag: str) -> int | None:
-    """The port a previous install chose (kept: peers' auth URLs and nodes' kubelet endpoints stay valid)."""
+    """The port a previous install chose (kept: peers' auth URLs, nodes' kubelet endpoints, scrape targets)."""
     for component in clusters.components(name):
         if component.name == component_name:
             for arg in component.argv:

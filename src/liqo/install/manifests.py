@@ -33,6 +33,8 @@ AUTH_PORT = 8443
 WEBHOOK_SERVICE = "liqo-webhook"
 """The ClusterIP Service through which the API server calls the webhooks (never the peers' ``liqo-auth``)."""
 WEBHOOK_PORT = 9443
+METRICS_PORT = 8080
+"""Both components' ``/metrics``, ``/healthz`` and ``/readyz`` (plain HTTP)."""
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 
 Manifest = dict[str, Any]
@@ -353,7 +355,11 @@ def manager_workload(*, image: str, identity_ttl: int, reserved_namespaces: tupl
             f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
             *manager_flags(identity_ttl=identity_ttl, reserved_namespaces=reserved_namespaces),
         ],
-        "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
+        "ports": [
+            {"name": "auth", "containerPort": AUTH_PORT},
+            {"name": "webhook", "containerPort": WEBHOOK_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -409,7 +415,10 @@ def virtual_kubelet_workload(*, image: str) -> Manifest:
         "command": ["python", "-m", "liqo.apps.virtualkubelet"],
         "args": [f"--listen=0.0.0.0:{KUBELET_PORT}", "--node-address=$(POD_IP)"],
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
+        "ports": [
+            {"name": "kubelet", "containerPort": KUBELET_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -14,13 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
-
-from prometheus_client import REGISTRY, CollectorRegistry
+from typing import TYPE_CHECKING, Any
 
 from liqo.kube.cache import SharedInformers
 from liqo.kube.controller import Controller
-from liqo.kube.metrics import CacheCollector, CacheGauge, registered
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from liqo.kube.metrics import CacheGauge
 
 log = logging.getLogger(__name__)
 
@@ -47,19 +49,24 @@ async def run_components(
     *,
     informers: SharedInformers,
     sync_timeout: float = 60.0,
-    registry: CollectorRegistry = REGISTRY,
+    registry: CollectorRegistry | None = None,
 ) -> None:
     """Run the shared informers and every component's loops until cancelled; close every component after.
 
-    The components' gauges are in ``registry`` meanwhile.
+    The components' gauges are in ``registry`` (by default the process's) meanwhile.
 
     Raises:
         RuntimeError: the informers did not complete their first list within ``sync_timeout`` seconds.
     """
+    # Here, not at the top, as in liqo.kube.controller: liqoctl imports this module and runs no component.
+    from prometheus_client import REGISTRY  # noqa: PLC0415
+
+    from liqo.kube.metrics import CacheCollector, registered  # noqa: PLC0415
+
     controllers = [controller for component in components for controller in component.controllers]
     gauges = CacheCollector([gauge for component in components for gauge in component.gauges])
     try:
-        with registered(gauges, registry):
+        with registered(gauges, registry or REGISTRY):
             async with asyncio.TaskGroup() as group:
                 group.create_task(informers.run())
                 if not await informers.wait_synced(sync_timeout):

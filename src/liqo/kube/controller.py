@@ -23,11 +23,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.metrics import RUNTIME, RuntimeMetrics
 from liqo.kube.workqueue import ShutDown, WorkQueue
+
+if TYPE_CHECKING:
+    from liqo.kube.metrics import RuntimeMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ class Controller(Generic[T]):
         workers: how many items may be reconciled concurrently.
         queue: the queue event handlers add items to; by default a new one with the default rate limiter.
         max_retries: consecutive failures after which an item is retried no more (until it is added again).
-        metrics: where reconciles are recorded; by default the process's.
+        metrics: where reconciles are recorded; by default the process's (``liqo.kube.metrics.RUNTIME``).
         clock: monotonic seconds, for latencies and :meth:`since_change`.
 
     Attributes:
@@ -79,11 +81,17 @@ class Controller(Generic[T]):
         workers: int = 1,
         queue: WorkQueue[T] | None = None,
         max_retries: int = 15,
-        metrics: RuntimeMetrics = RUNTIME,
+        metrics: RuntimeMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if workers < 1:
             raise ValueError(f"a controller needs at least one worker, got {workers}")
+        if metrics is None:
+            # Here, not at the top: liqoctl imports modules that define controllers without running one, and
+            # prometheus_client would add a tenth of a second to every command (docs/architecture.md, departure 1).
+            from liqo.kube.metrics import RUNTIME  # noqa: PLC0415
+
+            metrics = RUNTIME
         self.name = name
         self.queue: WorkQueue[T] = queue if queue is not None else WorkQueue()
         self.reconciles = 0

@@ -17,8 +17,13 @@ thread: a dict changing size mid-iteration would fail the scrape. Scraping a few
 millisecond or two.
 
 One registry per process, prometheus_client's default, which also carries the process's own CPU, memory
-and file descriptors (``process_*``) and the interpreter's (``python_*``). Everything that registers takes
-the registry as an argument, so tests use a fresh one.
+and file descriptors (``process_*``) and the interpreter's (``python_*``). The runtime metrics, gauges and
+the listener take the registry as an argument, so tests use a fresh one; a metric of a capability's own
+(reflection lag) sits on the default one and is tested by its increase.
+
+prometheus_client takes a tenth of a second to import, which liqoctl (it imports modules defining
+controllers, never running one) must not pay: :mod:`liqo.kube.controller` and :mod:`liqo.kube.component`
+import this module only when a controller is built or components run.
 
 The listener (:func:`serve_metrics`) is plain HTTP, separate from the TLS listeners peers and the API
 server call: ``/metrics``, ``/healthz`` (the process's event loop answers) and ``/readyz`` (what the

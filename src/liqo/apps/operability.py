@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
 
 from aiohttp import web
@@ -10,6 +11,8 @@ from aiohttp import web
 from liqo.install.manifests import METRICS_PORT
 from liqo.kube.logformat import FORMATS, configure_logging
 from liqo.kube.metrics import listen_address, serve_metrics
+
+log = logging.getLogger(__name__)
 
 DEFAULT_METRICS_ADDRESS = f"0.0.0.0:{METRICS_PORT}"
 
@@ -39,7 +42,17 @@ def setup_logging(args: argparse.Namespace) -> None:
 
 
 async def start_metrics(args: argparse.Namespace, *, ready: Callable[[], bool]) -> web.AppRunner | None:
-    """The metrics and probes listener, unless ``--metrics-address`` is empty; the caller cleans it up."""
+    """The metrics and probes listener, unless ``--metrics-address`` is empty; the caller cleans it up.
+
+    A port that cannot be bound is logged, not fatal: the listener is auxiliary, and the components of local
+    clusters installed before it existed all take the default port once restarted with this code, where a
+    crash would take authentication, the webhooks or the virtual nodes down with it.
+    """
     if args.metrics_address is None:
         return None
-    return await serve_metrics(args.metrics_address, ready=ready)
+    try:
+        return await serve_metrics(args.metrics_address, ready=ready)
+    except OSError as exc:
+        host, port = args.metrics_address
+        log.error("metrics and probes not served: cannot listen on %s:%d: %s", host, port, exc)
+        return None

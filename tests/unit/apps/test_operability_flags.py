@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from collections.abc import Callable
 
 import pytest
 
-from liqo.apps import manager, virtualkubelet
+from liqo.apps import manager, operability, virtualkubelet
 
 PARSERS = [manager.parse_args, virtualkubelet.parse_args]
 
@@ -32,3 +33,13 @@ def test_a_bad_value_is_a_usage_error(
         parse([flag])
     assert exited.value.code == 2
     assert flag.partition("=")[0] in capsys.readouterr().err
+
+
+async def test_a_port_taken_leaves_the_component_running_without_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = manager.parse_args([f"--metrics-address=127.0.0.1:{port}"])
+        assert await operability.start_metrics(args, ready=lambda: True) is None
+    assert f"cannot listen on 127.0.0.1:{port}" in caplog.text

@@ -215,6 +215,16 @@ async def test_the_peers_offload_a_deployment_onto_the_providers_real_node(
     # kubectl at home reaches the container through the virtual kubelet's pod and the provider's kubelet.
     assert "serving" in kubectl(porto.cluster, "logs", "-n", offloaded, home)
     assert kubectl(porto.cluster, "exec", "-n", offloaded, home, "--", "sh", "-c", "echo $((6 * 7))") == "42\n"
+    # The virtual kubelet's pod counts them in /metrics (scraped from inside its pod: pod IPs are not routed here).
+    scrape = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/metrics').read().decode())"
+    metrics = kubectl(
+        porto.cluster, "-n", "liqo", "exec", f"deploy/{manifests.VIRTUAL_KUBELET}", "--", "python3", "-c", scrape
+    )
+    running = [
+        line for line in metrics.splitlines() if line.startswith("liqo_offloaded_pods{") and 'phase="Running"' in line
+    ]
+    assert running, metrics
+    assert float(running[0].rsplit(" ", 1)[1]) >= 3
 
 
 def manager_pid(pod_name: str) -> int:

@@ -47,3 +47,18 @@ securityContext:
   capabilities:
     drop: [ALL]
 {{- end -}}
+
+{{/* Ready once the process serves (every replica); alive while its event loop answers. */}}
+{{- define "liqo.probes" -}}
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: metrics
+  periodSeconds: 2
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: metrics
+  periodSeconds: 10
+  failureThreshold: 6
+{{- end -}}

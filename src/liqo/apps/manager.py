@@ -5,7 +5,8 @@ and, on a listener of its own that peers do not reach, the webhooks (pod mutator
 each with its own caches, since the API server may call any replica; the control loops run in the replica
 that holds the ``liqo-manager`` Lease. The same entry point runs as a Deployment on a real cluster
 (in-cluster credentials) and as a supervised host process on a local one (``--kubeconfig``, loopback
-``--auth-address`` and ``--webhook-address``).
+``--auth-address``, ``--webhook-address`` and ``--metrics-address``). Every replica is ready (``/readyz``)
+once both its listeners serve, leader or not: the Services send peers and the API server to any of them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork
 from liqo.api.peers import PeerClients
+from liqo.apps import operability
 from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
@@ -38,6 +40,7 @@ from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
+from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
 from liqo.offloading import registration
@@ -96,7 +99,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0.0,
         help="seconds to keep answering after SIGTERM, while the endpoints stop sending to this replica",
     )
-    parser.add_argument("--log-level", default="INFO")
+    operability.add_flags(parser)
     return parser.parse_args(argv)
 
 
@@ -110,6 +113,9 @@ def _reserved_namespaces(text: str) -> tuple[str, ...]:
 async def run(args: argparse.Namespace) -> None:
     """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
+    serving = asyncio.Event()
+    # Up before the waits below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
         settings = await poll_until(
             lambda: read_settings(client),
@@ -136,6 +142,7 @@ async def run(args: argparse.Namespace) -> None:
             await registration.publish_ca_bundles(client, ca_pem=shared.ca)
             followed = [tls for tls, own in ((auth_tls, args.auth_cert), (webhook_tls, args.webhook_cert)) if not own]
             rotation = asyncio.create_task(_follow_shared_pair(client, shared, followed))
+        serving.set()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -160,21 +167,24 @@ async def run(args: argparse.Namespace) -> None:
                 )
             )
         )
-        await asyncio.wait(
-            [campaign, settings_changed, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
-        )
-        campaign.cancel()
-        settings_changed.cancel()
-        if rotation is not None:
-            rotation.cancel()
-        if args.shutdown_delay:
-            # A terminating pod's endpoint is withdrawn asynchronously (EndpointSlice, then every node's
-            # proxy): calls still arrive for a moment, and a closed port would refuse pods at admission.
-            log.info("leadership released; answering for %.0f s more", args.shutdown_delay)
-            await asyncio.sleep(args.shutdown_delay)
-        await asyncio.gather(campaign, *([rotation] if rotation else []), return_exceptions=True)
+        with registered(CacheCollector([elector.gauge])):
+            await asyncio.wait(
+                [campaign, settings_changed, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
+            )
+            campaign.cancel()
+            settings_changed.cancel()
+            if rotation is not None:
+                rotation.cancel()
+            if args.shutdown_delay:
+                # A terminating pod's endpoint is withdrawn asynchronously (EndpointSlice, then every node's
+                # proxy): calls still arrive for a moment, and a closed port would refuse pods at admission.
+                log.info("leadership released; answering for %.0f s more", args.shutdown_delay)
+                await asyncio.sleep(args.shutdown_delay)
+            await asyncio.gather(campaign, *([rotation] if rotation else []), return_exceptions=True)
         for runner in runners:
             await runner.cleanup()
+    if metrics is not None:
+        await metrics.cleanup()
 
 
 async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> None:
@@ -390,9 +400,7 @@ async def _controllers(
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    operability.setup_logging(args)
     try:
         asyncio.run(run(args))
     except InvalidSettings as exc:

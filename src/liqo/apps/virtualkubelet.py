@@ -10,6 +10,8 @@ The API server dials the kubelet API at the nodes' InternalIP and, when it runs 
 for a kubelet serving certificate of ``--node-address`` through a CertificateSigningRequest
 (:mod:`liqo.kube.csr`), valid a day and swapped into the running listener before it expires; a
 self-signed one (``--serving-cert=self-signed``) only suits API servers that do not verify kubelets.
+
+Every replica is ready (``/readyz`` on ``--metrics-address``) once its kubelet API serves.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from aiohttp import web
 
 from liqo.api import names
 from liqo.api.identity import read_identity
+from liqo.apps import operability
 from liqo.install.manifests import VIRTUAL_KUBELET
 from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
+from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -82,7 +86,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="HOME=PROVIDER",
         help="map a home IngressClass to the providers' in Ingress copies (repeatable; unmapped ones are cleared)",
     )
-    parser.add_argument("--log-level", default="INFO")
+    operability.add_flags(parser)
     args = parser.parse_args(argv)
     if bool(args.cert) != bool(args.key):
         parser.error("--cert and --key go together")
@@ -151,6 +155,9 @@ async def run(args: argparse.Namespace) -> None:
     """Serve the kubelet API, campaign for the lease, run the virtual nodes while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
     host, _, port = args.listen.rpartition(":")
+    serving = asyncio.Event()
+    # Up before the wait below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
         local = await poll_until(
             lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
@@ -186,6 +193,7 @@ async def run(args: argparse.Namespace) -> None:
         await runner.setup()
         await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
         log.info("kubelet API on https://%s", args.listen)
+        serving.set()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -198,23 +206,24 @@ async def run(args: argparse.Namespace) -> None:
             observe_period=STANDBY_OBSERVE_PERIOD,
         )
         tasks.append(asyncio.create_task(elector.run(kubelets.run)))
-        await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        ended = await asyncio.gather(*tasks, return_exceptions=True)
+        with registered(CacheCollector([elector.gauge, *kubelets.gauges])):
+            await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                task.cancel()
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()
-        # A task that failed by itself (not cancelled above) says why the process stops.
-        for outcome in ended:
-            if isinstance(outcome, Exception):
-                raise outcome
+    if metrics is not None:
+        await metrics.cleanup()
+    # A task that failed by itself (not cancelled above) says why the process stops.
+    for outcome in ended:
+        if isinstance(outcome, Exception):
+            raise outcome
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr
-    )
+    operability.setup_logging(args)
     try:
         asyncio.run(run(args))
     except csr.SigningError as exc:

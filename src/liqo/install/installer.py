@@ -20,6 +20,9 @@ Launchers:
 - **host processes** (:class:`HostProcesses`): a local cluster without real nodes (nothing could run a
   pod): the manager and the virtual kubelet are components of the cluster's supervisor, with client
   certificates for their users, and loopback ports for authentication, webhooks and the kubelet API.
+
+Locally, the manager and the virtual kubelet each serve metrics on a loopback port of their own, so that
+local clusters on one machine never share one.
 """
 
 from __future__ import annotations
@@ -207,6 +210,8 @@ class HostProcesses:
     port: int
     kubelet_port: int
     webhook_port: int
+    metrics_port: int
+    kubelet_metrics_port: int
     identity_ttl: int = 7200
     reserved_namespaces: tuple[str, ...] = ()
 
@@ -242,6 +247,7 @@ class HostProcesses:
                 f"--webhook-cert={self.directory / 'webhook.crt'}",
                 f"--webhook-key={self.directory / 'webhook.key'}",
                 f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
+                f"--metrics-address=127.0.0.1:{self.metrics_port}",
                 *manifests.manager_flags(identity_ttl=self.identity_ttl, reserved_namespaces=self.reserved_namespaces),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
@@ -267,6 +273,7 @@ class HostProcesses:
                 f"--cert={self.directory / 'kubelet.crt'}",
                 f"--key={self.directory / 'kubelet.key'}",
                 f"--client-ca={ca}",
+                f"--metrics-address=127.0.0.1:{self.kubelet_metrics_port}",
             ],
             probe=Probe(url=f"https://127.0.0.1:{self.kubelet_port}/healthz", ca=ca),
             after=["kube-apiserver"],
@@ -512,20 +519,24 @@ def host_processes(name: str, options: InstallOptions) -> HostProcesses:
     auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
     kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
     webhook = _kept_port(name, manifests.MANAGER, "--webhook-address=")
-    fresh = iter(free_ports(3))
+    metrics = _kept_port(name, manifests.MANAGER, "--metrics-address=")
+    kubelet_metrics = _kept_port(name, manifests.VIRTUAL_KUBELET, "--metrics-address=")
+    fresh = iter(free_ports(5))
     return HostProcesses(
         cluster=name,
         directory=ClusterDir.named(name).root / "liqo",
         port=auth or next(fresh),
         kubelet_port=kubelet or next(fresh),
         webhook_port=webhook or next(fresh),
+        metrics_port=metrics or next(fresh),
+        kubelet_metrics_port=kubelet_metrics or next(fresh),
         identity_ttl=options.identity_ttl,
         reserved_namespaces=options.reserved_namespaces,
     )
 
 
 def _kept_port(name: str, component_name: str, flag: str) -> int | None:
-    """The port a previous install chose (kept: peers' auth URLs and nodes' kubelet endpoints stay valid)."""
+    """The port a previous install chose (kept: peers' auth URLs, nodes' kubelet endpoints, scrape targets)."""
     for component in clusters.components(name):
         if component.name == component_name:
             for arg in component.argv:

@@ -36,6 +36,8 @@ AUTH_PORT = 8443
 WEBHOOK_SERVICE = "liqo-webhook"
 """The ClusterIP Service through which the API server calls the webhooks (never the peers' ``liqo-auth``)."""
 WEBHOOK_PORT = 9443
+METRICS_PORT = 8080
+"""Both components' ``/metrics``, ``/healthz`` and ``/readyz`` (plain HTTP)."""
 
 Manifest = dict[str, Any]
 
@@ -393,6 +395,18 @@ def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (
     return flags
 
 
+def _probes() -> dict[str, Any]:
+    """Ready once the process serves (every replica: the Services send to any); alive while its loop answers."""
+    return {
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 2},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+    }
+
+
 def _container_security() -> dict[str, Any]:
     return {
         "allowPrivilegeEscalation": False,
@@ -471,8 +485,12 @@ def manager_workload(values: Values) -> list[Manifest]:
             f"--shutdown-delay={SHUTDOWN_DELAY}",
             *manager_flags(identity_ttl=values.identity_ttl, reserved_namespaces=values.reserved_namespaces),
         ],
-        "ports": [{"name": "auth", "containerPort": AUTH_PORT}, {"name": "webhook", "containerPort": WEBHOOK_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "auth", "scheme": "HTTPS"}, "periodSeconds": 2},
+        "ports": [
+            {"name": "auth", "containerPort": AUTH_PORT},
+            {"name": "webhook", "containerPort": WEBHOOK_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        **_probes(),
         "resources": dict(values.manager_resources),
     }
     rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
@@ -511,7 +529,11 @@ def virtual_kubelet_workload(values: Values) -> list[Manifest]:
         "command": ["python3", "-m", "liqo.apps.virtualkubelet"],
         "args": args,
         "env": [{"name": address, "valueFrom": {"fieldRef": {"fieldPath": f"status.{address_field}"}}}],
-        "ports": [{"name": "kubelet", "containerPort": KUBELET_PORT}],
+        "ports": [
+            {"name": "kubelet", "containerPort": KUBELET_PORT},
+            {"name": "metrics", "containerPort": METRICS_PORT},
+        ],
+        **_probes(),
         "resources": dict(values.virtual_kubelet_resources),
     }
     # One replica leads; a second would only wait for the Lease.

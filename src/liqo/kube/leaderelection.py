@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import LEASES, Resource
 from liqo.kube.timefmt import format_micro_time
 
@@ -231,6 +232,16 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """Whether we hold the lease (from acquisition until loss or release)."""
         return self._leading
+
+    @property
+    def gauge(self) -> CacheGauge:
+        """``liqo_leader{lease}``: 1 while this replica leads. Only the leader reports what its caches hold."""
+        return CacheGauge(
+            "liqo_leader",
+            "1 while this replica holds the Lease and runs the control loops, 0 otherwise.",
+            ("lease",),
+            lambda: [((self.name,), float(self._leading))],
+        )
 
     @property
     def observed_holder(self) -> str | None:

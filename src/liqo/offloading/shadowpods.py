@@ -42,8 +42,10 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
+from liqo.offloading import metrics
 from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
 from liqo.offloading.podsecurity import Reset, SecurityPolicy, Verdict, apply_resets, shadow_pod_verdict
 from liqo.offloading.twins import is_twin_of
@@ -189,6 +191,24 @@ class ShadowPods(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The pod controller and the budget controller."""
         return [self.controller, self.budgets]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """What each consumer's pods hold of its budget, and how many wait for room, from the ledger."""
+        return [
+            CacheGauge(
+                "liqo_provider_used_resources",
+                "What a consumer's pods here request, in all its twins (cpu in cores, memory in bytes, pods).",
+                ("consumer", "resource"),
+                lambda: metrics.used_resources(self.ledger),
+            ),
+            CacheGauge(
+                "liqo_provider_waiting_pods",
+                "A consumer's ShadowPods waiting for room in its budget, or for an accepted offer.",
+                ("consumer",),
+                lambda: metrics.waiting_pods(self.ledger),
+            ),
+        ]
 
     def _consumer_of_offer(self, offer: Obj) -> list[str]:
         meta = offer["metadata"]

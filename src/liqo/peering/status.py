@@ -30,8 +30,10 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.events import EventRecorder
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import terminating
 from liqo.kube.timefmt import format_micro_time, format_time
+from liqo.peering import metrics
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
 from liqo.peering.observations import FORBIDDEN, Observation, Observations
@@ -248,6 +250,25 @@ class ForeignClusterStatus(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The control loop."""
         return [self.controller]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """Peers per condition and status, and every peer's name."""
+        foreign_clusters = self.caches.foreign_clusters.store
+        return [
+            CacheGauge(
+                "liqo_peers",
+                "ForeignClusters whose condition of this type has this status.",
+                ("condition", "status"),
+                lambda: metrics.peers_by_condition(foreign_clusters.list()),
+            ),
+            CacheGauge(
+                "liqo_peer_info",
+                "1 per peer: its cluster ID (the peer, consumer and provider labels) and its ForeignCluster's name.",
+                ("peer", "name"),
+                lambda: metrics.peer_info(foreign_clusters.list()),
+            ),
+        ]
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""

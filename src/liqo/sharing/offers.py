@@ -24,7 +24,9 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
+from liqo.sharing import metrics
 from liqo.sharing.capacity import RequestsMemo, free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
@@ -64,6 +66,25 @@ class OfferController(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The control loop."""
         return [self.controller]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """What this cluster offers each consumer, and what they accepted."""
+        offers, local_id = self.offers.store, self._local.cluster_id
+        return [
+            CacheGauge(
+                "liqo_provider_offered_resources",
+                "What this cluster's ResourceOffer to a consumer holds (cpu in cores, memory in bytes, pods).",
+                ("consumer", "resource"),
+                lambda: metrics.offers_made(offers.list(), local_id=local_id),
+            ),
+            CacheGauge(
+                "liqo_provider_accepted_resources",
+                "What a consumer accepted of this cluster's offer: its budget here.",
+                ("consumer", "resource"),
+                lambda: metrics.offers_made(offers.list(), local_id=local_id, accepted_only=True),
+            ),
+        ]
 
     def consumers(self) -> list[str]:
         """Every consumer with a request here (capacity or policy changes concern them all)."""

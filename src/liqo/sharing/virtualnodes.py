@@ -22,7 +22,9 @@ from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
 from liqo.kube.errors import NotFoundError
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import object_key, terminating
+from liqo.sharing import metrics
 from liqo.sharing.acceptance import decide
 
 
@@ -73,6 +75,25 @@ class OfferAcceptance(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The control loop."""
         return [self.controller]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """What each provider offers this cluster, and what this cluster accepted (its VirtualNode)."""
+        offers, virtual_nodes = self.offers.store, self.virtual_nodes.store
+        return [
+            CacheGauge(
+                "liqo_consumer_offered_resources",
+                "What a provider's ResourceOffer to this cluster holds (cpu in cores, memory in bytes, pods).",
+                ("provider", "resource"),
+                lambda: metrics.offers_received(offers.list()),
+            ),
+            CacheGauge(
+                "liqo_consumer_accepted_resources",
+                "What this cluster accepted of a provider's offer: its VirtualNode's resources.",
+                ("provider", "resource"),
+                lambda: metrics.virtual_node_resources(virtual_nodes.list()),
+            ),
+        ]
 
     async def reconcile(self, provider_id: str) -> None:
         """Decide on ``provider_id``'s offer and converge its VirtualNode."""

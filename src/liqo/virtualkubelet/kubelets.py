@@ -23,8 +23,9 @@ from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, VIRTUAL_
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import SECRETS, object_key, split_namespaced_key, terminating
-from liqo.virtualkubelet import fit
+from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.node import NodeController
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
 from liqo.virtualkubelet.reflection.endpointslices import EndpointSliceReflector
@@ -154,6 +155,41 @@ class VirtualKubelets:
             if running.provider_id == provider_id:
                 running.node.changed()
         self._dirty.set()
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """The pods of every virtual node reflected now, per phase, and what those not finished request."""
+        return [
+            CacheGauge(
+                "liqo_offloaded_pods",
+                "Pods bound to a virtual node (offloaded to its provider), per phase.",
+                ("node", "provider", "phase"),
+                lambda: (
+                    sample
+                    for node, provider, pods in self._reflected()
+                    for sample in metrics.offloaded_pods(pods, node=node, provider=provider)
+                ),
+            ),
+            CacheGauge(
+                "liqo_consumer_used_resources",
+                "What this cluster's pods on a provider's virtual node request (cpu in cores, memory in bytes,"
+                " pods), finished pods left out.",
+                ("provider", "resource"),
+                lambda: (
+                    sample
+                    for _, provider, pods in self._reflected()
+                    for sample in metrics.used_resources(pods, provider=provider)
+                ),
+            ),
+        ]
+
+    def _reflected(self) -> list[tuple[str, str, list[Obj]]]:
+        """``(node, provider, home pods bound to it)`` for every virtual node whose pods are reflected now."""
+        return [
+            (split_namespaced_key(key)[1], running.provider_id, running.reflector.pods.store.list())
+            for key, running in self.running.items()
+            if running.reflector is not None
+        ]
 
     def reflector_for(self, namespace: str, pod: str) -> PodReflector | None:
         """The reflector running home pod ``namespace/pod`` (for the kubelet API)."""

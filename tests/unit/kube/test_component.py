@@ -7,11 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component, run_components
 from liqo.kube.controller import Controller
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import PODS, Resource
 
 
@@ -72,3 +74,22 @@ async def test_caches_that_never_sync_are_an_error_and_still_close_everything() 
     assert failed.group_contains(RuntimeError, match="did not sync")
     assert component.closed
     assert not component.reconciled.is_set()
+
+
+class Gauged(Counting):
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        return [CacheGauge("liqo_test_items", "help", ("kind",), lambda: [(("one",), 1.0)])]
+
+
+async def test_a_components_gauges_are_served_while_its_loops_run() -> None:
+    registry = CollectorRegistry()
+    informers = SharedInformers(cast(KubeClient, Api(lists=True)))
+    informers.informer(PODS)
+    component = Gauged()
+    task = asyncio.create_task(run_components([component], informers=informers, registry=registry))
+    await asyncio.wait_for(component.reconciled.wait(), 5)
+    assert registry.get_sample_value("liqo_test_items", {"kind": "one"}) == 1
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert registry.get_sample_value("liqo_test_items", {"kind": "one"}) is None

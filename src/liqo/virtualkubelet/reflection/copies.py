@@ -25,6 +25,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
+from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
@@ -177,14 +178,15 @@ class CopyReflector(Reflector):
                 await delete_copy(self._provider, resource, current)
             return None
         desired = kind.copy(home, namespace=pair.twin, home_cluster_id=self._home_cluster_id)
-        await converge_copy(
+        if await converge_copy(
             self._provider,
             resource,
             current=current,
             desired=desired,
             is_current=kind.is_current,
             must_replace=kind.must_replace,
-        )
+        ):
+            metrics.written(plural, self.controller, key)
         return None
 
 
@@ -196,25 +198,29 @@ async def converge_copy(
     desired: Obj,
     is_current: Callable[[Obj, Obj], bool],
     must_replace: Callable[[Obj, Obj], bool],
-) -> None:
-    """One step of a copy of ours (``current``, None if absent) towards ``desired``.
+) -> bool:
+    """One step of a copy of ours (``current``, None if absent) towards ``desired``; whether it now is ``desired``.
 
     Create, then replace at the cached resourceVersion: a create fails on a namesake the cache has not shown
     yet, where an apply would take it over. A conflict either way means the cache is behind, and the event it
     is behind on re-queues the key; a copy that cannot be updated is deleted, its deletion re-queuing it.
+    False too when nothing needed writing.
     """
     if current is None:
         with contextlib.suppress(ConflictError):
             await provider.create(resource, desired)
-        return
+            return True
+        return False
     if is_current(current, desired):
-        return
+        return False
     if must_replace(current, desired):
         await delete_copy(provider, resource, current)
-        return
+        return False
     desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     with contextlib.suppress(ConflictError, NotFoundError):
         await provider.replace(resource, desired)
+        return True
+    return False
 
 
 def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from liqo.kube.controller import Controller, Result
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
+from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import endpointslices as forge
 from liqo.virtualkubelet.forge import services
 from liqo.virtualkubelet.reflection.copies import ReflectionPolicy, converge_copy, delete_copy
@@ -135,14 +136,15 @@ class EndpointSliceReflector(Reflector):
             if current is not None:
                 await delete_copy(self._provider, ENDPOINT_SLICES, current)
             return None
-        await converge_copy(
+        if await converge_copy(
             self._provider,
             ENDPOINT_SLICES,
             current=current,
             desired=desired,
             is_current=forge.slice_is_current,
             must_replace=forge.must_replace,
-        )
+        ):
+            metrics.written(ENDPOINT_SLICES.plural, self.controller, key)
         return None
 
     async def _report(self, key: SliceKey, service: Obj, refused: list[str]) -> None:

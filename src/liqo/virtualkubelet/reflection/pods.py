@@ -39,7 +39,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
-from liqo.virtualkubelet import fit
+from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
@@ -198,6 +198,7 @@ class PodReflector(Reflector):
                     raise
                 await self._refused(home, reason=forge.PROVIDER_REFUSED, message=exc.message)
                 return Result(requeue_after=self._refusals.when(key))
+            metrics.written(PODS.plural, self.controller, key)
             self._refusals.forget(key)
             return None  # its status comes back through the informers
         if shadow is not None and not self._provider_ready():

@@ -1,0 +1,58 @@
+"""What both components offer an operator, the same way: log level and format, metrics and health probes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from liqo.install.manifests import METRICS_PORT
+from liqo.kube.logformat import FORMATS, configure_logging
+from liqo.kube.metrics import listen_address, serve_metrics
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METRICS_ADDRESS = f"0.0.0.0:{METRICS_PORT}"
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``, ``--log-format`` and ``--metrics-address``."""
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-format", choices=FORMATS, default="text", help="json: one JSON object per line")
+    parser.add_argument(
+        "--metrics-address",
+        type=_metrics_address,
+        default=DEFAULT_METRICS_ADDRESS,
+        help="HOST:PORT of /metrics, /healthz and /readyz, plain HTTP (empty: not served)",
+    )
+
+
+def _metrics_address(text: str) -> tuple[str, int] | None:
+    try:
+        return listen_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Logging as the flags say."""
+    configure_logging(level=args.log_level, fmt=args.log_format)
+
+
+async def start_metrics(args: argparse.Namespace, *, ready: Callable[[], bool]) -> web.AppRunner | None:
+    """The metrics and probes listener, unless ``--metrics-address`` is empty; the caller cleans it up.
+
+    A port that cannot be bound is logged, not fatal: the listener is auxiliary, and the components of local
+    clusters installed before it existed all take the default port once restarted with this code, where a
+    crash would take authentication, the webhooks or the virtual nodes down with it.
+    """
+    if args.metrics_address is None:
+        return None
+    try:
+        return await serve_metrics(args.metrics_address, ready=ready)
+    except OSError as exc:
+        host, port = args.metrics_address
+        log.error("metrics and probes not served: cannot listen on %s:%d: %s", host, port, exc)
+        return None

@@ -1,0 +1,47 @@
+"""How the components log: plain text for people, or one JSON object per line for log collectors.
+
+A collector (Fluent Bit, Vector, Loki's promtail) reading text has to guess where a message ends, and a
+traceback spans many lines; JSON gives it one record per line with the fields it indexes. Only the record's
+time, level, logger, message and exception text go out: never its arguments or extra attributes, which may
+hold objects the message itself was careful not to print (a token, a kubeconfig).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+
+import orjson
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record.
+
+    Its keys: ``time`` (RFC 3339, UTC, microseconds), ``level``, ``logger``, ``message``, and ``exception``
+    (the traceback) and ``stack`` when the record carries them.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="microseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(entry).decode()
+
+
+def configure_logging(*, level: str, fmt: str) -> None:
+    """Send the process's logs to stderr at ``level``, as ``fmt`` (one of :data:`FORMATS`) says."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])

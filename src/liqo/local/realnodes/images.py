@@ -19,6 +19,7 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
@@ -78,9 +79,21 @@ class Descriptor:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
 
-def image_config(*, diff_ids: Sequence[str], entrypoint: Sequence[str], cmd: Sequence[str] = ()) -> dict[str, Any]:
-    """An OCI image configuration for linux/amd64 with the given layers and command (pure)."""
-    config: dict[str, Any] = {"Env": [PATH_ENV], "Entrypoint": list(entrypoint) or None, "Cmd": list(cmd) or None}
+def image_config(
+    *,
+    diff_ids: Sequence[str],
+    entrypoint: Sequence[str],
+    cmd: Sequence[str] = (),
+    env: Sequence[str] = (),
+    user: str = "",
+) -> dict[str, Any]:
+    """An OCI image configuration for linux/amd64 with the given layers, command, environment and user (pure)."""
+    config: dict[str, Any] = {
+        "Env": [PATH_ENV, *env],
+        "Entrypoint": list(entrypoint) or None,
+        "Cmd": list(cmd) or None,
+        "User": user or None,
+    }
     return {
         "architecture": "amd64",
         "os": "linux",
@@ -121,14 +134,16 @@ def digest_of(data: bytes) -> str:
 
 
 def write_archive(*, layer: Path, entrypoint: Sequence[str], cmd: Sequence[str] = (), names: Sequence[str],
-                  out: Path) -> None:  # fmt: skip
+                  out: Path, env: Sequence[str] = (), user: str = "") -> None:  # fmt: skip
     """Write an OCI image layout archive of one uncompressed ``layer`` to ``out`` (atomically)."""
     hasher = hashlib.sha256()
     with layer.open("rb") as source:
         while chunk := source.read(1 << 20):
             hasher.update(chunk)
     layer_descriptor = Descriptor(LAYER_MEDIA_TYPE, "sha256:" + hasher.hexdigest(), layer.stat().st_size)
-    config = orjson.dumps(image_config(diff_ids=[layer_descriptor.digest], entrypoint=entrypoint, cmd=cmd))
+    config = orjson.dumps(
+        image_config(diff_ids=[layer_descriptor.digest], entrypoint=entrypoint, cmd=cmd, env=env, user=user)
+    )
     config_descriptor = Descriptor(CONFIG_MEDIA_TYPE, digest_of(config), len(config))
     manifest_bytes = orjson.dumps(manifest(config=config_descriptor, layers=[layer_descriptor]))
     manifest_descriptor = Descriptor(MANIFEST_MEDIA_TYPE, digest_of(manifest_bytes), len(manifest_bytes))
@@ -226,6 +241,88 @@ def _build_toolbox(scratch: Path, out: Path, progress: Progress) -> None:
         # /dev is the runtime's to fill; device nodes in a layer would only be masked.
         tar.add(rootfs, arcname=".", filter=lambda info: None if info.name.startswith("./dev/") else info)
     write_archive(layer=layer, entrypoint=[], cmd=["sh"], names=[TOOLBOX_IMAGE, TOOLBOX_PINNED], out=out)
+
+
+LIQO_UID = 65532
+LIQO_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "python3-minimal", "ca-certificates", "usr-is-merged")
+LIQO_SITE = "/opt/liqo"
+LIQO_PRUNE = (*TOOLBOX_PRUNE, "usr/lib/python3.11/test", "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/idlelib",
+              "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/pydoc_data")  # fmt: skip
+
+
+def liqo_image_name(version: str) -> str:
+    """The reference of liqo's own image at ``version``."""
+    return f"localhost/liqo/liqo:{version}"
+
+
+def build_liqo_image(*, project: Path, version: str, out: Path, progress: Progress = lambda _: None) -> None:
+    """Build liqo's image offline into ``out``.
+
+    Debian's Python 3.11 (mmdebstrap, extract mode), our wheel and its locked dependencies (manylinux
+    wheels installed into ``/opt/liqo`` by uv for the image's platform, without running the image's
+    interpreter), byte-compiled, running as uid 65532: the same steps as the ``Containerfile`` at the
+    repository root, which builds it anywhere with an ordinary container build.
+
+    Raises:
+        ImageError: a step failed (its output's tail in the message).
+    """
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
+        scratch = Path(tmp)
+        rootfs = scratch / "rootfs"
+        progress(f"building {liqo_image_name(version)}: Debian packages ({', '.join(LIQO_PACKAGES)})")
+        mmdebstrap = toolchain.os_tool("mmdebstrap")
+        argv = [mmdebstrap, "--variant=extract", f"--include={','.join(LIQO_PACKAGES)}", "--quiet", DEBIAN_SUITE]
+        _run([*argv, str(rootfs)], cwd=scratch, env=dict(os.environ), step="liqo (mmdebstrap)")
+        for path in LIQO_PRUNE:
+            shutil.rmtree(rootfs / path, ignore_errors=True)
+        progress("building the wheel and installing it with its locked dependencies")
+        uv = _uv()
+        env = dict(os.environ)
+        _run(
+            [*uv, "build", "--wheel", "--out-dir", str(scratch / "dist"), "--quiet"], cwd=project, env=env, step="wheel"
+        )
+        requirements = scratch / "requirements.txt"
+        exported = subprocess.run(
+            [*uv, "export", "--frozen", "--no-dev", "--no-hashes", "--no-emit-project", "--no-annotate"],
+            cwd=project, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        requirements.write_text(exported)
+        wheels = [str(wheel) for wheel in (scratch / "dist").glob("*.whl")]
+        _run(
+            [*uv, "pip", "install", "--quiet", "--target", str(rootfs / LIQO_SITE.lstrip("/")),
+             "--python-platform", "x86_64-manylinux_2_28", "--python-version", "3.11", "--no-deps",
+             "-r", str(requirements), *wheels],
+            cwd=scratch, env=env, step="install",
+        )  # fmt: skip
+        # Byte-compiled ahead (same 3.11 bytecode): a non-root process could not write the caches.
+        _run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(rootfs / LIQO_SITE.lstrip("/")),
+              str(rootfs / "usr/lib/python3.11")], cwd=scratch, env=env, step="compileall")  # fmt: skip
+        (rootfs / "etc" / "passwd").write_text(
+            f"root:x:0:0:root:/root:/bin/sh\nliqo:x:{LIQO_UID}:{LIQO_UID}:liqo:/:/usr/sbin/nologin\n"
+        )
+        (rootfs / "etc" / "group").write_text(f"root:x:0:\nliqo:x:{LIQO_UID}:\n")
+        (rootfs / "tmp").mkdir(exist_ok=True)
+        (rootfs / "tmp").chmod(0o1777)
+        layer = scratch / "layer.tar"
+        with tarfile.open(layer, "w") as tar:
+            tar.add(rootfs, arcname=".", filter=lambda info: None if info.name.startswith("./dev/") else info)
+        write_archive(
+            layer=layer, entrypoint=["/usr/bin/python3", "-m"], cmd=["liqo.apps.manager"],
+            names=[liqo_image_name(version)], out=out, env=[f"PYTHONPATH={LIQO_SITE}", "PYTHONDONTWRITEBYTECODE=1"],
+            user=f"{LIQO_UID}:{LIQO_UID}",
+        )  # fmt: skip
+
+
+def _uv() -> list[str]:
+    """How to run uv: the ``uv`` on PATH, else the module in the Python that ``make venv`` installed it in."""
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    for python in ("python3.11", sys.executable):
+        candidate = shutil.which(python) or python
+        if subprocess.run([candidate, "-m", "uv", "--version"], capture_output=True, check=False).returncode == 0:
+            return [candidate, "-m", "uv"]
+    raise toolchain.ToolchainError("building liqo's image needs uv: run `make venv` (it installs uv)")
 
 
 def _run(argv: list[str], *, cwd: Path, env: dict[str, str], step: str) -> None:

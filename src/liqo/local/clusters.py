@@ -695,7 +695,7 @@ def load_image(name: str, archive: Path) -> list[str]:
     nodes = _real_nodes(cluster)
     if not nodes:
         raise ClusterError(f"cluster {name} has no real nodes: images only matter there (`local up --real-nodes N`)")
-    image_names = images.archive_names(archive)
+    image_names = list(images.archive_images(archive))
     if not image_names:
         raise images.ImageError(f"{archive} names no image (a docker archive needs RepoTags, an OCI one a name)")
     with _cluster_lock(cluster):

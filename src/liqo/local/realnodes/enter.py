@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from liqo.local.realnodes.images import archive_names
+from liqo.local.realnodes.images import archive_images
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -55,15 +55,30 @@ def _wait_socket(path: str) -> None:
 
 
 def import_images(*, ctr: str, socket: str, archives: list[str]) -> None:
-    """Import each archive whose images the node's containerd lacks (CRI's ``k8s.io`` namespace)."""
+    """Import each archive whose images the node's containerd lacks or holds other content under (CRI's ``k8s.io``).
+
+    Names alone would not do: liqo's image keeps its name from one code change to the next, and a node keeps
+    its images when its cluster stops. An archive the cache no longer has (pruned) is left out: the node
+    imported it when it first started.
+    """
     base = [ctr, "--address", socket, "--namespace", "k8s.io"]
-    present = set(subprocess.run([*base, "images", "list", "--quiet"], capture_output=True, text=True,
-                                 check=True).stdout.split())  # fmt: skip
+    held = held_images(subprocess.run([*base, "images", "list"], capture_output=True, text=True, check=True).stdout)
     for archive in archives:
-        names = set(archive_names(Path(archive)))
-        if names and names <= present:
-            continue
-        subprocess.run([*base, "images", "import", archive], check=True, stdout=subprocess.DEVNULL)
+        if not Path(archive).is_file():
+            print(f"{archive} is gone from the cache: not imported", file=sys.stderr)
+        elif not is_held(archive_images(Path(archive)), held):
+            subprocess.run([*base, "images", "import", archive], check=True, stdout=subprocess.DEVNULL)
+
+
+def held_images(listing: str) -> dict[str, str]:
+    """Each image ``ctr images list`` shows and its digest (pure): columns REF, TYPE, DIGEST, then sizes..."""
+    rows = [line.split() for line in listing.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows if len(row) >= 3}
+
+
+def is_held(declared: dict[str, str], held: dict[str, str]) -> bool:
+    """Whether containerd holds every image an archive declares, with the same content where that is known (pure)."""
+    return bool(declared) and all(name in held and digest in ("", held[name]) for name, digest in declared.items())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -332,8 +332,11 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str], step: str) -> None:
         raise ImageError(f"building image step {step!r} failed (exit {result.returncode}):\n{tail}")
 
 
-def archive_names(archive: Path) -> list[str]:
-    """The image names an OCI or docker archive declares (``index.json`` annotations or ``manifest.json`` tags).
+def archive_images(archive: Path) -> dict[str, str]:
+    """The images an OCI or docker archive declares: each name and the digest of its manifest.
+
+    An OCI layout names them in ``index.json`` (annotations), with their digests; a ``docker save`` archive
+    in ``manifest.json`` (tags), whose digests the importer computes: "" stands for those.
 
     Raises:
         ImageError: ``archive`` is not a tar holding either.
@@ -343,14 +346,14 @@ def archive_names(archive: Path) -> list[str]:
             members = {member.name.removeprefix("./"): member for member in tar.getmembers()}
             if "index.json" in members:
                 data = orjson.loads(_read_member(tar, members["index.json"]))
-                return [
-                    str((entry.get("annotations") or {}).get(CONTAINERD_NAME) or "")
+                return {
+                    str(entry["annotations"][CONTAINERD_NAME]): str(entry.get("digest") or "")
                     for entry in data.get("manifests") or []
                     if (entry.get("annotations") or {}).get(CONTAINERD_NAME)
-                ]
+                }
             if "manifest.json" in members:
                 data = orjson.loads(_read_member(tar, members["manifest.json"]))
-                return [str(tag) for entry in data for tag in entry.get("RepoTags") or []]
+                return {str(tag): "" for entry in data for tag in entry.get("RepoTags") or []}
     except tarfile.ReadError as exc:  # its message lists every compression tried, one per line
         raise ImageError(f"{archive} is not a tar archive (an OCI layout or `docker save` archive is)") from exc
     except (tarfile.TarError, OSError, ValueError) as exc:

@@ -228,9 +228,7 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
     underlay = None
     if node_kit is not None:
         components.append(
-            realplan.registry_component(
-                cluster_root=cluster.root, preloaded_dir=images.images_dir(), port=ports.registry
-            )
+            realplan.registry_component(cluster_root=cluster.root, preloaded=node_kit.archives, port=ports.registry)
         )
         # The caller holds the underlay lock: no other cluster takes this index before cluster.json says it.
         underlay = underlay_index(previous=stored.get("underlay"), taken=_underlays_of_other_clusters(spec.name))

@@ -16,6 +16,7 @@ API server's certificate names loopback only; the host's NAT table forwards).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,8 @@ def registry_url(port: int) -> str:
     return f"http://{UNDERLAY_HOST}:{port}"
 
 
-def registry_component(*, cluster_root: Path, preloaded_dir: Path, port: int) -> Component:
-    """The cluster's read-only image registry (:mod:`liqo.local.realnodes.registry`)."""
+def registry_component(*, cluster_root: Path, preloaded: Sequence[Path], port: int) -> Component:
+    """The cluster's read-only image registry (:mod:`liqo.local.realnodes.registry`): what its nodes hold."""
     return Component(
         name="image-registry",
         argv=[
@@ -46,7 +47,7 @@ def registry_component(*, cluster_root: Path, preloaded_dir: Path, port: int) ->
             "-m",
             "liqo.local.realnodes.registry",
             f"--listen={UNDERLAY_HOST}:{port}",
-            f"--archives={preloaded_dir}",
+            *(f"--archives={archive}" for archive in preloaded),
             f"--archives={images_dir(cluster_root)}",
         ],
         probe=Probe(url=f"{registry_url(port)}/v2/", ca=""),

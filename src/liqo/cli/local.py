@@ -36,6 +36,15 @@ def build(
     out.print(str(path))
 
 
+@app.command("build-image")
+def build_image() -> None:
+    """Build liqo's own image from this source tree (cached); print its archive and its reference."""
+    with expected_errors():
+        archive = images.ensure_liqo_image(progress=progress)
+    out.print(str(archive))
+    out.print(images.liqo_image_ref())
+
+
 @app.command()
 def up(
     name: Name,

@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries chart demo demo-down test lint unit integration bench-local bench-offload bench-services clean
+.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-services clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -20,6 +20,7 @@ help:
 	@echo "make setup        install what the project needs (idempotent)"
 	@echo "make lint         ruff, mypy (strict), import-linter"
 	@echo "make unit         unit tests only (no clusters)"
+	@echo "make image        liqo's image (OCI archive, localhost/liqo/liqo:VERSION), built offline"
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
 	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
@@ -43,6 +44,9 @@ venv:
 
 binaries: venv
 	@$(LIQOCTL) local build --real-nodes
+
+image: apt venv
+	@$(LIQOCTL) local build-image
 
 chart: venv
 	$(VENV)/bin/python -m liqo.install.chart charts/liqo

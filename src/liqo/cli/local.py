@@ -25,14 +25,24 @@ def build(
         bool, typer.Option("--real-nodes", help="Also build what real nodes need: kubelet, containerd, images.")
     ] = False,
 ) -> None:
-    """Build the Kubernetes binaries from their Go modules (only what the cache lacks)."""
+    """Build the Kubernetes binaries from their Go modules and fetch helm (only what the cache lacks)."""
     with expected_errors():
         path = toolchain.ensure_binaries(progress=progress)
+        toolchain.ensure_helm(progress=progress)
         if real_nodes:
             out.print(str(toolchain.ensure_node_binaries(progress=progress)))
             for archive in images.ensure_images(progress=progress):
                 out.print(str(archive))
     out.print(str(path))
+
+
+@app.command("build-image")
+def build_image() -> None:
+    """Build liqo's own image from this source tree (cached); print its archive and its reference."""
+    with expected_errors():
+        archive = images.ensure_liqo_image(progress=progress)
+    out.print(str(archive))
+    out.print(images.liqo_image_ref())
 
 
 @app.command()

@@ -33,7 +33,6 @@ import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
@@ -74,6 +73,7 @@ from liqo.kube.waiting import poll_until
 from liqo.local import clusters
 from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
+from liqo.local.realnodes import images
 from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.offloading.registration import REGISTRATIONS
 
@@ -352,7 +352,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
 
 def local_image() -> str:
     """The liqo image local clusters' real nodes hold (built from this checkout)."""
-    return f"localhost/liqo/liqo:{version('liqo')}"
+    return images.liqo_image_ref()
 
 
 async def install(client: KubeClient, options: InstallOptions, *, progress: Progress) -> ClusterIdentity:

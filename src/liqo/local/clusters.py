@@ -229,13 +229,12 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
     underlay = None
     if node_kit is not None:
         components.append(
-            realplan.registry_component(
-                cluster_root=cluster.root, preloaded_dir=images.images_dir(), port=ports.registry
-            )
+            realplan.registry_component(cluster_root=cluster.root, preloaded=node_kit.archives, port=ports.registry)
         )
         # The caller holds the underlay lock: no other cluster takes this index before cluster.json says it.
         underlay = underlay_index(previous=stored.get("underlay"), taken=_underlays_of_other_clusters(spec.name))
         ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
+        sandbox = images.pause_archive()
         for node in real_nodes(cluster=spec.name, count=spec.real_nodes, underlay=underlay, cluster_root=cluster.root):
             realplan.write_node_files(
                 node,
@@ -250,7 +249,11 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
                 registry_port=ports.registry,
             )
             components += realplan.node_components(
-                node=node, node_bin=node_kit.bin_dir, archives=node_kit.archives, labels=spec.node_labels
+                node=node,
+                node_bin=node_kit.bin_dir,
+                sandbox=sandbox,
+                archives=[archive for archive in node_kit.archives if archive != sandbox],
+                labels=spec.node_labels,
             )
     core = {c.name for c in components}
     extras = [item for item in read_json(cluster.components_file) if item["name"] not in core] if (
@@ -723,7 +726,7 @@ def load_image(name: str, archive: Path) -> list[str]:
     nodes = _real_nodes(cluster)
     if not nodes:
         raise ClusterError(f"cluster {name} has no real nodes: images only matter there (`local up --real-nodes N`)")
-    image_names = images.archive_names(archive)
+    image_names = list(images.archive_images(archive))
     if not image_names:
         raise images.ImageError(f"{archive} names no image (a docker archive needs RepoTags, an OCI one a name)")
     with _cluster_lock(cluster):

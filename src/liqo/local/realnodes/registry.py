@@ -8,10 +8,11 @@ ask this registry first for any registry's images; what it does not hold falls t
 registry (unreachable here, hence the usual error). A pull of an image the node already has costs one
 manifest request: containerd finds every blob in its store.
 
-It serves the OCI layout archives (``index.json`` + ``blobs/``) of the directories it is given — the
-preloaded images' cache and the cluster's ``load-image`` directory — straight from the tar files: a
-blob is a byte range of its archive. Archives are re-indexed when a directory changes, so an image
-loaded with ``liqoctl local load-image`` is served at once. Only the read side of the distribution API
+It serves the OCI layout archives (``index.json`` + ``blobs/``) it is given — the archives the nodes
+preloaded, named one by one (the cache holds others: liqo's image built from other source trees, under
+the same name), and the cluster's ``load-image`` directory — straight from the tar files: a blob is a
+byte range of its archive. Archives are re-indexed when one changes or a directory's list does, so an
+image loaded with ``liqoctl local load-image`` is served at once. Only the read side of the distribution API
 exists (``/v2/``, manifests and blobs, GET and HEAD); the underlay's host address is all it listens on.
 """
 
@@ -111,17 +112,22 @@ def index_archive(archive: Path, catalogue: Catalogue) -> None:
 
 
 class Store:
-    """The catalogue of some directories' archives, rebuilt when their contents change."""
+    """The catalogue of some archives and directories' archives, rebuilt when they change."""
 
-    def __init__(self, directories: Iterable[Path]) -> None:
-        self._directories = list(directories)
+    def __init__(self, sources: Iterable[Path]) -> None:
+        self._sources = list(sources)
         self._seen: tuple[tuple[str, float, int], ...] = ()
         self.catalogue = Catalogue()
 
     def refresh(self) -> Catalogue:
         """The current catalogue (re-indexed if an archive appeared, changed or went)."""
         archives = sorted(
-            (path for directory in self._directories for path in directory.glob("*.tar") if path.is_file()),
+            (
+                path
+                for source in self._sources
+                for path in (source.glob("*.tar") if source.is_dir() else [source])
+                if path.is_file()
+            ),
             key=lambda path: path.stat().st_mtime,
         )
         seen = tuple((str(path), path.stat().st_mtime, path.stat().st_size) for path in archives)
@@ -189,14 +195,14 @@ async def _send(request: web.Request, blob: Blob, digest: str) -> web.StreamResp
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve the archives of the given directories on the given address until killed."""
+    """Serve the given archives and directories' archives on the given address until killed."""
     parser = argparse.ArgumentParser(prog="python -m liqo.local.realnodes.registry")
     parser.add_argument("--listen", required=True, help="HOST:PORT")
-    parser.add_argument("--archives", action="append", default=[], help="a directory of OCI layout archives")
+    parser.add_argument("--archives", action="append", default=[], help="an OCI layout archive, or a directory of them")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    app = registry_app(Store(Path(directory) for directory in args.archives))
+    app = registry_app(Store(Path(source) for source in args.archives))
     web.run_app(app, host=host, port=int(port), print=None, access_log=None)
 
 

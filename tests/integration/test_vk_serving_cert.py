@@ -385,10 +385,19 @@ async def test_the_api_server_refuses_the_virtual_kubelet_anyone_elses_kubelet_s
             await as_virtual_kubelet.list(CSRS)
         assert refused.value.status == 403
         assert await virtual_kubelet_may_approve(kube)  # RBAC would let it
+        attack = csr.approved(theirs, reason="Attack", message="not ours")
+
+        async def policy_in_force() -> bool:
+            # A policy just created takes a moment to reach the API server's admission: try without effect.
+            try:
+                await as_virtual_kubelet.replace(CSRS, attack, subresource="approval", dry_run=True)
+            except ApiError:
+                return True
+            return False
+
+        await eventually(policy_in_force, timeout=30, message="the policy liqo-own-approvals is in force")
         with pytest.raises(ApiError) as denied:
-            await as_virtual_kubelet.replace(
-                CSRS, csr.approved(theirs, reason="Attack", message="not ours"), subresource="approval"
-            )
+            await as_virtual_kubelet.replace(CSRS, attack, subresource="approval")
         assert "may approve only the certificate requests they made themselves" in str(denied.value)
         assert not ((await kube.get(CSRS, name)).get("status") or {}).get("conditions")
     finally:

@@ -301,12 +301,16 @@ class KubeClient:
         return result
 
     async def replace(
-        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = None
+        self, resource: Resource, obj: dict[str, Any], *, subresource: str | None = None, dry_run: bool = False
     ) -> dict[str, Any]:
-        """Replace (PUT) an object; a stale ``metadata.resourceVersion`` raises ConflictError."""
+        """Replace (PUT) an object; a stale ``metadata.resourceVersion`` raises ConflictError.
+
+        ``dry_run`` runs validation and admission without persisting anything.
+        """
         ns = _namespace_of(resource, obj, None)
         path = resource.path(namespace=ns, name=obj["metadata"]["name"], subresource=subresource)
-        result: dict[str, Any] = await self.request("PUT", path, body=obj)
+        params: Params | None = {"dryRun": "All"} if dry_run else None
+        result: dict[str, Any] = await self.request("PUT", path, params=params, body=obj)
         return result
 
     async def patch(

@@ -25,6 +25,10 @@ for cluster in rome milan; do
   $liqoctl install --kubeconfig "$(kubeconfig_of "$cluster")"
 done
 
+echo; echo "== milan: liqo runs as pods on its real node, from the image built here (rome has no real node:"
+echo "   there its manager and virtual kubelet are processes of the cluster's supervisor)"
+kubectl --kubeconfig "$MILAN" get pods -n liqo -o wide
+
 echo; echo "== peering rome -> milan"
 $liqoctl peer --kubeconfig "$ROME" --remote-kubeconfig "$MILAN"
 

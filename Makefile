@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-services clean
+.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -24,6 +24,7 @@ help:
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
 	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
+	@echo "make bench-pods PODS=N     liqo as pods: install, memory idle and during an offload, hand-over"
 	@echo "make chart        rewrite charts/liqo's generated files from src/liqo/install"
 	@echo "make demo-down    stop and delete the demo clusters"
 
@@ -78,6 +79,9 @@ bench-local: setup
 
 bench-offload: setup
 	$(VENV)/bin/python benchmarks/offload.py $(if $(PODS),--pods $(PODS))
+
+bench-pods: setup
+	$(VENV)/bin/python benchmarks/pods.py $(if $(PODS),--pods $(PODS))
 
 bench-services: setup
 	$(VENV)/bin/python benchmarks/services.py $(if $(PODS),--pods $(PODS))

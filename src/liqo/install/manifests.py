@@ -196,38 +196,12 @@ def peer_services_policy() -> list[Manifest]:
     any namespace, before anything is stored. A ValidatingAdmissionPolicy rather than a webhook: it needs no
     server of ours on the path, so it holds even while the manager is down.
     """
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": _meta(PEER_SERVICES_POLICY, namespace=None),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["services"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "peer", "expression": f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')"}
-            ],
-            "validations": [
-                {"expression": expression, "message": message, "reason": "Forbidden"}
-                for expression, message in _PEER_SERVICE_RULES
-            ],
-        },
-    }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": _meta(PEER_SERVICES_POLICY, namespace=None),
-        "spec": {"policyName": PEER_SERVICES_POLICY, "validationActions": ["Deny"]},
-    }
-    return [policy, binding]
+    return _admission_policy(
+        PEER_SERVICES_POLICY,
+        rule={"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]},
+        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        validations=_PEER_SERVICE_RULES,
+    )
 
 
 OWN_APPROVALS_POLICY = "liqo-own-approvals"
@@ -244,39 +218,50 @@ def own_approvals_policy() -> list[Manifest]:
     users = [
         f"system:serviceaccount:{names.LIQO_NAMESPACE}:{component}" for component in (MANAGER, VIRTUAL_KUBELET)
     ] + [MANAGER, VIRTUAL_KUBELET]  # the users of a local cluster's host processes
+    return _admission_policy(
+        OWN_APPROVALS_POLICY,
+        rule={
+            "apiGroups": ["certificates.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["certificatesigningrequests/approval"],
+        },
+        users=f"request.userInfo.username in {orjson.dumps(users).decode()}",
+        validations=(
+            (
+                "object.spec.username == request.userInfo.username",
+                "liqo's components may approve only the certificate requests they made themselves",
+            ),
+        ),
+    )
+
+
+def _admission_policy(
+    name: str, *, rule: dict[str, Any], users: str, validations: tuple[tuple[str, str], ...]
+) -> list[Manifest]:
+    """A ValidatingAdmissionPolicy (requests matching ``rule`` by users matching ``users``) and its binding.
+
+    Policies rather than webhooks: no server of ours is on the path, so they hold while the manager is down.
+    """
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": _meta(OWN_APPROVALS_POLICY, namespace=None),
+        "metadata": _meta(name, namespace=None),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["certificates.k8s.io"],
-                        "apiVersions": ["v1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["certificatesigningrequests/approval"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "liqo", "expression": f"request.userInfo.username in {orjson.dumps(users).decode()}"}
-            ],
+            "matchConstraints": {"resourceRules": [rule]},
+            "matchConditions": [{"name": "users", "expression": users}],
             "validations": [
-                {
-                    "expression": "object.spec.username == request.userInfo.username",
-                    "message": "liqo's components may approve only the certificate requests they made themselves",
-                    "reason": "Forbidden",
-                }
+                {"expression": expression, "message": message, "reason": "Forbidden"}
+                for expression, message in validations
             ],
         },
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": _meta(OWN_APPROVALS_POLICY, namespace=None),
-        "spec": {"policyName": OWN_APPROVALS_POLICY, "validationActions": ["Deny"]},
+        "metadata": _meta(name, namespace=None),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
 

@@ -106,7 +106,7 @@ async def run(pods: int) -> None:
         async with home as consumer, far as provider:
             # All of the real node (110 pods): half, the default, would not hold the burst.
             policy = {"apiVersion": "sharing.liqo.io/v1alpha1", "kind": "SharingPolicy", "metadata": {"name": "all"}}
-            await provider.create(SHARING_POLICIES, policy | {"spec": {"percentage": 100}})
+            await provider.create(SHARING_POLICIES, policy | {"spec": {"action": "Share", "percentage": 100}})
             await peering.peer(consumer, provider, timeout=60)
             namespace = "bench"
             await consumer.create(

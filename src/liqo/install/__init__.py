@@ -1,1 +1,1 @@
-"""Installing liqo on a cluster: manifests, and the launcher that fits the cluster."""
+"""Installing liqo: the values and their rendering, the chart's generated half, the manager's bootstrap, launchers."""

@@ -352,9 +352,6 @@ def component_rbac(
     return manifests
 
 
-SETTINGS_KEYS = ("clusterName", "clusterLabels", "apiServerURL", "authURL", "podCIDR", "serviceCIDR")
-
-
 def settings(values: Values) -> Manifest:
     """The ConfigMap of what the install was told; the manager derives the cluster identity from it."""
     return {
@@ -647,6 +644,14 @@ def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manife
     }
 
 
+def _client_config_of(values: Values) -> ClientConfig:
+    """How the API server reaches the webhooks the values describe: by URL if they give one, else the Service."""
+    url = values.webhook_url
+    if not url:
+        return webhook_service_client_config
+    return lambda path: webhook_url_client_config(webhook_url=url, path=path)
+
+
 def chart(
     values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
 ) -> list[Manifest]:
@@ -656,13 +661,7 @@ def chart(
     out the Deployments and Services (the host-process launcher runs the manager and the virtual kubelet
     itself, and says with ``webhook_client_config`` how the API server reaches them).
     """
-    if webhook_client_config is None and values.webhook_url:
-        url = values.webhook_url
-
-        def webhook_client_config(path: str) -> dict[str, Any]:
-            return webhook_url_client_config(webhook_url=url, path=path)
-
-    client_config = webhook_client_config or webhook_service_client_config
+    client_config = webhook_client_config or _client_config_of(values)
     items = [
         *all_crds(),
         *peer_cluster_roles(),

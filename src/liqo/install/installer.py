@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -195,10 +196,41 @@ def local_pod_values(values: Values, *, network: clusters.PodNetwork, image: str
 class Pods:
     """liqo as the Deployments of the manifests."""
 
+    reachable: tuple[str, ...] = ()
+    """URLs this machine can reach and should, before install returns (a local cluster's node ports)."""
+
     async def start(self, client: KubeClient, progress: Progress) -> None:
-        """Wait until the manager Deployment is available (its pods made the identity)."""
-        progress(f"waiting for the {manifests.MANAGER} Deployment")
-        await _wait_deployment(client)
+        """Wait until both Deployments are available, and every URL of :attr:`reachable` accepts connections.
+
+        A node port refuses connections until the node's proxy has programmed a ready endpoint behind it,
+        a moment after the pods became ready: a peer (or the API server calling a webhook) must not be the
+        first to find out.
+        """
+        for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
+            progress(f"waiting for the {name} Deployment")
+            await _wait_deployment(client, name)
+        if self.reachable:
+            progress(f"waiting for {', '.join(self.reachable)} to accept connections")
+            await poll_until(
+                lambda: _all_accept(self.reachable),
+                timeout=MANAGER_DEADLINE,
+                interval=0.2,
+                message=f"{', '.join(self.reachable)} refuse connections: kubectl -n {names.LIQO_NAMESPACE} get"
+                " pods,services,endpointslices",
+            )
+
+
+async def _all_accept(urls: tuple[str, ...]) -> bool:
+    for url in urls:
+        parts = urlsplit(url)
+        try:
+            async with asyncio.timeout(2):
+                _, writer = await asyncio.open_connection(parts.hostname, parts.port or 443)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        await writer.wait_closed()
+    return True
 
 
 @dataclass(frozen=True)
@@ -343,7 +375,12 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
     pods = clusters.pod_network(local)
     if pods is not None:
         values = local_pod_values(values, network=pods, image=options.image or local_image())
-        return Plan(values=values, items=manifests.manifests(values), launcher=Pods())
+        node_ports = (
+            values.auth_url,
+            values.webhook_url,
+            f"https://{pods.node_addresses[0]}:{LOCAL_NODE_PORTS['kubelet']}",
+        )
+        return Plan(values=values, items=manifests.manifests(values), launcher=Pods(reachable=node_ports))
     host = host_processes(local, options)
     values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url)
     items = manifests.manifests(values, webhook_client_config=host.webhook_client_config, workloads=False)
@@ -557,17 +594,16 @@ async def wait_crds_established(client: KubeClient) -> None:
         await poll_until(established, timeout=CRD_DEADLINE, message=f"CRD {name} not Established", interval=0.05)
 
 
-async def _wait_deployment(client: KubeClient) -> None:
+async def _wait_deployment(client: KubeClient, name: str) -> None:
     async def available() -> bool:
-        deployment = await client.get(DEPLOYMENTS, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+        deployment = await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE)
         return bool((deployment.get("status") or {}).get("availableReplicas"))
 
     await poll_until(
         available,
         timeout=MANAGER_DEADLINE,
         interval=0.5,
-        message=f"the {manifests.MANAGER} Deployment is not available: "
-        f"kubectl -n {names.LIQO_NAMESPACE} describe deployment {manifests.MANAGER}",
+        message=f"the {name} Deployment is not available: kubectl -n {names.LIQO_NAMESPACE} describe deployment {name}",
     )
 
 

@@ -185,6 +185,11 @@ async def run(args: argparse.Namespace) -> None:
             await runner.cleanup()
     if metrics is not None:
         await metrics.cleanup()
+    # The controllers ended by themselves (a crash, a lost lease): say why and exit non-zero, so that the
+    # supervisor or the kubelet restarts a fresh candidate and the reason is in the log.
+    failure = None if campaign.cancelled() else campaign.exception()
+    if failure is not None:
+        raise failure
 
 
 async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> None:

@@ -348,8 +348,9 @@ async def test_unpeer_never_hangs_on_an_unreachable_provider(
 async def test_uninstall_refuses_while_peered_then_purges_everything(
     sites: dict[str, Site], naples: KubeClient, milan: KubeClient
 ) -> None:
-    await operations.peer(naples, milan, timeout=30)
     try:
+        # Inside the try: a peering that fails half-way is undone too, not left to the next modules.
+        await operations.peer(naples, milan, timeout=60)
         with pytest.raises(InstallError, match="peerings are still active"):
             await uninstall(naples, purge=False, progress=lambda _: None)
     finally:

@@ -313,6 +313,23 @@ class Ask:
     organizations: tuple[str, ...] = ()
 
 
+async def admins_request(
+    kube: KubeClient, request: str, *, signer: str, usages: tuple[str, ...] | list[str], labels: dict[str, str]
+) -> dict[str, Any]:
+    """A certificate request made by the admin (someone other than the virtual kubelet)."""
+    return await kube.create(
+        CSRS,
+        csr.csr_object(
+            csr_pem=request,
+            signer=signer,
+            usages=usages,
+            expiration_seconds=TTL,
+            generate_name="someone-elses-",
+            labels=labels,
+        ),
+    )
+
+
 @pytest.mark.parametrize(
     "ask",
     [
@@ -326,17 +343,7 @@ async def test_rbac_refuses_the_virtual_kubelets_approval_for_any_other_signer(
     kube: KubeClient, as_virtual_kubelet: KubeClient, labels: dict[str, str], ask: Ask
 ) -> None:
     _, request = csr.make_request(common_name=ask.common_name, organizations=ask.organizations)
-    theirs = await kube.create(
-        CSRS,
-        csr.csr_object(
-            csr_pem=request,
-            signer=ask.signer,
-            usages=csr.CLIENT_USAGES,
-            expiration_seconds=TTL,
-            generate_name="other-",
-            labels=labels,
-        ),
-    )
+    theirs = await admins_request(kube, request, signer=ask.signer, usages=csr.CLIENT_USAGES, labels=labels)
     name = theirs["metadata"]["name"]
     try:
         # Unconditional (no resourceVersion): kube-controller-manager may be approving and signing a kubelet
@@ -367,16 +374,8 @@ async def test_the_api_server_refuses_the_virtual_kubelet_anyone_elses_kubelet_s
     node = (await kube.list_all(NODES))[0][0]
     address = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
     _, request = csr.kubelet_serving_request(node_name=node["metadata"]["name"], ip_addresses=[address])
-    theirs = await kube.create(
-        CSRS,
-        csr.csr_object(
-            csr_pem=request,
-            signer=csr.KUBELET_SERVING_SIGNER,
-            usages=csr.KUBELET_SERVING_USAGES,
-            expiration_seconds=TTL,
-            generate_name="someone-elses-",
-            labels=labels,
-        ),
+    theirs = await admins_request(
+        kube, request, signer=csr.KUBELET_SERVING_SIGNER, usages=csr.KUBELET_SERVING_USAGES, labels=labels
     )
     name = theirs["metadata"]["name"]
     try:

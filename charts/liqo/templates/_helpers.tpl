@@ -62,3 +62,15 @@ livenessProbe:
   periodSeconds: 10
   failureThreshold: 6
 {{- end -}}
+
+{{/* The fabric's pods: root with NET_ADMIN alone (a capability takes effect for root only). */}}
+{{- define "liqo.netAdminSecurity" -}}
+securityContext:
+  runAsUser: 0
+  runAsNonRoot: false
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+    add: [NET_ADMIN]
+{{- end -}}

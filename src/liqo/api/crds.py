@@ -18,6 +18,7 @@ from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
     NAMESPACE_OFFLOADINGS,
+    NETWORK_CONFIGS,
     RESOURCE_OFFERS,
     RESOURCE_REQUESTS,
     SHADOW_PODS,
@@ -84,6 +85,10 @@ MAX_NAMESPACE_MAPPINGS = 1000
 the consumer's reach into the provider's namespace list; and 1000 entries keep the map (spec and the status
 the provider writes back, ~0.6 MB with messages and managed fields) well under etcd's 1.5 MiB object limit."""
 MAX_SLOTS = 16
+GATEWAY_ROLES = ("Server", "Client")
+CONNECTION_STATES = ("Connecting", "Connected", "Error")
+WIREGUARD_KEY_PATTERN = r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
+"""A WireGuard key: 32 bytes in base64 (44 characters, the last byte's padding bits zero)."""
 """A bound on ``largestSlots`` keeping offers small; providers publish a few (liqo's: 3)."""
 
 
@@ -795,6 +800,75 @@ def namespace_map_crd() -> dict[str, Any]:
     )
 
 
+def network_config_crd() -> dict[str, Any]:
+    """NetworkConfig (namespaced in the other cluster's tenant namespace, named after its author's ID).
+
+    One cluster's word to one peer about the network between them: the author's pod CIDR, how the author
+    names the peer's pods, and its gateway's public key (and, serving, its endpoint). Each side writes its
+    own and reads the other's (:mod:`liqo.network.configs`); the status is the author's gateway's own view
+    of the tunnel and never leaves the author's cluster.
+    """
+    spec = _object(
+        "The author's side of the network between it and the other cluster.",
+        {
+            "clusterID": _cluster_id("The author's cluster ID.", immutable=True),
+            POD_CIDR: _cidr("The author's pod CIDR."),
+            "remappedPodCIDR": _cidr(
+                "Where the author sees the other cluster's pods: their pod CIDR itself when it is free for the"
+                " author, else a free block of the same size."
+            ),
+            "gateway": _object(
+                "The author's gateway for this peer.",
+                {
+                    "role": _enum("Server: it listens; Client: it dials the other side's server.", GATEWAY_ROLES),
+                    "publicKey": _string("Its WireGuard public key (base64).", pattern=WIREGUARD_KEY_PATTERN),
+                    "endpoint": _object(
+                        "Where a server is reached from the other cluster, once its pod runs.",
+                        {
+                            "address": _string("An IP address.", minLength=2, maxLength=45),
+                            "port": _integer("A UDP port.", minimum=1, maximum=65535),
+                        },
+                        required=("address", "port"),
+                    ),
+                },
+                required=("role",),
+            ),
+        },
+        required=("clusterID", POD_CIDR, "remappedPodCIDR"),
+    )
+    status = _object(
+        "The author's gateway's view of the tunnel (in the author's cluster only).",
+        {
+            "connection": _object(
+                "The connection check: probes through the tunnel to the other gateway.",
+                {
+                    "state": _enum("Whether probes are answered.", CONNECTION_STATES),
+                    "latency": _string("The round trip of the latest answered probe (e.g. 0.8ms)."),
+                    "reason": _string("A machine-readable, CamelCase reason for the state."),
+                    "message": _string("A human-readable explanation of the state."),
+                    "lastTransitionTime": _timestamp("When the state last changed."),
+                    "lastHandshakeTime": _timestamp("The latest WireGuard handshake with the other gateway."),
+                },
+            ),
+        },
+    )
+    return _crd(
+        NETWORK_CONFIGS,
+        short_name="netcfg",
+        description="One cluster's side of the network fabric between it and a peer.",
+        spec=spec,
+        status=status,
+        columns=[
+            _column("Cluster", ".spec.clusterID"),
+            _column("Pods", ".spec.podCIDR"),
+            _column("Peer pods at", ".spec.remappedPodCIDR"),
+            _column("Role", ".spec.gateway.role"),
+            _column("Connection", ".status.connection.state"),
+            _column("Latency", ".status.connection.latency"),
+        ],
+    )
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD of liqo, in the order of :data:`liqo.api.resources.ALL`."""
     return [
@@ -806,4 +880,5 @@ def all_crds() -> list[dict[str, Any]]:
         shadow_pod_crd(),
         namespace_offloading_crd(),
         namespace_map_crd(),
+        network_config_crd(),
     ]

@@ -9,6 +9,7 @@ DISCOVERY = "discovery.liqo.io"
 SHARING = "sharing.liqo.io"
 VIRTUAL_KUBELET = "virtualkubelet.liqo.io"
 OFFLOADING = "offloading.liqo.io"
+NETWORKING = "networking.liqo.io"
 
 FOREIGN_CLUSTERS = Resource(DISCOVERY, VERSION, "foreignclusters", "ForeignCluster", namespaced=False)
 RESOURCE_REQUESTS = Resource(DISCOVERY, VERSION, "resourcerequests", "ResourceRequest", namespaced=True)
@@ -18,6 +19,7 @@ VIRTUAL_NODES = Resource(VIRTUAL_KUBELET, VERSION, "virtualnodes", "VirtualNode"
 SHADOW_PODS = Resource(VIRTUAL_KUBELET, VERSION, "shadowpods", "ShadowPod", namespaced=True)
 NAMESPACE_OFFLOADINGS = Resource(OFFLOADING, VERSION, "namespaceoffloadings", "NamespaceOffloading", namespaced=True)
 NAMESPACE_MAPS = Resource(OFFLOADING, VERSION, "namespacemaps", "NamespaceMap", namespaced=True)
+NETWORK_CONFIGS = Resource(NETWORKING, VERSION, "networkconfigs", "NetworkConfig", namespaced=True)
 
 ALL = (
     FOREIGN_CLUSTERS,
@@ -28,4 +30,5 @@ ALL = (
     SHADOW_PODS,
     NAMESPACE_OFFLOADINGS,
     NAMESPACE_MAPS,
+    NETWORK_CONFIGS,
 )

@@ -27,7 +27,7 @@ from aiohttp import web
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
-from liqo.api.networks import ClusterNetwork
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
 from liqo.apps import operability
 from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
@@ -43,6 +43,7 @@ from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.resources import CONFIGMAPS, SECRETS
 from liqo.kube.waiting import poll_until
+from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
 from liqo.offloading.admission import ShadowPodWebhook
 from liqo.offloading.heartbeats import Heartbeats
@@ -94,6 +95,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="namespace names (or prefixes ending in *) no consumer's twin may take, besides default, kube-*, liqo*",
     )
     parser.add_argument(
+        "--reserved-subnets",
+        type=_reserved_subnets,
+        default=(),
+        help="CIDRs (comma-separated) where peers' pods may never be seen, besides our pod and service CIDRs",
+    )
+    parser.add_argument(
         "--shutdown-delay",
         type=float,
         default=0.0,
@@ -107,6 +114,13 @@ def _reserved_namespaces(text: str) -> tuple[str, ...]:
     try:
         return parse_reserved(text)
     except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _reserved_subnets(text: str) -> tuple[IPNetwork, ...]:
+    try:
+        return tuple(parse_cidr(part.strip(), field="--reserved-subnets") for part in text.split(",") if part.strip())
+    except InvalidNetwork as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -164,6 +178,7 @@ async def run(args: argparse.Namespace) -> None:
                     key,
                     selection=selection,
                     reserved_namespaces=args.reserved_namespaces,
+                    reserved_subnets=args.reserved_subnets,
                 )
             )
         )
@@ -330,6 +345,7 @@ async def _controllers(
     *,
     selection: PolicySelection,
     reserved_namespaces: tuple[str, ...],
+    reserved_subnets: tuple[IPNetwork, ...],
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
@@ -371,6 +387,14 @@ async def _controllers(
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     heartbeats = Heartbeats(client=client, informers=informers)
+    network_configs = NetworkConfigs(
+        client=client,
+        informers=informers,
+        local_id=local.cluster_id,
+        network=network,
+        reserved=reserved_subnets,
+        events=events,
+    )
     observations.on_change = status.controller.queue.add
     observations.on_forbidden = outgoing.controller.queue.add
 
@@ -395,6 +419,7 @@ async def _controllers(
         namespace_maps,
         offloadings,
         heartbeats,
+        network_configs,
     ]
     try:
         await run_components(components, informers=informers)

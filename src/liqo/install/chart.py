@@ -82,18 +82,11 @@ def _chart_yaml(chart_version: str) -> str:
 
 def generated_files(*, chart_version: str | None = None) -> dict[str, str]:
     """The generated files of ``charts/liqo``, by path inside it (pure but for the package's version)."""
-    static = [
-        *manifests.peer_cluster_roles(),
-        *manifests.peer_services_policy(),
-        *manifests.own_approvals_policy(),
-        *manifests.component_rbac(manifests.MANAGER, manifests.manager_rules(), manifests.manager_namespace_rules()),
-        *manifests.component_rbac(manifests.VIRTUAL_KUBELET, manifests.virtual_kubelet_rules()),
-    ]
     return {
         "Chart.yaml": _chart_yaml(chart_version or version("liqo")),
         "values.yaml": _values(),
         "crds/liqo.yaml": _dump(all_crds()),
-        "templates/rbac.yaml": _dump(static),
+        "templates/rbac.yaml": _dump(manifests.rights()),
         "templates/webhooks.yaml": _webhooks(),
     }
 

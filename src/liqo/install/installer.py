@@ -45,7 +45,7 @@ from liqo.api import resources as liqo_resources
 from liqo.api.crds import crd_name
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
-from liqo.install import manifests
+from liqo.install import fabric, manifests
 from liqo.install.bootstrap import read_settings
 from liqo.install.values import DEFAULT_IMAGE, Values
 from liqo.kube.client import KubeClient
@@ -56,10 +56,12 @@ from liqo.kube.resources import (
     CONFIGMAPS,
     CRDS,
     CSRS,
+    DAEMON_SETS,
     DEPLOYMENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     NODES,
+    POD_TEMPLATES,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -76,6 +78,7 @@ from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
 from liqo.local.layout import ClusterDir, free_ports
 from liqo.local.realnodes import images
 from liqo.local.realnodes.configs import NODE_LABEL
+from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
 from liqo.offloading.registration import REGISTRATIONS
 
 Progress = Callable[[str], None]
@@ -91,7 +94,10 @@ _KINDS = (
     CONFIGMAPS,
     SECRETS,
     DEPLOYMENTS,
+    DAEMON_SETS,
+    POD_TEMPLATES,
 )
+_COMPONENTS_WITH_CLUSTER_ROLES = (manifests.MANAGER, manifests.VIRTUAL_KUBELET, fabric.GATEWAY)
 BY_KIND: dict[str, Resource] = {
     r.kind: r
     for r in (
@@ -175,11 +181,13 @@ def local_pod_values(values: Values, *, network: clusters.PodNetwork, image: str
     Its API server, a loopback host process, calls the webhooks and the kubelet API through node ports on
     the first real node's address (the serving certificates name it); peers' pods reach the authentication
     endpoint the same way, and the API server at the underlay's host address. Pods go to real nodes only
-    (KWOK's fake nodes run nothing), from the image every real node holds.
+    (KWOK's fake nodes run nothing), from the image every real node holds. Peers' pods are never seen in
+    the underlay (every local cluster's nodes are on it): the network fabric's allocations stay clear of it.
     """
     address = network.node_addresses[0]
     return dataclasses.replace(
         values,
+        reserved_subnets=(*values.reserved_subnets, str(UNDERLAY_NETWORK)),
         api_server_url=network.api_server_url,
         auth_url=values.auth_url or f"https://{address}:{LOCAL_NODE_PORTS['auth']}",
         auth_service_type="NodePort",
@@ -382,7 +390,8 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         )
         return Plan(values=values, items=manifests.manifests(values), launcher=Pods(reachable=node_ports))
     host = host_processes(local, options)
-    values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url)
+    # Without a real node nothing could run a gateway: no fabric (NetworkStatus says so on every peer).
+    values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url, network_fabric=False)
     items = manifests.manifests(values, webhook_client_config=host.webhook_client_config, workloads=False)
     return Plan(values=values, items=items, launcher=host)
 
@@ -448,6 +457,8 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         progress(f"stopping the manager and the virtual kubelet of local cluster {local}")
         await asyncio.to_thread(clusters.remove_components, local, [manifests.MANAGER, manifests.VIRTUAL_KUBELET])
     workloads = (
+        (DAEMON_SETS, fabric.NETWORK_AGENT),
+        (POD_TEMPLATES, fabric.GATEWAY),
         (DEPLOYMENTS, manifests.MANAGER),
         (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
         (SERVICES, manifests.AUTH_SERVICE),
@@ -462,13 +473,15 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         await _purge(client)
     progress("deleting RBAC and the liqo namespace")
     for resource, name in (
-        *((CLUSTER_ROLE_BINDINGS, component) for component in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
-        *((CLUSTER_ROLES, role) for role in (manifests.MANAGER, manifests.VIRTUAL_KUBELET)),
+        *((CLUSTER_ROLE_BINDINGS, component) for component in _COMPONENTS_WITH_CLUSTER_ROLES),
+        *((CLUSTER_ROLES, role) for role in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
         (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.PEER_SERVICES_POLICY),
         (VALIDATING_ADMISSION_POLICIES, manifests.PEER_SERVICES_POLICY),
         (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.OWN_APPROVALS_POLICY),
         (VALIDATING_ADMISSION_POLICIES, manifests.OWN_APPROVALS_POLICY),
+        (VALIDATING_ADMISSION_POLICY_BINDINGS, fabric.PEER_NETWORK_CONFIGS_POLICY),
+        (VALIDATING_ADMISSION_POLICIES, fabric.PEER_NETWORK_CONFIGS_POLICY),
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)

@@ -20,6 +20,7 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.crds import all_crds
+from liqo.install import fabric
 from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import registration
@@ -153,6 +154,7 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
             "resourceNames": [registration.SERVING_SECRET],
             "verbs": ["update"],
         },
+        *fabric.manager_fabric_rules(),
     ]
 
 
@@ -233,6 +235,21 @@ def own_approvals_policy() -> list[Manifest]:
                 "liqo's components may approve only the certificate requests they made themselves",
             ),
         ),
+    )
+
+
+def peer_network_configs_policy() -> list[Manifest]:
+    """A peer's identity writes only its own NetworkConfig (docs/security.md, "The network fabric")."""
+    return _admission_policy(
+        fabric.PEER_NETWORK_CONFIGS_POLICY,
+        rule={
+            "apiGroups": [liqo_resources.NETWORKING],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["networkconfigs", "networkconfigs/status"],
+        },
+        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        validations=fabric.PEER_NETWORK_CONFIG_RULES,
     )
 
 
@@ -320,24 +337,30 @@ def component_rbac(
 ) -> list[Manifest]:
     """ServiceAccount, ClusterRole and its binding (to the ServiceAccount, and to the local-mode user).
 
-    With ``namespace_rules``, also a Role holding them in the ``liqo`` namespace, bound to the same subjects.
+    No ClusterRole without ``rules``. With ``namespace_rules``, also a Role holding them in the ``liqo`` namespace, bound to the same subjects.
     """
     subjects = [
         {"kind": "ServiceAccount", "name": name, "namespace": names.LIQO_NAMESPACE},
         # On a local cluster the component is a host process with a certificate for this user.
         {"apiGroup": _RBAC, "kind": "User", "name": name},
     ]
-    manifests: list[Manifest] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name)},
-        {"apiVersion": f"{_RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, namespace=None), "rules": rules},
-        {
-            "apiVersion": f"{_RBAC}/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": _meta(name, namespace=None),
-            "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": name},
-            "subjects": subjects,
-        },
-    ]
+    manifests: list[Manifest] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name)}]
+    if rules:
+        manifests += [
+            {
+                "apiVersion": f"{_RBAC}/v1",
+                "kind": "ClusterRole",
+                "metadata": _meta(name, namespace=None),
+                "rules": rules,
+            },
+            {
+                "apiVersion": f"{_RBAC}/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": _meta(name, namespace=None),
+                "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": name},
+                "subjects": subjects,
+            },
+        ]
     if namespace_rules:
         manifests += [
             {"apiVersion": f"{_RBAC}/v1", "kind": "Role", "metadata": _meta(name), "rules": namespace_rules},
@@ -369,11 +392,15 @@ def settings(values: Values) -> Manifest:
     }
 
 
-def manager_flags(*, identity_ttl: int, reserved_namespaces: tuple[str, ...] = ()) -> list[str]:
+def manager_flags(
+    *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (), reserved_subnets: tuple[str, ...] = ()
+) -> list[str]:
     """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
     flags = [f"--identity-ttl={identity_ttl}"]
     if reserved_namespaces:
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
+    if reserved_subnets:
+        flags.append(f"--reserved-subnets={','.join(reserved_subnets)}")
     return flags
 
 
@@ -465,7 +492,11 @@ def manager_workload(values: Values) -> list[Manifest]:
             f"--auth-address=0.0.0.0:{AUTH_PORT}",
             f"--webhook-address=0.0.0.0:{WEBHOOK_PORT}",
             f"--shutdown-delay={SHUTDOWN_DELAY}",
-            *manager_flags(identity_ttl=values.identity_ttl, reserved_namespaces=values.reserved_namespaces),
+            *manager_flags(
+                identity_ttl=values.identity_ttl,
+                reserved_namespaces=values.reserved_namespaces,
+                reserved_subnets=values.reserved_subnets,
+            ),
         ],
         "ports": [
             {"name": "auth", "containerPort": AUTH_PORT},
@@ -652,6 +683,20 @@ def _client_config_of(values: Values) -> ClientConfig:
     return lambda path: webhook_url_client_config(webhook_url=url, path=path)
 
 
+def rights() -> list[Manifest]:
+    """Every right liqo's components and peers hold, and the admission policies bounding them (no values)."""
+    return [
+        *peer_cluster_roles(),
+        *peer_services_policy(),
+        *own_approvals_policy(),
+        *peer_network_configs_policy(),
+        *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
+        *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
+        *component_rbac(fabric.GATEWAY, fabric.gateway_rules()),
+        *component_rbac(fabric.NETWORK_AGENT, [], fabric.network_agent_namespace_rules()),
+    ]
+
+
 def chart(
     values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
 ) -> list[Manifest]:
@@ -664,16 +709,12 @@ def chart(
     client_config = webhook_client_config or _client_config_of(values)
     items = [
         *all_crds(),
-        *peer_cluster_roles(),
-        *peer_services_policy(),
-        *own_approvals_policy(),
-        *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
-        *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
+        *rights(),
         settings(values),
         *default_sharing_policy(values),
     ]
     if workloads:
-        items += [*manager_workload(values), *virtual_kubelet_workload(values)]
+        items += [*manager_workload(values), *virtual_kubelet_workload(values), *fabric.fabric_workloads(values)]
     items.append(pod_webhook_configuration(client_config=client_config(registration.PATH)))
     items.append(shadow_pod_webhook_configuration(client_config=client_config(registration.VALIDATE_PATH)))
     return items

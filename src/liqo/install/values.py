@@ -20,6 +20,11 @@ from typing import Any
 
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 RESOURCES_MANAGER: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+RESOURCES_GATEWAY: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+RESOURCES_NETWORK_AGENT: Mapping[str, Any] = {
+    "requests": {"cpu": "10m", "memory": "48Mi"},
+    "limits": {"memory": "128Mi"},
+}
 RESOURCES_VIRTUAL_KUBELET: Mapping[str, Any] = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"memory": "1Gi"},
@@ -36,6 +41,14 @@ class Values:
     """``network.podCIDR`` (required: liqo never guesses a network, docs/operations.md says why)."""
     service_cidr: str
     """``network.serviceCIDR`` (required)."""
+    reserved_subnets: tuple[str, ...] = ()
+    """``network.reservedSubnets``: where peers' pods may never be seen (the nodes' own network, a VPN...)."""
+    network_fabric: bool = True
+    """``network.fabric.enabled``: a gateway per peer and a node agent per node (pods with ``NET_ADMIN``)."""
+    gateway_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_GATEWAY))
+    """``network.fabric.gatewayResources``."""
+    network_agent_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_NETWORK_AGENT))
+    """``network.fabric.agentResources``."""
     cluster_name: str = ""
     """``cluster.name``; empty: ``cluster-`` and the first 8 characters of the cluster ID."""
     cluster_labels: Mapping[str, str] = field(default_factory=dict)
@@ -82,7 +95,16 @@ class Values:
                 "url": self.auth_url,
                 "service": {"type": self.auth_service_type, "nodePort": self.auth_node_port},
             },
-            "network": {"podCIDR": self.pod_cidr, "serviceCIDR": self.service_cidr},
+            "network": {
+                "podCIDR": self.pod_cidr,
+                "serviceCIDR": self.service_cidr,
+                "reservedSubnets": list(self.reserved_subnets),
+                "fabric": {
+                    "enabled": self.network_fabric,
+                    "gatewayResources": dict(self.gateway_resources),
+                    "agentResources": dict(self.network_agent_resources),
+                },
+            },
             "image": {"ref": self.image, "pullPolicy": self.image_pull_policy},
             "manager": {
                 "replicas": self.manager_replicas,

@@ -64,6 +64,8 @@ INGRESSES = Resource("networking.k8s.io", "v1", "ingresses", "Ingress", namespac
 SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
 EVENTS = Resource("", "v1", "events", "Event", namespaced=True)
 DEPLOYMENTS = Resource("apps", "v1", "deployments", "Deployment", namespaced=True)
+DAEMON_SETS = Resource("apps", "v1", "daemonsets", "DaemonSet", namespaced=True)
+POD_TEMPLATES = Resource("", "v1", "podtemplates", "PodTemplate", namespaced=True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
 ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True)
 ROLE_BINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.informer import Informer
 from liqo.kube.resources import SECRETS
@@ -14,7 +14,7 @@ MANAGED = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
 
 
 class PeeringCaches:
-    """ForeignClusters, liqo's Secrets, requests, offers and virtual nodes, from shared informers."""
+    """ForeignClusters, liqo's Secrets, requests, offers, virtual nodes and network words, from shared informers."""
 
     def __init__(self, informers: SharedInformers) -> None:
         self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
@@ -22,6 +22,7 @@ class PeeringCaches:
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.virtual_nodes = informers.informer(VIRTUAL_NODES)
+        self.networks = informers.informer(NETWORK_CONFIGS)
 
     def foreign_cluster(self, peer_id: str) -> dict[str, Any] | None:
         """The ForeignCluster of ``peer_id`` (found by ``spec.clusterID``, whatever its name)."""

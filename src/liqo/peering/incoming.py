@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, RESOURCE_REQUESTS
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -145,6 +145,7 @@ class IncomingPeering(Component):
                 (NAMESPACE_MAPS, peer_id),
                 (ROLE_BINDINGS, names.PEER_BINDING),
                 (RESOURCE_REQUESTS, peer_id),
+                (NETWORK_CONFIGS, peer_id),  # its network word (ours goes with our gateway: liqo.network)
             ):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(resource, name, namespace=namespace)

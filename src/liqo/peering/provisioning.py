@@ -34,7 +34,7 @@ from cryptography import x509
 from liqo.api import names
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
-from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, OFFLOADING, SHARING
+from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
@@ -52,7 +52,8 @@ def peer_rules() -> list[dict[str, Any]]:
     """What a consumer's user may do in its tenant namespace: ClusterRole ``liqo-peer-tenant``, bound there (pure).
 
     Requests read/write, offers read (and their status, to accept), NamespaceMaps read/write (their status
-    read-only: it is this cluster's report), its heartbeat Lease.
+    read-only: it is this cluster's report), NetworkConfigs (its own word only, by admission policy), its
+    heartbeat Lease.
     """
     return [
         {
@@ -70,6 +71,13 @@ def peer_rules() -> list[dict[str, Any]]:
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
         {"apiGroups": [OFFLOADING], "resources": ["namespacemaps/status"], "verbs": ["get"]},
+        # Its network word, and this cluster's (read); the policy liqo-peer-network-configs lets it write
+        # only the one named after itself, and its status never (it is this cluster's gateway's report).
+        {
+            "apiGroups": [NETWORKING],
+            "resources": ["networkconfigs"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
         # Its virtual kubelet's heartbeat (liqo.offloading.heartbeats); a create cannot be limited by name.
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {

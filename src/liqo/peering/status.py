@@ -6,11 +6,15 @@ controller reads the caches and the in-memory observations and derives the whole
 function (:func:`peer_status`), applied to the ``status`` subresource. It also probes the provider's API
 server through the identity, at most every few seconds, since no object records that.
 
-``NetworkStatus`` says whether addresses can pass between the two clusters as they are, from this cluster's
+``NetworkStatus`` says how pods of the two clusters reach each other. With the network fabric (a gateway
+per peer, :mod:`liqo.network`), it is our gateway's connection check, as written in the status of our
+NetworkConfig for the peer: ``Established`` while probes through the tunnel are answered (with the latency
+and where we see the peer's pods), ``Pending`` while connecting, ``Error`` when they are lost. Without it
+(an install without the fabric), it says whether addresses can pass as they are, from this cluster's
 network and the one the peer told at its latest handshake (``spec.network``): both ways, since a Service of
-either may be reflected to the other (:func:`liqo.api.networks.conflict`). Until the network fabric remaps
-overlapping CIDRs (issue #11), an overlap is an ``Error`` — addresses would silently mean a pod of the
-reader's own — and its first sighting a Warning Event; an unknown network is ``Pending``, never a guess.
+either may be reflected to the other (:func:`liqo.api.networks.conflict`); an overlap is an ``Error`` —
+addresses would silently mean a pod of the reader's own — and its first sighting a Warning Event; an
+unknown network is ``Pending``, never a guess.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class PeerState:
     authentication: Observation | None
     api_server: Observation | None
     api_server_url: str | None
+    network_config: dict[str, Any] | None = None
+    """Our NetworkConfig for the peer (the fabric's word and its gateway's verdict); None without a gateway."""
 
 
 def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, str]:
@@ -162,8 +168,28 @@ def _incoming(state: PeerState) -> dict[str, str]:
     return _condition(kind, "Pending", "OfferPending" if state.our_offer else "ComputingOffer")
 
 
+TUNNEL_STATUS = {"Connected": "Established", "Connecting": "Pending", "Error": "Error"}
+"""A gateway's connection state → the NetworkStatus condition's status."""
+
+
+def _tunnel(config: dict[str, Any]) -> dict[str, str]:
+    """NetworkStatus from our gateway's connection check."""
+    spec, connection = config.get("spec") or {}, (config.get("status") or {}).get("connection") or {}
+    state = connection.get("state")
+    if state not in TUNNEL_STATUS:
+        return _condition(NETWORK_STATUS, "Pending", "GatewayStarting", "the gateway has not reported yet")
+    message = connection.get("message", "")
+    if state == "Connected":
+        message = (
+            f"{message}; round trip {connection.get('latency', '?')}; its pods are at {spec.get('remappedPodCIDR')}"
+        )
+    return _condition(NETWORK_STATUS, TUNNEL_STATUS[state], connection.get("reason") or state, message)
+
+
 def _network(state: PeerState) -> dict[str, str]:
-    """How addresses pass between the peer and us: unchanged, or not at all (overlap), or not known yet."""
+    """How addresses pass between the peer and us: the tunnel's state, else unchanged, not at all, or unknown."""
+    if state.network_config is not None:
+        return _tunnel(state.network_config)
     peer_name = state.foreign_cluster["metadata"]["name"]
     try:
         peer = recorded_network(state.foreign_cluster)
@@ -241,9 +267,10 @@ class ForeignClusterStatus(Component):
         self.requests = caches.requests
         self.offers = caches.offers
         self.virtual_nodes = caches.virtual_nodes
+        self.networks = caches.networks
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
-        for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes):
+        for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
             self.controller.watch(informer, _peer_of_namespace)
 
     @property
@@ -293,6 +320,7 @@ class ForeignClusterStatus(Component):
             authentication=self._observations.authentication.get(peer_id),
             api_server=self._observations.api_server.get(peer_id),
             api_server_url=peer.server if (peer := self._peers.get(peer_id)) else None,
+            network_config=self.networks.store.get(f"{namespace}/{self._local.cluster_id}"),
         )
         status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
         if status != fc.get("status"):

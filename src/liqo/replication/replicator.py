@@ -6,6 +6,9 @@ so replication runs on the consumer, with the identity the provider issued:
 - ResourceRequest: our spec → the provider's tenant namespace; the provider's status → back here.
 - ResourceOffer: the provider's spec → a copy in our tenant namespace; our status (accepted or not) →
   the provider's object.
+- NetworkConfig: each side's word about the network between us (:mod:`liqo.network.links`) goes to the
+  other: ours → the provider's tenant namespace, the provider's → ours. Specs only: a word's status is its
+  author's gateway's view, for its author alone.
 
 Objects are keyed by name on both sides and written with server-side apply, so a restart or a reconnect
 replays the same writes and produces no duplicate. The informers on each provider's tenant namespace follow
@@ -23,7 +26,7 @@ from typing import Any, Literal
 from liqo.api import names
 from liqo.api.peers import PeerClientSource
 from liqo.api.requests import withdraw
-from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -35,8 +38,9 @@ from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["peer", "request", "offer"]
+Kind = Literal["peer", "request", "offer", "network"]
 Key = tuple[Kind, str]
+REPLICATED_KINDS: tuple[Kind, ...] = ("request", "offer", "network")
 
 
 def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id: str) -> dict[str, Any]:
@@ -54,15 +58,17 @@ def replica(obj: dict[str, Any], *, resource: Resource, namespace: str, peer_id:
 
 
 class _Tenant(InformerGroup):
-    """Our tenant namespace on one provider, through one client (one identity): its requests and offers."""
+    """Our tenant namespace on one provider, through one client (one identity): requests, offers, network words."""
 
     def __init__(self, client: KubeClient, *, namespace: str, enqueue: Callable[[Kind], None]) -> None:
         self.client = client
         self.requests = Informer(client=client, resource=RESOURCE_REQUESTS, namespace=namespace)
         self.offers = Informer(client=client, resource=RESOURCE_OFFERS, namespace=namespace)
+        self.networks = Informer(client=client, resource=NETWORK_CONFIGS, namespace=namespace)
         self.requests.add_handler(_enqueue_handler(enqueue, "request"))
         self.offers.add_handler(_enqueue_handler(enqueue, "offer"))
-        super().__init__([self.requests, self.offers], name=f"tenant {namespace}")
+        self.networks.add_handler(_enqueue_handler(enqueue, "network"))
+        super().__init__([self.requests, self.offers, self.networks], name=f"tenant {namespace}")
 
 
 class Replicator(Component):
@@ -82,9 +88,11 @@ class Replicator(Component):
         )
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
+        self.networks = informers.informer(NETWORK_CONFIGS)
         self.controller: Controller[Key] = Controller(name="replicator", reconcile=self.reconcile, workers=4)
         self.controller.watch(self.requests, lambda rr: self._keys("request", rr))
         self.controller.watch(self.offers, lambda ro: self._keys("offer", ro))
+        self.controller.watch(self.networks, lambda nc: self._keys("network", nc))
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -116,12 +124,14 @@ class Replicator(Component):
             return  # replayed once the remote caches sync
         if kind == "request":
             await self._replicate_request(provider_id, remote)
-        else:
+        elif kind == "offer":
             await self._replicate_offer(provider_id, remote)
+        else:
+            await self._replicate_network(provider_id, remote)
 
     def _replay(self, provider_id: str) -> None:
-        self.controller.queue.add(("request", provider_id))
-        self.controller.queue.add(("offer", provider_id))
+        for kind in REPLICATED_KINDS:
+            self.controller.queue.add((kind, provider_id))
 
     async def _replicate_request(self, provider_id: str, remote: _Tenant) -> None:
         ours = names.tenant_namespace(provider_id)
@@ -157,6 +167,31 @@ class Replicator(Component):
         status = (local or {}).get("status")
         if status and status != original.get("status"):
             await remote.client.apply_status(RESOURCE_OFFERS, name=provider_id, namespace=theirs, status=status)
+
+    async def _replicate_network(self, provider_id: str, remote: _Tenant) -> None:
+        """Our word to the provider, the provider's word to us: specs both ways, deletions too."""
+        ours = names.tenant_namespace(provider_id)
+        theirs = names.tenant_namespace(self._local_id)
+        word = self.networks.store.get(f"{ours}/{self._local_id}")
+        sent = remote.networks.store.get(f"{theirs}/{self._local_id}")
+        if word is None or terminating(word):
+            if sent is not None:
+                with contextlib.suppress(NotFoundError):
+                    await remote.client.delete(NETWORK_CONFIGS, self._local_id, namespace=theirs)
+        else:
+            desired = replica(word, resource=NETWORK_CONFIGS, namespace=theirs, peer_id=self._local_id)
+            if sent is None or sent.get("spec") != desired["spec"] or not _labelled(sent, desired):
+                await remote.client.apply(NETWORK_CONFIGS, desired)
+        original = remote.networks.store.get(f"{theirs}/{provider_id}")
+        copy = self.networks.store.get(f"{ours}/{provider_id}")
+        if original is None:
+            if copy is not None:
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(NETWORK_CONFIGS, provider_id, namespace=ours)
+            return
+        desired = replica(original, resource=NETWORK_CONFIGS, namespace=ours, peer_id=provider_id)
+        if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
+            await self._client.apply(NETWORK_CONFIGS, desired)
 
     async def close(self) -> None:
         """Stop every remote informer."""

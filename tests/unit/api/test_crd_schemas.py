@@ -26,6 +26,7 @@ SHORT_NAMES = {
     "ShadowPod": "shp",
     "NamespaceOffloading": "nsof",
     "NamespaceMap": "nm",
+    "NetworkConfig": "netcfg",
 }
 # `.field`, optionally followed by a filter on a list item: `[?(@.key=="value")]`.
 SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\])?')

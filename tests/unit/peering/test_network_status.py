@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
@@ -122,3 +123,33 @@ def test_liqoctl_status_lists_an_overlap_and_not_a_network_still_to_learn() -> N
     assert problems(report("Error", "CIDROverlap")) == ["milan: NetworkStatus is Error (CIDROverlap) why"]
     assert problems(report("Pending", "NetworkUnknown")) == []
     assert problems(report("Established", "DirectRouting")) == []
+
+
+def with_tunnel(connection: dict[str, Any] | None) -> PeerState:
+    config: dict[str, Any] = {"spec": {"remappedPodCIDR": "10.71.0.0/16"}}
+    if connection is not None:
+        config["status"] = {"connection": connection}
+    base = state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"})
+    return dataclasses.replace(base, network_config=config)
+
+
+@pytest.mark.parametrize(
+    ("connection", "expected"),
+    [
+        (None, ("Pending", "GatewayStarting")),
+        ({"state": "Connecting", "reason": "WaitingForAnswer", "message": "probing"}, ("Pending", "WaitingForAnswer")),
+        ({"state": "Error", "reason": "ProbesLost", "message": "silent"}, ("Error", "ProbesLost")),
+        ({"state": "Connected", "reason": "ProbesAnswered", "message": "ok", "latency": "0.80ms"}, ("Established", "ProbesAnswered")),
+    ],
+)
+def test_with_a_gateway_the_tunnel_decides_even_when_cidrs_overlap(
+    connection: dict[str, Any] | None, expected: tuple[str, str]
+) -> None:
+    condition = network_condition(with_tunnel(connection))
+    assert (condition["status"], condition["reason"]) == expected
+
+
+def test_a_connected_tunnel_says_its_latency_and_where_the_peer_is_seen() -> None:
+    connection = {"state": "Connected", "reason": "ProbesAnswered", "message": "milan answers", "latency": "0.80ms"}
+    condition = network_condition(with_tunnel(connection))
+    assert condition["message"] == "milan answers; round trip 0.80ms; its pods are at 10.71.0.0/16"

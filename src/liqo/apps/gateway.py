@@ -1,0 +1,84 @@
+"""``python -m liqo.apps.gateway``: the WireGuard gateway to one peer (a pod the manager makes per peer).
+
+Wiring only (:mod:`liqo.network.gateway` holds the loop). It runs as root with ``NET_ADMIN`` alone, in a
+pod network namespace of its own: what it changes is that namespace's interfaces, routes and nftables.
+Which peer it serves and where its private key is come from the environment and a mounted Secret the
+manager set (:mod:`liqo.network.gateways`); everything else it reads from the two NetworkConfigs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from liqo.apps import operability
+from liqo.kube import kubeconfig
+from liqo.kube.client import KubeClient
+from liqo.network import gateways
+from liqo.network.gateway import Gateway, forwarding_enabled
+from liqo.network.runner import ProcessRunner
+
+log = logging.getLogger("liqo.gateway")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The gateway's flags."""
+    parser = argparse.ArgumentParser(prog="liqo-gateway", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
+    parser.add_argument("--local-id", default=os.environ.get(gateways.ENV_LOCAL_ID), help="this cluster's ID")
+    parser.add_argument("--peer-id", default=os.environ.get(gateways.ENV_PEER_ID), help="the peer's cluster ID")
+    parser.add_argument(
+        "--key-file", default=f"{gateways.KEY_DIR}/{gateways.KEY_FILE}", help="the WireGuard private key's file"
+    )
+    operability.add_flags(parser)
+    args = parser.parse_args(argv)
+    if not args.local_id or not args.peer_id:
+        parser.error(f"--local-id and --peer-id (or ${gateways.ENV_LOCAL_ID}, ${gateways.ENV_PEER_ID}) are required")
+    return args
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Run the gateway until SIGTERM."""
+    if not forwarding_enabled():
+        # Packets would reach the gateway and die there: say so where the operator looks first.
+        log.error("net.ipv4.ip_forward is off in this pod: set it in the pod's securityContext.sysctls")
+        sys.exit(1)
+    access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
+    serving = asyncio.Event()
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
+    async with KubeClient(access=access, name="local") as client:
+        gateway = Gateway(
+            client=client,
+            runner=ProcessRunner(),
+            local_id=args.local_id,
+            peer_id=args.peer_id,
+            key_file=args.key_file,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        serving.set()
+        task = asyncio.create_task(gateway.run())
+        await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    if metrics is not None:
+        await metrics.cleanup()
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    operability.setup_logging(args)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

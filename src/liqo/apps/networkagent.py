@@ -1,0 +1,71 @@
+"""``python -m liqo.apps.networkagent``: the node agent of the network fabric (one per node, a DaemonSet).
+
+Wiring only (:mod:`liqo.network.agent` holds the loop). It runs in the node's network namespace, as root
+with ``NET_ADMIN`` alone, and reads nothing but the gateway pods of the ``liqo`` namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from liqo.apps import operability
+from liqo.kube import kubeconfig
+from liqo.kube.client import KubeClient
+from liqo.network.agent import NodeAgent
+from liqo.network.runner import ProcessRunner
+
+log = logging.getLogger("liqo.networkagent")
+ENV_NODE_NAME = "NODE_NAME"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The agent's flags."""
+    parser = argparse.ArgumentParser(
+        prog="liqo-network-agent", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
+    parser.add_argument(
+        "--node-name", default=os.environ.get(ENV_NODE_NAME), help=f"this node (default: ${ENV_NODE_NAME})"
+    )
+    operability.add_flags(parser)
+    args = parser.parse_args(argv)
+    if not args.node_name:
+        parser.error(f"--node-name (or ${ENV_NODE_NAME}) is required")
+    return args
+
+
+async def run(args: argparse.Namespace) -> None:
+    """Run the agent until SIGTERM. Routes and rules stay: a restarted agent finds them right, not missing."""
+    access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
+    serving = asyncio.Event()
+    metrics = await operability.start_metrics(args, ready=serving.is_set)
+    async with KubeClient(access=access, name="local") as client:
+        agent = NodeAgent(client=client, runner=ProcessRunner(), node_name=args.node_name)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        serving.set()
+        tasks = [asyncio.create_task(agent.pods.run()), asyncio.create_task(agent.controller.run())]
+        await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if metrics is not None:
+        await metrics.cleanup()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    operability.setup_logging(args)
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The node agent: on every node, the routes to where peers' pods are seen, through their gateway pods.
+
+One agent per node (a DaemonSet with the node's network). From the gateway pods alone — each carries where
+we see its peer's pods (:data:`liqo.network.gateways.PEER_CIDR`) and says where it runs — it derives the
+routes this node needs (:func:`wanted_routes`, pure): a gateway on this node is reached at its pod IP, one
+on another node through that node's address (which then routes to its own pod). Beside them, one nftables
+table keeps the CNI's masquerade away from that traffic (:func:`liqo.network.rules.node_ruleset`): the
+peer must see our pods' own addresses, and the routing is asymmetric (pod → node → gateway, gateway → pod),
+which a conntrack-based rule would count as invalid.
+
+Everything is reconciled: a restarted gateway (a new pod IP), a restarted agent, or a route someone deleted
+converge again within :data:`RESYNC`. Only routes with our protocol number and our own table are ever
+read, changed or removed, so nothing the node's other software wrote is touched. When the last gateway
+goes, the routes and the table go with it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from liqo.api import names
+from liqo.kube.client import KubeClient
+from liqo.kube.controller import Controller, Result
+from liqo.kube.informer import Informer
+from liqo.kube.resources import PODS, terminating
+from liqo.network import gateways, rules
+from liqo.network.runner import Runner
+
+log = logging.getLogger(__name__)
+
+TABLE = "liqo-node"
+RESYNC = 30.0
+KEY = "node"
+
+
+def wanted_routes(pods: Iterable[Mapping[str, Any]], *, node_name: str) -> list[rules.RouteSpec]:
+    """The routes this node needs to the running gateways' peers (pure).
+
+    A gateway not running yet (no pod IP) gets no route: packets would go nowhere either way, and the
+    CNI's own routes stay in charge.
+    """
+    routes: dict[str, rules.RouteSpec] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        cidr = (meta.get("annotations") or {}).get(gateways.PEER_CIDR)
+        if not cidr or terminating(dict(pod)) or status.get("phase") != "Running":
+            continue
+        here = (pod.get("spec") or {}).get("nodeName") == node_name
+        via = status.get("podIP") if here else status.get("hostIP")
+        if not via:
+            continue
+        try:
+            destination = ipaddress.ip_network(cidr)
+            gateway = ipaddress.ip_address(via)
+        except ValueError:
+            log.warning("gateway pod %s has an unusable route (%s via %s)", meta.get("name"), cidr, via)
+            continue
+        routes[str(destination)] = rules.RouteSpec(destination=destination, via=gateway)
+    return [routes[key] for key in sorted(routes)]
+
+
+class NodeAgent:
+    """Keeps this node's routes and NAT exemptions in step with the gateway pods."""
+
+    def __init__(self, *, client: KubeClient, runner: Runner, node_name: str) -> None:
+        self._runner = runner
+        self._node_name = node_name
+        self.pods = Informer(
+            client=client,
+            resource=PODS,
+            namespace=names.LIQO_NAMESPACE,
+            label_selector=f"{gateways.COMPONENT}={gateways.GATEWAY}",
+        )
+        self.controller: Controller[str] = Controller(name="node-agent", reconcile=self.reconcile)
+        self.controller.watch(self.pods, lambda _pod: [KEY])
+        self._applied: list[rules.RouteSpec] | None = None
+
+    async def reconcile(self, _key: str) -> Result:
+        """Converge this node's routes and table to the running gateways."""
+        wanted = wanted_routes(self.pods.store.list(), node_name=self._node_name)
+        present = rules.parse_routes(await self._runner.run(*rules.list_routes_argv()))
+        for argv in rules.route_commands(wanted=wanted, present=present):
+            await self._runner.run(*argv)
+        await self._runner.run(
+            "nft", "-f", "-", input=rules.node_ruleset(table=TABLE, remote_cidrs=[r.destination for r in wanted])
+        )
+        if wanted != self._applied:
+            log.info("routes to peers: %s", ", ".join(f"{r.destination} via {r.via}" for r in wanted) or "none")
+            self._applied = wanted
+        return Result(requeue_after=RESYNC)

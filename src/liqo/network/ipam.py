@@ -1,0 +1,189 @@
+"""How this cluster names a peer's networks: the peer's own CIDR when it is free here, else a free block (pure).
+
+Two peers may use the same pod CIDR as this cluster (every local cluster does by default), or as each
+other. An address is only useful if it means one thing here, so each cluster decides alone, and never
+tells the peer, which block it sees each of the peer's networks at: the peer's CIDR itself when it
+overlaps nothing this cluster uses, otherwise a block of the same size from the pools. The gateway then
+maps one to the other by prefix (:func:`~liqo.network.rules.gateway_ruleset`), host bits kept, which is
+why the block must be exactly the peer's size.
+
+A collision is impossible by construction: :func:`allocate` never returns a block overlapping what it is
+told is reserved (this cluster's pod, service and external CIDRs, the nodes' networks), what is already
+allocated to other peers, or :data:`~liqo.api.networks.SPECIAL_PURPOSE` (a block there would mean
+loopback or a metadata endpoint to every pod). Allocations are stable: a previous allocation that is
+still valid is kept across restarts, so addresses already handed out (reflected endpoints, open
+connections) keep their meaning. The choice is deterministic — pools in order, lowest block first — so
+two controllers computing it from the same records agree.
+
+The search jumps past each obstacle instead of trying every block, so a /28 in a /8 pool with thousands
+of blocks taken costs a few thousand steps, not 2^20.
+
+IPv4 only, as upstream Liqo's fabric: the rulesets are ``ip`` family, and an IPv6 network is refused
+with :class:`NotIPv4` rather than named wrongly.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+
+from liqo.api.networks import SPECIAL_PURPOSE, IPNetwork
+
+DEFAULT_POOLS: tuple[IPv4Network, ...] = (
+    IPv4Network("10.0.0.0/8"),
+    IPv4Network("172.16.0.0/12"),
+    IPv4Network("192.168.0.0/16"),
+)
+"""Where a peer's network is named when its own CIDR is not free here: the private ranges (RFC 1918)."""
+
+_BITS = 32
+
+
+class NotIPv4(ValueError):
+    """A network given to the allocator is IPv6: the fabric is IPv4 only; the message names it."""
+
+
+class NoFreeBlock(ValueError):
+    """No block of the wanted size is free in the pools; the message names the size and the pools."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How this cluster names one peer's networks: the blocks it sees the peer's pods and external CIDR at."""
+
+    pod_cidr: IPv4Network
+    external_cidr: IPv4Network
+
+
+def allocate(
+    wanted: IPNetwork,
+    *,
+    reserved: Iterable[IPNetwork],
+    taken: Iterable[IPNetwork],
+    pools: Sequence[IPNetwork] = DEFAULT_POOLS,
+    previous: IPNetwork | None = None,
+) -> IPv4Network:
+    """The block this cluster names a peer's network ``wanted`` at.
+
+    Args:
+        wanted: the peer's network, as the peer declared it.
+        reserved: what this cluster uses itself (pod, service and external CIDRs, reserved subnets such as
+            the nodes' LAN). IPv6 entries are ignored: they overlap no IPv4 block.
+        taken: the blocks already allocated to other peers (not this peer's own: pass that as ``previous``).
+        pools: where a block is found when ``wanted`` is not free, searched in order.
+        previous: this peer's earlier allocation, if any.
+
+    Returns:
+        ``previous`` while it is still valid: ``wanted``'s size, overlapping nothing reserved or taken,
+        and either ``wanted`` itself or inside a pool. Else ``wanted`` if it overlaps nothing reserved or
+        taken. Else the lowest free block of ``wanted``'s size in the first pool that has one.
+
+    Raises:
+        NotIPv4: ``wanted`` or a pool is IPv6.
+        NoFreeBlock: ``wanted`` is not free and no pool has a free block of its size.
+    """
+    wanted4 = _ipv4(wanted, what="the network to name")
+    pools4 = [_ipv4(pool, what="the pool") for pool in pools]
+    obstacles = _Obstacles([*SPECIAL_PURPOSE, *reserved, *taken])
+    if (
+        isinstance(previous, IPv4Network)
+        and previous.prefixlen == wanted4.prefixlen
+        and obstacles.first_overlapping(previous) is None
+        and (previous == wanted4 or any(previous.subnet_of(pool) for pool in pools4))
+    ):
+        return previous
+    if obstacles.first_overlapping(wanted4) is None:
+        return wanted4
+    for pool in pools4:
+        block = obstacles.first_free(pool, prefixlen=wanted4.prefixlen)
+        if block is not None:
+            return block
+    raise NoFreeBlock(
+        f"no free /{wanted4.prefixlen} to name {wanted4} in the pools {', '.join(map(str, pools4)) or '(none)'}:"
+        " every block overlaps a reserved network or one allocated to another peer"
+    )
+
+
+def allocate_peer(
+    *,
+    pod_cidr: IPNetwork,
+    external_cidr: IPNetwork,
+    reserved: Iterable[IPNetwork],
+    taken: Iterable[IPNetwork],
+    pools: Sequence[IPNetwork] = DEFAULT_POOLS,
+    previous: Allocation | None = None,
+) -> Allocation:
+    """How this cluster names a peer's pod and external CIDRs: :func:`allocate` for each, pods first.
+
+    The two blocks never overlap each other: the pods' block is taken when the external CIDR is named, so
+    a peer whose two networks both collide here does not get both named at the same free block.
+
+    Raises:
+        NotIPv4: a network or a pool is IPv6.
+        NoFreeBlock: either network cannot be named.
+    """
+    reserved, taken = tuple(reserved), tuple(taken)
+    pods = allocate(
+        pod_cidr,
+        reserved=reserved,
+        taken=taken,
+        pools=pools,
+        previous=None if previous is None else previous.pod_cidr,
+    )
+    external = allocate(
+        external_cidr,
+        reserved=reserved,
+        taken=(*taken, pods),
+        pools=pools,
+        previous=None if previous is None else previous.external_cidr,
+    )
+    return Allocation(pod_cidr=pods, external_cidr=external)
+
+
+def _ipv4(network: IPNetwork, *, what: str) -> IPv4Network:
+    if not isinstance(network, IPv4Network):
+        raise NotIPv4(f"{what} {network} is IPv6: the network fabric is IPv4 only")
+    return network
+
+
+class _Obstacles:
+    """The IPv4 addresses a block must avoid, as sorted, disjoint, inclusive integer ranges."""
+
+    def __init__(self, networks: Iterable[IPNetwork]) -> None:
+        ranges = sorted(
+            (int(n.network_address), int(n.broadcast_address)) for n in networks if isinstance(n, IPv4Network)
+        )
+        merged: list[tuple[int, int]] = []
+        for start, end in ranges:
+            if merged and start <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            else:
+                merged.append((start, end))
+        self._starts = [start for start, _ in merged]
+        self._ends = [end for _, end in merged]
+
+    def _overlapping(self, first: int, last: int) -> int | None:
+        """The end of the first range overlapping ``[first, last]``, if any (ranges are sorted and disjoint)."""
+        index = bisect.bisect_left(self._ends, first)  # the first range ending at or after ``first``
+        if index < len(self._starts) and self._starts[index] <= last:
+            return self._ends[index]
+        return None
+
+    def first_overlapping(self, network: IPv4Network) -> int | None:
+        """The end of the first range ``network`` overlaps; None when it is free."""
+        return self._overlapping(int(network.network_address), int(network.broadcast_address))
+
+    def first_free(self, pool: IPv4Network, *, prefixlen: int) -> IPv4Network | None:
+        """The lowest free ``/prefixlen`` block inside ``pool``, jumping past each obstacle met."""
+        if prefixlen < pool.prefixlen:
+            return None
+        size = 1 << (_BITS - prefixlen)
+        start, last = int(pool.network_address), int(pool.broadcast_address)
+        while start + size - 1 <= last:
+            end = self._overlapping(start, start + size - 1)
+            if end is None:
+                return IPv4Network((start, prefixlen))
+            start = (end + size) // size * size  # the first aligned block after the obstacle
+        return None

@@ -54,13 +54,15 @@ def network_agent_namespace_rules() -> list[dict[str, Any]]:
 
 
 def manager_fabric_rules() -> list[dict[str, Any]]:
-    """The manager's rights in ``liqo`` for the fabric: gateways' Deployments and Services, the template."""
+    """The manager's rights in ``liqo`` for the fabric: gateways' Deployments and Services, the template.
+
+    (Their key Secrets and pods fall under rights it holds cluster-wide for peering and offloading.)
+    """
     writes = [*_READ, "create", "patch", "delete"]
     return [
         {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": writes},
         {"apiGroups": [""], "resources": ["services"], "verbs": writes},
         {"apiGroups": [""], "resources": ["podtemplates"], "resourceNames": [GATEWAY], "verbs": _READ},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
     ]
 
 

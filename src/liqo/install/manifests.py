@@ -337,7 +337,8 @@ def component_rbac(
 ) -> list[Manifest]:
     """ServiceAccount, ClusterRole and its binding (to the ServiceAccount, and to the local-mode user).
 
-    No ClusterRole without ``rules``. With ``namespace_rules``, also a Role holding them in the ``liqo`` namespace, bound to the same subjects.
+    No ClusterRole without ``rules``. With ``namespace_rules``, also a Role holding them in the ``liqo``
+    namespace, bound to the same subjects.
     """
     subjects = [
         {"kind": "ServiceAccount", "name": name, "namespace": names.LIQO_NAMESPACE},

@@ -53,8 +53,8 @@ def wanted_routes(pods: Iterable[Mapping[str, Any]], *, node_name: str) -> list[
         if not via:
             continue
         try:
-            destination = ipaddress.ip_network(cidr)
-            gateway = ipaddress.ip_address(via)
+            destination = ipaddress.IPv4Network(cidr)
+            gateway = ipaddress.IPv4Address(via)
         except ValueError:
             log.warning("gateway pod %s has an unusable route (%s via %s)", meta.get("name"), cidr, via)
             continue
@@ -81,7 +81,7 @@ class NodeAgent:
     async def reconcile(self, _key: str) -> Result:
         """Converge this node's routes and table to the running gateways."""
         wanted = wanted_routes(self.pods.store.list(), node_name=self._node_name)
-        present = rules.parse_routes(await self._runner.run(*rules.list_routes_argv()))
+        present = rules.parse_routes(await self._runner.run(*rules.SHOW_ROUTES))
         for argv in rules.route_commands(wanted=wanted, present=present):
             await self._runner.run(*argv)
         await self._runner.run(

@@ -102,10 +102,12 @@ class Prober(asyncio.DatagramProtocol):
         self.latency: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the socket to answer and probe through."""
         assert isinstance(transport, asyncio.DatagramTransport)
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        """Echo a probe; record the round trip of an echo; ignore anything else."""
         if self.transport is None:
             return
         echo = answer(data)

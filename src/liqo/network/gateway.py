@@ -57,28 +57,28 @@ def tunnel_addresses(role: Role) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4A
     return (server, client) if role is Role.SERVER else (client, server)
 
 
-def commands(tunnel: Link, *, key_file: str) -> list[list[str]]:
-    """The ``wg`` and ``ip`` commands that make the tunnel what ``tunnel`` says (each idempotent) (pure)."""
-    local, peer = tunnel_addresses(tunnel.role)
+def wireguard_argv(tunnel: Link) -> list[str]:
+    """The ``wg set`` command giving the interface its key (on standard input), port and only peer (pure)."""
+    _, peer = tunnel_addresses(tunnel.role)
+    return wireguard.set_peer_argv(
+        interface=INTERFACE,
+        peer_public_key=tunnel.peer_public_key,
+        endpoint=None if tunnel.peer_endpoint is None else str(tunnel.peer_endpoint),
+        allowed_ips=[ipaddress.ip_network(f"{peer}/32"), tunnel.peer_seen],
+        keepalive=KEEPALIVE if tunnel.role is Role.CLIENT else None,
+        # The server listens where its Service sends; a client's port is the kernel's pick.
+        listen_port=WIREGUARD_PORT if tunnel.role is Role.SERVER else None,
+    )
+
+
+def ip_commands(tunnel: Link) -> list[list[str]]:
+    """The ``ip`` commands giving the interface its address, MTU and route (each idempotent) (pure)."""
+    local, _ = tunnel_addresses(tunnel.role)
     return [
-        ["wg", "set", INTERFACE, "private-key", key_file, "listen-port", str(wireguard_port(tunnel.role))],
-        wireguard.set_peer_argv(
-            interface=INTERFACE,
-            peer_public_key=tunnel.peer_public_key,
-            endpoint=None if tunnel.peer_endpoint is None else str(tunnel.peer_endpoint),
-            allowed_ips=[ipaddress.ip_network(f"{peer}/32"), tunnel.peer_seen],
-            keepalive=KEEPALIVE if tunnel.role is Role.CLIENT else None,
-            listen_port=None,
-        ),
         ["ip", "address", "replace", f"{local}/{TUNNEL_NETWORK.prefixlen}", "dev", INTERFACE],
         ["ip", "link", "set", INTERFACE, "mtu", str(MTU), "up"],
         ["ip", "route", "replace", str(tunnel.peer_seen), "dev", INTERFACE],
     ]
-
-
-def wireguard_port(role: Role) -> int:
-    """Where the gateway listens: the server at the port its Service targets; a client anywhere (0)."""
-    return WIREGUARD_PORT if role is Role.SERVER else 0
 
 
 class Gateway:
@@ -134,9 +134,14 @@ class Gateway:
             self._waiting = "waiting for the peer's gateway (its key, or its endpoint)"
             return Result(requeue_after=RESYNC)
         await self._ensure_interface()
-        for argv in commands(tunnel, key_file=self._key_file):
+        # Read at every pass: a key rotated in its Secret reaches the mounted file, then the interface.
+        key = _read_key(self._key_file)
+        await self._runner.run(*wireguard_argv(tunnel), input=key + "\n")
+        for argv in ip_commands(tunnel):
             await self._runner.run(*argv)
-        await self._remove_other_peers(tunnel.peer_public_key)
+        state = wireguard.parse_dump(await self._runner.run(*wireguard.show_dump_argv(interface=INTERFACE)))
+        for argv in wireguard.remove_stale_peers(interface=INTERFACE, state=state, wanted=tunnel.peer_public_key):
+            await self._runner.run(*argv)
         await self._runner.run(
             "nft",
             "-f",
@@ -156,7 +161,7 @@ class Gateway:
 
     async def _ensure_interface(self) -> None:
         """The WireGuard interface: the kernel's if it can, else a ``wireguard-go`` child (restarted if it died)."""
-        if Path("/sys/class/net", INTERFACE).exists():
+        if _interface_exists():
             return
         try:
             await self._runner.run("ip", "link", "add", INTERFACE, "type", "wireguard")
@@ -169,8 +174,12 @@ class Gateway:
         log.info("no WireGuard in the kernel: starting wireguard-go")
         self._userspace = await asyncio.create_subprocess_exec("wireguard-go", "-f", INTERFACE)
         asyncio.get_running_loop().create_task(self._watch_userspace(self._userspace))
+
+        async def created() -> bool:
+            return _interface_exists()
+
         await poll_until(
-            lambda: _true_or_none(Path("/sys/class/net", INTERFACE).exists()),
+            created,
             timeout=10,
             interval=0.05,
             message=f"wireguard-go did not create {INTERFACE} within 10 s",
@@ -181,12 +190,6 @@ class Gateway:
         if process is self._userspace:
             log.warning("wireguard-go exited (%s): rebuilding the tunnel", code)
             self.controller.queue.add(KEY)
-
-    async def _remove_other_peers(self, wanted: str) -> None:
-        state = wireguard.parse_dump(await self._runner.run("wg", "show", INTERFACE, "dump"))
-        for peer in state.peers:
-            if peer.public_key != wanted:
-                await self._runner.run("wg", "set", INTERFACE, "peer", peer.public_key, "remove")
 
     async def _probe(self) -> None:
         """Probe the peer's gateway every second; write the verdict to our word's status when it is worth it."""
@@ -232,7 +235,7 @@ class Gateway:
         if verdict.state == conncheck.CONNECTED and self.prober.latency is not None:
             connection["latency"] = conncheck.format_latency(self.prober.latency)
         with contextlib.suppress(CommandError):
-            dump = wireguard.parse_dump(await self._runner.run("wg", "show", INTERFACE, "dump"))
+            dump = wireguard.parse_dump(await self._runner.run(*wireguard.show_dump_argv(interface=INTERFACE)))
             handshakes = [p.latest_handshake for p in dump.peers if p.latest_handshake]
             if handshakes:
                 connection["lastHandshakeTime"] = format_time(
@@ -249,5 +252,9 @@ def forwarding_enabled() -> bool:
         return False
 
 
-def _true_or_none(value: bool) -> bool | None:
-    return True if value else None
+def _interface_exists() -> bool:
+    return Path("/sys/class/net", INTERFACE).exists()
+
+
+def _read_key(path: str) -> str:
+    return Path(path).read_text().strip()

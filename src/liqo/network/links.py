@@ -18,8 +18,6 @@ both clusters consume from each other, the one with the smaller cluster ID serve
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import ipaddress
 from collections.abc import Mapping
@@ -37,6 +35,7 @@ from liqo.api.networks import (
     parse_cidr,
 )
 from liqo.api.resources import NETWORK_CONFIGS
+from liqo.network.wireguard import InvalidKey, parse_public_key
 
 REMAPPED_POD_CIDR = "remappedPodCIDR"
 WIREGUARD_PORT = 51820
@@ -148,12 +147,16 @@ def read_word(obj: Mapping[str, Any]) -> Word:
     except ValueError:
         raise InvalidWord(f"spec.gateway.role must be one of {[r.value for r in Role]}") from None
     key = gateway.get("publicKey")
+    try:
+        public_key = None if key is None else parse_public_key(key, field="spec.gateway.publicKey")
+    except InvalidKey as exc:
+        raise InvalidWord(str(exc)) from None
     return Word(
         cluster_id=cluster_id,
         pod_cidr=pod_cidr,
         remapped_pod_cidr=remapped,
         role=gateway_role,
-        public_key=None if key is None else parse_public_key(key, field="spec.gateway.publicKey"),
+        public_key=public_key,
         endpoint=_endpoint(gateway.get("endpoint")),
     )
 
@@ -179,23 +182,6 @@ def check_peer_word(word: Word, *, peer_id: str, our_pod_cidr: IPNetwork) -> Non
         raise InvalidWord(f"spec.{REMAPPED_POD_CIDR} {seen_as} overlaps the special-purpose range {special}")
     if word.endpoint is not None and any(word.endpoint.address in s for s in SPECIAL_PURPOSE):
         raise InvalidWord(f"spec.gateway.endpoint {word.endpoint} is in a special-purpose range")
-
-
-def parse_public_key(value: object, *, field: str) -> str:
-    """A WireGuard public key as written: base64 of exactly 32 bytes, canonical.
-
-    Raises:
-        InvalidWord: anything else, naming ``field``.
-    """
-    if not isinstance(value, str) or len(value) != 44:
-        raise InvalidWord(f"{field} must be a WireGuard key (44 characters of base64)")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except binascii.Error:
-        raise InvalidWord(f"{field} is not base64") from None
-    if len(raw) != 32 or base64.b64encode(raw).decode() != value:
-        raise InvalidWord(f"{field} is not a WireGuard key written canonically")
-    return value
 
 
 def _endpoint(value: object) -> Endpoint | None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
-from liqo.install import manifests
+from liqo.install import fabric, manifests
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
 from tests.helpers import install_manifests
 
 RBAC = "rbac.authorization.k8s.io"
+READ = ("get", "list", "watch")
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
@@ -58,6 +59,13 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
         ("configmaps", "get", "liqo-settings"),
         ("configmaps", "create", "*"),
         ("configmaps", "patch", "liqo-cluster-identity"),
+        # Gateways (liqo.network.configs): their Deployments and Services, the template they are made of.
+        *{
+            (resource, verb, "*")
+            for resource in ("deployments", "services")
+            for verb in (*READ, "create", "patch", "delete")
+        },
+        *{("podtemplates", verb, fabric.GATEWAY) for verb in READ},
     }
 
 
@@ -66,8 +74,8 @@ def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> 
     roles = {i["metadata"]["name"]: i for i in items if i["kind"] == "ClusterRole"}
     assert roles[names.PEER_TENANT_ROLE]["rules"] == peer_rules()
     assert roles[names.PEER_TWIN_ROLE]["rules"] == twin_rules()
-    [role] = [i for i in items if i["kind"] == "Role"]
-    [binding] = [i for i in items if i["kind"] == "RoleBinding"]
+    [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == manifests.MANAGER]
+    [binding] = [i for i in items if i["kind"] == "RoleBinding" and i["metadata"]["name"] == manifests.MANAGER]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
     assert role["rules"] == manifests.manager_namespace_rules()
     [cluster_binding] = [

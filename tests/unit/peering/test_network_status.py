@@ -139,7 +139,10 @@ def with_tunnel(connection: dict[str, Any] | None) -> PeerState:
         (None, ("Pending", "GatewayStarting")),
         ({"state": "Connecting", "reason": "WaitingForAnswer", "message": "probing"}, ("Pending", "WaitingForAnswer")),
         ({"state": "Error", "reason": "ProbesLost", "message": "silent"}, ("Error", "ProbesLost")),
-        ({"state": "Connected", "reason": "ProbesAnswered", "message": "ok", "latency": "0.80ms"}, ("Established", "ProbesAnswered")),
+        (
+            {"state": "Connected", "reason": "ProbesAnswered", "message": "ok", "latency": "0.80ms"},
+            ("Established", "ProbesAnswered"),
+        ),
     ],
 )
 def test_with_a_gateway_the_tunnel_decides_even_when_cidrs_overlap(

@@ -56,6 +56,9 @@ def test_the_peer_rules_allow_requests_namespace_maps_reading_offers_and_its_hea
     maps |= {("offloading.liqo.io", "namespacemaps", v) for v in ("update", "patch", "delete")}
     map_status = {("offloading.liqo.io", "namespacemaps/status", "get")}
     heartbeat = {("coordination.k8s.io", "leases", v) for v in ("create", "get", "update", "patch")}
+    # Its network word; the admission policy liqo-peer-network-configs limits writes to the one named after it.
+    network = {("networking.liqo.io", "networkconfigs", v) for v in ("get", "list", "watch", "create")}
+    network |= {("networking.liqo.io", "networkconfigs", v) for v in ("update", "patch", "delete")}
     assert (
         granted
         == requests
@@ -63,6 +66,7 @@ def test_the_peer_rules_allow_requests_namespace_maps_reading_offers_and_its_hea
         | offers
         | offer_status
         | maps
+        | network
         | map_status
         | heartbeat
     )

@@ -151,6 +151,47 @@ def test_old_archives_of_liqos_image_are_pruned_the_others_kept(project: Path) -
     assert sorted(directory.iterdir()) == sorted([*kept, *liqo[-images.LIQO_ARCHIVES_KEPT :]])
 
 
+# -- what the image carries ------------------------------------------------------------------------------
+
+
+def test_the_image_carries_the_network_fabrics_tools() -> None:
+    assert set(images.NETWORK_PACKAGES) == {"wireguard-go", "wireguard-tools", "iproute2", "nftables"}
+    assert set(images.NETWORK_PACKAGES) <= set(images.LIQO_PACKAGES)
+    assert set(images.NETWORK_PRUNE) <= set(images.LIQO_PRUNE)
+    kept = {"bin/ip", "usr/sbin/nft", "usr/bin/wg", "usr/bin/wireguard-go"}
+    assert not {path for path in images.LIQO_PRUNE for tool in kept if tool == path or tool.startswith(path + "/")}
+
+
+def test_pruning_removes_directories_files_and_links_without_following_them(tmp_path: Path) -> None:
+    rootfs, outside = tmp_path / "rootfs", tmp_path / "outside"
+    (rootfs / "usr/share/doc/pkg").mkdir(parents=True)
+    (rootfs / "usr/share/doc/pkg/copyright").write_text("c")
+    (rootfs / "sbin").mkdir()
+    (rootfs / "sbin/tc").write_text("elf")
+    (rootfs / "sbin/ip").write_text("elf")
+    outside.mkdir()
+    (outside / "precious").write_text("p")
+    (rootfs / "lib").mkdir()
+    (rootfs / "lib/systemd").symlink_to(outside)  # an absolute link, as packages ship
+    images.prune_rootfs(rootfs, ["usr/share/doc", "sbin/tc", "lib/systemd", "not/there"])
+    assert not (rootfs / "usr/share/doc").exists()
+    assert not (rootfs / "sbin/tc").exists()
+    assert (rootfs / "sbin/ip").read_text() == "elf"
+    assert not (rootfs / "lib/systemd").is_symlink()
+    assert (outside / "precious").read_text() == "p"
+
+
+def test_pruning_refuses_a_path_through_a_link_out_of_the_root(tmp_path: Path) -> None:
+    rootfs, outside = tmp_path / "rootfs", tmp_path / "outside"
+    rootfs.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_text("p")
+    (rootfs / "etc").symlink_to(outside)
+    with pytest.raises(images.ImageError, match="not inside"):
+        images.prune_rootfs(rootfs, ["etc/precious"])
+    assert (outside / "precious").read_text() == "p"
+
+
 # -- the image's configuration --------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.local.realnodes.configs import (
+    ALLOWED_UNSAFE_SYSCTLS,
     CNI_CONF_DIR,
     CNI_TEMPLATE,
     CONTAINERD_SOCKET,
@@ -266,6 +267,16 @@ def test_kubelet_config() -> None:
     assert (config["tlsCertFile"], config["tlsPrivateKeyFile"]) == ("/c/s.crt", "/c/s.key")
     assert config["containerRuntimeEndpoint"] == f"unix://{CONTAINERD_SOCKET}"
     assert config["maxPods"] == 42
+
+
+def test_kubelet_config_allows_the_gateways_forwarding_sysctl_and_no_other() -> None:
+    # The gateway pod sets net.ipv4.ip_forward=1 in its own netns; without this the kubelet refuses it
+    # (SysctlForbidden). Nothing else: every other unsafe sysctl stays refused.
+    text = kubelet_config(
+        node_ip="172.30.3.2", cgroup_root="/r", client_ca="/c", tls_cert="/t", tls_key="/k", max_pods=1
+    )
+    assert yaml.safe_load(text)["allowedUnsafeSysctls"] == ["net.ipv4.ip_forward"]
+    assert list(ALLOWED_UNSAFE_SYSCTLS) == ["net.ipv4.ip_forward"]
 
 
 def test_kube_proxy_config() -> None:

@@ -8,7 +8,8 @@ Settings this machine needs, each learnt the hard way (``docs/operations.md`` ha
   allocated it; the plugins that would write outside the node (``/opt/containerd``, NRI's socket) are off.
 - kubelet: ``failCgroupV1: false`` (this machine has cgroup v1 only), the cgroupfs driver under the node's
   own cgroup, relaxed eviction and image GC (a laptop's disk is not a node's), TLS with the cluster CA on
-  both sides, and health on the node's underlay address so the supervisor can probe it.
+  both sides, health on the node's underlay address so the supervisor can probe it, and
+  ``net.ipv4.ip_forward`` allowed as a pod sysctl (:data:`ALLOWED_UNSAFE_SYSCTLS`).
 - kube-proxy: nftables mode, its rules in the node's network namespace; ``conntrack.maxPerCore: 0``
   because ``nf_conntrack_max`` is machine-wide and only settable from the host's namespace.
 """
@@ -32,6 +33,18 @@ KUBELET_HEALTHZ_PORT = 10248
 KUBE_PROXY_HEALTHZ_PORT = 10256
 NODE_LABEL = "liqo.io/local-node"
 """Real nodes carry ``liqo.io/local-node=real`` (and ``type=real``, as fake ones carry ``type=kwok``)."""
+
+ALLOWED_UNSAFE_SYSCTLS = ("net.ipv4.ip_forward",)
+"""Sysctls a pod may set in its ``securityContext.sysctls`` beyond the kubelet's safe set.
+
+The network fabric's gateway pod forwards packets between its WireGuard tunnel and its ``eth0``, so it
+needs ``net.ipv4.ip_forward=1`` in its own network namespace. The kubelet counts that sysctl as unsafe
+(namespaced, but not on its safe list) and refuses such a pod with ``SysctlForbidden`` unless it is allowed
+here. The alternative would be a privileged init container writing ``/proc/sys/net/ipv4/ip_forward``: a
+privileged container for one value. The sysctl is per network namespace, so allowing it changes nothing
+on the node or in other pods; real nodes are the project's own local nodes, and Pod Security admission
+still refuses unsafe sysctls in namespaces held to the baseline or restricted level.
+"""
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -186,6 +199,7 @@ def kubelet_config(
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
         "resolvConf": "/etc/resolv.conf",
+        "allowedUnsafeSysctls": list(ALLOWED_UNSAFE_SYSCTLS),
     }
     return yaml.safe_dump(config, sort_keys=False)
 

@@ -10,7 +10,10 @@ source builds a new one and an unchanged one is reused.
 
 liqo's image is Debian's Python 3.11 (extract mode again), our wheel and its locked dependencies in
 ``/opt/liqo``, byte-compiled, run as uid 65532: one image for every entry point (``python3 -m
-liqo.apps.manager``, ``liqo.apps.virtualkubelet``, ``liqo.cli.main``). Its archive's hash covers the
+liqo.apps.manager``, ``liqo.apps.virtualkubelet``, ``liqo.cli.main``). It also carries the network
+fabric's tools, which the gateway and the node agent (our code, as uid 0 with NET_ADMIN) shell out to:
+``ip``, ``nft``, ``wg`` and ``wireguard-go``, with the libraries they link (extract mode follows the
+packages' dependencies). Its archive's hash covers the
 recipe and every file the wheel and the lock are made of, so a code change rebuilds it and a change to
 the tests or the docs does not. The ``Containerfile`` at the repository root makes the same image with an
 ordinary container build, for machines that have one; a unit test keeps the two recipes equal. An
@@ -67,10 +70,24 @@ TOOLBOX_PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/
 LIQO_REPOSITORY = "localhost/liqo/liqo"
 LIQO_UID = 65532
 LIQO_USER = f"{LIQO_UID}:{LIQO_UID}"
-LIQO_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "python3-minimal", "ca-certificates", "usr-is-merged")
+NETWORK_PACKAGES = ("wireguard-go", "wireguard-tools", "iproute2", "nftables")
+"""The network fabric's tools: ``wireguard-go`` (no WireGuard kernel module here), ``wg``, ``ip``, ``nft``."""
+LIQO_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "python3-minimal", "ca-certificates",
+                 *NETWORK_PACKAGES, "usr-is-merged")  # fmt: skip
+NETWORK_PRUNE = (
+    "usr/share/bash-completion", "lib/systemd", "usr/bin/wg-quick",
+    "sbin/tc", "usr/lib/x86_64-linux-gnu/tc", "sbin/devlink", "usr/bin/rdma", "sbin/tipc", "sbin/dcb", "sbin/vdpa",
+    "sbin/rtmon", "sbin/rtacct", "usr/sbin/arpd", "usr/sbin/genl", "usr/bin/nstat", "usr/bin/lnstat",
+    "usr/bin/ctstat", "usr/bin/rtstat", "usr/bin/routel",
+)  # fmt: skip
+"""What the fabric's packages bring that no pod runs: shell completions, systemd units, ``wg-quick`` (a bash
+script, and there is no bash), and every iproute2 tool but ``ip``, ``ss`` and ``bridge`` (traffic control and
+its plugins, hardware and protocol tools, statistics daemons)."""
 LIQO_PRUNE = (*TOOLBOX_PRUNE, "usr/lib/python3.11/test", "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/idlelib",
-              "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/pydoc_data")  # fmt: skip
-"""What no liqo process uses: documentation, apt's lists, the standard library's tests, GUI and pip bootstrap."""
+              "usr/lib/python3.11/tkinter", "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/pydoc_data",
+              *NETWORK_PRUNE)  # fmt: skip
+"""What no liqo process uses: documentation, apt's lists, the standard library's tests, GUI and pip bootstrap,
+and the network packages' extras."""
 LIQO_SITE = "/opt/liqo"
 LIQO_ENTRYPOINT = ("/usr/bin/python3", "-m")
 LIQO_CMD = ("liqo.apps.manager",)
@@ -385,9 +402,23 @@ def _debian_rootfs(scratch: Path, *, packages: Sequence[str], prune: Sequence[st
     rootfs = scratch / "rootfs"
     argv = [toolchain.os_tool("mmdebstrap"), "--variant=extract", f"--include={','.join(packages)}", "--quiet"]
     _run([*argv, DEBIAN_SUITE, str(rootfs)], cwd=scratch, env=dict(os.environ), step=f"{step} (mmdebstrap)")
-    for path in prune:
-        shutil.rmtree(rootfs / path, ignore_errors=True)
+    prune_rootfs(rootfs, prune)
     return rootfs
+
+
+def prune_rootfs(rootfs: Path, paths: Iterable[str]) -> None:
+    """Delete ``paths`` (relative; directories, files or symlinks; missing ones skipped) from ``rootfs``, as ``rm -rf``.
+
+    A symlink is deleted, never followed: an extracted package's links may be absolute and point at the host.
+    """
+    for path in paths:
+        target = rootfs / path
+        if not target.parent.resolve().is_relative_to(rootfs.resolve()):
+            raise ImageError(f"{path!r} is not inside the image's root (a symlink on its way?)")
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
 
 
 def _finish_rootfs(rootfs: Path, *, passwd: str, group: str) -> None:

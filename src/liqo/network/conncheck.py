@@ -19,7 +19,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 PORT = 51821
 """The probes' UDP port, on each gateway's tunnel address."""
@@ -103,8 +103,8 @@ class Prober(asyncio.DatagramProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the socket to answer and probe through."""
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        # A datagram endpoint's transport is one, though the selector loop's class does not say so (3.11).
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
         """Echo a probe; record the round trip of an echo; ignore anything else."""

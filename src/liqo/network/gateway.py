@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import ipaddress
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ TUNNEL_NETWORK = ipaddress.IPv4Network("169.254.18.0/30")
 """The tunnel's own two addresses (server ``.1``, client ``.2``): in each gateway's pod only, never routed."""
 KEY = "tunnel"
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
+USERSPACE_SOCKETS = "/var/run/wireguard"
+"""Where wireguard-go puts its control sockets (an emptyDir in the pod: the root filesystem is read-only)."""
 
 
 def tunnel_addresses(role: Role) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
@@ -172,17 +175,21 @@ class Gateway:
             self._userspace.kill()
             await self._userspace.wait()
         log.info("no WireGuard in the kernel: starting wireguard-go")
-        self._userspace = await asyncio.create_subprocess_exec("wireguard-go", "-f", INTERFACE)
+        # In the foreground, as our child (a daemonised one would be a zombie nobody reaps, pid 1 being us);
+        # the variable also silences its banner urging the kernel module, which was tried first.
+        self._userspace = await asyncio.create_subprocess_exec(
+            "wireguard-go", "-f", INTERFACE, env={**os.environ, "WG_PROCESS_FOREGROUND": "1"}
+        )
         asyncio.get_running_loop().create_task(self._watch_userspace(self._userspace))
 
-        async def created() -> bool:
-            return _interface_exists()
+        async def created() -> bool:  # `wg` fails until the control socket exists, a moment after the link
+            return _interface_exists() and _socket_exists()
 
         await poll_until(
             created,
             timeout=10,
             interval=0.05,
-            message=f"wireguard-go did not create {INTERFACE} within 10 s",
+            message=f"wireguard-go did not create {INTERFACE} and its control socket within 10 s",
         )
 
     async def _watch_userspace(self, process: asyncio.subprocess.Process) -> None:
@@ -254,6 +261,10 @@ def forwarding_enabled() -> bool:
 
 def _interface_exists() -> bool:
     return Path("/sys/class/net", INTERFACE).exists()
+
+
+def _socket_exists() -> bool:
+    return Path(USERSPACE_SOCKETS, f"{INTERFACE}.sock").exists()
 
 
 def _read_key(path: str) -> str:

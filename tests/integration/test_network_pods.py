@@ -171,7 +171,7 @@ def network_pod(name: str, namespace: str, *, command: list[str], gateway: bool)
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A cluster of one real node holding liqo's image (``nimg``: the network image's clusters)."""
-    local = start(ClusterSpec(name=unique("nimg"), nodes=0, real_nodes=1))
+    local = start(ClusterSpec(name=unique("netpod"), nodes=0, real_nodes=1))
     try:
         node = the_node(local)
         ctr = os.path.join(read_json(local.dir.cluster_file)["nodeBinDir"], "ctr")

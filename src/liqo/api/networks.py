@@ -5,8 +5,8 @@ one cluster — its *owner* — and is about to be dialled from another — the 
 use the same pod CIDR (every local cluster does by default): an address copied as it is would then reach
 a pod of the reader's own, silently. So every address goes through :func:`translate`, a pure function of
 the two networks: it passes unchanged only when it cannot mean anything else to the reader, is moved into
-the block the reader sees the owner's pods at when the network fabric has remapped them (issue #11, not
-built yet: ``remapped_pod_cidr`` stays None until then), and is otherwise refused with a reason a human can
+the block the reader sees the owner's pods at when the network fabric has remapped them (issue #11: the
+reader's NetworkConfig for the owner says where), and is otherwise refused with a reason a human can
 act on. Never silently wrong: an unknown network is a refusal too, never a guess.
 
 A peer's network is what it told us at authentication (ForeignCluster ``spec.network``), and so is
@@ -32,6 +32,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 POD_CIDR = "podCIDR"
 SERVICE_CIDR = "serviceCIDR"
+REMAPPED_POD_CIDR = "remappedPodCIDR"
+"""In a NetworkConfig's spec: where its author sees the other cluster's pods (:mod:`liqo.network.links`)."""
 NETWORK = "network"
 """The key of a network in handshake messages, and under a ForeignCluster's ``spec``."""
 
@@ -183,6 +185,18 @@ def network_patch(foreign_cluster: Mapping[str, Any], network: ClusterNetwork) -
     except InvalidNetwork:
         pass
     return {"spec": {NETWORK: network.to_message()}}
+
+
+def remapped_pod_cidr(network_config: Mapping[str, Any] | None) -> IPNetwork | None:
+    """Where the author of a NetworkConfig sees the other cluster's pods; None without one (or a valid one).
+
+    The network fabric's word (issue #11): the virtual kubelet translates addresses with it.
+    """
+    spec = (network_config or {}).get("spec") or {}
+    try:
+        return parse_cidr(spec.get(REMAPPED_POD_CIDR), field=f"spec.{REMAPPED_POD_CIDR}")
+    except InvalidNetwork:
+        return None
 
 
 # -- translation -----------------------------------------------------------------------------------------

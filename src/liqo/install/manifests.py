@@ -288,8 +288,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
 
     Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
     ConfigMaps, Services, Ingresses and EndpointSlices, to copy offloaded namespaces' into their twins (and
-    ForeignClusters, for the providers' networks); tokens are requested
-    for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with server-side apply,
+    ForeignClusters and NetworkConfigs, for the providers' networks and where each side sees the other's
+    pods); tokens are requested for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with server-side apply,
     hence ``patch``). Its serving certificate, as a pod, comes from a CertificateSigningRequest it approves
     itself, for the kubelet-serving signer only (:mod:`liqo.kube.csr`; docs/security.md says what that lets it do).
     """
@@ -310,6 +310,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
             "resources": ["virtualnodes", "namespaceoffloadings", "foreignclusters"],
             "verbs": read,
         },
+        # Where each side sees the other's pods (the network fabric), to translate addresses.
+        {"apiGroups": [liqo_resources.NETWORKING], "resources": ["networkconfigs"], "verbs": read},
         # The Registered condition: whether the Node of that name is ours (server-side apply is a patch).
         {"apiGroups": [liqo_resources.VIRTUAL_KUBELET], "resources": ["virtualnodes/status"], "verbs": ["patch"]},
         # Its own CSR: created, watched by name until signed, deleted (names are generated: no resourceNames).

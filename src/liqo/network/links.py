@@ -27,6 +27,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.networks import (
     POD_CIDR,
+    REMAPPED_POD_CIDR,
     SPECIAL_PURPOSE,
     InvalidNetwork,
     IPAddress,
@@ -37,7 +38,6 @@ from liqo.api.networks import (
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.network.wireguard import InvalidKey, parse_public_key
 
-REMAPPED_POD_CIDR = "remappedPodCIDR"
 WIREGUARD_PORT = 51820
 """Where a gateway server listens inside its pod (its Service maps a node port to it)."""
 

@@ -17,9 +17,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo.api.networks import ClusterNetwork, InvalidNetwork, recorded_network
+from liqo.api.names import TENANT_NAMESPACE_PREFIX, tenant_namespace
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
-from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
@@ -81,6 +82,7 @@ class VirtualKubelets:
         self.identities = Informer(client=client, resource=SECRETS, label_selector=f"{IDENTITY_LABEL}=true")
         self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
+        self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)
         self.peers = PeerClients(on_change=self._identity_changed)
         self.running: dict[str, _Running] = {}
         self._dirty = asyncio.Event()
@@ -99,6 +101,13 @@ class VirtualKubelets:
                 add=self._foreign_cluster_changed,
                 update=lambda old, new: self._foreign_cluster_changed(new, old=old),
                 delete=self._foreign_cluster_changed,
+            )
+        )
+        self.network_configs.add_handler(
+            HandlerFuncs(
+                add=self._network_config_changed,
+                update=lambda old, new: self._network_config_changed(new, old=old),
+                delete=self._network_config_changed,
             )
         )
         self.identities.add_handler(
@@ -135,10 +144,21 @@ class VirtualKubelets:
         network = (foreign_cluster.get("spec") or {}).get("network")
         if old is not None and (old.get("spec") or {}).get("network") == network:
             return
-        provider_id = (foreign_cluster.get("spec") or {}).get("clusterID")
+        self._network_changed((foreign_cluster.get("spec") or {}).get("clusterID"))
+
+    def _network_changed(self, provider_id: str | None) -> None:
         for running in self.running.values():
             if running.provider_id == provider_id and running.manager is not None:
                 running.manager.network_changed()
+
+    def _network_config_changed(self, config: Obj, *, old: Obj | None = None) -> None:
+        if old is not None and remapped_pod_cidr(old) == remapped_pod_cidr(config):
+            return
+        self._network_changed(_tenant_peer(config))
+
+    def remapped(self, provider_id: str, *, author: str) -> IPNetwork | None:
+        """Where ``author`` (home or the provider) sees the other's pods, by its NetworkConfig; None without one."""
+        return remapped_pod_cidr(self.network_configs.store.get(f"{tenant_namespace(provider_id)}/{author}"))
 
     def provider_network(self, provider_id: str) -> ClusterNetwork | None:
         """The network ``provider_id`` told us at its last handshake (None: not known, or not valid)."""
@@ -202,7 +222,13 @@ class VirtualKubelets:
         """Run until cancelled; on the way out stop every node (the Nodes stay: a new leader takes them)."""
         try:
             async with asyncio.TaskGroup() as group:
-                informers = (self.virtual_nodes, self.identities, self.offloadings, self.foreign_clusters)
+                informers = (
+                    self.virtual_nodes,
+                    self.identities,
+                    self.offloadings,
+                    self.foreign_clusters,
+                    self.network_configs,
+                )
                 for informer in informers:
                     group.create_task(informer.run())
                 for informer in informers:
@@ -274,6 +300,8 @@ class VirtualKubelets:
                 home_name=self._home_name,
                 provider=lambda: self.provider_network(provider_id),
                 provider_name=provider_name,
+                home_sees_provider=lambda: self.remapped(provider_id, author=self._home_cluster_id),
+                provider_sees_home=lambda: self.remapped(provider_id, author=provider_id),
             ),
             events=self._events,
         )
@@ -307,3 +335,8 @@ class VirtualKubelets:
             with contextlib.suppress(Exception):
                 await running.node.delete(split_namespaced_key(key)[1])
             log.info("virtual node %s stopped and deleted", key)
+
+
+def _tenant_peer(obj: Obj) -> str | None:
+    namespace = obj["metadata"].get("namespace") or ""
+    return namespace.removeprefix(TENANT_NAMESPACE_PREFIX) if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from liqo.api.networks import ClusterNetwork, Translation, translate
+from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -136,16 +136,31 @@ class Addresses:
     home_name: str
     provider: Callable[[], ClusterNetwork | None]
     provider_name: str
+    home_sees_provider: Callable[[], IPNetwork | None] = lambda: None
+    """Where home sees the provider's pods, once the network fabric links them (home's NetworkConfig)."""
+    provider_sees_home: Callable[[], IPNetwork | None] = lambda: None
+    """Where the provider sees home's pods (the provider's NetworkConfig, replicated here)."""
 
     def for_provider(self, address: str) -> Translation:
         """What the provider must dial for home's pod ``address``."""
         return translate(
-            address, owner=self.home, reader=self.provider(), owner_name=self.home_name, reader_name=self.provider_name
+            address,
+            owner=self.home,
+            reader=self.provider(),
+            owner_name=self.home_name,
+            reader_name=self.provider_name,
+            remapped_pod_cidr=self.provider_sees_home(),
         )
 
     def for_home(self, address: str) -> Translation:
         """What home must dial for the provider's pod ``address``."""
-        return translate(address, owner=self.provider(), reader=self.home, owner_name=self.provider_name)
+        return translate(
+            address,
+            owner=self.provider(),
+            reader=self.home,
+            owner_name=self.provider_name,
+            remapped_pod_cidr=self.home_sees_provider(),
+        )
 
 
 class ReflectionManager:

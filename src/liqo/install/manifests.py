@@ -288,10 +288,11 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
 
     Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
     ConfigMaps, Services, Ingresses and EndpointSlices, to copy offloaded namespaces' into their twins (and
-    ForeignClusters and NetworkConfigs, for the providers' networks and where each side sees the other's
-    pods); tokens are requested for offloaded pods' ServiceAccounts; Events are written (mirrored from
-    providers with server-side apply, hence ``patch``). Its serving certificate, as a pod, comes from a CertificateSigningRequest it approves
-    itself, for the kubelet-serving signer only (:mod:`liqo.kube.csr`; docs/security.md says what that lets it do).
+    ForeignClusters and NetworkConfigs, for the providers' networks and where each side sees the other's pods);
+    tokens are requested for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with
+    server-side apply, hence ``patch``). Its serving certificate, as a pod, comes from a CertificateSigningRequest
+    it approves itself, for the kubelet-serving signer only (:mod:`liqo.kube.csr`; docs/security.md says what that
+    lets it do).
     """
     read = ["get", "list", "watch"]
     return [

@@ -28,7 +28,6 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS
 from liqo.local import clusters
 from liqo.offloading import registration
-from liqo.offloading.webhook import virtual_node_toleration
 from tests.helpers import LocalCluster, eventually, unique
 
 Object = dict[str, Any]
@@ -146,7 +145,7 @@ def required_terms(pod_obj: Object) -> list[Object] | None:
 
 
 def ours(pod_obj: Object) -> int:
-    return sum(1 for t in pod_obj["spec"].get("tolerations") or [] if t == virtual_node_toleration())
+    return sum(1 for t in pod_obj["spec"].get("tolerations") or [] if t == names.virtual_node_toleration())
 
 
 @pytest.mark.parametrize(
@@ -180,7 +179,7 @@ async def test_the_pods_own_affinity_and_tolerations_are_kept_and_anded(
     created = await create_pod(
         kube,
         namespace,
-        tolerations=[own_toleration, virtual_node_toleration()],
+        tolerations=[own_toleration, names.virtual_node_toleration()],
         affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [own_term]}}},
     )
     assert own_toleration in created["spec"]["tolerations"]

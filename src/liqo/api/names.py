@@ -102,6 +102,13 @@ ORIGIN_NAMESPACE = "liqo.io/origin-namespace"
 """On twin namespaces (provider side): the home namespace they stand for."""
 VIRTUAL_NODE_TAINT = "virtual-node.liqo.io/not-allowed"
 """Key of the NoExecute taint on virtual nodes; only pods the webhook let through tolerate it."""
+
+
+def virtual_node_toleration() -> dict[str, str]:
+    """The toleration of the virtual nodes' taint (and only of it: no ``tolerationSeconds``)."""
+    return {"key": VIRTUAL_NODE_TAINT, "operator": "Equal", "value": "true", "effect": "NoExecute"}
+
+
 SHADOW_POD = "liqo.io/shadow-pod"
 """On pods a provider runs for a consumer: the name of their ShadowPod (same namespace)."""
 HOME_POD_UID = "liqo.io/home-pod-uid"

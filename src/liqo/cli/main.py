@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from liqo.cli import install, local, offloading, peering
+from liqo.cli import install, local, network, offloading, peering
 
 app = typer.Typer(
     name="liqoctl",
@@ -30,6 +30,7 @@ app.command("info")(peering.info)
 app.command("status")(peering.status)
 app.add_typer(offloading.offload_app, name="offload")
 app.add_typer(offloading.unoffload_app, name="unoffload")
+app.add_typer(network.test_app, name="test")
 
 
 def run() -> None:

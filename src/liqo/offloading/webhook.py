@@ -70,11 +70,6 @@ _TERMS_PATH = f"{_REQUIRED_PATH}/nodeSelectorTerms"
 # -- the placement of a strategy (pure) --------------------------------------------------------------------
 
 
-def virtual_node_toleration() -> dict[str, str]:
-    """The toleration of the virtual nodes' taint (and only of it: no ``tolerationSeconds``)."""
-    return {"key": names.VIRTUAL_NODE_TAINT, "operator": "Equal", "value": "true", "effect": "NoExecute"}
-
-
 def required_terms(*, strategy: Strategy, cluster_selector: Mapping[str, str]) -> list[list[Requirement]]:
     """The node selector terms of ``strategy``, ORed together; each is a list of ANDed requirements.
 
@@ -130,7 +125,7 @@ def merge_terms(existing: Sequence[Mapping[str, Any]], ours: Sequence[Sequence[R
 
 
 def _tolerated(tolerations: Sequence[Mapping[str, Any]]) -> bool:
-    wanted = virtual_node_toleration()
+    wanted = names.virtual_node_toleration()
     return any(
         t.get("key") == wanted["key"]
         and (t.get("operator") or "Equal") == wanted["operator"]
@@ -180,9 +175,9 @@ def pod_patch(*, pod: Mapping[str, Any], offloading: Mapping[str, Any] | None) -
     if strategy != "Local":
         tolerations = spec.get("tolerations")
         if not tolerations:
-            ops.append({"op": "add", "path": "/spec/tolerations", "value": [virtual_node_toleration()]})
+            ops.append({"op": "add", "path": "/spec/tolerations", "value": [names.virtual_node_toleration()]})
         elif not _tolerated(tolerations):
-            ops.append({"op": "add", "path": "/spec/tolerations/-", "value": virtual_node_toleration()})
+            ops.append({"op": "add", "path": "/spec/tolerations/-", "value": names.virtual_node_toleration()})
     ops += _affinity_ops(spec, required_terms(strategy=strategy, cluster_selector=selector))
     return ops
 

@@ -24,14 +24,13 @@ from liqo.offloading.webhook import (
     merge_terms,
     pod_patch,
     required_terms,
-    virtual_node_toleration,
 )
 
 Object = dict[str, Any]
 TYPE = names.VIRTUAL_NODE_TYPE
 VIRTUAL = names.VIRTUAL_NODE
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-TOLERATION = virtual_node_toleration()
+TOLERATION = names.virtual_node_toleration()
 
 
 def offloading(strategy: str | None = "Remote", selector: Mapping[str, str] | None = None, **meta: Any) -> Object:

@@ -32,7 +32,6 @@ from liqo.offloading.webhook import (
     PodWebhook,
     parse_review,
     review_response,
-    virtual_node_toleration,
 )
 from tests.helpers import install_manifests
 
@@ -169,7 +168,7 @@ async def test_a_pod_in_a_remote_namespace_gets_the_toleration_and_affinity(serv
     response = await server.answer(review("web"))
     assert (response["uid"], response["allowed"]) == ("705ab4f5-6393-11e8-b7cc-42010a800002", True)
     patch = decoded_patch(response)
-    assert patch[0] == {"op": "add", "path": "/spec/tolerations", "value": [virtual_node_toleration()]}
+    assert patch[0] == {"op": "add", "path": "/spec/tolerations", "value": [names.virtual_node_toleration()]}
     assert patch[1]["path"] == "/spec/affinity"
     assert server.api.gets == []  # served from the cache
 

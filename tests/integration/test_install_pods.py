@@ -26,7 +26,7 @@ import yaml
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.identity import read_identity
-from liqo.install import chart, manifests
+from liqo.install import chart, fabric, manifests
 from liqo.install.installer import local_image
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import KubeError, NotFoundError
@@ -160,7 +160,9 @@ def twin(namespace: str, porto: Site) -> str:
 
 
 async def liqo_pods(client: KubeClient) -> list[dict[str, Any]]:
-    return (await client.list_all(PODS, namespace=names.LIQO_NAMESPACE))[0]
+    """liqo's own pods (the install's workloads; not the gateways the manager makes per peer)."""
+    pods = (await client.list_all(PODS, namespace=names.LIQO_NAMESPACE))[0]
+    return [p for p in pods if "app.kubernetes.io/name" in (p["metadata"].get("labels") or {})]
 
 
 async def test_both_installs_run_liqo_as_pods_from_the_local_image_as_a_non_root_user(
@@ -173,18 +175,21 @@ async def test_both_installs_run_liqo_as_pods_from_the_local_image_as_a_non_root
         assert sorted(p["metadata"]["labels"]["app.kubernetes.io/name"] for p in running) == [
             manifests.MANAGER,
             manifests.MANAGER,
+            fabric.NETWORK_AGENT,
             manifests.VIRTUAL_KUBELET,
         ]
         for p in running:
             assert p["spec"]["nodeName"] == f"{site.cluster.name}-real-1"
             assert p["spec"]["containers"][0]["image"] == local_image()
             name = p["metadata"]["name"]
-            assert (
-                kubectl(
-                    site.cluster, "-n", "liqo", "exec", name, "--", "python3", "-c", "import os; print(os.getuid())"
-                )
-                == "65532\n"
+            # The manager and the virtual kubelet as uid 65532 with no capability; the node agent as root with
+            # NET_ADMIN alone (bit 12 of the effective set).
+            expected = "0 0x1000" if name.startswith(fabric.NETWORK_AGENT) else "65532 0x0"
+            probe = (
+                "import os; caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0];"
+                " print(os.getuid(), hex(int(caps, 16)))"
             )
+            assert kubectl(site.cluster, "-n", "liqo", "exec", name, "--", "python3", "-c", probe) == expected + "\n"
 
 
 async def test_helm_template_renders_what_liqoctl_install_dry_run_prints(lisbon: Site, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ UV_VERSION := 0.13.8
 UV := $(PYTHON) -m uv
 VENV := .venv
 LIQOCTL := $(VENV)/bin/liqoctl
-APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
+APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap wireguard-tools wireguard-go
 PYTEST_ARGS ?=
 
 .PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services clean

@@ -8,13 +8,15 @@ is known (told at its handshake). The reconcile then, in this order:
    overlaps nothing of ours, else a free block of the same size; the block already in our word is kept
    while it is still valid, so allocations survive restarts and are never reshuffled under live traffic;
 2. makes the gateway's key if there is none (a Secret; never replaced, never sent);
-3. applies the gateway's Deployment (and, serving, its Service) from the install's template;
+3. once the peer's word is here (the peer runs the fabric too), applies the gateway's Deployment (and,
+   serving, its Service) from the install's template; without it, no gateway could ever connect, and none
+   runs;
 4. applies our word: the block, our public key, and (serving) where the peer dials us, once the pod runs
    on a node and the Service has its node port.
 
 When nothing links us any more, or the install has no gateway template, everything above is deleted —
 found by name and labels, so nothing this controller did not make is touched. The peer's word is read
-(and checked) by the gateway, not here: the manager needs nothing of it.
+(and checked) by the gateway; the manager only needs to know it exists.
 """
 
 from __future__ import annotations
@@ -113,16 +115,21 @@ class NetworkConfigs(Component):
             await self._events.record(fc, type="Warning", reason="NoFreeBlock", message=f"no gateway: {exc}")
             return
         public_key = await self._ensure_key(peer_id)
-        await self._client.apply(
-            DEPLOYMENTS,
-            gateways.deployment(template, peer_id=peer_id, local_id=self._local_id, peer_cidr=str(block)),
-        )
         endpoint = None
-        if gateway_role is Role.SERVER:
-            await self._client.apply(SERVICES, gateways.service(peer_id=peer_id))
-            endpoint = self._endpoint(peer_id)
-        elif self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}") is not None:
-            await _delete(self._client, SERVICES, peer_id)  # we served before the roles changed
+        if self.configs.store.get(f"{namespace}/{peer_id}") is None:
+            # The peer runs no fabric (yet): no gateway would ever connect, so none runs. Our word goes all
+            # the same: it is how the peer learns that we do.
+            await self._remove_gateway(peer_id, keep_key=True)
+        else:
+            await self._client.apply(
+                DEPLOYMENTS,
+                gateways.deployment(template, peer_id=peer_id, local_id=self._local_id, peer_cidr=str(block)),
+            )
+            if gateway_role is Role.SERVER:
+                await self._client.apply(SERVICES, gateways.service(peer_id=peer_id))
+                endpoint = self._endpoint(peer_id)
+            elif self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}") is not None:
+                await _delete(self._client, SERVICES, peer_id)  # we served before the roles changed
         desired = our_word(
             local_id=self._local_id,
             peer_id=peer_id,
@@ -187,12 +194,14 @@ class NetworkConfigs(Component):
             log.info("no gateway to %s any more: removing it and our network config", peer_id)
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(NETWORK_CONFIGS, self._local_id, namespace=namespace)
+        await self._remove_gateway(peer_id, keep_key=False)
+
+    async def _remove_gateway(self, peer_id: str, *, keep_key: bool) -> None:
         key = f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}"
-        for informer, resource in (
-            (self.deployments, DEPLOYMENTS),
-            (self.services, SERVICES),
-            (self.secrets, SECRETS),
-        ):
+        made = [(self.deployments, DEPLOYMENTS), (self.services, SERVICES)]
+        if not keep_key:
+            made.append((self.secrets, SECRETS))
+        for informer, resource in made:
             if informer.store.get(key) is not None:
                 await _delete(self._client, resource, peer_id)
 

@@ -6,11 +6,12 @@ controller reads the caches and the in-memory observations and derives the whole
 function (:func:`peer_status`), applied to the ``status`` subresource. It also probes the provider's API
 server through the identity, at most every few seconds, since no object records that.
 
-``NetworkStatus`` says how pods of the two clusters reach each other. With the network fabric (a gateway
-per peer, :mod:`liqo.network`), it is our gateway's connection check, as written in the status of our
+``NetworkStatus`` says how pods of the two clusters reach each other. With the network fabric on both
+sides (a gateway per peer, :mod:`liqo.network`; both NetworkConfigs here), it is our gateway's connection
+check, as written in the status of our
 NetworkConfig for the peer: ``Established`` while probes through the tunnel are answered (with the latency
 and where we see the peer's pods), ``Pending`` while connecting, ``Error`` when they are lost. Without it
-(an install without the fabric), it says whether addresses can pass as they are, from this cluster's
+(either install without the fabric), it says whether addresses can pass as they are, from this cluster's
 network and the one the peer told at its latest handshake (``spec.network``): both ways, since a Service of
 either may be reflected to the other (:func:`liqo.api.networks.conflict`); an overlap is an ``Error`` —
 addresses would silently mean a pod of the reader's own — and its first sighting a Warning Event; an
@@ -71,7 +72,9 @@ class PeerState:
     api_server: Observation | None
     api_server_url: str | None
     network_config: dict[str, Any] | None = None
-    """Our NetworkConfig for the peer (the fabric's word and its gateway's verdict); None without a gateway."""
+    """Our NetworkConfig for the peer (the fabric's word and its gateway's verdict); None without a fabric."""
+    peer_network_config: dict[str, Any] | None = None
+    """The peer's NetworkConfig; None while it runs no fabric (then no gateway connects either side)."""
 
 
 def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, str]:
@@ -188,7 +191,7 @@ def _tunnel(config: dict[str, Any]) -> dict[str, str]:
 
 def _network(state: PeerState) -> dict[str, str]:
     """How addresses pass between the peer and us: the tunnel's state, else unchanged, not at all, or unknown."""
-    if state.network_config is not None:
+    if state.network_config is not None and state.peer_network_config is not None:
         return _tunnel(state.network_config)
     peer_name = state.foreign_cluster["metadata"]["name"]
     try:
@@ -321,6 +324,7 @@ class ForeignClusterStatus(Component):
             api_server=self._observations.api_server.get(peer_id),
             api_server_url=peer.server if (peer := self._peers.get(peer_id)) else None,
             network_config=self.networks.store.get(f"{namespace}/{self._local.cluster_id}"),
+            peer_network_config=self.networks.store.get(f"{namespace}/{peer_id}"),
         )
         status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
         if status != fc.get("status"):

@@ -130,7 +130,7 @@ def with_tunnel(connection: dict[str, Any] | None) -> PeerState:
     if connection is not None:
         config["status"] = {"connection": connection}
     base = state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"})
-    return dataclasses.replace(base, network_config=config)
+    return dataclasses.replace(base, network_config=config, peer_network_config={"spec": {}})
 
 
 @pytest.mark.parametrize(
@@ -156,3 +156,9 @@ def test_a_connected_tunnel_says_its_latency_and_where_the_peer_is_seen() -> Non
     connection = {"state": "Connected", "reason": "ProbesAnswered", "message": "milan answers", "latency": "0.80ms"}
     condition = network_condition(with_tunnel(connection))
     assert condition["message"] == "milan answers; round trip 0.80ms; its pods are at 10.71.0.0/16"
+
+
+def test_without_the_peers_fabric_the_cidrs_decide_as_without_ours() -> None:
+    alone = dataclasses.replace(with_tunnel({"state": "Connecting"}), peer_network_config=None)
+    condition = network_condition(alone)
+    assert (condition["status"], condition["reason"]) == ("Error", "CIDROverlap")

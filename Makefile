@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services clean
 
 help:
-	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
+	@echo "make demo         set up, then rome peers with milan, runs a Deployment there, tests the network"
 	@echo "make test         set up, then lint and run the whole test suite"
 	@echo "make setup        install what the project needs (idempotent)"
 	@echo "make lint         ruff, mypy (strict), import-linter"

@@ -5,12 +5,12 @@ liqoctl=${LIQOCTL:-.venv/bin/liqoctl}
 
 kubeconfig_of() { (eval "$($liqoctl local env "$1")"; echo "$KUBECONFIG"); }
 
-# Pod CIDRs apart, so that each side can dial the other's pod addresses as they are (overlapping ones are
-# detected and reported; the network fabric that remaps them is a later step: docs/offloading.md).
-# milan's node is real (a kubelet, containerd and runc in namespaces of this machine): the offloaded pods
-# really run there.
-$liqoctl local up rome --pod-cidr 10.244.0.0/16
-$liqoctl local up milan --pod-cidr 10.245.0.0/16 --nodes 0 --real-nodes 1
+# Both clusters use the same pod CIDR: the network fabric (a WireGuard gateway per peer, double NAT) lets
+# their pods reach each other anyway, each side seeing the other's pods at a block of its own choosing
+# (docs/network.md). Each has one real node (a kubelet, containerd and runc in namespaces of this machine):
+# liqo runs there as pods, and so do the offloaded pods.
+$liqoctl local up rome --pod-cidr 10.244.0.0/16 --nodes 0 --real-nodes 1
+$liqoctl local up milan --pod-cidr 10.244.0.0/16 --nodes 0 --real-nodes 1
 ROME=$(kubeconfig_of rome)
 MILAN=$(kubeconfig_of milan)
 eval "$($liqoctl local env rome)"   # PATH: the kubectl matching the clusters
@@ -25,8 +25,7 @@ for cluster in rome milan; do
   $liqoctl install --kubeconfig "$(kubeconfig_of "$cluster")"
 done
 
-echo; echo "== milan: liqo runs as pods on its real node, from the image built here (rome has no real node:"
-echo "   there its manager and virtual kubelet are processes of the cluster's supervisor)"
+echo; echo "== milan: liqo runs as pods on its real node, from the image built here (the same on rome)"
 kubectl --kubeconfig "$MILAN" get pods -n liqo -o wide
 
 echo; echo "== peering rome -> milan"
@@ -39,6 +38,12 @@ kubectl --kubeconfig "$ROME" get resourceoffers -A
 echo; echo "== rome: the virtual node it produced"
 kubectl --kubeconfig "$ROME" get virtualnodes -A
 echo; $liqoctl info --kubeconfig "$ROME"
+echo; echo "== the network fabric: each side's NetworkConfig (where it sees the other's pods) and the tunnel"
+# The gateways connect within seconds of the peering.
+kubectl --kubeconfig "$ROME" wait foreignclusters --all --timeout=60s \
+  --for=jsonpath='{.status.conditions[?(@.type=="NetworkStatus")].status}'=Established >/dev/null
+kubectl --kubeconfig "$ROME" get networkconfigs -A
+kubectl --kubeconfig "$ROME" get pods -n liqo -l liqo.io/component=gateway -o wide
 
 echo; echo "== rome: the virtual node standing for milan"
 kubectl --kubeconfig "$ROME" get nodes -o wide
@@ -52,11 +57,11 @@ kubectl --kubeconfig "$ROME" apply -n demo -f "$(dirname "$0")/../examples/demo-
 kubectl --kubeconfig "$ROME" rollout status -n demo deployment/web --timeout=120s
 
 TWIN=$(kubectl --kubeconfig "$ROME" get namespaceoffloading offloading -n demo -o jsonpath='{.status.remoteNamespaceName}')
-echo; echo "== rome: the pods, bound to the virtual node"
+echo; echo "== rome: the pods, bound to the virtual node (their IPs as rome reaches them: milan's, remapped)"
 kubectl --kubeconfig "$ROME" get pods -n demo -o wide
 echo; echo "== milan: the same pods, Running on its real node in namespace $TWIN"
 kubectl --kubeconfig "$MILAN" get pods -n "$TWIN" -o wide
-echo; echo "== rome: the Service's endpoints, the offloaded pods at the addresses milan gave them"
+echo; echo "== rome: the Service's endpoints, the offloaded pods at the addresses rome reaches them at"
 kubectl --kubeconfig "$ROME" get endpointslices -n demo -o wide
 echo; echo "== milan: the Service copied into $TWIN (its own cluster IP), and its endpoints there"
 kubectl --kubeconfig "$MILAN" get services,endpointslices -n "$TWIN" -o wide
@@ -70,3 +75,6 @@ WEB_IP=$(kubectl --kubeconfig "$MILAN" get service web -n "$TWIN" -o jsonpath='{
 for _ in 1 2 3; do
   kubectl --kubeconfig "$ROME" exec -n demo "$POD" -- curl -s -m 3 --retry 10 --retry-all-errors --retry-delay 1 "http://$WEB_IP/"
 done
+
+echo; echo "== liqoctl test network: pods on rome's and milan's real nodes, ICMP/TCP/UDP both ways through the tunnel"
+$liqoctl test network --kubeconfig "$ROME"

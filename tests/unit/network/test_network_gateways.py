@@ -71,6 +71,6 @@ def test_the_agent_routes_to_a_local_gateway_pod_and_through_the_node_of_a_remot
         gateway_pod("e", node="n1", cidr="not-a-cidr", podIP="10.244.1.9", hostIP="172.30.1.1"),
     ]
     assert agent.wanted_routes(pods, node_name="n1") == [
-        rules.RouteSpec(destination=ipaddress.ip_network("10.71.0.0/16"), via=ipaddress.ip_address("10.244.1.5")),
-        rules.RouteSpec(destination=ipaddress.ip_network("10.72.0.0/16"), via=ipaddress.ip_address("172.30.1.2")),
+        rules.RouteSpec(destination=ipaddress.IPv4Network("10.71.0.0/16"), via=ipaddress.IPv4Address("10.244.1.5")),
+        rules.RouteSpec(destination=ipaddress.IPv4Network("10.72.0.0/16"), via=ipaddress.IPv4Address("172.30.1.2")),
     ]

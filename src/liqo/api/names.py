@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 LIQO_NAMESPACE = "liqo"
 """Where liqo's own components, the cluster identity and the authentication token live."""
@@ -80,6 +82,13 @@ def foreign_cluster_names(*, cluster_id: str, cluster_name: str) -> list[str]:
 def tenant_namespace(cluster_id: str) -> str:
     """The namespace holding everything about peer ``cluster_id``, on either side of a peering."""
     return f"{TENANT_NAMESPACE_PREFIX}{cluster_id}"
+
+
+def tenant_peer(obj: Mapping[str, Any]) -> list[str]:
+    """The peer whose tenant namespace holds ``obj``, as a controller's watch maps it: one ID, or none (pure)."""
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    peer = namespace.removeprefix(TENANT_NAMESPACE_PREFIX) if namespace.startswith(TENANT_NAMESPACE_PREFIX) else ""
+    return [peer] if peer else []
 
 
 def peer_user(cluster_id: str) -> str:

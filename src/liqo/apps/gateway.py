@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 
 from liqo.apps import operability
@@ -58,19 +57,10 @@ async def run(args: argparse.Namespace) -> None:
             peer_id=args.peer_id,
             key_file=args.key_file,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         serving.set()
-        task = asyncio.create_task(gateway.run())
-        await asyncio.wait([task, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await operability.until_signalled(gateway.run())
     if metrics is not None:
         await metrics.cleanup()
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> None:

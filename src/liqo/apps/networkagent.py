@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 
 from liqo.apps import operability
@@ -46,16 +45,8 @@ async def run(args: argparse.Namespace) -> None:
     metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
         agent = NodeAgent(client=client, runner=ProcessRunner(), node_name=args.node_name)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         serving.set()
-        tasks = [asyncio.create_task(agent.pods.run()), asyncio.create_task(agent.controller.run())]
-        await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await operability.until_signalled(agent.pods.run(), agent.controller.run())
     if metrics is not None:
         await metrics.cleanup()
 

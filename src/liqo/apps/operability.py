@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -56,3 +59,23 @@ async def start_metrics(args: argparse.Namespace, *, ready: Callable[[], bool]) 
         host, port = args.metrics_address
         log.error("metrics and probes not served: cannot listen on %s:%d: %s", host, port, exc)
         return None
+
+
+async def until_signalled(*loops: Coroutine[Any, Any, None]) -> None:
+    """Run ``loops`` until SIGTERM or SIGINT, or until one of them ends by itself (re-raising its failure).
+
+    For the fabric's single-purpose processes (a gateway, a node agent): a loop that ends on its own is a
+    crash, and the kubelet restarts the pod from nothing.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(each) for each in loops]
+    await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]

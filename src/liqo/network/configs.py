@@ -78,8 +78,8 @@ class NetworkConfigs(Component):
         self.pods = informers.informer(PODS, namespace=names.LIQO_NAMESPACE, label_selector=GATEWAY_SELECTOR)
         self.controller: Controller[str] = Controller(name="network-configs", reconcile=self.reconcile)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
-        self.controller.watch(self.requests, _tenant_peer)
-        self.controller.watch(self.configs, _tenant_peer)
+        self.controller.watch(self.requests, names.tenant_peer)
+        self.controller.watch(self.configs, names.tenant_peer)
         for informer in (self.secrets, self.deployments, self.services, self.pods):
             self.controller.watch(informer, _labelled_peer)
         self.controller.watch(self.templates, lambda _t: self._peers())
@@ -225,15 +225,6 @@ def _live(request: dict[str, Any] | None) -> bool:
     """Whether a ResourceRequest stands for a peering: present, not being deleted, not withdrawn."""
     return (
         request is not None and not terminating(request) and not (request.get("spec") or {}).get("withdrawalTimestamp")
-    )
-
-
-def _tenant_peer(obj: dict[str, Any]) -> list[str]:
-    namespace = obj["metadata"].get("namespace") or ""
-    return (
-        [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
-        if namespace.startswith(names.TENANT_NAMESPACE_PREFIX)
-        else []
     )
 
 

@@ -274,7 +274,7 @@ class ForeignClusterStatus(Component):
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
-            self.controller.watch(informer, _peer_of_namespace)
+            self.controller.watch(informer, names.tenant_peer)
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -362,10 +362,3 @@ class ForeignClusterStatus(Component):
         else:
             observation = Observation(True, "APIServerReady")
         self._observations.report(self._observations.api_server, peer_id, observation)
-
-
-def _peer_of_namespace(obj: dict[str, Any]) -> list[str]:
-    namespace = obj["metadata"].get("namespace") or ""
-    if namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
-        return [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
-    return []

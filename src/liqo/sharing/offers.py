@@ -54,7 +54,7 @@ class OfferController(Component):
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="offers", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.requests, self._consumer_of_request)
-        self.controller.watch(self.offers, _tenant_peer)
+        self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.hosted, lambda ns: [(ns["metadata"].get("labels") or {})[names.REMOTE_CLUSTER_ID]])
         self.controller.watch(self.policies, lambda _obj: self.consumers())
         for informer in (self.nodes, self.pods):
@@ -162,12 +162,3 @@ class OfferController(Component):
                 await self._client.delete(
                     RESOURCE_OFFERS, self._local.cluster_id, namespace=names.tenant_namespace(consumer_id)
                 )
-
-
-def _tenant_peer(obj: dict[str, Any]) -> list[str]:
-    namespace = obj["metadata"].get("namespace") or ""
-    return (
-        [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
-        if namespace.startswith(names.TENANT_NAMESPACE_PREFIX)
-        else []
-    )

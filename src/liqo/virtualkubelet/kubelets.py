@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo.api.names import TENANT_NAMESPACE_PREFIX, tenant_namespace
+from liqo.api.names import tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
@@ -154,7 +154,8 @@ class VirtualKubelets:
     def _network_config_changed(self, config: Obj, *, old: Obj | None = None) -> None:
         if old is not None and remapped_pod_cidr(old) == remapped_pod_cidr(config):
             return
-        self._network_changed(_tenant_peer(config))
+        for peer in tenant_peer(config):
+            self._network_changed(peer)
 
     def remapped(self, provider_id: str, *, author: str) -> IPNetwork | None:
         """Where ``author`` (home or the provider) sees the other's pods, by its NetworkConfig; None without one."""
@@ -335,8 +336,3 @@ class VirtualKubelets:
             with contextlib.suppress(Exception):
                 await running.node.delete(split_namespaced_key(key)[1])
             log.info("virtual node %s stopped and deleted", key)
-
-
-def _tenant_peer(obj: Obj) -> str | None:
-    namespace = obj["metadata"].get("namespace") or ""
-    return namespace.removeprefix(TENANT_NAMESPACE_PREFIX) if namespace.startswith(TENANT_NAMESPACE_PREFIX) else None

@@ -8,7 +8,9 @@ dials for the other (:func:`liqo.api.networks.translate` with both NetworkConfig
 shows as an offloaded pod's IP, and where the provider sees home's pods.
 
 An answer is not enough: the address the server saw must be the caller's as the server's cluster names it,
-or the packet left the tunnel's NAT somewhere (a node masqueraded it). Every failure names the hop to look
+or the packet left the tunnel's NAT somewhere (a node masqueraded it). Last, every local pod reaches the
+remote ones through a Service here whose endpoints are the remote pods (:data:`SERVICE`): the path most
+applications take, where only an answer is required (the node's proxy rewrites the caller). Every failure names the hop to look
 at (:func:`diagnose`, pure): the tunnel when the connection check says it is down, the gateway pod when it
 does not run, the routes of the caller's node when the tunnel is up but nothing comes back, the NAT when
 the answer names the wrong address.
@@ -41,12 +43,16 @@ from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, KubeError, NotFoundError
 from liqo.kube.podexec import execute
-from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
+from liqo.kube.resources import ENDPOINT_SLICES, NAMESPACES, NODES, PODS, SERVICES, terminating
 from liqo.kube.waiting import poll_until
 
 TCP_PORT = 7001
 UDP_PORT = 7002
 PROTOCOLS = ("icmp", "tcp", "udp")
+SERVICE = "remote-pods"
+"""A Service here whose endpoints are the remote probe pods (at the addresses the virtual kubelet shows)."""
+SERVICE_PREFIX = "service/"
+ROLE_LABEL = "liqo.io/netcheck"
 NAMESPACE_PREFIX = "netcheck-"
 """Not liqo-*: providers reserve those names for themselves, and refuse twins of them."""
 KWOK_NODE = "kwok.x-k8s.io/node"
@@ -82,8 +88,9 @@ class Probe:
     target: Endpoint
     protocol: str
     port: int | None
-    expected_source: str
-    """The caller's address as the server's cluster names it: what comes back if nothing left the NAT."""
+    expected_source: str | None
+    """The caller's address as the server's cluster names it: what comes back if nothing left the NAT. None
+    through a Service: its node's proxy rewrites the caller on the way (docs/network.md, "Not done yet")."""
     provider: str
     """The peer this probe crosses to (its tunnel, its gateways)."""
     outbound: bool
@@ -127,6 +134,8 @@ def judge(probe: Probe, *, exit_code: int | None, stdout: str, stderr: str) -> t
         return False, f"no answer on {probe.protocol.upper()} port {probe.port}" + (
             f": {_last_line(stderr)}" if stderr.strip() else ""
         )
+    if probe.expected_source is None:
+        return True, f"a remote pod answered (it saw the caller at {seen[:64]})"
     if seen != probe.expected_source:
         return False, f"answered, but the server saw the caller at {seen[:64]}, not {probe.expected_source}"
     return True, f"the server saw the caller at {seen}"
@@ -143,9 +152,14 @@ def diagnose(probe: Probe, detail: str, *, tunnel: Mapping[str, Any] | None, gat
             " (kubectl -n liqo get pods -l liqo.io/component=gateway)"
         )
     state = (tunnel or {}).get("state")
-    if state != "Connected":
+    if state != "Connected" and not probe.target.pod.startswith(SERVICE_PREFIX):
         why = (tunnel or {}).get("message") or "no connection check reported"
         return f"tunnel to {probe.provider}: {state or 'unknown'} ({why})"
+    if probe.target.pod.startswith(SERVICE_PREFIX):
+        return (
+            f"service: the pods answer directly but not through {probe.target.pod}: check its EndpointSlices here"
+            f" (kubectl -n <namespace> get endpointslices) and kube-proxy on node {probe.source.node}"
+        )
     if detail.startswith("answered, but"):
         return (
             "nat: the packet was rewritten outside the gateways (a node masqueraded it): check the node agent's"
@@ -206,6 +220,40 @@ def plan(*, local: Iterable[Endpoint], remote: Iterable[Remote]) -> list[Probe]:
                     )
                 )
     return probes
+
+
+def service_probes(*, local: Iterable[Endpoint], cluster_ip: str) -> list[Probe]:
+    """Each local pod to the remote pods through the Service :data:`SERVICE`, TCP and UDP (pure)."""
+    service = Endpoint(cluster="here", pod=SERVICE_PREFIX + SERVICE, node="", address=cluster_ip)
+    return [
+        Probe(
+            source=source,
+            target=service,
+            protocol=protocol,
+            port={"tcp": TCP_PORT, "udp": UDP_PORT}[protocol],
+            expected_source=None,
+            provider="",
+            outbound=True,
+        )
+        for source in local
+        for protocol in ("tcp", "udp")
+    ]
+
+
+def probe_service(namespace: str) -> dict[str, Any]:
+    """The Service whose endpoints are the remote probe pods (pure)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": SERVICE, "namespace": namespace},
+        "spec": {
+            "selector": {ROLE_LABEL: "remote"},
+            "ports": [
+                {"name": "tcp", "protocol": "TCP", "port": TCP_PORT},
+                {"name": "udp", "protocol": "UDP", "port": UDP_PORT},
+            ],
+        },
+    }
 
 
 def seen_by_provider(
@@ -338,7 +386,11 @@ def probe_pod(name: str, *, namespace: str, node: str, image: str, virtual: bool
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "liqo-netcheck"}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "liqo-netcheck", ROLE_LABEL: "remote" if virtual else "local"},
+        },
         "spec": {
             "nodeName": node,
             "tolerations": tolerations,
@@ -399,6 +451,7 @@ async def run_check(
         f"remote-{peer.name}"[:63]: peer.virtual_node for peer in providers
     }
     progress(f"starting {len(pods)} probe pods in {namespace}")
+    service = await client.create(SERVICES, probe_service(namespace))
     for name, node in pods.items():
         pod = probe_pod(name, namespace=namespace, node=node, image=image, virtual=name.startswith("remote-"))
         await client.create(PODS, pod)
@@ -434,18 +487,20 @@ async def run_check(
             )
         )
     probes = plan(local=local, remote=remote)
+    await _wait_endpoints(client, namespace, [r.endpoint.address for r in remote], timeout=timeout)
+    probes += service_probes(local=local, cluster_ip=service["spec"]["clusterIP"])
     progress(f"probing: {len(probes)} exchanges")
     by_name = {peer.name: peer for peer in providers}
     limit = asyncio.Semaphore(8)
 
     async def one(probe: Probe) -> Result:
         async with limit:
-            return await _run_probe(client, namespace, probe, by_name[probe.provider])
+            return await _run_probe(client, namespace, probe, by_name.get(probe.provider))
 
     return list(await asyncio.gather(*(one(probe) for probe in probes)))
 
 
-async def _run_probe(client: KubeClient, namespace: str, probe: Probe, peer: Peer) -> Result:
+async def _run_probe(client: KubeClient, namespace: str, probe: Probe, peer: Peer | None) -> Result:
     try:
         executed = await execute(
             client, namespace=namespace, pod=probe.source.pod, command=probe_command(probe), timeout=4 * PROBE_TIMEOUT
@@ -455,7 +510,8 @@ async def _run_probe(client: KubeClient, namespace: str, probe: Probe, peer: Pee
         ok, detail = False, "the probe did not end in time"
     except (ApiError, KubeError) as exc:
         ok, detail = False, f"cannot run the probe in {probe.source.pod}: {exc}"
-    hop = "" if ok else diagnose(probe, detail, tunnel=peer.tunnel, gateway_running=peer.gateway_running)
+    tunnel, running = (peer.tunnel, peer.gateway_running) if peer else (None, True)
+    hop = "" if ok else diagnose(probe, detail, tunnel=tunnel, gateway_running=running)
     port = f":{probe.port}" if probe.port else ""
     return Result(
         source=f"{probe.source.cluster}/{probe.source.pod}",
@@ -488,6 +544,31 @@ async def _wait_running(client: KubeClient, namespace: str, pods: list[str], *, 
         missing = "; ".join(f"{name}: {why_not_running(seen.get(name))}" for name in pods if name not in found)
         raise NetworkCheckError(f"probe pods not running with an IP within {timeout:.0f} s: {missing}") from exc
     return found
+
+
+async def _wait_endpoints(client: KubeClient, namespace: str, addresses: list[str], *, timeout: float) -> None:
+    """Wait until the Service's EndpointSlices here list every remote probe pod, ready."""
+
+    async def listed() -> bool:
+        slices, _ = await client.list_all(
+            ENDPOINT_SLICES, namespace=namespace, label_selector=f"kubernetes.io/service-name={SERVICE}"
+        )
+        ready = {
+            address
+            for each in slices
+            for endpoint in each.get("endpoints") or []
+            if (endpoint.get("conditions") or {}).get("ready")
+            for address in endpoint.get("addresses") or []
+        }
+        return set(addresses) <= ready
+
+    try:
+        await poll_until(listed, timeout=timeout, interval=0.5, message="endpoints")
+    except TimeoutError as exc:
+        raise NetworkCheckError(
+            f"the Service {SERVICE} does not list the remote probe pods ({', '.join(addresses)}) within"
+            f" {timeout:.0f} s: kubectl -n {namespace} get endpointslices"
+        ) from exc
 
 
 def why_not_running(pod: Mapping[str, Any] | None) -> str:

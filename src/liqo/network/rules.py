@@ -139,9 +139,12 @@ def node_ruleset(*, table: str, remote_cidrs: Sequence[IPNetwork]) -> str:
     pods reach no peer through the fabric (their source is a node address, which the gateway does not
     rename and the peer's WireGuard refuses), so there is nothing of theirs to keep from a masquerade.
 
-    Not covered: a pod reaching a remote pod through one of this cluster's Services. Its packets are
+    A pod reaching a remote pod through one of this cluster's Services is the exception: its packets are
     addressed to the Service in prerouting, so they are tracked (kube-proxy's DNAT needs it) and the CNI
-    masquerades them after the DNAT; that path needs an exemption of its own.
+    masquerades them after the DNAT, to the node's own bridge address. Their replies, from a remote CIDR
+    to that local address, must stay tracked to be un-NATed: so the ``saddr`` rule spares packets to the
+    node itself (``fib daddr type != local``). The peer then sees the node's address (remapped), not the
+    pod's: the one path where the caller is not named exactly.
 
     With no remote CIDR the script deletes the table (creating it first, so that it also applies when
     the table is absent): an unpeered node keeps nothing of liqo's, not even an empty table.
@@ -153,7 +156,11 @@ def node_ruleset(*, table: str, remote_cidrs: Sequence[IPNetwork]) -> str:
     cidrs = sorted({_ipv4(cidr) for cidr in remote_cidrs})
     if not cidrs:
         return f"table ip {table}\ndelete table ip {table}\n"
-    rules = [f"ip {side} {cidr} notrack" for cidr in cidrs for side in ("daddr", "saddr")]
+    rules = [
+        rule
+        for cidr in cidrs
+        for rule in (f"ip daddr {cidr} notrack", f"ip saddr {cidr} fib daddr type != local notrack")
+    ]
     return _table_script(table, [_chain("prerouting", "type filter hook prerouting priority raw", rules)])
 
 

@@ -100,3 +100,13 @@ def test_remote_probe_pods_tolerate_the_virtual_node_taint_and_local_ones_do_not
     assert remote["spec"]["tolerations"]
     assert local["spec"]["tolerations"] == []
     assert remote["spec"]["nodeName"] == "liqo-rome"
+
+
+def test_through_the_service_any_answer_will_do_and_a_failure_points_at_the_service() -> None:
+    [tcp, udp] = netcheck.service_probes(local=LOCAL[:1], cluster_ip="10.96.0.10")
+    assert (tcp.protocol, udp.protocol, tcp.target.address) == ("tcp", "udp", "10.96.0.10")
+    assert netcheck.judge(tcp, exit_code=0, stdout="10.72.0.1\n", stderr="")[0]
+    hop = netcheck.diagnose(tcp, "no answer", tunnel=None, gateway_running=True)
+    assert hop.startswith("service:")
+    service = netcheck.probe_service("ns")
+    assert service["spec"]["selector"] == {netcheck.ROLE_LABEL: "remote"}

@@ -102,7 +102,7 @@ def test_a_gateway_ruleset_refuses_what_it_cannot_write_safely(changes: dict[str
 # -- node ----------------------------------------------------------------------------------------------
 
 
-def test_a_node_untracks_traffic_to_and_from_every_remote_cidr_in_order() -> None:
+def test_a_node_untracks_traffic_to_and_from_every_remote_cidr_but_replies_to_itself() -> None:
     script = node_ruleset(table="liqo-node", remote_cidrs=[net("10.73.0.0/16"), PEER_SEEN, net("10.73.0.0/16")])
     assert script == (
         "table ip liqo-node\n"
@@ -111,9 +111,9 @@ def test_a_node_untracks_traffic_to_and_from_every_remote_cidr_in_order() -> Non
         "  chain prerouting {\n"
         "    type filter hook prerouting priority raw; policy accept;\n"
         "    ip daddr 10.71.0.0/16 notrack\n"
-        "    ip saddr 10.71.0.0/16 notrack\n"
+        "    ip saddr 10.71.0.0/16 fib daddr type != local notrack\n"
         "    ip daddr 10.73.0.0/16 notrack\n"
-        "    ip saddr 10.73.0.0/16 notrack\n"
+        "    ip saddr 10.73.0.0/16 fib daddr type != local notrack\n"
         "  }\n"
         "}\n"
     )

@@ -7,12 +7,12 @@ Then every local pod probes every remote one and back, over ICMP, TCP and UDP, a
 dials for the other (:func:`liqo.api.networks.translate` with both NetworkConfigs' remapping): what home
 shows as an offloaded pod's IP, and where the provider sees home's pods.
 
-An answer is not enough: the address the server saw must be the caller's as the server's cluster names it,
-or the packet left the tunnel's NAT somewhere (a node masqueraded it). Last, every local pod reaches the
-remote ones through a Service here whose endpoints are the remote pods (:data:`SERVICE`): the path most
-applications take, where only an answer is required (the node's proxy rewrites the caller). Every failure names the hop to look
-at (:func:`diagnose`, pure): the tunnel when the connection check says it is down, the gateway pod when it
-does not run, the routes of the caller's node when the tunnel is up but nothing comes back, the NAT when
+An answer is not enough: the address the server saw must be the caller's as the server's cluster names it, or
+the packet left the tunnel's NAT somewhere (a node masqueraded it). Last, every local pod reaches the remote
+ones through a Service here whose endpoints are the remote pods (:data:`SERVICE`): the path most applications
+take, where only an answer is required (the node's proxy rewrites the caller). Every failure names the hop to
+look at (:func:`diagnose`, pure): the tunnel when the connection check says it is down, the gateway pod when
+it does not run, the routes of the caller's node when the tunnel is up but nothing comes back, the NAT when
 the answer names the wrong address.
 
 The plan and the verdicts are pure; the I/O (pods, exec) is in :class:`NetworkCheck`. The namespace is

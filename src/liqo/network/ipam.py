@@ -8,7 +8,7 @@ maps one to the other by prefix (:func:`~liqo.network.rules.gateway_ruleset`), h
 why the block must be exactly the peer's size.
 
 A collision is impossible by construction: :func:`allocate` never returns a block overlapping what it is
-told is reserved (this cluster's pod, service and external CIDRs, the nodes' networks), what is already
+told is reserved (this cluster's pod and service CIDRs, the nodes' networks), what is already
 allocated to other peers, or :data:`~liqo.api.networks.SPECIAL_PURPOSE` (a block there would mean
 loopback or a metadata endpoint to every pod). Allocations are stable: a previous allocation that is
 still valid is kept across restarts, so addresses already handed out (reflected endpoints, open
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from ipaddress import IPv4Network
 
 from liqo.api.networks import SPECIAL_PURPOSE, IPNetwork
@@ -49,14 +48,6 @@ class NoFreeBlock(ValueError):
     """No block of the wanted size is free in the pools; the message names the size and the pools."""
 
 
-@dataclass(frozen=True)
-class Allocation:
-    """How this cluster names one peer's networks: the blocks it sees the peer's pods and external CIDR at."""
-
-    pod_cidr: IPv4Network
-    external_cidr: IPv4Network
-
-
 def allocate(
     wanted: IPNetwork,
     *,
@@ -69,7 +60,7 @@ def allocate(
 
     Args:
         wanted: the peer's network, as the peer declared it.
-        reserved: what this cluster uses itself (pod, service and external CIDRs, reserved subnets such as
+        reserved: what this cluster uses itself (pod and service CIDRs, reserved subnets such as
             the nodes' LAN). IPv6 entries are ignored: they overlap no IPv4 block.
         taken: the blocks already allocated to other peers (not this peer's own: pass that as ``previous``).
         pools: where a block is found when ``wanted`` is not free, searched in order.
@@ -104,42 +95,6 @@ def allocate(
         f"no free /{wanted4.prefixlen} to name {wanted4} in the pools {', '.join(map(str, pools4)) or '(none)'}:"
         " every block overlaps a reserved network or one allocated to another peer"
     )
-
-
-def allocate_peer(
-    *,
-    pod_cidr: IPNetwork,
-    external_cidr: IPNetwork,
-    reserved: Iterable[IPNetwork],
-    taken: Iterable[IPNetwork],
-    pools: Sequence[IPNetwork] = DEFAULT_POOLS,
-    previous: Allocation | None = None,
-) -> Allocation:
-    """How this cluster names a peer's pod and external CIDRs: :func:`allocate` for each, pods first.
-
-    The two blocks never overlap each other: the pods' block is taken when the external CIDR is named, so
-    a peer whose two networks both collide here does not get both named at the same free block.
-
-    Raises:
-        NotIPv4: a network or a pool is IPv6.
-        NoFreeBlock: either network cannot be named.
-    """
-    reserved, taken = tuple(reserved), tuple(taken)
-    pods = allocate(
-        pod_cidr,
-        reserved=reserved,
-        taken=taken,
-        pools=pools,
-        previous=None if previous is None else previous.pod_cidr,
-    )
-    external = allocate(
-        external_cidr,
-        reserved=reserved,
-        taken=(*taken, pods),
-        pools=pools,
-        previous=None if previous is None else previous.external_cidr,
-    )
-    return Allocation(pod_cidr=pods, external_cidr=external)
 
 
 def _ipv4(network: IPNetwork, *, what: str) -> IPv4Network:

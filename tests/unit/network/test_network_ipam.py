@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api.networks import SPECIAL_PURPOSE, IPNetwork, overlaps
-from liqo.network.ipam import DEFAULT_POOLS, Allocation, NoFreeBlock, NotIPv4, allocate, allocate_peer
+from liqo.network.ipam import DEFAULT_POOLS, NoFreeBlock, NotIPv4, allocate
 
 
 def net(cidr: str) -> IPv4Network:
@@ -97,29 +97,6 @@ def test_a_small_block_in_a_crowded_8_is_found_without_trying_every_block() -> N
     block = allocate(net("10.244.0.0/28"), reserved=[*OURS, *reserved], taken=taken)
     assert block == net("10.19.144.0/28")
     assert time.perf_counter() - began < 5
-
-
-def test_a_peer_gets_two_distinct_blocks_even_when_both_its_networks_collide() -> None:
-    allocation = allocate_peer(
-        pod_cidr=net("10.244.0.0/16"), external_cidr=net("10.70.0.0/16"), reserved=OURS, taken=[]
-    )
-    assert allocation == Allocation(pod_cidr=net("10.0.0.0/16"), external_cidr=net("10.1.0.0/16"))
-    # Were this cluster's networks to change, both would be free now: the previous names are kept.
-    again = allocate_peer(
-        pod_cidr=net("10.244.0.0/16"),
-        external_cidr=net("10.70.0.0/16"),
-        reserved=[net("10.245.0.0/16"), net("10.96.0.0/12")],
-        taken=[],
-        previous=allocation,
-    )
-    assert again == allocation
-
-
-def test_a_peer_whose_networks_are_free_keeps_them() -> None:
-    allocation = allocate_peer(
-        pod_cidr=net("10.245.0.0/16"), external_cidr=net("10.71.0.0/16"), reserved=iter(OURS), taken=iter([])
-    )
-    assert allocation == Allocation(pod_cidr=net("10.245.0.0/16"), external_cidr=net("10.71.0.0/16"))
 
 
 def test_default_pools_are_the_private_ranges() -> None:

@@ -77,7 +77,13 @@ PEER_NETWORK_CONFIG_RULES = (
         "request.operation == 'DELETE' || object.spec.clusterID == object.metadata.name",
         "spec.clusterID must be the NetworkConfig's name: a peer speaks for itself only",
     ),
+    (
+        "!has(request.subResource) || request.subResource != 'status'",
+        "a peer writes no NetworkConfig's status: each is the report of its own cluster's gateway",
+    ),
 )
+"""Each refusal in the API server's answer. Status writes are refused by RBAC already (the peer's role has
+no ``networkconfigs/status``); the third rule keeps them refused should a role ever grant more."""
 
 
 def _meta(name: str, *, namespace: str | None = names.LIQO_NAMESPACE) -> dict[str, Any]:

@@ -6,7 +6,8 @@ routes this node needs (:func:`wanted_routes`, pure): a gateway on this node is 
 on another node through that node's address (which then routes to its own pod). Beside them, one nftables
 table keeps the CNI's masquerade away from that traffic (:func:`liqo.network.rules.node_ruleset`): the
 peer must see our pods' own addresses, and the routing is asymmetric (pod → node → gateway, gateway → pod),
-which a conntrack-based rule would count as invalid.
+which a conntrack-based rule would count as invalid. The same table keeps the node from redirecting its
+pods straight to a gateway pod, whose address changes when it restarts.
 
 Everything is reconciled: a restarted gateway (a new pod IP), a restarted agent, or a route someone deleted
 converge again within :data:`RESYNC`. Only routes with our protocol number and our own table are ever
@@ -85,7 +86,12 @@ class NodeAgent:
         for argv in rules.route_commands(wanted=wanted, present=present):
             await self._runner.run(*argv)
         await self._runner.run(
-            "nft", "-f", "-", input=rules.node_ruleset(table=TABLE, remote_cidrs=[r.destination for r in wanted])
+            "nft",
+            "-f",
+            "-",
+            input=rules.node_ruleset(
+                table=TABLE, remote_cidrs=[r.destination for r in wanted], gateways=[r.via for r in wanted]
+            ),
         )
         if wanted != self._applied:
             log.info("routes to peers: %s", ", ".join(f"{r.destination} via {r.via}" for r in wanted) or "none")

@@ -19,6 +19,13 @@ to and from the peer's (remapped) CIDRs in the raw table, before conntrack: no m
 installed it and in whatever table, and the routing that is asymmetric at the node (pod → node → gateway
 out, gateway → node → pod back) is not dropped as ``ct state invalid`` either. See :func:`node_ruleset`.
 
+**Node: no redirects to a gateway.** A pod on the gateway's node sends to the peer through the node, which
+forwards the packet back out of the bridge it came in on, to the gateway pod: the kernel then tells the
+pod, with an ICMP redirect, to send to the gateway pod directly, and the pod caches that next hop (for
+minutes). A restarted gateway gets a new pod IP, and every such pod would keep sending to the old one
+while the node's route already points at the new one. So the node drops the redirects it would send
+naming a gateway as the better next hop: its pods always go through the node, whose route liqo keeps.
+
 **Routes carry a protocol number of their own.** The node agent routes each peer CIDR to the gateway in
 the main table with ``proto 76`` (:data:`ROUTE_PROTO`): ``ip route show proto 76`` lists exactly the
 routes liqo wrote, and ``ip route del ... proto 76`` cannot delete anyone else's. A dedicated routing
@@ -128,16 +135,22 @@ def gateway_ruleset(*, table: str, tunnel: str, pod_cidr: IPNetwork, seen_as: IP
     return _table_script(table, chains)
 
 
-def node_ruleset(*, table: str, remote_cidrs: Sequence[IPNetwork]) -> str:
+def node_ruleset(*, table: str, remote_cidrs: Sequence[IPNetwork], gateways: Sequence[IPv4Address] = ()) -> str:
     """The nft script (re)creating a node agent's ``table ip <table>``, or deleting it when there is no peer.
 
     One raw prerouting chain (before conntrack) untracking every packet to or from a remote CIDR (the
     peers' pods as this cluster names them), one rule per CIDR and direction: an anonymous set would
     refuse overlapping CIDRs, and a refused script keeps the node on its previous rules.
 
-    Only forwarded traffic needs it, so there is no output chain: a node's own processes and hostNetwork
-    pods reach no peer through the fabric (their source is a node address, which the gateway does not
-    rename and the peer's WireGuard refuses), so there is nothing of theirs to keep from a masquerade.
+    One output chain dropping the ICMP redirects the node would send naming one of ``gateways`` (the next
+    hops of liqo's routes) as the better next hop: a pod would cache it, and keep sending to a gateway's
+    old address after the gateway restarted (see the module's docstring). The redirect's gateway field is
+    matched as the integer nft 1.0 takes it (``icmp gateway`` has no address type).
+
+    Only forwarded traffic needs untracking, so the output chain untracks nothing: a node's own processes
+    and hostNetwork pods reach no peer through the fabric (their source is a node address, which the
+    gateway does not rename and the peer's WireGuard refuses), so there is nothing of theirs to keep from
+    a masquerade.
 
     A pod reaching a remote pod through one of this cluster's Services is the exception: its packets are
     addressed to the Service in prerouting, so they are tracked (kube-proxy's DNAT needs it) and the CNI
@@ -161,7 +174,12 @@ def node_ruleset(*, table: str, remote_cidrs: Sequence[IPNetwork]) -> str:
         for cidr in cidrs
         for rule in (f"ip daddr {cidr} notrack", f"ip saddr {cidr} fib daddr type != local notrack")
     ]
-    return _table_script(table, [_chain("prerouting", "type filter hook prerouting priority raw", rules)])
+    chains = [_chain("prerouting", "type filter hook prerouting priority raw", rules)]
+    next_hops = sorted({IPv4Address(gateway) for gateway in gateways})
+    if next_hops:
+        redirects = [f"icmp type redirect icmp gateway {int(hop)} drop" for hop in next_hops]
+        chains.append(_chain("output", "type filter hook output priority filter", redirects))
+    return _table_script(table, chains)
 
 
 def _chain(name: str, hook: str, rules: Sequence[str]) -> str:

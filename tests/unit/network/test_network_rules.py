@@ -119,6 +119,26 @@ def test_a_node_untracks_traffic_to_and_from_every_remote_cidr_but_replies_to_it
     )
 
 
+def test_a_node_drops_the_redirects_it_would_send_naming_a_gateway() -> None:
+    script = node_ruleset(
+        table="liqo-node",
+        remote_cidrs=[PEER_SEEN],
+        gateways=[IPv4Address("10.244.1.5"), IPv4Address("172.30.1.2"), IPv4Address("10.244.1.5")],
+    )
+    assert script.endswith(
+        "  chain output {\n"
+        "    type filter hook output priority filter; policy accept;\n"
+        f"    icmp type redirect icmp gateway {int(IPv4Address('10.244.1.5'))} drop\n"
+        f"    icmp type redirect icmp gateway {int(IPv4Address('172.30.1.2'))} drop\n"
+        "  }\n"
+        "}\n"
+    )
+    assert "output" not in node_ruleset(table="liqo-node", remote_cidrs=[PEER_SEEN])
+    assert node_ruleset(table="liqo-node", remote_cidrs=[], gateways=[IPv4Address("10.244.1.5")]) == (
+        "table ip liqo-node\ndelete table ip liqo-node\n"
+    )
+
+
 def test_a_node_without_peers_deletes_its_table() -> None:
     assert node_ruleset(table="liqo-node", remote_cidrs=[]) == "table ip liqo-node\ndelete table ip liqo-node\n"
 
@@ -149,10 +169,15 @@ def test_the_real_nft_accepts_the_rulesets_and_applying_again_duplicates_nothing
         run_in(namespace, "nft", "-f", "-", input=gateway(seen_as=POD_CIDR))
         assert "nat" not in run_in(namespace, "nft", "list", "table", "ip", "liqo-gw")
 
-        node = node_ruleset(table="liqo-node", remote_cidrs=[PEER_SEEN, net("10.73.0.0/16")])
+        node = node_ruleset(
+            table="liqo-node", remote_cidrs=[PEER_SEEN, net("10.73.0.0/16")], gateways=[IPv4Address("10.244.1.5")]
+        )
         run_in(namespace, "nft", "-f", "-", input=node)
         run_in(namespace, "nft", "-f", "-", input=node)
-        assert run_in(namespace, "nft", "list", "table", "ip", "liqo-node").count("notrack") == 4
+        listed = run_in(namespace, "nft", "list", "table", "ip", "liqo-node")
+        assert listed.count("notrack") == 4
+        # nft lists the redirect's type as implied by its gateway field.
+        assert listed.count(f"icmp gateway {int(IPv4Address('10.244.1.5'))} drop") == 1
         gone = node_ruleset(table="liqo-node", remote_cidrs=[])
         run_in(namespace, "nft", "-f", "-", input=gone)
         run_in(namespace, "nft", "-f", "-", input=gone)  # also when there is no table

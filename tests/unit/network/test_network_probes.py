@@ -44,9 +44,7 @@ def test_the_address_the_provider_dials_for_a_home_pod() -> None:
     assert seen == "10.72.3.4"
     # Overlapping CIDRs and no fabric: there is no address to give.
     assert (
-        probes.seen_by_provider(
-            "10.244.3.4", home=HOME, provider=theirs, provider_name="rome", provider_sees_home=None
-        )
+        probes.seen_by_provider("10.244.3.4", home=HOME, provider=theirs, provider_name="rome", provider_sees_home=None)
         is None
     )
 

@@ -98,7 +98,13 @@ def unique(prefix: str) -> str:
 
 
 def start(spec: ClusterSpec) -> LocalCluster:
-    clusters.up(spec)
+    """Start a local cluster; one that fails to come up is deleted, not left to the next tests."""
+    try:
+        clusters.up(spec)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            clusters.down(spec.name, purge=True)
+        raise
     return LocalCluster(spec)
 
 

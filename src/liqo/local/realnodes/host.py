@@ -268,9 +268,23 @@ def teardown_node(node: RealNode) -> None:
     _remove_cgroup(node.cgroup)
 
 
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+MIN_INOTIFY_INSTANCES = 1024
+"""Each real node's containerd and kubelet hold a dozen inotify instances; Debian's default of 128 per user
+(every node runs as root) runs out at about ten nodes, and containerd then starts without its CRI plugin."""
+
+
+def _ensure_inotify_instances() -> None:
+    """Raise ``fs.inotify.max_user_instances`` to :data:`MIN_INOTIFY_INSTANCES` if lower (never lowers it)."""
+    current = int(INOTIFY_INSTANCES.read_text())
+    if current < MIN_INOTIFY_INSTANCES:
+        INOTIFY_INSTANCES.write_text(str(MIN_INOTIFY_INSTANCES))
+
+
 def setup_cluster(nodes: list[RealNode], *, cluster: str, clusters_root: Path, apiserver_port: int) -> None:
     """Set up every real node of a cluster and its NAT to the API server."""
     with underlay_lock(clusters_root):
+        _ensure_inotify_instances()
         _ensure_bridge()
         _apply_nft(apiserver_nat(cluster=cluster, port=apiserver_port))
         for node in nodes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -226,6 +227,16 @@ async def run_check(
 
 
 async def _run_probe(client: KubeClient, namespace: str, probe: Probe, peer: Peer | None) -> Result:
+    result = await _try_probe(client, namespace, probe, peer)
+    if result.ok:
+        return result
+    # One loss is not a broken network (a route converging right after a peering, a first packet's ARP):
+    # a failure must repeat to count, and its detail says the first try failed too.
+    again = await _try_probe(client, namespace, probe, peer)
+    return dataclasses.replace(again, detail=f"{again.detail} (second try)") if again.ok else again
+
+
+async def _try_probe(client: KubeClient, namespace: str, probe: Probe, peer: Peer | None) -> Result:
     try:
         executed = await execute(
             client, namespace=namespace, pod=probe.source.pod, command=probe_command(probe), timeout=4 * PROBE_TIMEOUT

@@ -221,7 +221,11 @@ async def run_check(
 
     async def one(probe: Probe) -> Result:
         async with limit:
-            return await _run_probe(client, namespace, probe, by_name.get(probe.provider))
+            peer = by_name.get(probe.provider)
+            if peer is None:
+                # Through the Service, any provider's pod may answer: a tunnel that is down is the likely hop.
+                peer = next((p for p in providers if (p.tunnel or {}).get("state") != "Connected"), None)
+            return await _run_probe(client, namespace, probe, peer)
 
     return list(await asyncio.gather(*(one(probe) for probe in probes)))
 
@@ -246,8 +250,9 @@ async def _try_probe(client: KubeClient, namespace: str, probe: Probe, peer: Pee
         ok, detail = False, "the probe did not end in time"
     except (ApiError, KubeError) as exc:
         ok, detail = False, f"cannot run the probe in {probe.source.pod}: {exc}"
-    tunnel, running = (peer.tunnel, peer.gateway_running) if peer else (None, True)
-    hop = "" if ok else diagnose(probe, detail, tunnel=tunnel, gateway_running=running)
+    tunnel, running = (peer.tunnel or {}, peer.gateway_running) if peer else (None, True)
+    named = dataclasses.replace(probe, provider=peer.name) if peer else probe
+    hop = "" if ok else diagnose(named, detail, tunnel=tunnel, gateway_running=running)
     port = f":{probe.port}" if probe.port else ""
     return Result(
         source=f"{probe.source.cluster}/{probe.source.pod}",

@@ -108,7 +108,8 @@ def judge(probe: Probe, *, exit_code: int | None, stdout: str, stderr: str) -> t
 def diagnose(probe: Probe, detail: str, *, tunnel: Mapping[str, Any] | None, gateway_running: bool) -> str:
     """The hop to look at when ``probe`` failed with ``detail`` (pure).
 
-    ``tunnel`` is our NetworkConfig's ``status.connection`` for the provider (None: none reported).
+    ``tunnel`` is our NetworkConfig's ``status.connection`` for the provider (empty: none reported; None:
+    no provider in particular, through the Service with every tunnel up).
     """
     if not gateway_running:
         return (
@@ -116,7 +117,7 @@ def diagnose(probe: Probe, detail: str, *, tunnel: Mapping[str, Any] | None, gat
             " (kubectl -n liqo get pods -l liqo.io/component=gateway)"
         )
     state = (tunnel or {}).get("state")
-    if state != "Connected" and not probe.target.pod.startswith(SERVICE_PREFIX):
+    if tunnel is not None and state != "Connected":
         why = (tunnel or {}).get("message") or "no connection check reported"
         return f"tunnel to {probe.provider}: {state or 'unknown'} ({why})"
     if probe.target.pod.startswith(SERVICE_PREFIX):

@@ -12,7 +12,7 @@ LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
 
-.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services clean
+.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench-offload PODS=N  offloaded Deployment vs the same made directly on the provider"
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
 	@echo "make bench-pods PODS=N     liqo as pods: install, memory idle and during an offload, hand-over"
+	@echo "make bench-network REPEAT=K pod→pod through the fabric vs bare wireguard-go: Mbit/s, CPU/MB, RTT"
 	@echo "make chart        rewrite charts/liqo's generated files from src/liqo/install"
 	@echo "make demo-down    stop and delete the demo clusters"
 
@@ -85,6 +86,9 @@ bench-pods: setup
 
 bench-services: setup
 	$(VENV)/bin/python benchmarks/services.py $(if $(PODS),--pods $(PODS))
+
+bench-network: setup
+	$(VENV)/bin/python benchmarks/network.py $(if $(REPEAT),--repeat $(REPEAT))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

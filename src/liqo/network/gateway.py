@@ -22,6 +22,7 @@ import ipaddress
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,16 @@ KEY = "tunnel"
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 USERSPACE_SOCKETS = "/var/run/wireguard"
 """Where wireguard-go puts its control sockets (an emptyDir in the pod: the root filesystem is read-only)."""
+GO_MEMORY_SHARE = 0.5
+"""wireguard-go's Go memory limit (``GOMEMLIMIT``) as a share of the container's memory limit; the rest is
+this loop's (about 40 MiB) and headroom. Without one, wireguard-go's buffer pools ("allow for infinite
+memory growth", its source says) reach 120-250 MiB under a single iperf3 stream, and at the default 256 MiB
+limit the kernel kills it; at 100-128 MiB its throughput is unchanged, below about 64 MiB its garbage
+collector thrashes (``make bench-network``, docs/operations.md)."""
+CGROUP_MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+"""The container's memory limit, as cgroup v2 and v1 show it inside the container."""
+_UNLIMITED = 1 << 60
+"""cgroup v1 spells "no limit" as a number near 2^63."""
 
 
 def tunnel_addresses(role: Role) -> tuple[ipaddress.IPv4Address, ipaddress.IPv4Address]:
@@ -178,7 +189,7 @@ class Gateway:
         # In the foreground, as our child (a daemonised one would be a zombie nobody reaps, pid 1 being us);
         # the variable also silences its banner urging the kernel module, which was tried first.
         self._userspace = await asyncio.create_subprocess_exec(
-            "wireguard-go", "-f", INTERFACE, env={**os.environ, "WG_PROCESS_FOREGROUND": "1"}
+            "wireguard-go", "-f", INTERFACE, env=wireguard_go_env(os.environ, memory_limit=container_memory_limit())
         )
         asyncio.get_running_loop().create_task(self._watch_userspace(self._userspace))
 
@@ -249,6 +260,31 @@ class Gateway:
                     datetime.datetime.fromtimestamp(max(handshakes), datetime.UTC)
                 )
         return connection
+
+
+def wireguard_go_env(environ: Mapping[str, str], *, memory_limit: int | None) -> dict[str, str]:
+    """wireguard-go's environment (pure): ours, in the foreground, and a Go memory limit within the container's.
+
+    A ``GOMEMLIMIT`` already in ``environ`` (an operator's, in the pod template) is kept as it is.
+    """
+    env = {**environ, "WG_PROCESS_FOREGROUND": "1"}
+    if memory_limit is not None and "GOMEMLIMIT" not in environ:
+        env["GOMEMLIMIT"] = str(int(memory_limit * GO_MEMORY_SHARE))
+    return env
+
+
+def container_memory_limit(paths: tuple[Path, ...] = CGROUP_MEMORY_LIMITS) -> int | None:
+    """This container's memory limit in bytes, from its cgroup; None when it has none or none is readable."""
+    for path in paths:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if not text.isdigit():  # "max": no limit
+            return None
+        limit = int(text)
+        return limit if limit < _UNLIMITED else None
+    return None
 
 
 def forwarding_enabled() -> bool:

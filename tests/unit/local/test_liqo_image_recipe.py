@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from liqo.local import toolchain
 from liqo.local.realnodes import images
 
 REPO = Path(__file__).resolve().parents[3]
@@ -94,6 +95,12 @@ def test_a_change_to_the_recipe_makes_a_new_archive(project: Path, monkeypatch: 
     assert images.liqo_archive(project) != before
 
 
+def test_another_wireguard_go_makes_a_new_archive(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = images.liqo_archive(project)
+    monkeypatch.setattr(toolchain, "WIREGUARD_GO_VERSION", "v0.0.0-20990101000000-000000000000")
+    assert images.liqo_archive(project) != before
+
+
 def test_the_content_key_tells_where_one_part_ends() -> None:
     assert images.content_key([("a", b"bc")]) != images.content_key([("ab", b"c")])
     assert images.content_key([("a", b"b"), ("c", b"")]) != images.content_key([("a", b"b\0c\x000\0")])
@@ -155,10 +162,13 @@ def test_old_archives_of_liqos_image_are_pruned_the_others_kept(project: Path) -
 
 
 def test_the_image_carries_the_network_fabrics_tools() -> None:
-    assert set(images.NETWORK_PACKAGES) == {"wireguard-go", "wireguard-tools", "iproute2", "nftables"}
+    # wireguard-go is built from its Go module, not taken from Debian (bookworm's is the 2022 one).
+    assert set(images.NETWORK_PACKAGES) == {"wireguard-tools", "iproute2", "nftables"}
+    assert "wireguard-go" not in images.LIQO_PACKAGES
+    assert images.WIREGUARD_GO_PATH == "usr/bin/wireguard-go"
     assert set(images.NETWORK_PACKAGES) <= set(images.LIQO_PACKAGES)
     assert set(images.NETWORK_PRUNE) <= set(images.LIQO_PRUNE)
-    kept = {"bin/ip", "usr/sbin/nft", "usr/bin/wg", "usr/bin/wireguard-go"}
+    kept = {"bin/ip", "usr/sbin/nft", "usr/bin/wg", images.WIREGUARD_GO_PATH}
     assert not {path for path in images.LIQO_PRUNE for tool in kept if tool == path or tool.startswith(path + "/")}
 
 
@@ -241,7 +251,31 @@ def commands(stage: list[tuple[str, str]]) -> list[list[str]]:
 
 def test_both_start_from_the_same_debian_and_python() -> None:
     froms = [rest for key, rest in CONTAINERFILE if key == "FROM"]
-    assert froms == [f"python:3.11-slim-{images.DEBIAN_SUITE} AS build", f"debian:{images.DEBIAN_SUITE}-slim"]
+    go = ".".join(map(str, toolchain.GO_MINIMUM))
+    assert froms == [
+        f"python:3.11-slim-{images.DEBIAN_SUITE} AS build",
+        f"golang:{go}-{images.DEBIAN_SUITE} AS wireguard-go",
+        f"debian:{images.DEBIAN_SUITE}-slim",
+    ]
+
+
+def stage(name: str) -> list[tuple[str, str]]:
+    """The instructions of the Containerfile's stage ``name`` (its FROM to the next)."""
+    starts = [i for i, (keyword, rest) in enumerate(CONTAINERFILE) if keyword == "FROM"]
+    [start] = [i for i in starts if CONTAINERFILE[i][1].endswith(f" AS {name}")]
+    end = min([i for i in starts if i > start], default=len(CONTAINERFILE))
+    return CONTAINERFILE[start:end]
+
+
+def test_the_same_wireguard_go_built_the_same_way() -> None:
+    [install] = [words for words in commands(stage("wireguard-go")) if "install" in words]
+    environment = dict(word.split("=", 1) for word in install if "=" in word and not word.startswith("-"))
+    assert environment == {"CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false", "GOBIN": "/out"}
+    go = install[len(environment) :]
+    module = f"{toolchain.WIREGUARD_GO_MODULE}@{toolchain.WIREGUARD_GO_VERSION}"
+    assert go == ["go", "install", *toolchain.WIREGUARD_GO_FLAGS, module]
+    command = toolchain.WIREGUARD_GO_MODULE.rsplit("/", 1)[1]
+    assert ("COPY", f"--from=wireguard-go /out/{command} /{images.WIREGUARD_GO_PATH}") in FINAL_STAGE
 
 
 def test_the_same_debian_packages_are_installed_and_the_same_paths_pruned() -> None:

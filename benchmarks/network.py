@@ -20,7 +20,11 @@ on both alike:
   (WireGuard, DNAT) → B's pod.
 
 The tools run in the pods' and nodes' network namespaces with ``nsenter``, from the tool image's files
-(``iperf3``, ``ping``), so both paths use the same binaries and this process knows their PIDs.
+(``iperf3``, ``ping``), so both paths use the same binaries and this process knows their PIDs. CPU weights
+are the same on both paths too (cgroup v1 ``cpu``): each iperf3 runs in the cgroup of its side's bench pod
+(which requests the gateway's 50m), each bare wireguard-go in that of its side's gateway container. Left
+where they were started (the host's root cgroup), the bare processes would outweigh the gateways, whose
+50m sit deep under the node's cgroups, and the ratio would measure the CPU scheduler, not the fabric.
 
 Measured per path: the median throughput of ``iperf3 -c`` (TCP, one stream, ``--seconds`` long); CPU per
 MB received (ms of CPU per 10^6 bytes: user + system time of both wireguard-go processes and both iperf3
@@ -71,6 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from liqo.api.networks import POD_CIDR, REMAPPED_POD_CIDR
 from liqo.api.resources import NETWORK_CONFIGS
+from liqo.install.values import RESOURCES_GATEWAY
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, PODS
@@ -90,12 +95,13 @@ MB = 1_000_000
 POD = "bench-net"
 NAMESPACE = "default"
 IPERF_PORT = 5201
+BENCH_POD_CPU = RESOURCES_GATEWAY["requests"]["cpu"]
 BARE_TUNNEL = ipaddress.IPv4Network("169.254.77.0/30")
 """The bare tunnel's two addresses, in the nodes' namespaces only (link-local: routed nowhere)."""
 WIREGUARD_SOCKETS = Path("/var/run/wireguard")
 """Where wireguard-go, run from this machine's mount namespace, puts its control sockets."""
 DEVICES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9)}
-Obj = dict[str, Any]
+"""The character devices (major, minor) made in the tool image's unpacked files: iperf3 reads /dev/urandom."""
 
 
 # -- processes and their CPU ---------------------------------------------------------------------------
@@ -111,6 +117,21 @@ def go_environment(pid: int) -> dict[str, str]:
     """The Go runtime's settings in a process's environment (``GOMEMLIMIT``, ``GOGC``, ``GOMAXPROCS``...)."""
     variables = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
     return dict(v.split("=", 1) for v in variables if v.startswith("GO") and "=" in v)
+
+
+def cpu_cgroup(pid: int) -> Path | None:
+    """The directory of a process's cgroup in the cgroup v1 hierarchy of the ``cpu`` controller, if any.
+
+    A process written into it competes for CPU with the weight (``cpu.shares``) of that cgroup and its
+    ancestors: a gateway's is its container's (50m of request: 51 shares, deep under the node's cgroups).
+    None under cgroup v2, where a process would also fall under the container's memory limit.
+    """
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            directory = Path("/sys/fs/cgroup", controllers) / path.lstrip("/")
+            return directory if (directory / "cgroup.procs").exists() else None
+    return None
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -174,10 +195,12 @@ def run(*argv: str, input: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class Place:
-    """A network namespace to run tools in (a node's or a pod's) and its name in the output."""
+    """Where tools run: a network namespace (a node's or a pod's), a ``cpu`` cgroup, a name in the output."""
 
     label: str
     netns: str
+    cgroup: Path | None = None
+    """Written into before the tool starts (the bench pod's container's: the CPU weight of a pod)."""
 
 
 class Tools:
@@ -187,8 +210,11 @@ class Tools:
         self.rootfs = rootfs
 
     def argv(self, place: Place, *argv: str) -> list[str]:
-        """The command running ``argv`` from the tool image in ``place``'s network namespace."""
-        return ["nsenter", f"--net={place.netns}", f"--root={self.rootfs}", "--wd=/", *argv]
+        """The command running ``argv`` from the tool image in ``place``'s network namespace (and cgroup)."""
+        command = ["nsenter", f"--net={place.netns}", f"--root={self.rootfs}", "--wd=/", *argv]
+        if place.cgroup is None:
+            return command
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(place.cgroup), *command]
 
     @classmethod
     @contextlib.contextmanager
@@ -341,10 +367,18 @@ class BareTunnel:
     """wireguard-go in two nodes' network namespaces, a tunnel between their underlay addresses."""
 
     def __init__(
-        self, binary: Path, nodes: tuple[RealNode, RealNode], *, mtu: int, suffix: str, go_env: dict[str, str]
+        self,
+        binary: Path,
+        nodes: tuple[RealNode, RealNode],
+        *,
+        mtu: int,
+        suffix: str,
+        go_env: dict[str, str],
+        cpu_cgroups: tuple[Path | None, Path | None] = (None, None),
     ) -> None:
         self.binary = binary
         self.go_env = go_env
+        self.cpu_cgroups = cpu_cgroups
         self.nodes = nodes
         self.mtu = mtu
         self.interfaces = (f"nbw{suffix}a", f"nbw{suffix}b")
@@ -356,9 +390,11 @@ class BareTunnel:
         """Both ends up and configured; their PIDs by role."""
         keys = [wireguard.generate_private_key() for _ in self.nodes]
         env = os.environ | self.go_env | {"WG_PROCESS_FOREGROUND": "1", "LOG_LEVEL": "error"}
-        for node, interface in zip(self.nodes, self.interfaces, strict=True):
+        for node, interface, cgroup in zip(self.nodes, self.interfaces, self.cpu_cgroups, strict=True):
             argv = ["nsenter", f"--net={node.netns}", str(self.binary), "-f", interface]
             self.processes.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL))
+            if cgroup is not None:  # all its threads, those it starts later too
+                (cgroup / "cgroup.procs").write_text(str(self.processes[-1].pid))
         for interface, process in zip(self.interfaces, self.processes, strict=True):
             deadline = time.monotonic() + 10
             while not (WIREGUARD_SOCKETS / f"{interface}.sock").exists():
@@ -453,7 +489,15 @@ async def start_pod(side: Side) -> None:
         "metadata": {"name": POD, "namespace": NAMESPACE},
         "spec": {
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "tools", "image": images.TOOLBOX_PINNED, "command": ["sleep", "infinity"]}],
+            "containers": [
+                {
+                    "name": "tools",
+                    "image": images.TOOLBOX_PINNED,
+                    "command": ["sleep", "infinity"],
+                    # The gateway's request: iperf3 gets a pod's CPU weight, as much as wireguard-go's.
+                    "resources": {"requests": {"cpu": BENCH_POD_CPU}},
+                }
+            ],
         },
     }
     with contextlib.suppress(NotFoundError):
@@ -465,7 +509,7 @@ async def start_pod(side: Side) -> None:
         obj = await side.client.get(PODS, POD, namespace=NAMESPACE)
         status = obj.get("status") or {}
         side.pod_ip, side.pod_uid = status.get("podIP", ""), obj["metadata"]["uid"]
-        return bool(status.get("phase") == "Running" and side.pod_ip and pod_pids(side.pod_uid))
+        return bool(status.get("phase") == "Running" and side.pod_ip and pod_pids(side.pod_uid, comm="sleep"))
 
     await poll_until(running, timeout=120, interval=0.5, message=f"pod {POD} on {side.name} not running")
 
@@ -528,11 +572,11 @@ async def measure(a: Side, b: Side, settings: Settings, suffix: str) -> dict[str
     target = await remapped_address(a, b)
     gateway_mtu = interface_mtu(f"/proc/{wg_a}/ns/net", fabric_gateway.INTERFACE)
     mtu = settings.bare_mtu or gateway_mtu
-    pod_a, pod_b = pod_pids(a.pod_uid)[0], pod_pids(b.pod_uid)[0]
+    pod_a, pod_b = pod_pids(a.pod_uid, comm="sleep")[0], pod_pids(b.pod_uid, comm="sleep")[0]
     fabric = Path_(
         name="fabric",
-        client=Place(f"pod {POD} on {a.node.name}", f"/proc/{pod_a}/ns/net"),
-        server=Place(f"pod {POD} on {b.node.name}", f"/proc/{pod_b}/ns/net"),
+        client=Place(f"pod {POD} on {a.node.name}", f"/proc/{pod_a}/ns/net", cpu_cgroup(pod_a)),
+        server=Place(f"pod {POD} on {b.node.name}", f"/proc/{pod_b}/ns/net", cpu_cgroup(pod_b)),
         target=target,
         wireguard={"wg-client": wg_a, "wg-server": wg_b},
     )
@@ -562,11 +606,17 @@ def measure_paths(
         described["wireguard_go"] = run(str(binary), "--version").splitlines()[0]
         go_env = go_environment(fabric.wireguard["wg-client"])
         described["wireguard_go_environment"] = go_env
-        bare_tunnel = BareTunnel(binary, nodes, mtu=described["bare_mtu"], suffix=suffix, go_env=go_env)
+        cgroups = (cpu_cgroup(fabric.wireguard["wg-client"]), cpu_cgroup(fabric.wireguard["wg-server"]))
+        described["bare_wireguard_go_cpu_cgroups"] = (
+            "the gateways' (same CPU weight)" if all(cgroups) else "this process's (cgroup v2: not moved)"
+        )
+        bare_tunnel = BareTunnel(
+            binary, nodes, mtu=described["bare_mtu"], suffix=suffix, go_env=go_env, cpu_cgroups=cgroups
+        )
         bare = Path_(
             name="bare",
-            client=Place(f"node {nodes[0].name}", str(nodes[0].netns)),
-            server=Place(f"node {nodes[1].name}", str(nodes[1].netns)),
+            client=Place(f"node {nodes[0].name}", str(nodes[0].netns), fabric.client.cgroup),
+            server=Place(f"node {nodes[1].name}", str(nodes[1].netns), fabric.server.cgroup),
             target=str(bare_tunnel.addresses[1]),
             wireguard={},
         )

@@ -56,9 +56,9 @@ USERSPACE_SOCKETS = "/var/run/wireguard"
 GO_MEMORY_SHARE = 0.5
 """wireguard-go's Go memory limit (``GOMEMLIMIT``) as a share of the container's memory limit; the rest is
 this loop's (about 40 MiB) and headroom. Without one, wireguard-go's buffer pools ("allow for infinite
-memory growth", its source says) reach 120-250 MiB under a single iperf3 stream, and at the default 256 MiB
-limit the kernel kills it; at 100-128 MiB its throughput is unchanged, below about 64 MiB its garbage
-collector thrashes (``make bench-network``, docs/operations.md)."""
+memory growth", its source says) reach 120-320 MiB under a single iperf3 stream, and at the default 256 MiB
+limit the kernel kills it; at 100-128 MiB its throughput is unchanged, at 48 MiB its garbage collector
+thrashes (half the throughput; ``make bench-network``, docs/operations.md)."""
 CGROUP_MEMORY_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
 """The container's memory limit, as cgroup v2 and v1 show it inside the container."""
 _UNLIMITED = 1 << 60

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -132,6 +133,22 @@ def port_forward(cluster: LocalCluster, namespace: str, pod: str, port: int) -> 
             yield int(line.split(":")[1].split()[0])
         finally:
             process.terminate()
+
+
+LIQOCTL = [str(Path(sys.executable).parent / "liqoctl")]
+
+
+def liqoctl(cluster: LocalCluster, *args: str, timeout: float = 180) -> str:
+    """Run this checkout's liqoctl against ``cluster``; its stdout, or an AssertionError with its output."""
+    result = subprocess.run(
+        [*LIQOCTL, *args, f"--kubeconfig={cluster.kubeconfig}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, f"liqoctl {' '.join(args)}: {result.stdout}{result.stderr}"
+    return result.stdout
 
 
 def install_liqo(local: LocalCluster) -> str:

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -41,6 +40,7 @@ from tests.helpers import (
     eventually,
     helm_binary,
     kubectl,
+    liqoctl,
     pod,
     purge,
     running_pods,
@@ -54,7 +54,6 @@ pytestmark = [
 ]
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "liqo"
-LIQOCTL = [str(Path(sys.executable).parent / "liqoctl")]
 TOOLBOX = "localhost/liqo/toolbox:1"
 WEB = {
     "name": "web",
@@ -62,18 +61,6 @@ WEB = {
     "command": ["sh", "-c", "echo serving; exec httpd -f -p 8080 -h /tmp"],
     "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
 }
-
-
-def liqoctl(cluster: LocalCluster, *args: str, timeout: float = 120) -> str:
-    result = subprocess.run(
-        [*LIQOCTL, *args, f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, f"liqoctl {' '.join(args)}: {result.stderr}"
-    return result.stdout
 
 
 def helm(cluster: LocalCluster, *args: str, timeout: float = 120) -> str:

@@ -22,12 +22,10 @@ import ipaddress
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,7 +45,7 @@ from liqo.local.realnodes.nodes import RealNode, real_nodes
 from liqo.local.spec import ClusterSpec
 from liqo.network import agent, gateway, gateways, rules
 from liqo.peering import operations
-from tests.helpers import LocalCluster, eventually, kubectl, purge, start, unique
+from tests.helpers import LocalCluster, eventually, kubectl, liqoctl, purge, start, unique
 
 pytestmark = [
     pytest.mark.cluster,
@@ -56,7 +54,6 @@ pytestmark = [
 ]
 
 Obj = dict[str, Any]
-LIQOCTL = [str(Path(sys.executable).parent / "liqoctl")]
 POD_CIDR = "10.244.0.0/16"
 TCP_PORT = 8080
 UDP_PORT = 8081
@@ -148,18 +145,6 @@ class Fabric:
 
 
 # -- fixtures ---------------------------------------------------------------------------------------------
-
-
-def liqoctl(cluster: LocalCluster, *args: str, timeout: float = 180) -> str:
-    result = subprocess.run(
-        [*LIQOCTL, *args, f"--kubeconfig={cluster.kubeconfig}"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, f"liqoctl {' '.join(args)}: {result.stdout}{result.stderr}"
-    return result.stdout
 
 
 def installed(local: LocalCluster, role: str) -> Side:

@@ -358,6 +358,8 @@ async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
         "resourceoffers.sharing.liqo.io/status": {"get", "update", "patch"},
         "namespacemaps.offloading.liqo.io": {"get", "list", "watch", "create", "update", "patch", "delete"},
         "namespacemaps.offloading.liqo.io/status": {"get"},
+        # Its network word; the policy liqo-peer-network-configs narrows writes to the one named after it.
+        "networkconfigs.networking.liqo.io": {"get", "list", "watch", "create", "update", "patch", "delete"},
         "leases.coordination.k8s.io": {"create"},  # its heartbeat: a create cannot be limited by name
     }
     assert named == {"leases.coordination.k8s.io": (names.CONSUMER_HEARTBEAT, {"get", "update", "patch"})}

@@ -15,10 +15,9 @@ from liqo.api.resources import SHADOW_PODS
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import DEPLOYMENTS, NODES, PODS
-from liqo.local import clusters
 from liqo.local.layout import read_json
 from liqo.local.processes import ProcessRef
-from tests.helpers import LocalCluster, Offloaded, Site, deployment, eventually, running, running_pods
+from tests.helpers import LocalCluster, Offloaded, Site, deployment, eventually, running, running_pods, stopped
 
 BURST = 30
 
@@ -100,13 +99,11 @@ async def test_provider_api_server_down_for_a_minute(
     await agree(rome, milan, offloaded, 5)
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 5)}
     home_before = {p["metadata"]["uid"] for p in await running_pods(rome, offloaded.namespace, 5)}
-    name = sites["milan"].cluster.name
 
     def ready(node: dict[str, Any]) -> str:
         return str(next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"))
 
-    await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=False)
-    try:
+    async with stopped(sites["milan"], "kube-apiserver"):
         down_at = asyncio.get_running_loop().time()
 
         async def not_ready() -> bool:
@@ -119,8 +116,6 @@ async def test_provider_api_server_down_for_a_minute(
         )
         # A minute without milan's API server, counted from when it went down (the fault's duration).
         await asyncio.sleep(max(0.0, 60 - (asyncio.get_running_loop().time() - down_at)))
-    finally:
-        await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=True)
 
     async def ready_again() -> bool:
         return ready(await rome.get(NODES, offloaded.node)) == "True"
@@ -143,9 +138,7 @@ async def test_pods_keep_running_in_milan_while_home_is_unreachable(
     await rome.create(DEPLOYMENTS, deployment("steady", offloaded.namespace, replicas=3, cpu="10m"))
     await agree(rome, milan, offloaded, 3)
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 3)}
-    name = sites["rome"].cluster.name
-    await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=False)
-    try:
+    async with stopped(sites["rome"], "kube-apiserver"):
         # Meanwhile milan is asked directly: its pods are the same ones, still Running, and deleting one
         # brings it back (its ShadowPod, which only rome could withdraw, still wants it).
         victim = sorted(before)[0]
@@ -159,6 +152,4 @@ async def test_pods_keep_running_in_milan_while_home_is_unreachable(
         await eventually(back, timeout=30, message="milan re-created the pod while rome was away")
         survivors = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, offloaded.twin, 3)}
         assert {n: u for n, u in survivors.items() if n != victim} == {n: u for n, u in before.items() if n != victim}
-    finally:
-        await asyncio.to_thread(clusters.set_components, name, ["kube-apiserver"], enabled=True)
     await agree(rome, milan, offloaded, 3)

@@ -21,12 +21,11 @@ from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CLUSTER_ROLES, CONFIGMAPS, EVENTS, NAMESPACES, PODS, ROLE_BINDINGS, ROLES, SECRETS
-from liqo.local import clusters
 from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError
 from liqo.offloading.twins import twin_rules
 from liqo.peering import operations as peering
-from tests.helpers import Site, eventually, liqo_objects, unique
+from tests.helpers import Site, eventually, liqo_objects, stopped, unique
 from tests.helpers import expect_clean as _expect_clean
 
 Obj = dict[str, Any]
@@ -337,12 +336,10 @@ async def test_an_unreachable_provider_is_reported_and_retried_until_it_is_back(
     await peering.peer(rome, milan, timeout=60)
     home = unique("flaky")
     await rome.create(NAMESPACES, namespace_manifest(home))
-    milan_cluster = sites["milan"].cluster.name
     try:
         await offloading.offload(rome, home)
         await offloading.wait_offloaded(rome, home, timeout=60)
-        await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=False)
-        try:
+        async with stopped(sites["milan"], "kube-apiserver"):
 
             async def reported() -> bool:
                 current = await rome.get(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=home)
@@ -353,8 +350,6 @@ async def test_an_unreachable_provider_is_reported_and_retried_until_it_is_back(
                 )
 
             await eventually(reported, timeout=45, message="the unreachable provider reported as Error")
-        finally:
-            await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=True)
 
         # Right after its restart the API server may still refuse (its RBAC caches warm up): retried too.
         async def recovered() -> bool:

@@ -25,7 +25,7 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters
 from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean
+from tests.helpers import Site, eventually, expect_clean, stopped
 from tests.integration.conftest import RUN_ID
 
 
@@ -324,17 +324,13 @@ async def test_unpeer_never_hangs_on_an_unreachable_provider(
     """Bounded wait and a clear error, then --force finishes here; the provider revokes on its side."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     await operations.peer(rome, milan, timeout=30)
-    milan_cluster = sites["milan"].cluster.name
-    await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=False)
-    try:
+    async with stopped(sites["milan"], "kube-apiserver"):
         started = time.monotonic()
         with pytest.raises(operations.PeeringError, match="--force"):
             await operations.unpeer(rome, milan_id, timeout=5)
         assert time.monotonic() - started < 15
         await operations.unpeer(rome, milan_id, timeout=5, force=True)
         await expect_clean(rome)
-    finally:
-        await asyncio.to_thread(clusters.set_components, milan_cluster, ["kube-apiserver"], enabled=True)
     fc = await operations.foreign_cluster(milan, rome_id)
     assert fc is not None  # the provider never heard from rome: it still hosts it, until revoked
     await operations.unpeer(milan, fc["metadata"]["name"], timeout=60)

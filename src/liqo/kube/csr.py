@@ -267,7 +267,7 @@ class CsrIssuer:
                     f"CertificateSigningRequest {name} was approved but the cluster signed no certificate within"
                     f" {self._timeout:.0f} s: check that kube-controller-manager is running with a signing CA for"
                     f" {signer} (--cluster-signing-cert-file and --cluster-signing-key-file) and what its log says"
-                    f" about {name}"
+                    f" about {name} (after an API server outage it resumes signing up to a minute later)"
                 ) from None
         finally:
             try:

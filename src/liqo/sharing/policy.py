@@ -195,7 +195,7 @@ def compute_offer(free: Mapping[str, Decimal], policy: Policy) -> dict[str, Deci
     """What ``policy`` offers out of ``free`` capacity.
 
     Args:
-        free: The free capacity (see :func:`liqo.sharing.capacity.free_capacity`).
+        free: The free capacity (see :meth:`liqo.sharing.capacity.CapacityLedger.free`).
         policy: The policy applying to the consumer.
 
     Returns:

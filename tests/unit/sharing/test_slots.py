@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.podrequests import covers
 from liqo.api.quantity import parse_quantity, round_down
+from liqo.kube.timefmt import parse_time
 from liqo.sharing import capacity
 from liqo.sharing.capacity import MAX_SLOTS, is_placeable
 from liqo.sharing.policy import REPUBLISH_SECONDS, Drift, Policy, next_refresh, offer_spec, slot_drift
@@ -325,3 +326,21 @@ def test_a_shrinking_slot_never_goes_unnoticed(
     # A published slot no longer there (pods took its room) is always republished, whatever the threshold.
     if any(not any(covers(now, then) for now in after) for then in before):
         assert slot_drift(before, after, threshold_percent=100) is not Drift.NONE
+
+
+@given(nodes=NODES, pods=PODS, offer=OFFERS, extra=PODS, threshold=st.integers(0, 100))
+def test_a_shrink_is_never_left_unpublished_longer_than_the_bounded_rate(
+    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal], extra: list[Object], threshold: int
+) -> None:
+    policy = Policy(name="p", refresh_threshold_percent=threshold)
+    before = largest_slots(nodes, pods, offer=offer)
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=before, policy=policy, now=NOW)
+    after = largest_slots(nodes, [*pods, *extra], offer=offer)
+    due = next_refresh(spec, offer, policy, new_slots=after, now=NOW)
+    drift = slot_drift(before, after, threshold_percent=threshold)
+    if drift is Drift.MAJOR:
+        assert due == NOW
+    elif drift is Drift.MINOR:
+        assert NOW < due <= NOW.replace(microsecond=0) + datetime.timedelta(seconds=REPUBLISH_SECONDS)
+    else:
+        assert due == parse_time(spec["expiry"]) - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)

@@ -294,9 +294,20 @@ EVENT_PODS = st.builds(
     containers=CONTAINERS,
     init=INIT,
 )
+TAINT_EFFECTS = [None, "NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+def tainted(base: Object, effect: str | None) -> Object:
+    """``base`` with one taint of ``effect`` (none if None): tainted nodes are eligible but not placeable."""
+    return base if effect is None else base | {"spec": base["spec"] | {"taints": [{"key": "k", "effect": effect}]}}
+
+
 EVENTS = st.lists(
     st.one_of(
-        st.tuples(st.just("node"), NODES.filter(bool).map(lambda nodes: nodes[0])),
+        st.tuples(
+            st.just("node"),
+            st.builds(tainted, NODES.filter(bool).map(lambda nodes: nodes[0]), st.sampled_from(TAINT_EFFECTS)),
+        ),
         st.tuples(st.just("node-gone"), st.sampled_from(["n1", "n2", "n3"]).map(node)),
         st.tuples(st.just("pod"), EVENT_PODS),
         st.tuples(st.just("pod-gone"), EVENT_PODS),

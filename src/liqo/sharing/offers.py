@@ -1,12 +1,17 @@
 """The provider's side of negotiation: turn each consumer's request into an offer, and enforce it.
 
-Keyed by the consumer's cluster ID. The offer is recomputed from the real free capacity (nodes and pods
-from the informers) and that consumer's SharingPolicy whenever either moves, and written only when it
-changed by more than the policy's threshold or nears expiry — a busy cluster does not rewrite offers on
-every pod —, or when its largest slots shrank (or grew beyond the threshold): those say what a single pod
-can still get on one node, and the consumer relies on them to never send a pod no node can take. Once
+Keyed by the consumer's cluster ID. The offer is recomputed from the real free capacity and that
+consumer's SharingPolicy whenever either moves, and written when :func:`~liqo.sharing.policy.next_refresh`
+says so: at once for a change beyond the policy's threshold, at a bounded rate for a smaller shrink, and
+before it expires — a busy cluster does not rewrite offers (and wake every consumer) for each pod. Once
 the consumer accepts, the offer is its budget: the ShadowPod controller (``liqo.offloading.shadowpods``)
 runs its pods, in all its twins together, within it, and none while the offer is not accepted or gone.
+
+Free capacity comes from every node and pod of the cluster, kept in a
+:class:`~liqo.sharing.capacity.CapacityLedger` as their events arrive. Those watches are the largest this
+controller has, and they serve consumers only: a cluster that only consumes (or is not peered at all)
+would cache every one of its pods for nothing. So nodes and pods are watched only while at least one
+consumer has a ResourceRequest here — started with the first, stopped (the ledger dropped) with the last.
 """
 
 from __future__ import annotations
@@ -18,24 +23,44 @@ from typing import Any
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, SHARING_POLICIES
-from liqo.kube.cache import SharedInformers
+from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
-from liqo.kube.informer import HandlerFuncs
+from liqo.kube.following import Following
+from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
 from liqo.sharing import metrics
-from liqo.sharing.capacity import RequestsMemo, free_capacity, largest_slots
-from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
+from liqo.sharing.capacity import CapacityLedger, largest_slots
+from liqo.sharing.policy import compute_offer, next_refresh, offer_spec, select_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
+CAPACITY = "capacity"
+"""The one member of the followed capacity watches (there is one set, for every consumer)."""
 
 
 def request_status(state: str, message: str = "") -> dict[str, Any]:
     """A ResourceRequest ``status`` (pure)."""
     return {"offerState": state, "message": message}
+
+
+class _Capacity(InformerGroup):
+    """Every node and pod of the cluster, accounted in a ledger as their events arrive."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.ledger = CapacityLedger()
+        self.nodes = Informer(client=client, resource=NODES)
+        self.pods = Informer(client=client, resource=PODS)
+        ledger = self.ledger
+        self.nodes.add_handler(
+            HandlerFuncs(add=ledger.set_node, update=lambda _old, new: ledger.set_node(new), delete=ledger.remove_node)
+        )
+        self.pods.add_handler(
+            HandlerFuncs(add=ledger.set_pod, update=lambda _old, new: ledger.set_pod(new), delete=ledger.remove_pod)
+        )
+        super().__init__([self.nodes, self.pods], name="capacity")
 
 
 class OfferController(Component):
@@ -47,20 +72,39 @@ class OfferController(Component):
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)
-        self.nodes = informers.informer(NODES)
-        self.pods = informers.informer(PODS)
-        self._requests = RequestsMemo()
-        self.pods.add_handler(HandlerFuncs(delete=self._requests.forget))
+        self.capacity: Following[str, KubeClient, _Capacity] = Following(
+            make=lambda _member, client: self._watch_capacity(client),
+            on_synced=lambda _member, _group: self._enqueue_consumers(),
+        )
+        self.requests.add_handler(
+            HandlerFuncs(add=self._follow, update=lambda _old, _new: self._follow(None), delete=self._follow)
+        )
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
         self.controller: Controller[str] = Controller(name="offers", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.requests, self._consumer_of_request)
         self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.hosted, lambda ns: [(ns["metadata"].get("labels") or {})[names.REMOTE_CLUSTER_ID]])
         self.controller.watch(self.policies, lambda _obj: self.consumers())
-        for informer in (self.nodes, self.pods):
-            # Capacity moves with every pod: recomputing every offer (O(pods)) once per event would make a
-            # rollout quadratic, so a burst is coalesced into one recomputation per second.
+
+    def _watch_capacity(self, client: KubeClient) -> _Capacity:
+        capacity = _Capacity(client)
+        for informer in (capacity.nodes, capacity.pods):
+            # Every pod event moves capacity: a burst is coalesced into one recomputation per second, each
+            # O(nodes) (the ledger is kept per event), and writes follow the refresh rule, not the events.
             self.controller.watch(informer, lambda _obj: self.consumers(), coalesce=CAPACITY_COALESCE_SECONDS)
+        return capacity
+
+    def _follow(self, _request: dict[str, Any] | None) -> None:
+        """Watch nodes and pods while some consumer has a request here, and only then."""
+        self.capacity.follow({CAPACITY: self._client} if self.consumers() else {})
+
+    def _enqueue_consumers(self) -> None:
+        for consumer in self.consumers():
+            self.controller.queue.add(consumer)
+
+    async def close(self) -> None:
+        """Stop the node and pod watches."""
+        await self.capacity.close()
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -113,8 +157,10 @@ class OfferController(Component):
             for ns in self.hosted.store.list()
             if (ns["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == consumer_id
         )
-        nodes, pods = self.nodes.store.list(), self.pods.store.list()
-        free = free_capacity(nodes, pods, exclude_namespaces=hosted, requests=self._requests)
+        capacity = self.capacity.get(CAPACITY)
+        if capacity is None or not capacity.synced:
+            return None  # queued again once the nodes and pods are listed
+        free = capacity.ledger.free(exclude_namespaces=hosted)
         resources = compute_offer(free, policy)
         if resources is None:
             await self._set_request_status(
@@ -123,30 +169,33 @@ class OfferController(Component):
             await self._withdraw(consumer_id, offer)
             return None
         await self._set_request_status(request, request_status("Created"))
-        slots = largest_slots(nodes, pods, offer=resources, requests=self._requests)
+        slots = largest_slots(capacity.ledger.rooms().values(), offer=resources)
         now = datetime.datetime.now(datetime.UTC)
-        if offer is None or needs_refresh(offer.get("spec"), resources, policy, new_slots=slots, now=now):
-            spec = offer_spec(
-                provider_id=self._local.cluster_id,
-                provider_name=self._local.cluster_name,
-                resources=resources,
-                slots=slots,
-                policy=policy,
-                now=now,
-            )
-            await self._client.apply(
-                RESOURCE_OFFERS,
-                {
-                    "apiVersion": RESOURCE_OFFERS.api_version,
-                    "kind": RESOURCE_OFFERS.kind,
-                    "metadata": {
-                        "name": self._local.cluster_id,
-                        "namespace": namespace,
-                        "labels": names.peer_labels(consumer_id),
-                    },
-                    "spec": spec,
+        due = next_refresh(None if offer is None else offer.get("spec"), resources, policy, new_slots=slots, now=now)
+        if due > now:
+            return Result(requeue_after=max(1.0, (due - now).total_seconds()))
+        spec = offer_spec(
+            provider_id=self._local.cluster_id,
+            provider_name=self._local.cluster_name,
+            resources=resources,
+            slots=slots,
+            policy=policy,
+            now=now,
+        )
+        await self._client.apply(
+            RESOURCE_OFFERS,
+            {
+                "apiVersion": RESOURCE_OFFERS.api_version,
+                "kind": RESOURCE_OFFERS.kind,
+                "metadata": {
+                    "name": self._local.cluster_id,
+                    "namespace": namespace,
+                    "labels": names.peer_labels(consumer_id),
                 },
-            )
+                "spec": spec,
+            },
+        )
+        # Looked at again as the refreshed offer comes back from the watch; this is in case it does not.
         return Result(requeue_after=max(1.0, policy.offer_ttl_seconds / 3))
 
     async def _set_request_status(self, request: dict[str, Any], status: dict[str, Any]) -> None:

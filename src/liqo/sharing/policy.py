@@ -8,22 +8,39 @@ Without any policy a provider shares half of its free capacity, as docs/peering.
 
 Offers are rounded down to what a quantity can hold before anything else sees them: the amounts compared
 with the published offer are then exactly the published ones, so an unchanged cluster never looks changed.
-An offer is rewritten only when it moved by more than the policy's threshold, when what it says besides the
-amounts (labels, prices) changed, or when a third of its lifetime or less is left — a busy cluster does
-not rewrite offers (and wake every consumer) for each pod, yet a consumer never holds an offer that lapsed.
 
-Its largest slots (:func:`liqo.sharing.capacity.largest_slots`) follow a stricter rule, because they are
-a promise rather than a budget: the consumer sends a pod only if a slot holds it, so a published slot the
-provider can no longer place would send pods into a black hole. A slot that shrank — one no current slot
-covers — is therefore republished at once, whatever the threshold; a slot that grew is republished when it
-grew beyond the threshold (until then a pod it would now hold waits, Pending with its reason, at most until
-the next refresh). The cost: on a provider whose largest free node changes with every pod it places, every
-such pod rewrites the offer; on one with several equally large free nodes, the largest slot does not move.
+When an offer is rewritten (:func:`next_refresh`) is a trade between two costs. Every write cascades: the
+ResourceOffer is replicated to the consumer, which updates its VirtualNode, which the virtual kubelet
+applies to the Node (spec, status, Lease). A provider placing a burst of pods would rewrite its offer for
+each if every change were published: the largest slot shrinks with nearly every pod placed. Yet a stale
+offer costs something too, and what it costs decides how stale it may be:
+
+- An offer is the consumer's budget. Smaller than what the provider could now give, it only holds the
+  consumer back until republished. Larger (the capacity shrank), it lets the consumer over-commit: send
+  pods the provider's nodes no longer have room for, which pass the provider's budget
+  (``liqo.offloading.budget`` checks the accepted offer) and wait Pending there. So an amount
+  that moved by more than the policy's threshold, either way, is republished at once.
+- A slot is what the consumer's virtual kubelet checks before sending a pod; the provider's scheduler is
+  the real guard. A stale, larger slot therefore never over-commits a node: it costs, at worst, a pod
+  sent that waits Pending on the provider until room frees, instead of Pending at home. That is only
+  possible for a pod larger than what is left, and a shrink within the threshold leaves at most the
+  threshold's margin for such pods. So a slot that shrank (or grew) by more than the threshold is
+  republished at once (:attr:`Drift.MAJOR`), as is one that vanished (no node takes a pod any more).
+- Smaller shrinks — of a slot, or of an amount, within the threshold — are republished at a bounded rate,
+  :data:`REPUBLISH_SECONDS` after the previous write, so that the consumer catches up within half a minute
+  without a write per pod. A growth within the threshold waits for the next refresh.
+- Whatever else the offer says (labels, prices) is republished at once, and every offer is refreshed when a
+  third of its lifetime or less is left, so a consumer never holds an offer that lapsed.
+
+A burst of pods thus costs a number of writes that grows with the logarithm of how much of the capacity
+it takes (one per threshold-sized step) plus one per :data:`REPUBLISH_SECONDS` of the burst, not one per
+pod.
 """
 
 from __future__ import annotations
 
 import datetime
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -41,6 +58,8 @@ DEFAULT_OFFER_TTL_SECONDS = 300
 BASELINE = "baseline"
 RESTRICTED = "restricted"
 DEFAULT_MAX_GRACE_SECONDS = 120
+REPUBLISH_SECONDS = 30
+"""The shortest time between two writes of an offer for a shrink within the threshold (see the module's note)."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +195,7 @@ def compute_offer(free: Mapping[str, Decimal], policy: Policy) -> dict[str, Deci
     """What ``policy`` offers out of ``free`` capacity.
 
     Args:
-        free: The free capacity (see :func:`liqo.sharing.capacity.free_capacity`).
+        free: The free capacity (see :meth:`liqo.sharing.capacity.CapacityLedger.free`).
         policy: The policy applying to the consumer.
 
     Returns:
@@ -233,15 +252,47 @@ def offer_spec(
     }
 
 
-def needs_refresh(
+class Drift(enum.Enum):
+    """How far the slots computed now are from the published ones (:func:`slot_drift`)."""
+
+    NONE = "none"
+    """Equal, reordered, or grown within the threshold: nothing worth a write."""
+    MINOR = "minor"
+    """A published slot shrank, within the threshold: republished at the bounded rate."""
+    MAJOR = "major"
+    """A published slot shrank, or a slot grew, beyond the threshold (or appeared, or vanished): at once."""
+
+
+def slot_drift(
+    published: Sequence[Mapping[str, Decimal]], current: Sequence[Mapping[str, Decimal]], *, threshold_percent: int
+) -> Drift:
+    """How the ``current`` slots differ from the ``published`` ones (pure).
+
+    MAJOR if a published slot shrank beyond ``threshold_percent`` — no current slot, enlarged by it, covers
+    it — or a current slot grew beyond it — no published slot, enlarged by it, covers it; MINOR if a
+    published slot shrank at all (no current slot covers it); NONE otherwise.
+    """
+
+    def enlarged(slots: Sequence[Mapping[str, Decimal]]) -> list[dict[str, Decimal]]:
+        return [{r: amount * (100 + threshold_percent) / 100 for r, amount in slot.items()} for slot in slots]
+
+    def all_covered(slots: Sequence[Mapping[str, Decimal]], by: Sequence[Mapping[str, Decimal]]) -> bool:
+        return all(any(covers(other, slot) for other in by) for slot in slots)
+
+    if not all_covered(current, enlarged(published)) or not all_covered(published, enlarged(current)):
+        return Drift.MAJOR
+    return Drift.NONE if all_covered(published, current) else Drift.MINOR
+
+
+def next_refresh(
     current_spec: Mapping[str, Any] | None,
     new_resources: Mapping[str, Decimal],
     policy: Policy,
     *,
     new_slots: Sequence[Mapping[str, Decimal]],
     now: datetime.datetime,
-) -> bool:
-    """Whether the published offer ``current_spec`` must be replaced by one offering ``new_resources``.
+) -> datetime.datetime:
+    """When the published offer ``current_spec`` must be replaced by one offering ``new_resources`` (pure).
 
     Args:
         current_spec: The published ResourceOffer's ``spec``, or ``None`` if there is none.
@@ -251,50 +302,40 @@ def needs_refresh(
         now: The current time (timezone-aware).
 
     Returns:
-        True if there is no offer; if a resource appeared, disappeared or moved by more than
-        ``refresh_threshold_percent`` of its published amount; if the slots moved (:func:`slots_moved`;
-        published ones missing or unreadable count as moved); if the labels or prices the policy gives
-        differ from the published ones; or if a third of the policy's TTL or less is left before expiry
-        (an unreadable expiry counts as expired).
+        ``now`` — replace it at once — if there is no offer; if a resource appeared, disappeared or moved by
+        more than ``refresh_threshold_percent`` of its published amount; if the slots drifted beyond it
+        (:attr:`Drift.MAJOR`); if the labels or prices the policy gives differ from the published ones; or
+        if a field needed here is unreadable. Otherwise the earliest of: a third of the policy's TTL before
+        expiry; and, if an amount decreased or a slot shrank within the threshold, :data:`REPUBLISH_SECONDS`
+        after the published ``timestamp``. A time not after ``now`` means "now".
     """
+    now = as_utc(now)
     if current_spec is None:
-        return True
+        return now
     try:
         published_slots = [_parsed(slot) for slot in current_spec["largestSlots"]]
-    except (KeyError, TypeError, AttributeError, QuantityError):
-        return True
-    if slots_moved(published_slots, new_slots, threshold_percent=policy.refresh_threshold_percent):
-        return True
-    current = {name: parse_quantity(amount) for name, amount in (current_spec.get("resources") or {}).items()}
-    if current.keys() != new_resources.keys():
-        return True
-    for name, amount in new_resources.items():
-        if abs(amount - current[name]) * 100 > current[name] * policy.refresh_threshold_percent:
-            return True
-    if (current_spec.get("labels") or {}) != dict(policy.labels):
-        return True
-    if (current_spec.get("prices") or {}) != {name: p for name, p in policy.prices.items() if name in new_resources}:
-        return True
-    try:
+        current = _parsed(current_spec.get("resources") or {})
         expiry = parse_time(str(current_spec["expiry"]))
-    except (KeyError, ValueError):
-        return True
-    return expiry - as_utc(now) <= datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
-
-
-def slots_moved(
-    published: Sequence[Mapping[str, Decimal]], current: Sequence[Mapping[str, Decimal]], *, threshold_percent: int
-) -> bool:
-    """Whether the ``current`` slots must replace the ``published`` ones (pure).
-
-    True if a published slot shrank — no current slot covers it: it promises what the provider can no
-    longer place —, or if a current slot grew — no published slot, enlarged by ``threshold_percent``,
-    covers it. Slots only reordered, or moved within the threshold upwards, are not a change.
-    """
-    if any(not any(covers(now, then) for now in current) for then in published):
-        return True
-    enlarged = [{r: amount * (100 + threshold_percent) / 100 for r, amount in slot.items()} for slot in published]
-    return any(not any(covers(then, now) for then in enlarged) for now in current)
+    except (KeyError, TypeError, AttributeError, ValueError, QuantityError):
+        return now
+    threshold = policy.refresh_threshold_percent
+    drift = slot_drift(published_slots, new_slots, threshold_percent=threshold)
+    if (
+        drift is Drift.MAJOR
+        or current.keys() != new_resources.keys()
+        or any(abs(amount - current[name]) * 100 > current[name] * threshold for name, amount in new_resources.items())
+        or (current_spec.get("labels") or {}) != dict(policy.labels)
+        or (current_spec.get("prices") or {}) != {n: p for n, p in policy.prices.items() if n in new_resources}
+    ):
+        return now
+    due = expiry - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)
+    if drift is Drift.MINOR or any(amount < current[name] for name, amount in new_resources.items()):
+        try:
+            published_at = parse_time(str(current_spec["timestamp"]))
+        except (KeyError, ValueError):
+            return now
+        due = min(due, published_at + datetime.timedelta(seconds=REPUBLISH_SECONDS))
+    return due
 
 
 def _formatted(resources: Mapping[str, Decimal]) -> dict[str, str]:

@@ -4,13 +4,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
-from liqo.sharing.capacity import RequestsMemo, free_capacity, is_eligible, largest_slots
+from liqo.sharing.capacity import CapacityLedger, is_eligible
+from tests.unit.sharing.capacity_support import free_capacity, ledger_of, node_free
 
 Object = dict[str, Any]
 
@@ -82,6 +83,13 @@ def pod(
 GI = Decimal(2**30)
 
 
+def ledger_free(
+    nodes: list[Object], pods: list[Object], *, exclude_namespaces: frozenset[str] = frozenset()
+) -> dict[str, Decimal]:
+    """The free capacity a ledger fed these nodes and pods gives."""
+    return ledger_of(nodes, pods).free(exclude_namespaces=exclude_namespaces)
+
+
 # -- which nodes count ----------------------------------------------------------------------------------------
 
 
@@ -94,24 +102,24 @@ def test_sums_the_allocatable_of_ready_schedulable_real_nodes() -> None:
         node("unknown", ready="Unknown"),
         node("liqo-milan", cpu="100", virtual=True),
     ]
-    assert free_capacity(nodes, []) == {"cpu": Decimal(12), "memory": 48 * GI, "pods": Decimal(220)}
+    assert ledger_free(nodes, []) == {"cpu": Decimal(12), "memory": 48 * GI, "pods": Decimal(220)}
 
 
 def test_a_node_without_a_ready_condition_does_not_count() -> None:
     bare = node("n1")
     bare["status"]["conditions"] = []
     assert not is_eligible(bare)
-    assert free_capacity([bare], []) == {}
+    assert ledger_free([bare], []) == {}
 
 
 def test_no_eligible_node_means_no_capacity() -> None:
-    assert free_capacity([node("n1", ready="False")], [pod("p")]) == {}
+    assert ledger_free([node("n1", ready="False")], [pod("p")]) == {}
 
 
 def test_extended_resources_are_capacity_too() -> None:
     nodes = [node("n1", extra={"nvidia.com/gpu": "4"}), node("n2")]
     pods = [pod("train", containers=[container(cpu="1", **{"nvidia.com/gpu": "3"})])]
-    free = free_capacity(nodes, pods)
+    free = ledger_free(nodes, pods)
     assert free["nvidia.com/gpu"] == 1
     assert free["cpu"] == 15
 
@@ -121,7 +129,7 @@ def test_extended_resources_are_capacity_too() -> None:
 
 def test_subtracts_the_requests_of_running_pods_and_one_pod_each() -> None:
     pods = [pod("a"), pod("b", containers=[container(cpu="250m", memory="512Mi"), container("d", cpu="250m")])]
-    assert free_capacity([node("n1")], pods) == {
+    assert ledger_free([node("n1")], pods) == {
         "cpu": Decimal("6.5"),
         "memory": Decimal(30 * GI + GI / 2),
         "pods": Decimal(108),
@@ -140,16 +148,16 @@ def test_subtracts_the_requests_of_running_pods_and_one_pod_each() -> None:
 )
 def test_terminal_unbound_and_foreign_pods_do_not_count(ignored: Object) -> None:
     nodes = [node("n1"), node("cordoned", unschedulable=True), node("liqo-milan", virtual=True)]
-    assert free_capacity(nodes, [ignored]) == free_capacity(nodes, [])
+    assert ledger_free(nodes, [ignored]) == ledger_free(nodes, [])
 
 
 def test_pending_but_bound_pods_count() -> None:
-    assert free_capacity([node("n1")], [pod("starting", phase="Pending")])["cpu"] == 7
+    assert ledger_free([node("n1")], [pod("starting", phase="Pending")])["cpu"] == 7
 
 
 def test_never_negative() -> None:
     greedy = pod("greedy", containers=[container(cpu="20", memory="64Gi")])
-    assert free_capacity([node("n1", pods="1")], [greedy, pod("second")]) == {
+    assert ledger_free([node("n1", pods="1")], [greedy, pod("second")]) == {
         "cpu": Decimal(0),
         "memory": Decimal(0),
         "pods": Decimal(0),
@@ -159,9 +167,9 @@ def test_never_negative() -> None:
 def test_the_consumers_own_pods_do_not_reduce_its_capacity() -> None:
     tenant = names.tenant_namespace("rome")
     pods = [pod("local"), pod("offloaded", namespace=tenant), pod("other-consumer", namespace="liqo-tenant-naples")]
-    for_rome = free_capacity([node("n1")], pods, exclude_namespaces=frozenset({tenant}))
+    for_rome = ledger_free([node("n1")], pods, exclude_namespaces=frozenset({tenant}))
     assert for_rome == {"cpu": Decimal(6), "memory": 30 * GI, "pods": Decimal(108)}
-    assert free_capacity([node("n1")], pods)["cpu"] == 5
+    assert ledger_free([node("n1")], pods)["cpu"] == 5
 
 
 # -- a pod's effective requests -------------------------------------------------------------------------------
@@ -245,24 +253,24 @@ PODS = st.builds(
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6), extra=PODS)
-def test_adding_a_pod_never_increases_free_capacity(nodes: list[Object], pods: list[Object], extra: Object) -> None:
-    before = free_capacity(nodes, pods)
-    after = free_capacity(nodes, [*pods, extra])
+def test_adding_a_pod_never_increases_ledger_free(nodes: list[Object], pods: list[Object], extra: Object) -> None:
+    before = ledger_free(nodes, pods)
+    after = ledger_free(nodes, [*pods, extra])
     assert after.keys() == before.keys()
     assert all(after[r] <= before[r] for r in before)
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6))
 def test_excluding_a_consumers_namespaces_never_decreases_its_capacity(nodes: list[Object], pods: list[Object]) -> None:
-    everything = free_capacity(nodes, pods)
-    for_rome = free_capacity(nodes, pods, exclude_namespaces=frozenset({"liqo-tenant-rome"}))
+    everything = ledger_free(nodes, pods)
+    for_rome = ledger_free(nodes, pods, exclude_namespaces=frozenset({"liqo-tenant-rome"}))
     assert all(for_rome[r] >= everything[r] for r in everything)
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6))
 def test_free_capacity_is_between_zero_and_the_eligible_allocatable(nodes: list[Object], pods: list[Object]) -> None:
-    allocatable = free_capacity(nodes, [])
-    free = free_capacity(nodes, pods)
+    allocatable = ledger_free(nodes, [])
+    free = ledger_free(nodes, pods)
     assert free.keys() == allocatable.keys()
     assert all(0 <= free[r] <= allocatable[r] for r in free)
 
@@ -275,30 +283,98 @@ def test_a_pod_requests_at_least_what_any_of_its_containers_does(containers: lis
             assert requests[resource] >= parse_quantity(amount)
 
 
-# -- the memo of pod requests --------------------------------------------------------------------------------
+# -- the ledger: kept per event, equal to the computation from scratch ---------------------------------------
+
+EVENT_PODS = st.builds(
+    pod,
+    st.sampled_from(["p1", "p2", "p3"]),
+    node_name=st.sampled_from([None, "n1", "n2", "n3"]),
+    namespace=st.sampled_from(["default", "liqo-tenant-rome", "liqo-tenant-naples"]),
+    phase=st.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]),
+    containers=CONTAINERS,
+    init=INIT,
+)
+TAINT_EFFECTS = [None, "NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
-def versioned(obj: Object, uid: str, version: str) -> Object:
-    return obj | {"metadata": obj["metadata"] | {"uid": uid, "resourceVersion": version}}
+def tainted(base: Object, effect: str | None) -> Object:
+    """``base`` with one taint of ``effect`` (none if None): tainted nodes are eligible but not placeable."""
+    return base if effect is None else base | {"spec": base["spec"] | {"taints": [{"key": "k", "effect": effect}]}}
 
 
-@given(nodes=NODES, pods=st.lists(PODS, max_size=6))
-def test_with_the_memo_capacity_and_slots_are_the_same(nodes: list[Object], pods: list[Object]) -> None:
-    pods = [versioned(p, f"uid-{i}", "1") for i, p in enumerate(pods)]
-    memo = RequestsMemo()
-    offer = {"cpu": Decimal(100), "memory": 100 * GI}
-    for _ in range(2):  # measured, then remembered
-        assert free_capacity(nodes, pods, requests=memo) == free_capacity(nodes, pods)
-        assert largest_slots(nodes, pods, offer=offer, requests=memo) == largest_slots(nodes, pods, offer=offer)
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("node"),
+            st.builds(tainted, NODES.filter(bool).map(lambda nodes: nodes[0]), st.sampled_from(TAINT_EFFECTS)),
+        ),
+        st.tuples(st.just("node-gone"), st.sampled_from(["n1", "n2", "n3"]).map(node)),
+        st.tuples(st.just("pod"), EVENT_PODS),
+        st.tuples(st.just("pod-gone"), EVENT_PODS),
+    ),
+    max_size=30,
+)
+TERMINAL = ("Succeeded", "Failed")
+EXCLUSIONS = [frozenset(), frozenset({"liqo-tenant-rome"}), frozenset({"liqo-tenant-rome", "liqo-tenant-naples"})]
 
 
-def test_the_memo_measures_a_pod_again_when_it_changed_and_forgets_a_deleted_one() -> None:
-    memo = RequestsMemo()
-    small = versioned(pod("p", containers=[container(cpu="1")]), "u", "1")
-    assert memo(small) == {"cpu": Decimal(1)}
-    resized = versioned(pod("p", containers=[container(cpu="3")]), "u", "2")
-    assert memo(resized) == {"cpu": Decimal(3)}
-    assert memo(versioned(pod("p", containers=[container(cpu="9")]), "u", "2")) == {"cpu": Decimal(3)}
-    assert len(memo) == 1
-    memo.forget(resized)
-    assert len(memo) == 0
+def key(obj: Object) -> str:
+    return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+
+@settings(max_examples=300)
+@given(events=EVENTS)
+def test_the_ledger_equals_the_computation_from_scratch_after_any_events(events: list[tuple[str, Object]]) -> None:
+    ledger = CapacityLedger()
+    nodes: dict[str, Object] = {}
+    pods: dict[str, Object] = {}
+    for kind, obj in events:
+        if kind == "node":
+            ledger.set_node(obj)
+            nodes[key(obj)] = obj
+        elif kind == "node-gone":
+            ledger.remove_node(obj)
+            nodes.pop(key(obj), None)
+        elif kind == "pod":
+            ledger.set_pod(obj)
+            pods[key(obj)] = obj
+        else:
+            ledger.remove_pod(obj)
+            pods.pop(key(obj), None)
+        for excluded in EXCLUSIONS:
+            expected = free_capacity(nodes.values(), pods.values(), exclude_namespaces=excluded)
+            assert ledger.free(exclude_namespaces=excluded) == expected
+        assert ledger.rooms() == node_free(nodes.values(), pods.values())
+    counted = [p for p in pods.values() if p["spec"].get("nodeName") and p["status"]["phase"] not in TERMINAL]
+    assert len(ledger) == len(counted)
+
+
+def test_a_pod_takes_back_exactly_what_it_added_when_it_moves_ends_or_goes() -> None:
+    ledger = CapacityLedger()
+    ledger.set_node(node("n1"))
+    ledger.set_node(node("n2"))
+    empty = ledger.free()
+    ledger.set_pod(pod("p", node_name=None))  # not bound yet: counts nowhere
+    assert ledger.free() == empty
+    ledger.set_pod(pod("p", containers=[container(cpu="3")]))
+    assert ledger.free()["cpu"] == 13
+    assert ledger.rooms()["n1"]["cpu"] == 5
+    ledger.set_pod(pod("p", containers=[container(cpu="2")]))  # resized in place
+    assert ledger.rooms()["n1"]["cpu"] == 6
+    ledger.set_pod(pod("p", phase="Succeeded", containers=[container(cpu="2")]))
+    assert ledger.free() == empty
+    ledger.set_pod(pod("q", node_name="n2"))
+    ledger.remove_pod(pod("q", node_name="n2"))
+    assert ledger.free() == empty
+    assert len(ledger) == 0
+
+
+def test_pods_bound_to_a_node_not_seen_yet_count_once_it_appears() -> None:
+    ledger = CapacityLedger()
+    ledger.set_pod(pod("early", node_name="n1"))
+    assert ledger.free() == {}
+    ledger.set_node(node("n1"))
+    assert ledger.free() == {"cpu": Decimal(7), "memory": 31 * GI, "pods": Decimal(109)}
+    ledger.set_node(node("n1", ready="False"))
+    assert ledger.free() == {}
+    assert ledger.rooms() == {}

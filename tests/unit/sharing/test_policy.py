@@ -12,10 +12,11 @@ from liqo.api.quantity import QuantityError, parse_quantity
 from liqo.kube.timefmt import parse_time
 from liqo.sharing.policy import (
     BUILT_IN_DEFAULT,
+    REPUBLISH_SECONDS,
     Policy,
     PolicySelection,
     compute_offer,
-    needs_refresh,
+    next_refresh,
     offer_spec,
     select_policy,
 )
@@ -220,6 +221,37 @@ SLOTS = [{"cpu": Decimal(2), "memory": 4 * GI}]
 
 def published(resources: dict[str, Decimal] = OFFERED, *, policy: Policy = POLICY) -> Object:
     return offer_spec(provider_id="id", provider_name="milan", resources=resources, slots=SLOTS, policy=policy, now=NOW)
+
+
+def needs_refresh(
+    spec: Object | None,
+    resources: dict[str, Decimal],
+    policy: Policy,
+    *,
+    new_slots: list[dict[str, Decimal]],
+    now: datetime.datetime,
+) -> bool:
+    """Whether the offer is to be rewritten at ``now``."""
+    return next_refresh(spec, resources, policy, new_slots=new_slots, now=now) <= now
+
+
+def test_an_amount_that_shrank_within_the_threshold_is_republished_at_the_bounded_rate() -> None:
+    written = NOW.replace(microsecond=0)
+    shrunk = OFFERED | {"cpu": Decimal("3.8")}
+    due = next_refresh(published(), shrunk, POLICY, new_slots=SLOTS, now=NOW)
+    assert due == written + datetime.timedelta(seconds=REPUBLISH_SECONDS)
+    assert needs_refresh(published(), shrunk, POLICY, new_slots=SLOTS, now=due)
+    # Grown within the threshold, it waits for the refresh before expiry: the consumer only under-uses it.
+    grown = OFFERED | {"cpu": Decimal("4.2")}
+    refresh = written + datetime.timedelta(seconds=POLICY.offer_ttl_seconds * 2 / 3)
+    assert next_refresh(published(), grown, POLICY, new_slots=SLOTS, now=NOW) == refresh
+
+
+def test_an_unreadable_timestamp_with_a_shrink_to_publish_means_now() -> None:
+    spec = published()
+    del spec["timestamp"]
+    assert needs_refresh(spec, OFFERED | {"cpu": Decimal("3.8")}, POLICY, new_slots=SLOTS, now=NOW)
+    assert not needs_refresh(spec, OFFERED, POLICY, new_slots=SLOTS, now=NOW)
 
 
 def test_refresh_when_there_is_no_offer() -> None:

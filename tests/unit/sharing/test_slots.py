@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.podrequests import covers
 from liqo.api.quantity import parse_quantity, round_down
-from liqo.sharing.capacity import MAX_SLOTS, is_placeable, largest_slots, node_free
-from liqo.sharing.policy import Policy, needs_refresh, offer_spec, slots_moved
+from liqo.kube.timefmt import parse_time
+from liqo.sharing import capacity
+from liqo.sharing.capacity import MAX_SLOTS, is_placeable
+from liqo.sharing.policy import REPUBLISH_SECONDS, Drift, Policy, next_refresh, offer_spec, slot_drift
+from tests.unit.sharing.capacity_support import ledger_of
 
 Object = dict[str, Any]
 GI = Decimal(2**30)
@@ -57,6 +60,14 @@ def pod(
         "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": requests}}]},
         "status": {"phase": phase},
     }
+
+
+def largest_slots(nodes: list[Object], pods: list[Object], *, offer: dict[str, Decimal]) -> list[dict[str, Decimal]]:
+    return capacity.largest_slots(ledger_of(nodes, pods).rooms().values(), offer=offer)
+
+
+def node_free(nodes: list[Object], pods: list[Object]) -> dict[str, dict[str, Decimal]]:
+    return ledger_of(nodes, pods).rooms()
 
 
 def slot(cpu: str, memory: str, gpu: str | None = None) -> dict[str, Decimal]:
@@ -152,33 +163,36 @@ FOUR = [slot("4", "8Gi")]
 
 
 @pytest.mark.parametrize(
-    ("before", "current", "moved"),
+    ("before", "current", "drift"),
     [
-        (FOUR, [slot("4", "8Gi")], False),
-        (FOUR, [slot("3999m", "8Gi")], True),  # shrank, however little: it would promise what is not there
-        (FOUR, [slot("4", "8Gi") | {"memory": 8 * GI - 1}], True),
-        (FOUR, [slot("4400m", "8Gi")], False),  # grew within the 10 % threshold
-        (FOUR, [slot("4401m", "8Gi")], True),  # grew beyond it
-        (FOUR, [slot("4", "8Gi"), slot("1", "16Gi")], True),  # a new shape
-        (FOUR, [slot("4", "8Gi", gpu="1")], True),  # a resource appeared
-        (FOUR, [], True),  # nothing placeable any more
-        ([slot("4", "8Gi"), slot("2", "16Gi")], [slot("2", "16Gi"), slot("4", "8Gi")], False),  # reordered only
-        ([slot("4", "8Gi"), slot("2", "16Gi")], [slot("4", "8Gi")], True),  # a shape gone
+        (FOUR, [slot("4", "8Gi")], Drift.NONE),
+        (FOUR, [slot("3999m", "8Gi")], Drift.MINOR),  # shrank within the 10 % threshold: at the bounded rate
+        (FOUR, [slot("4", "8Gi") | {"memory": 8 * GI - 1}], Drift.MINOR),
+        (FOUR, [slot("3637m", "8Gi")], Drift.MINOR),  # 3.637 * 1.1 still covers 4
+        (FOUR, [slot("3636m", "8Gi")], Drift.MAJOR),  # shrank beyond the threshold: at once
+        (FOUR, [slot("4400m", "8Gi")], Drift.NONE),  # grew within the threshold
+        (FOUR, [slot("4401m", "8Gi")], Drift.MAJOR),  # grew beyond it
+        (FOUR, [slot("4", "8Gi"), slot("1", "16Gi")], Drift.MAJOR),  # a new shape
+        (FOUR, [slot("4", "8Gi", gpu="1")], Drift.MAJOR),  # a resource appeared
+        (FOUR, [], Drift.MAJOR),  # nothing placeable any more
+        ([slot("4", "8Gi"), slot("2", "16Gi")], [slot("2", "16Gi"), slot("4", "8Gi")], Drift.NONE),  # reordered
+        ([slot("4", "8Gi"), slot("2", "16Gi")], [slot("4", "8Gi")], Drift.MAJOR),  # a shape gone
     ],
 )
-def test_shrinking_slots_are_republished_at_once_growing_ones_beyond_the_threshold(
-    before: list[dict[str, Decimal]], current: list[dict[str, Decimal]], moved: bool
+def test_slots_drift_by_how_far_they_moved_against_the_threshold(
+    before: list[dict[str, Decimal]], current: list[dict[str, Decimal]], drift: Drift
 ) -> None:
-    assert slots_moved(before, current, threshold_percent=10) is moved
+    assert slot_drift(before, current, threshold_percent=10) is drift
 
 
-def test_a_zero_threshold_republishes_any_growth() -> None:
-    assert slots_moved([slot("4", "8Gi")], [slot("4001m", "8Gi")], threshold_percent=0)
-    assert not slots_moved([slot("4", "8Gi")], [slot("4", "8Gi")], threshold_percent=0)
+def test_a_zero_threshold_makes_any_move_major() -> None:
+    assert slot_drift([slot("4", "8Gi")], [slot("4001m", "8Gi")], threshold_percent=0) is Drift.MAJOR
+    assert slot_drift([slot("4", "8Gi")], [slot("3999m", "8Gi")], threshold_percent=0) is Drift.MAJOR
+    assert slot_drift([slot("4", "8Gi")], [slot("4", "8Gi")], threshold_percent=0) is Drift.NONE
 
 
 def test_nothing_published_and_nothing_placeable_is_no_change() -> None:
-    assert not slots_moved([], [], threshold_percent=10)
+    assert slot_drift([], [], threshold_percent=10) is Drift.NONE
 
 
 POLICY = Policy(name="p")
@@ -189,10 +203,16 @@ def published(slots: list[dict[str, Decimal]]) -> Object:
     return offer_spec(provider_id="id", provider_name="milan", resources=RESOURCES, slots=slots, policy=POLICY, now=NOW)
 
 
-def test_an_offer_is_rewritten_when_its_slots_shrink_though_its_amounts_did_not_move() -> None:
+def test_a_slot_that_shrank_is_republished_at_once_beyond_the_threshold_at_the_bounded_rate_within() -> None:
     spec = published([slot("4", "8Gi")])
-    assert not needs_refresh(spec, RESOURCES, POLICY, new_slots=[slot("4", "8Gi")], now=NOW)
-    assert needs_refresh(spec, RESOURCES, POLICY, new_slots=[slot("3", "8Gi")], now=NOW)
+    refresh = NOW + datetime.timedelta(seconds=POLICY.offer_ttl_seconds * 2 / 3)
+    assert next_refresh(spec, RESOURCES, POLICY, new_slots=[slot("4", "8Gi")], now=NOW) == refresh
+    assert next_refresh(spec, RESOURCES, POLICY, new_slots=[slot("3", "8Gi")], now=NOW) == NOW
+    within = next_refresh(spec, RESOURCES, POLICY, new_slots=[slot("3900m", "8Gi")], now=NOW)
+    assert within == NOW + datetime.timedelta(seconds=REPUBLISH_SECONDS)
+    # Once that time passed, the same computation says "now".
+    later = NOW + datetime.timedelta(seconds=REPUBLISH_SECONDS + 1)
+    assert next_refresh(spec, RESOURCES, POLICY, new_slots=[slot("3900m", "8Gi")], now=later) <= later
 
 
 @pytest.mark.parametrize("slots", [None, "4", [{"cpu": "lots"}]])
@@ -202,7 +222,7 @@ def test_an_offer_without_readable_slots_is_rewritten(slots: object) -> None:
         del spec["largestSlots"]  # published before slots existed
     else:
         spec["largestSlots"] = slots
-    assert needs_refresh(spec, RESOURCES, POLICY, new_slots=[slot("4", "8Gi")], now=NOW)
+    assert next_refresh(spec, RESOURCES, POLICY, new_slots=[slot("4", "8Gi")], now=NOW) == NOW
 
 
 # -- properties ------------------------------------------------------------------------------------------------
@@ -294,7 +314,7 @@ def test_published_slots_read_back_unchanged(
     )
     read = [{name: parse_quantity(amount) for name, amount in s.items()} for s in spec["largestSlots"]]
     assert read == slots
-    assert not slots_moved(read, slots, threshold_percent=threshold)
+    assert slot_drift(read, slots, threshold_percent=threshold) is Drift.NONE
 
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS, extra=PODS)
@@ -305,4 +325,22 @@ def test_a_shrinking_slot_never_goes_unnoticed(
     after = largest_slots(nodes, [*pods, *extra], offer=offer)
     # A published slot no longer there (pods took its room) is always republished, whatever the threshold.
     if any(not any(covers(now, then) for now in after) for then in before):
-        assert slots_moved(before, after, threshold_percent=100)
+        assert slot_drift(before, after, threshold_percent=100) is not Drift.NONE
+
+
+@given(nodes=NODES, pods=PODS, offer=OFFERS, extra=PODS, threshold=st.integers(0, 100))
+def test_a_shrink_is_never_left_unpublished_longer_than_the_bounded_rate(
+    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal], extra: list[Object], threshold: int
+) -> None:
+    policy = Policy(name="p", refresh_threshold_percent=threshold)
+    before = largest_slots(nodes, pods, offer=offer)
+    spec = offer_spec(provider_id="id", provider_name="n", resources=offer, slots=before, policy=policy, now=NOW)
+    after = largest_slots(nodes, [*pods, *extra], offer=offer)
+    due = next_refresh(spec, offer, policy, new_slots=after, now=NOW)
+    drift = slot_drift(before, after, threshold_percent=threshold)
+    if drift is Drift.MAJOR:
+        assert due == NOW
+    elif drift is Drift.MINOR:
+        assert NOW < due <= NOW.replace(microsecond=0) + datetime.timedelta(seconds=REPUBLISH_SECONDS)
+    else:
+        assert due == parse_time(spec["expiry"]) - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)

@@ -331,7 +331,7 @@ def print_report(result: dict[str, Any]) -> None:
     }
     requests = Table(title="API requests per pod (apiserver_request_total, median)")
     for column in ("resource", "verb", *columns):
-        requests.add_column(column, justify="right")
+        requests.add_column(column, justify="left" if column in ("resource", "verb") else "right")
     for row in apirequests.table(columns):
         requests.add_row(*row)
     out.print(requests)

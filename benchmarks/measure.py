@@ -8,10 +8,12 @@ one-second resolution, too coarse for pods that start in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from liqo.api.resources import SHARING_POLICIES
@@ -20,6 +22,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import UnreachableError
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS
 from liqo.peering import operations
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -115,3 +119,26 @@ async def install_and_peer(consumer: KubeClient, provider: KubeClient, *, progre
     }
     await provider.apply(SHARING_POLICIES, policy)
     await operations.peer(consumer, provider, timeout=60)
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system time so far (all its threads), from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_mib(pid: int) -> float:
+    """A process's peak resident memory (``VmHWM``), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def host_busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy (not idle, not waiting for I/O), all CPUs."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / CLOCK_TICKS

@@ -73,6 +73,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.measure import cpu_seconds, host_busy_seconds, peak_rss_mib
 from liqo.api.networks import POD_CIDR, REMAPPED_POD_CIDR
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.install.values import RESOURCES_GATEWAY
@@ -90,7 +91,6 @@ from liqo.network import gateways, wireguard
 from liqo.peering import operations as peering
 
 console = Console(stderr=True)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MB = 1_000_000
 POD = "bench-net"
 NAMESPACE = "default"
@@ -105,12 +105,6 @@ DEVICES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9)}
 
 
 # -- processes and their CPU ---------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's user + system time so far (all its threads), from ``/proc/<pid>/stat``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def go_environment(pid: int) -> dict[str, str]:
@@ -134,14 +128,6 @@ def cpu_cgroup(pid: int) -> Path | None:
     return None
 
 
-def peak_rss_mib(pid: int) -> float:
-    """A process's peak resident memory (``VmHWM``), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def ksoftirqd_pids() -> list[int]:
     """The kernel threads that run softirq work the interrupted context left over (one per CPU)."""
     found = []
@@ -151,12 +137,6 @@ def ksoftirqd_pids() -> list[int]:
                 if (proc / "comm").read_text().startswith("ksoftirqd/"):
                     found.append(int(proc.name))
     return sorted(found)
-
-
-def host_busy_seconds() -> float:
-    """CPU-seconds the whole machine has spent busy (not idle, not waiting for I/O), all CPUs."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(values[:8]) - values[3] - values[4]) / CLOCK_TICKS
 
 
 def machine_busy_percent(*, seconds: float) -> float:

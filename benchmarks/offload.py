@@ -1,144 +1,420 @@
 """``make bench-offload PODS=N``: a Deployment offloaded through liqo against the same Deployment made directly.
 
-One run, two local clusters (rome consumer, milan provider, liqo on both, milan sharing 100 % of its
-capacity so that the offer is no limit). Measured:
+Two local clusters, rome (consumer) and milan (provider, sharing 100 % of its capacity so that the offer is
+no limit), liqo on both, rome peered with milan. Each cluster is pinned to a core of its own
+(``liqoctl local up --cpus``: rome to the first CPU this process may use, milan to the second) in *both*
+runs. Why: an offloaded pod has two lifecycles (home and provider), and on shared cores the two clusters'
+work would be added up against one cluster's work, a ratio of ~2 whatever liqo does; real consumers and
+providers are separate machines. This process (the watcher that times the pods) is not pinned.
 
-- baseline: the Deployment created directly on milan, until every pod is Ready there;
-- ours: the Deployment created in rome in a namespace offloaded to milan (strategy Remote), until every
-  *home* pod is Ready in rome — the pods went through rome's scheduler, the virtual kubelet, a ShadowPod,
-  milan's manager, milan's scheduler and KWOK, and their status came back;
-- for both, p50/p99 per-pod startup latency (first seen → Ready, by a watcher on this machine);
-- peak RSS (VmHWM) and CPU-seconds spent during the offloaded rollout by rome's virtual kubelet and manager
-  and milan's manager.
+The two runs, ``--repeat`` times each (direct first, then offloaded), every median reported:
 
-The baseline runs first on a fresh milan; the offloaded run then shares milan with the baseline's pods
-(still there), which is the harder case for us.
+- direct (the baseline): the Deployment created on milan, until every pod is Ready there;
+- offloaded: the Deployment created in rome in a namespace offloaded to milan (strategy Remote), until
+  every *home* pod is Ready in rome — the pods went through rome's scheduler, the virtual kubelet, a
+  ShadowPod, milan's manager, milan's scheduler and KWOK, and their status came back.
+
+Every run starts from the same state: a fresh namespace (offloaded, for the offloaded run, before the clock
+starts), and no pod left by an earlier run — after each run its namespace is deleted and the next run
+waits until both clusters are back to the pods they had before the first run.
+
+Per run: the rollout's seconds and per-pod startup latency (first seen → Ready, by a watcher on this
+machine); the CPU-seconds of every process of both clusters (their supervisors and every supervised
+component: control plane, KWOK, liqo's); the peak RSS (VmHWM, since the process started) of liqo's
+processes; and the API requests per pod by resource and verb, from each API server's
+``apiserver_request_total`` (:mod:`benchmarks.apirequests`). Then the latency run: 100 pods each way,
+p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus direct).
+
+Printed first: every setting that bounds the rollouts (client QPS/burst of each component, KWOK's
+``podPlayStageParallelism``, the API server's in-flight limits, the pinning). ``--json`` prints the report
+as JSON. The last line is always ``offload_ratio=X``: offloaded seconds over direct seconds, medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.measure import RolloutResult, install_and_peer, rollout
-from liqo.install import manifests
-from liqo.kube.client import KubeClient
-from liqo.kube.resources import NAMESPACES
+from benchmarks import apirequests
+from benchmarks.measure import RolloutResult, cpu_seconds, host_busy_seconds, install_and_peer, peak_rss_mib, rollout
+from liqo.kube.client import MAX_CONNECTIONS, KubeClient
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import NAMESPACES, PODS
+from liqo.kube.waiting import poll_until
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir, read_json
-from liqo.local.spec import ClusterSpec
+from liqo.local.spec import ClusterSpec, format_cpus
 from liqo.offloading import operations as offloading
 
-console = Console()
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+console = Console(stderr=True)
+out = Console(width=150)
+"""The report's console: wide enough for the request table when stdout is a file, not a terminal."""
 MAX_NODE_PODS = 5000
+LATENCY_PODS = 100
+SIDES = ("rome", "milan")
+KINDS = ("direct", "offloaded")
+
+
+@dataclass
+class Bench:
+    """The two clusters: their names (rome first) and clients."""
+
+    names: dict[str, str]
+    clients: dict[str, KubeClient]
+    baseline_pods: dict[str, int]
 
 
 @dataclass(frozen=True)
-class Usage:
-    """One process's peak RSS and CPU time so far."""
+class Run:
+    """What one rollout cost."""
 
-    peak_rss_mib: float
-    cpu_seconds: float
-
-
-def usage(cluster: str, component: str) -> Usage:
-    """Peak RSS and CPU-seconds of a supervised component, from /proc."""
-    pid = read_json(ClusterDir.named(cluster).status_file)["components"][component]["process"]["pid"]
-    status = Path(f"/proc/{pid}/status").read_text()
-    peak_kib = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
-    return Usage(peak_kib / 1024, cpu)
+    rollout: RolloutResult
+    cpu: dict[str, float]
+    """CPU-seconds by process (``rome/kube-apiserver``) during the rollout."""
+    peak_rss_mib: dict[str, float]
+    """liqo's processes' peak RSS so far, by process."""
+    requests: dict[str, apirequests.Counts]
+    """API requests per pod by cluster (``rome``, ``milan``)."""
+    machine_busy_percent: float
 
 
-async def prepare(rome: KubeClient, milan: KubeClient) -> None:
-    """liqo on both, milan sharing everything, rome peered and namespace ``bench-offloaded`` offloaded."""
-    await install_and_peer(rome, milan, progress=console.print)
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench-offloaded"}}
-    await rome.create(NAMESPACES, namespace)
-    await offloading.offload(rome, "bench-offloaded", pod_offloading_strategy="Remote")
-    await offloading.wait_offloaded(rome, "bench-offloaded", timeout=120)
+# -- processes -----------------------------------------------------------------------------------------
 
 
-async def measure(rome_name: str, milan_name: str, pods: int) -> tuple[RolloutResult, RolloutResult, dict[str, Usage]]:
-    """Prepare, then the direct rollout on milan, then the offloaded one from rome (with process usage)."""
-    async with (
-        KubeClient.from_kubeconfig(ClusterDir.named(rome_name).kubeconfig) as rome,
-        KubeClient.from_kubeconfig(ClusterDir.named(milan_name).kubeconfig) as milan,
+def processes(bench: Bench) -> dict[str, int]:
+    """Every process of both clusters (``rome/supervisor``, ``milan/kwok``...) by PID."""
+    found: dict[str, int] = {}
+    for side, name in bench.names.items():
+        status = read_json(ClusterDir.named(name).status_file)
+        found[f"{side}/supervisor"] = status["supervisor"]["pid"]
+        for component, state in status["components"].items():
+            if state.get("process"):
+                found[f"{side}/{component}"] = state["process"]["pid"]
+    return found
+
+
+def cpu_snapshot(bench: Bench) -> dict[str, tuple[int, float]]:
+    """Each process's PID and CPU-seconds so far."""
+    return {label: (pid, cpu_seconds(pid)) for label, pid in processes(bench).items()}
+
+
+def cpu_spent(before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]]) -> dict[str, float]:
+    """CPU-seconds between two snapshots (all of a process's life if it was restarted meanwhile)."""
+    return {
+        label: cpu - before[label][1] if label in before and before[label][0] == pid else cpu
+        for label, (pid, cpu) in after.items()
+    }
+
+
+# -- settings ------------------------------------------------------------------------------------------
+
+
+def _flag(argv: list[str], name: str, default: str) -> str:
+    return next((arg.split("=", 1)[1] for arg in argv if arg.startswith(f"--{name}=")), default)
+
+
+def cluster_settings(name: str) -> dict[str, str]:
+    """What bounds one cluster's rollouts, read from what its supervisor runs (not from our defaults)."""
+    cluster = ClusterDir.named(name)
+    argv = {item["name"]: item["argv"] for item in read_json(cluster.components_file)}
+    scheduler = yaml.safe_load(Path(_flag(argv["kube-scheduler"], "config", "")).read_text())["clientConnection"]
+    kwok = yaml.safe_load_all(Path(_flag(argv["kwok"], "config", "")).read_text())
+    options: dict[str, Any] = next(
+        (doc["options"] for doc in kwok if doc and doc.get("kind") == "KwokConfiguration"), {}
+    )
+    controller_manager = argv["kube-controller-manager"]
+    apiserver = argv["kube-apiserver"]
+    liqo = f"none (≤ {MAX_CONNECTIONS} connections)"
+    return {
+        "cpus": ClusterSpec.from_dict(read_json(cluster.cluster_file)["spec"]).cpus or "not pinned",
+        "kube-apiserver in-flight (read/mutating)": (
+            f"{_flag(apiserver, 'max-requests-inflight', '400 (default)')}/"
+            f"{_flag(apiserver, 'max-mutating-requests-inflight', '200 (default)')}"
+        ),
+        "kube-controller-manager QPS/burst": (
+            f"{_flag(controller_manager, 'kube-api-qps', '20 (default)')}/"
+            f"{_flag(controller_manager, 'kube-api-burst', '30 (default)')}"
+        ),
+        "kube-scheduler QPS/burst": f"{scheduler.get('qps', '50 (default)')}/{scheduler.get('burst', '100 (default)')}",
+        "kwok QPS/burst": "none (its client has no rate limiter)",
+        "kwok podPlayStageParallelism": str(options.get("podPlayStageParallelism", "4 (default)")),
+        "liqo manager QPS/burst": liqo,
+        "liqo virtual kubelet QPS/burst": liqo,
+    }
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+
+
+async def pod_count(client: KubeClient) -> int:
+    """Pods in the whole cluster."""
+    pods, _ = await client.list_all(PODS)
+    return len(pods)
+
+
+async def metrics(client: KubeClient) -> apirequests.Counts:
+    """The API server's request counters now."""
+    return apirequests.request_counts((await client.request_bytes("GET", "/metrics")).decode())
+
+
+async def measured(bench: Bench, kind: str, *, namespace: str, pods: int) -> Run:
+    """One rollout of ``pods`` pods (``kind`` direct on milan, or offloaded from rome), then a clean slate."""
+    home = bench.clients["milan" if kind == "direct" else "rome"]
+    if kind == "offloaded":  # a fresh offloaded namespace, ready before the clock starts
+        await home.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        await offloading.offload(home, namespace, pod_offloading_strategy="Remote")
+        await offloading.wait_offloaded(home, namespace, timeout=120)
+    requests_before = {side: await metrics(client) for side, client in bench.clients.items()}
+    cpu_before, busy_before = cpu_snapshot(bench), host_busy_seconds()
+    result = await rollout(home, namespace=namespace, replicas=pods, create_namespace=kind == "direct")
+    cpu_after, busy_after = cpu_snapshot(bench), host_busy_seconds()
+    requests = {
+        side: apirequests.per_pod(apirequests.delta(requests_before[side], await metrics(client)), pods=pods)
+        for side, client in bench.clients.items()
+    }
+    liqo = {label: peak_rss_mib(pid) for label, (pid, _) in cpu_after.items() if label.split("/")[1].startswith("liqo")}
+    busy = 100 * (busy_after - busy_before) / result.seconds / (os.cpu_count() or 1)
+    await clean(bench, home, namespace=namespace, pods=pods)
+    return Run(result, cpu_spent(cpu_before, cpu_after), liqo, requests, round(busy, 1))
+
+
+async def clean(bench: Bench, home: KubeClient, *, namespace: str, pods: int) -> None:
+    """Delete a run's namespace; wait until it is gone and both clusters hold the pods they held at first."""
+    await home.delete(NAMESPACES, namespace)
+
+    async def gone() -> bool:
+        try:
+            await home.get(NAMESPACES, namespace)
+        except NotFoundError:
+            counts = {side: await pod_count(client) for side, client in bench.clients.items()}
+            return counts == bench.baseline_pods
+        return False
+
+    await poll_until(gone, timeout=300 + pods / 5, message=f"namespace {namespace} and its pods gone", interval=1.0)
+
+
+async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run]]:
+    """Both kinds, ``repeat`` times each, and the latency runs; every run from the same state."""
+    runs: dict[str, list[Run]] = {kind: [] for kind in (*KINDS, *(f"latency-{k}" for k in KINDS))}
+    for index in range(repeat):
+        for kind in KINDS:
+            run = await measured(bench, kind, namespace=f"bench-{kind}-{index}", pods=pods)
+            runs[kind].append(run)
+            console.print(
+                f"[{index + 1}/{repeat}] {kind}: {pods} pods Ready in {run.rollout.seconds:.2f} s, "
+                f"machine busy {run.machine_busy_percent:.0f} %"
+            )
+        for kind in KINDS:
+            run = await measured(bench, kind, namespace=f"bench-latency-{kind}-{index}", pods=LATENCY_PODS)
+            runs[f"latency-{kind}"].append(run)
+            console.print(f"[{index + 1}/{repeat}] latency, {kind}: p99 {run.rollout.percentile(99):.3f} s")
+    return runs
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+
+def _pooled(runs: list[Run]) -> RolloutResult:
+    """Every run's latencies as one sample (the latency run's percentiles need more than 100)."""
+    latencies = [latency for run in runs for latency in run.rollout.latencies]
+    return RolloutResult(len(latencies), sum(run.rollout.seconds for run in runs), latencies)
+
+
+def _keyed(counts: apirequests.Counts) -> dict[str, float]:
+    return {f"{resource} {verb}": round(value, 3) for (resource, verb), value in sorted(counts.items())}
+
+
+def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -> dict[str, Any]:
+    """Medians over the repeats, and every run's figures."""
+    kinds: dict[str, Any] = {}
+    for kind in KINDS:
+        mine = runs[kind]
+        requests = {side: apirequests.median_counts([run.requests[side] for run in mine]) for side in SIDES}
+        labels = sorted({label for run in mine for label in run.cpu})
+        kinds[kind] = {
+            "seconds": statistics.median(run.rollout.seconds for run in mine),
+            "seconds_runs": [round(run.rollout.seconds, 3) for run in mine],
+            "pods_per_second": statistics.median(run.rollout.pods_per_second for run in mine),
+            "startup_p50": statistics.median(run.rollout.percentile(50) for run in mine),
+            "startup_p99": statistics.median(run.rollout.percentile(99) for run in mine),
+            "machine_busy_percent_runs": [run.machine_busy_percent for run in mine],
+            "cpu_seconds": {label: statistics.median(run.cpu.get(label, 0.0) for run in mine) for label in labels},
+            "liqo_peak_rss_mib": {
+                label: max(run.peak_rss_mib[label] for run in mine if label in run.peak_rss_mib)
+                for label in sorted({label for run in mine for label in run.peak_rss_mib})
+            },
+            "requests_per_pod": {side: _keyed(requests[side]) for side in SIDES},
+            "writes_per_pod": {side: apirequests.writes(requests[side]) for side in SIDES},
+        }
+    latency = {kind: _pooled(runs[f"latency-{kind}"]) for kind in KINDS}
+    percentiles = {kind: {f"p{q}": latency[kind].percentile(q) for q in (50, 99)} for kind in KINDS}
+    return {
+        "settings": settings,
+        "pods": pods,
+        "repeat": len(runs["direct"]),
+        **kinds,
+        "latency": {
+            "pods": LATENCY_PODS,
+            **percentiles,
+            "overhead": {q: percentiles["offloaded"][q] - percentiles["direct"][q] for q in ("p50", "p99")},
+        },
+        "offload_ratio": kinds["offloaded"]["seconds"] / kinds["direct"]["seconds"],
+    }
+
+
+def print_report(result: dict[str, Any]) -> None:
+    """The report as tables (the caller prints the ratio line)."""
+    settings = result["settings"]
+    shown = Table(title="settings")
+    shown.add_column("setting")
+    for side in SIDES:
+        shown.add_column(f"{side} ({settings['roles'][side]})")
+    for key in settings["rome"]:
+        shown.add_row(key, *(settings[side][key] for side in SIDES))
+    out.print(shown)
+    out.print(f"milan: {settings['milan_nodes']}; {settings['machine']}")
+
+    rollouts = Table(title=f"bench-offload: {result['pods']} pods, median of {result['repeat']}")
+    for column in ("metric", "offloaded (rome → milan)", "direct on milan", "ratio"):
+        rollouts.add_column(column, justify="right")
+    offloaded, direct = result["offloaded"], result["direct"]
+    for label, key in (
+        (f"{result['pods']} pods Ready (s)", "seconds"),
+        ("pods/s", "pods_per_second"),
+        ("pod startup p50 (s)", "startup_p50"),
+        ("pod startup p99 (s)", "startup_p99"),
     ):
-        await prepare(rome, milan)
-        console.print(f"baseline: {pods} replicas created directly on milan")
-        direct = await rollout(milan, namespace="bench-direct", replicas=pods)
-        components = {
-            "rome virtual kubelet": (rome_name, manifests.VIRTUAL_KUBELET),
-            "rome manager": (rome_name, manifests.MANAGER),
-            "milan manager": (milan_name, manifests.MANAGER),
+        mine, theirs = offloaded[key], direct[key]
+        rollouts.add_row(label, f"{mine:.2f}", f"{theirs:.2f}", f"{mine / theirs:.2f}" if theirs else "-")
+    out.print(rollouts)
+    for kind in ("offloaded", "direct"):
+        busy = result[kind]["machine_busy_percent_runs"]
+        out.print(f"{kind} runs: {result[kind]['seconds_runs']} s, the machine (all of it) busy {busy} %")
+
+    cpu = Table(title="CPU-seconds per process during the rollout (median)")
+    for column in ("process", "offloaded", "direct"):
+        cpu.add_column(column, justify="right")
+    for label in sorted(set(offloaded["cpu_seconds"]) | set(direct["cpu_seconds"])):
+        cpu.add_row(label, *(f"{result[kind]['cpu_seconds'].get(label, 0.0):.2f}" for kind in ("offloaded", "direct")))
+    for side in SIDES:
+        cpu.add_row(
+            f"{side}, all",
+            *(
+                f"{sum(v for k, v in result[kind]['cpu_seconds'].items() if k.startswith(side + '/')):.2f}"
+                for kind in ("offloaded", "direct")
+            ),
+        )
+    out.print(cpu)
+    rss = ", ".join(f"{label} {mib:.0f}" for label, mib in offloaded["liqo_peak_rss_mib"].items())
+    out.print(f"liqo's processes, peak RSS (MiB): {rss}")
+
+    columns = {
+        f"{kind}: {side}": {
+            tuple(key.split(" ", 1)): value for key, value in result[kind]["requests_per_pod"][side].items()
         }
-        before = {label: usage(*where) for label, where in components.items()}
-        console.print(f"ours: {pods} replicas created in rome, namespace offloaded to milan")
-        offloaded = await rollout(rome, namespace="bench-offloaded", replicas=pods, create_namespace=False)
-        after = {label: usage(*where) for label, where in components.items()}
-        spent = {
-            label: Usage(after[label].peak_rss_mib, after[label].cpu_seconds - before[label].cpu_seconds)
-            for label in components
-        }
-        return direct, offloaded, spent
+        for kind in ("offloaded", "direct")
+        for side in SIDES
+    }
+    requests = Table(title="API requests per pod (apiserver_request_total, median)")
+    for column in ("resource", "verb", *columns):
+        requests.add_column(column, justify="left" if column in ("resource", "verb") else "right")
+    for row in apirequests.table(columns):
+        requests.add_row(*row)
+    out.print(requests)
+    writes = {kind: result[kind]["writes_per_pod"] for kind in ("offloaded", "direct")}
+    out.print(f"writes per pod: {json.dumps(writes)}")
+
+    latency = result["latency"]
+    out.print(
+        f"latency run ({latency['pods']} pods): startup p50 {latency['offloaded']['p50']:.3f} s offloaded, "
+        f"{latency['direct']['p50']:.3f} s direct (overhead {latency['overhead']['p50']:+.3f} s); "
+        f"p99 {latency['offloaded']['p99']:.3f} s / {latency['direct']['p99']:.3f} s "
+        f"(overhead {latency['overhead']['p99']:+.3f} s)"
+    )
+
+
+# -- main ----------------------------------------------------------------------------------------------
+
+
+def specs(args: argparse.Namespace, *, suffix: str) -> tuple[ClusterSpec, ClusterSpec, str]:
+    """rome and milan pinned to a CPU each; milan big enough for one run's pods; a line on milan's nodes."""
+    available = sorted(os.sched_getaffinity(0))
+    if len(available) < 2:
+        sys.exit(f"bench-offload pins each cluster to a CPU of its own: it needs 2, this process may use {available}")
+    node_pods = min(max(args.pods, LATENCY_PODS) + 10, MAX_NODE_PODS)
+    nodes = max(args.nodes, math.ceil(1.1 * args.pods / node_pods))
+    rome = ClusterSpec(name=f"{args.prefix}-{suffix}-rome", nodes=1, cpus=format_cpus({available[0]}))
+    milan = ClusterSpec(
+        name=f"{args.prefix}-{suffix}-milan",
+        nodes=nodes,
+        node_cpu="64",
+        node_memory="256Gi",
+        node_pods=node_pods,
+        cpus=format_cpus({available[1]}),
+    )
+    return rome, milan, f"{nodes} KWOK nodes of {node_pods} pods"
+
+
+async def main_async(
+    args: argparse.Namespace, rome: ClusterSpec, milan: ClusterSpec
+) -> tuple[dict[str, Any], dict[str, list[Run]]]:
+    """Install, peer, measure (the clusters are made and deleted by the caller)."""
+    names = {"rome": rome.name, "milan": milan.name}
+    async with (
+        KubeClient.from_kubeconfig(ClusterDir.named(rome.name).kubeconfig) as rome_client,
+        KubeClient.from_kubeconfig(ClusterDir.named(milan.name).kubeconfig) as milan_client,
+    ):
+        await install_and_peer(rome_client, milan_client, progress=console.print)
+        clients = {"rome": rome_client, "milan": milan_client}
+        bench = Bench(names, clients, {side: await pod_count(client) for side, client in clients.items()})
+        runs = await measure(bench, pods=args.pods, repeat=args.repeat)
+    settings: dict[str, Any] = {side: cluster_settings(name) for side, name in names.items()}
+    return settings | {"roles": {"rome": "consumer", "milan": "provider"}}, runs
 
 
 def main() -> None:
-    """Set up, run both, print the table, tear down."""
+    """Set up, run, print the report and the ratio line, tear down."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=3, help="milan's KWOK nodes (at least)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each kind (medians are reported)")
+    parser.add_argument("--prefix", default="bench-offload", help="name prefix of the clusters made")
     parser.add_argument("--keep", action="store_true", help="keep the two clusters afterwards")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     args = parser.parse_args()
     toolchain.ensure_binaries(progress=console.print)
-    suffix = os.getpid()
-    # Room for both runs on milan (the baseline's pods stay): twice the pods, plus some, over the nodes.
-    node_pods = min(args.pods + 10, MAX_NODE_PODS)
-    nodes = max(args.nodes, math.ceil(2.2 * args.pods / node_pods))
-    rome = ClusterSpec(name=f"bench-rome-{suffix}", nodes=1)
-    milan = ClusterSpec(
-        name=f"bench-milan-{suffix}", nodes=nodes, node_cpu="64", node_memory="256Gi", node_pods=node_pods
-    )
+    rome, milan, milan_nodes = specs(args, suffix=os.urandom(2).hex())
     try:
         for spec in (rome, milan):
+            console.print(f"starting {spec.name} pinned to CPU {spec.cpus}")
             clusters.up(spec, progress=console.print)
-        direct, offloaded, spent = asyncio.run(measure(rome.name, milan.name, args.pods))
+        settings, runs = asyncio.run(main_async(args, rome, milan))
     finally:
         if not args.keep:
             for spec in (rome, milan):
-                clusters.down(spec.name, purge=True)
-
-    table = Table(title=f"bench-offload: {args.pods} pods, milan with {nodes} nodes")
-    for column in ("metric", "offloaded (rome → milan)", "direct on milan", "ratio"):
-        table.add_column(column, justify="right")
-    rows = [
-        (f"{args.pods} pods Ready (s)", offloaded.seconds, direct.seconds),
-        ("pods/s", offloaded.pods_per_second, direct.pods_per_second),
-        ("pod startup p50 (s)", offloaded.percentile(50), direct.percentile(50)),
-        ("pod startup p99 (s)", offloaded.percentile(99), direct.percentile(99)),
-    ]
-    for label, mine, theirs in rows:
-        table.add_row(label, f"{mine:.2f}", f"{theirs:.2f}", f"{mine / theirs:.2f}" if theirs else "-")
-    console.print(table)
-    resources = Table(title="liqo processes during the offloaded rollout")
-    for column in ("process", "peak RSS (MiB)", "CPU-seconds"):
-        resources.add_column(column, justify="right")
-    for label, used in spent.items():
-        resources.add_row(label, f"{used.peak_rss_mib:.0f}", f"{used.cpu_seconds:.1f}")
-    console.print(resources)
+                if spec.name in clusters.names():
+                    clusters.down(spec.name, purge=True)
+    settings |= {"milan_nodes": milan_nodes, "machine": f"{os.cpu_count()} CPUs"}
+    result = report(settings, runs, pods=args.pods)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_report(result)
+    print(f"offload_ratio={result['offload_ratio']:.2f}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,13 @@ def up(
     pod_cidr: Annotated[str, typer.Option(help="Pod CIDR (may overlap another cluster's).")] = "10.244.0.0/16",
     service_cidr: Annotated[str, typer.Option(help="Service CIDR.")] = "10.96.0.0/16",
     node_labels: Annotated[str, typer.Option(help="Extra node labels: k=v,k2=v2.")] = "",
+    cpus: Annotated[
+        str,
+        typer.Option(
+            help="Pin every process of the cluster (control plane, kwok, real nodes, liqo's components run "
+            "by the cluster) to these CPUs, in taskset's list syntax: 0, 0-1, 0,2. Default: not pinned."
+        ),
+    ] = "",
 ) -> None:
     """Start a local cluster (idempotent: an existing one is resumed or left as it is)."""
     with expected_errors():
@@ -71,10 +78,12 @@ def up(
             service_cidr=service_cidr,
             node_labels=parse_labels(node_labels),
             real_nodes=real_nodes,
+            cpus=cpus,
         )
         info = clusters.up(spec, progress=progress)
     real = f", real nodes {info.real_nodes}" if real_nodes else ""
-    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}{real}")
+    pinned = f", pinned to CPUs {info.cpus}" if info.cpus else ""
+    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}{real}{pinned}")
     out.print(f"use it with: eval $(liqoctl local env {info.name})")
 
 
@@ -97,9 +106,12 @@ def list_(output: Format = OUTPUT_OPTION) -> None:
     if emit([i.to_dict() for i in infos], fmt=output):
         return
     table(
-        ["name", "api url", "state", "nodes", "real nodes", "restarts", "unhealthy"],
+        ["name", "api url", "state", "nodes", "real nodes", "cpus", "restarts", "unhealthy"],
         [
-            [i.name, i.api_url, i.state, i.nodes, i.real_nodes, str(i.restarts), ",".join(i.unhealthy) or "-"]
+            [
+                *(i.name, i.api_url, i.state, i.nodes, i.real_nodes, i.cpus or "all"),
+                *(str(i.restarts), ",".join(i.unhealthy) or "-"),
+            ]
             for i in infos
         ],
     )

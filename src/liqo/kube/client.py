@@ -40,6 +40,9 @@ Params = Mapping[str, str | int | bool | None]
 
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=5)
 _MAX_THROTTLED = 10
+MAX_CONNECTIONS = 256
+"""Connections a client keeps open to its API server at most: liqo's only client-side bound (there is no
+client QPS limit; the API server's priority and fairness throttles, answered with Retry-After)."""
 """Attempts of a request the server keeps answering with Retry-After (about 10 s in all)."""
 
 
@@ -70,7 +73,7 @@ class KubeClient:
     :meth:`from_kubeconfig_dict`.
     """
 
-    def __init__(self, *, access: Access, name: str = "", max_connections: int = 256) -> None:
+    def __init__(self, *, access: Access, name: str = "", max_connections: int = MAX_CONNECTIONS) -> None:
         self.server = access.server
         self.name = name or self.server
         self.access = access

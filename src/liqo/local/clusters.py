@@ -56,7 +56,7 @@ from liqo.local.realnodes.nodes import (
     real_nodes,
     underlay_index,
 )
-from liqo.local.spec import ClusterSpec, check_name
+from liqo.local.spec import ClusterSpec, check_cpus, check_name
 
 Progress = Callable[[str], None]
 
@@ -84,6 +84,8 @@ class ClusterInfo:
     kubeconfig: str
     nodes: str
     real_nodes: str = "0"
+    cpus: str = ""
+    """The CPUs every process of the cluster is pinned to; empty: not pinned."""
     unhealthy: list[str] = field(default_factory=list)
     components: dict[str, Any] = field(default_factory=dict)
 
@@ -101,6 +103,7 @@ class ClusterInfo:
             "kubeconfig": self.kubeconfig,
             "nodes": self.nodes,
             "realNodes": self.real_nodes,
+            "cpus": self.cpus,
             "restarts": self.restarts,
             "unhealthyComponents": self.unhealthy,
             "components": self.components,
@@ -111,7 +114,12 @@ class ClusterInfo:
 
 
 def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo:
-    """Bring cluster ``spec.name`` up (or make sure it is up) and return its state once Ready."""
+    """Bring cluster ``spec.name`` up (or make sure it is up) and return its state once Ready.
+
+    Raises:
+        SpecError: ``spec.cpus`` names CPUs this process may not run on.
+    """
+    check_cpus(spec.cpu_set, available=os.sched_getaffinity(0))
     bin_dir = toolchain.ensure_binaries(progress=progress)
     cluster = ClusterDir.named(spec.name)
     node_kit = _node_kit(spec, cluster, progress=progress) if spec.real_nodes else None
@@ -186,7 +194,11 @@ def _real_nodes(cluster: ClusterDir, spec: ClusterSpec | None = None) -> list[Re
 def _setup_real_nodes(spec: ClusterSpec, cluster: ClusterDir) -> None:
     port = int(read_json(cluster.cluster_file)["ports"]["apiserver"])
     host.setup_cluster(
-        _real_nodes(cluster, spec), cluster=spec.name, clusters_root=cluster.root.parent, apiserver_port=port
+        _real_nodes(cluster, spec),
+        cluster=spec.name,
+        clusters_root=cluster.root.parent,
+        apiserver_port=port,
+        cpus=spec.cpus,
     )
 
 
@@ -580,6 +592,7 @@ def info(name: str) -> ClusterInfo:
         kubeconfig=str(cluster.kubeconfig),
         nodes=nodes,
         real_nodes=real,
+        cpus=spec.cpus,
         unhealthy=unhealthy,
         components=components,
     )

@@ -13,6 +13,9 @@ Flag choices worth knowing:
   node pod CIDRs, which kwok then uses for pod IPs;
 - kube-controller-manager and kube-scheduler get generous client QPS: on a simulated cluster the
   interesting limits are the API server's and ours, not the default 20 QPS client throttle;
+- KWOK's ``podPlayStageParallelism`` (how many pod stage transitions it plays at once, all nodes
+  together) is set explicitly to its default, :data:`KWOK_POD_PARALLELISM`: benchmarks print it, and a
+  change of KWOK's default must not move their figures unnoticed. KWOK's client has no rate limit at all;
 - the API server presents a client certificate to admission webhooks (``--admission-control-config-file``),
   signed by a CA of its own that signs nothing else: liqo's webhook listener accepts that CA only. Not the
   cluster CA, which also signs (through CSRs) the identities this cluster issues to its peers.
@@ -37,6 +40,22 @@ WEBHOOK_CLIENT = "apiserver-webhook-client"
 """PKI name of the client certificate the API server presents to admission webhooks."""
 CLIENT_QPS = 500
 CLIENT_BURST = 1000
+KWOK_POD_PARALLELISM = 4
+"""KWOK's ``podPlayStageParallelism``: its default, written down."""
+KWOK_OPTIONS: dict[str, Any] = {
+    "cidr": "10.0.0.0/24",
+    "manageAllNodes": False,
+    "enableDebuggingHandlers": True,
+    "enableContentionProfiling": False,
+    "enableProfilingHandler": True,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
+"""KWOK's defaults (v0.8.0's ``SetObjectDefaults_KwokConfiguration``): a KwokConfiguration read from a file
+is not defaulted, and a zero parallelism stops KWOK at start, so a file that sets one option sets them all."""
 
 
 @dataclass(frozen=True)
@@ -302,7 +321,12 @@ def kwok_config(*, stages: list[str], logs_file: str, exec_dir: str) -> str:
         "metadata": {"name": "all-ports"},
         "spec": {"forwards": [{"command": ["cat"]}]},
     }
-    extras = (cluster_logs, cluster_exec, cluster_attach, cluster_port_forward)
+    configuration = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": KWOK_OPTIONS | {"podPlayStageParallelism": KWOK_POD_PARALLELISM},
+    }
+    extras = (configuration, cluster_logs, cluster_exec, cluster_attach, cluster_port_forward)
     documents = [stage.strip() for stage in stages] + [
         yaml.safe_dump(document, sort_keys=False).strip() for document in extras
     ]

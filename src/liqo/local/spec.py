@@ -4,6 +4,11 @@ Every flag of ``liqoctl local up`` lands in a :class:`ClusterSpec`. Validation i
 so a typo in a CIDR or a quantity costs nothing: no process is started, no directory is written. The
 spec is stored with the cluster, which is how ``up`` stays idempotent: a second ``up`` with the same
 flags finds the same spec, and a different one is refused with the list of differences.
+
+``--cpus`` (taskset's list syntax) is stored in its canonical form (``0-1``, never ``0,1``), so that the
+same set of CPUs written two ways is the same spec. Whether those CPUs exist here is checked by ``up``
+against the caller's own affinity (:func:`check_cpus`), not by the spec: a stored spec must still load in
+a process that happens to run on fewer CPUs.
 """
 
 from __future__ import annotations
@@ -39,6 +44,49 @@ def parse_quantity(text: str) -> Decimal:
         return quantity.parse_quantity(text)
     except quantity.QuantityError as exc:
         raise SpecError(str(exc)) from exc
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """A CPU list in taskset's syntax (``0``, ``0-1``, ``0,2-3``) as a set; empty text is the empty set.
+
+    Raises:
+        SpecError: ``text`` is not a CPU list.
+    """
+    cpus: set[int] = set()
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        first, dash, last = item.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise SpecError(f"--cpus {text!r}: {item!r} is neither a CPU number nor a range like 0-3")
+        low, high = int(first), int(last) if dash else int(first)
+        if high < low:
+            raise SpecError(f"--cpus {text!r}: the range {item!r} runs backwards")
+        cpus.update(range(low, high + 1))
+    if text.strip() and not cpus:
+        raise SpecError(f"--cpus {text!r} names no CPU")
+    return frozenset(cpus)
+
+
+def format_cpus(cpus: frozenset[int] | set[int]) -> str:
+    """The canonical CPU list of a set: ascending, consecutive CPUs as ranges (``0-2,5``)."""
+    ranges: list[str] = []
+    ordered = sorted(cpus)
+    start = 0
+    for index, cpu in enumerate(ordered):
+        if index + 1 == len(ordered) or ordered[index + 1] != cpu + 1:
+            first = ordered[start]
+            ranges.append(str(cpu) if first == cpu else f"{first}-{cpu}")
+            start = index + 1
+    return ",".join(ranges)
+
+
+def check_cpus(cpus: frozenset[int], *, available: set[int] | frozenset[int]) -> None:
+    """Raise :class:`SpecError` unless every CPU of ``cpus`` is one this process may run on."""
+    missing = cpus - available
+    if missing:
+        raise SpecError(
+            f"--cpus {format_cpus(cpus)}: CPU(s) {format_cpus(missing)} not available here "
+            f"(this process may run on {format_cpus(available)})"
+        )
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -95,9 +143,13 @@ class ClusterSpec:
     service_cidr: str = "10.96.0.0/16"
     node_labels: dict[str, str] = field(default_factory=dict)
     real_nodes: int = 0
+    cpus: str = ""
+    """The CPUs every process of the cluster is pinned to (canonical taskset list); empty: not pinned."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
+        # Frozen, but normalised once here: two spellings of one set must compare equal.
+        object.__setattr__(self, "cpus", format_cpus(parse_cpus(self.cpus)))
         if not 0 <= self.real_nodes <= MAX_REAL_NODES:
             raise SpecError(f"--real-nodes must be between 0 and {MAX_REAL_NODES}, got {self.real_nodes}")
         if not (0 if self.real_nodes else 1) <= self.nodes <= 1000:
@@ -122,6 +174,11 @@ class ClusterSpec:
     def all_nodes(self) -> int:
         """Fake and real nodes."""
         return self.nodes + self.real_nodes
+
+    @property
+    def cpu_set(self) -> frozenset[int]:
+        """The CPUs of :attr:`cpus` (empty when not pinned)."""
+        return parse_cpus(self.cpus)
 
     @property
     def node_mask(self) -> int:

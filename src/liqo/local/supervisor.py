@@ -9,6 +9,10 @@ each component's health endpoint and writes everything it observes to ``status.j
 Signals: SIGHUP re-reads ``components.json`` (the CLI sends it after ``local stop/start``); SIGTERM or
 SIGINT stop every component (reverse start order, SIGTERM then SIGKILL) and exit. Components die with
 the supervisor even when it is SIGKILLed (see :mod:`liqo.local.processes`).
+
+CPU pinning (``liqoctl local up --cpus``): the supervisor sets its own affinity from the cluster's stored
+spec before it starts anything, and every process it starts inherits it — the control plane, KWOK, real
+nodes' daemons, liqo's components — including on every restart, with no component knowing about it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from liqo.kube.timefmt import format_time
 from liqo.local.components import Component, Probe
 from liqo.local.layout import ClusterDir, read_json, write_json
 from liqo.local.processes import ProcessRef, die_with_parent, ref_of
+from liqo.local.spec import ClusterSpec
 
 log = logging.getLogger("liqo.local.supervisor")
 
@@ -329,7 +334,12 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) != 1:
         sys.exit("usage: python -m liqo.local.supervisor CLUSTER_DIR")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    asyncio.run(Supervisor(ClusterDir(Path(args[0]))).run())
+    cluster = ClusterDir(Path(args[0]))
+    cpus = ClusterSpec.from_dict(read_json(cluster.cluster_file)["spec"]).cpu_set
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+        log.info("pinned to CPUs %s (and so is every process started here)", sorted(cpus))
+    asyncio.run(Supervisor(cluster).run())
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from pathlib import Path
 import yaml
 
 from liqo.local.components import (
+    KWOK_POD_PARALLELISM,
     Component,
     admission_config,
     kwok_config,
@@ -66,9 +67,11 @@ def test_node_manifest_carries_capacity_and_labels() -> None:
 def test_generated_configs_are_valid_yaml() -> None:
     stage = "apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: s\n"
     docs = list(yaml.safe_load_all(kwok_config(stages=[stage, stage], logs_file="/logs/c.log", exec_dir="/x")))
-    kinds = ["Stage", "Stage", "ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"]
+    kinds = ["Stage", "Stage", "KwokConfiguration", "ClusterLogs", "ClusterExec", "ClusterAttach", "ClusterPortForward"]
     assert [d["kind"] for d in docs] == kinds
-    logs, exec_, attach, port_forward = docs[2:]
+    configuration, logs, exec_, attach, port_forward = docs[2:]
+    assert configuration["options"]["podPlayStageParallelism"] == KWOK_POD_PARALLELISM
+    assert configuration["options"]["nodeLeaseParallelism"] > 0  # read from a file, nothing is defaulted
     assert logs["spec"]["logs"][0]["logsFile"] == attach["spec"]["attaches"][0]["logsFile"] == "/logs/c.log"
     assert exec_["spec"]["execs"][0]["local"]["workDir"] == "/x"
     assert port_forward["spec"]["forwards"] == [{"command": ["cat"]}]  # an echo on every port

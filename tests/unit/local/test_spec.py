@@ -5,7 +5,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liqo.local.spec import ClusterSpec, SpecError, node_cidr_mask, parse_labels, parse_quantity
+from liqo.local.spec import (
+    ClusterSpec,
+    SpecError,
+    check_cpus,
+    format_cpus,
+    node_cidr_mask,
+    parse_cpus,
+    parse_labels,
+    parse_quantity,
+)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +98,31 @@ def test_node_subnets_hold_the_pods_of_a_node(pods: int, nodes: int) -> None:
     mask = node_cidr_mask(ipaddress.IPv4Network("10.0.0.0/8"), nodes=nodes, pods_per_node=pods)
     assert 2 ** (32 - mask) - 2 >= pods
     assert mask <= 24 or pods < 254  # a /24 (the Kubernetes default) unless more pods need more room
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [("", set()), ("0", {0}), ("0-1", {0, 1}), ("0,1", {0, 1}), (" 3, 0-1 ", {0, 1, 3}), ("2-2", {2})],
+)
+def test_cpu_lists_parse_in_taskset_syntax(text: str, cpus: set[int]) -> None:
+    assert parse_cpus(text) == cpus
+
+
+@pytest.mark.parametrize("text", ["a", "1-", "-1", "3-1", "0;1", ",", "0-1-2"])
+def test_bad_cpu_lists_are_refused(text: str) -> None:
+    with pytest.raises(SpecError, match="--cpus"):
+        parse_cpus(text)
+
+
+@given(cpus=st.frozensets(st.integers(min_value=0, max_value=64)))
+def test_cpu_lists_round_trip_through_their_canonical_form(cpus: frozenset[int]) -> None:
+    assert parse_cpus(format_cpus(cpus)) == cpus
+
+
+def test_cpus_are_stored_canonically_and_checked_against_what_is_available() -> None:
+    assert format_cpus({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
+    assert ClusterSpec(name="rome", cpus="1,0") == ClusterSpec(name="rome", cpus="0-1")
+    assert ClusterSpec(name="rome", cpus="1,0").cpu_set == {0, 1}
+    check_cpus(frozenset({1}), available={0, 1})
+    with pytest.raises(SpecError, match=r"CPU\(s\) 2-3 not available here \(this process may run on 0-1\)"):
+        check_cpus(frozenset({1, 2, 3}), available={0, 1})

@@ -80,7 +80,12 @@ def hierarchies() -> list[Path]:
     )  # fmt: skip
 
 
-def _make_cgroup(hierarchy: Path, cgroup: str) -> None:
+def _make_cgroup(hierarchy: Path, cgroup: str, *, cpus: str = "") -> None:
+    """Make ``cgroup`` and its missing parents; with ``cpus``, restrict the cgroup's cpuset to them.
+
+    A process that joins a v1 cpuset cgroup gets that cpuset as its affinity (whatever it inherited), so a
+    pinned cluster's real nodes are pinned here: the node's daemons and containers sit below this cgroup.
+    """
     path = hierarchy
     for part in cgroup.strip("/").split("/"):
         parent, path = path, path / part
@@ -89,6 +94,8 @@ def _make_cgroup(hierarchy: Path, cgroup: str) -> None:
             for knob in ("cpuset.cpus", "cpuset.mems"):  # an empty cpuset takes no process
                 if (parent / knob).exists():
                     (path / knob).write_text((parent / knob).read_text())
+    if cpus and (path / "cpuset.cpus").exists():
+        (path / "cpuset.cpus").write_text(cpus)
 
 
 def cgroup_pids(cgroup: str) -> set[int]:
@@ -226,8 +233,11 @@ def _apply_nft(script: str) -> None:
 # -- one node ------------------------------------------------------------------------------------------
 
 
-def setup_node(node: RealNode) -> None:
-    """Create the node's namespaces, mounts, cgroups and link (call :func:`teardown_node` first)."""
+def setup_node(node: RealNode, *, cpus: str = "") -> None:
+    """Create the node's namespaces, mounts, cgroups and link (call :func:`teardown_node` first).
+
+    ``cpus`` (a CPU list) pins everything that runs in the node to those CPUs; empty: not pinned.
+    """
     node.ns_dir.mkdir(parents=True, exist_ok=True)
     _run("mount", "--bind", str(node.ns_dir), str(node.ns_dir))
     _run("mount", "--make-private", str(node.ns_dir))
@@ -248,6 +258,7 @@ def setup_node(node: RealNode) -> None:
             _in_node(node, "mount", "--bind", str(shown), f"/proc/sys/{key}")
 
     for hierarchy in hierarchies():
+        _make_cgroup(hierarchy, node.cgroup, cpus=cpus)
         _make_cgroup(hierarchy, node.daemons_cgroup)
 
     _run("ip", "link", "add", node.veth, "type", "veth", "peer", "name", "eth0", "netns", str(node.netns))
@@ -281,14 +292,16 @@ def _ensure_inotify_instances() -> None:
         INOTIFY_INSTANCES.write_text(str(MIN_INOTIFY_INSTANCES))
 
 
-def setup_cluster(nodes: list[RealNode], *, cluster: str, clusters_root: Path, apiserver_port: int) -> None:
-    """Set up every real node of a cluster and its NAT to the API server."""
+def setup_cluster(
+    nodes: list[RealNode], *, cluster: str, clusters_root: Path, apiserver_port: int, cpus: str = ""
+) -> None:
+    """Set up every real node of a cluster (pinned to ``cpus`` if not empty) and its NAT to the API server."""
     with underlay_lock(clusters_root):
         _ensure_inotify_instances()
         _ensure_bridge()
         _apply_nft(apiserver_nat(cluster=cluster, port=apiserver_port))
         for node in nodes:
-            setup_node(node)
+            setup_node(node, cpus=cpus)
 
 
 def teardown_cluster(nodes: list[RealNode], *, cluster: str, clusters_root: Path) -> None:

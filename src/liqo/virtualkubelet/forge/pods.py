@@ -55,6 +55,9 @@ _STATUS_FIELDS = (
     "message",
     "qosClass",
 )
+_SCHEDULED = "PodScheduled"
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+"""Waiting reasons of a container on its way up; any other (``ErrImagePull``, ``CrashLoopBackOff``...) is news."""
 _CLEARED_FIELDS = ("reason", "message")
 """Status fields a refusal sets at home and the remote pod, once running, may not have."""
 
@@ -106,6 +109,22 @@ def shadow_is_current(shadow: Obj, desired: Obj) -> bool:
     )
 
 
+DEFAULT_GRACE_SECONDS = 30
+"""A pod's ``terminationGracePeriodSeconds`` when its spec has none (the API server's default)."""
+
+
+def shadow_grace(home_pod: Obj) -> int | None:
+    """The grace period a deleted home pod's ShadowPod must carry; None when the pod's own will do (pure).
+
+    The provider deletes the pod with the ShadowPod's grace, never above the pod's own (``liqo.io/
+    grace-period-seconds``, capped there), and with the pod's own without one: only a shorter grace than
+    the spec's is worth the write (a scale-down deletes with the spec's).
+    """
+    grace = home_pod["metadata"].get("deletionGracePeriodSeconds")
+    own = home_pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    return grace if isinstance(grace, int) and grace < own else None
+
+
 def runs_home_pod(remote_pod: Obj, home_pod: Obj) -> bool:
     """Whether ``remote_pod`` runs this very home pod, not a deleted namesake (pure)."""
     annotations = remote_pod["metadata"].get("annotations") or {}
@@ -115,10 +134,15 @@ def runs_home_pod(remote_pod: Obj, home_pod: Obj) -> bool:
 def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     """The home pod's status mirroring the remote pod's (pure).
 
-    ``hostIP`` is the virtual node's address: the remote node means nothing at home.
+    ``hostIP`` is the virtual node's address: the remote node means nothing at home. ``PodScheduled`` is left
+    out: home's is its own scheduler's binding to the virtual node, the provider's says where the provider
+    placed the pod (its Events, mirrored home, tell that).
     """
     remote = remote_pod.get("status") or {}
     status = {field: remote[field] for field in _STATUS_FIELDS if field in remote}
+    conditions = [c for c in status.pop("conditions", None) or [] if c.get("type") != _SCHEDULED]
+    if conditions:
+        status["conditions"] = conditions
     for field in _CLEARED_FIELDS:
         # A refusal's reason (refused_status) must not outlive it: kubectl shows status.reason as the pod's
         # STATUS, so a running pod would read "DoesNotFitRemote". None deletes it in the strategic merge.
@@ -126,6 +150,37 @@ def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     status["hostIP"] = node_address
     status["hostIPs"] = [{"ip": node_address}]
     return status
+
+
+def news_for_home(remote_pod: Obj, home_pod: Obj) -> bool:
+    """Whether the remote pod's status tells home something it must show now (pure).
+
+    Not while the remote pod starts as it should: Pending, with no container waiting for anything but its
+    creation (or its init containers), and nothing of ours on the home pod to clear (a refusal's reason, an
+    unreachable provider). Home's API server already shows such a pod Pending, and each write would cost an
+    update of the home pod and a notification to every watcher of it: the one write on the happy path is the
+    one that makes the pod Running (and Ready). An image that does not pull, a crashing init container, a
+    phase other than Pending: written at once.
+    """
+    remote = remote_pod.get("status") or {}
+    if remote.get("phase", "Pending") != "Pending":
+        return True
+    home = home_pod.get("status") or {}
+    if home.get("reason") or any(
+        c.get("type") == "Ready" and c.get("reason") == PROVIDER_UNREACHABLE for c in home.get("conditions") or []
+    ):
+        return True
+    containers = [*(remote.get("initContainerStatuses") or []), *(remote.get("containerStatuses") or [])]
+    return not all(_starting(container.get("state") or {}) for container in containers)
+
+
+def _starting(state: Obj) -> bool:
+    """Whether a container state is one a starting pod goes through (pure)."""
+    if "waiting" in state:
+        return (state["waiting"] or {}).get("reason") in _STARTING_REASONS
+    if "terminated" in state:
+        return (state["terminated"] or {}).get("exitCode") == 0  # an init container done
+    return True
 
 
 PROVIDER_REFUSED = "ProviderRefused"

@@ -242,6 +242,9 @@ def test_a_remote_pod_starting_as_it_should_is_no_news_for_home() -> None:
     assert forge_pods.news_for_home(_remote("Pending", "ContainerCreating"), refused)
     unreachable = {"status": forge_pods.unreachable_status(message="m")}
     assert forge_pods.news_for_home(_remote("Pending"), unreachable)
+    # Home shows it running, and the remote pod starts again (deleted on the provider, re-made): taken back.
+    running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert forge_pods.news_for_home(_remote("Pending", "ContainerCreating"), running)
 
 
 def test_the_shadow_carries_a_grace_period_only_when_shorter_than_the_pods_own() -> None:

@@ -2,9 +2,10 @@
 
 The ShadowPod carries the pod minus what only means something at home (its node, scheduling constraints
 that name home nodes, priority classes, the home ServiceAccount, whose token comes instead from a Secret the
-token reflector keeps filled: :mod:`liqo.virtualkubelet.forge.tokens`). Back home go the phase, conditions,
-container statuses and IPs of the remote pod, or, while the provider holds it back or refuses it, a Pending
-status with the provider's reason.
+token reflector keeps filled: :mod:`liqo.virtualkubelet.forge.tokens`). Back home go the phase, conditions
+(but ``PodScheduled``, home's scheduler's), container statuses and IPs of the remote pod once they are news
+for home (:func:`news_for_home`: on the happy path, once, when it runs), or, while the provider holds it
+back or refuses it, a Pending status with the provider's reason.
 """
 
 from __future__ import annotations
@@ -155,23 +156,23 @@ def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
 def news_for_home(remote_pod: Obj, home_pod: Obj) -> bool:
     """Whether the remote pod's status tells home something it must show now (pure).
 
-    Not while the remote pod starts as it should: Pending, with no container waiting for anything but its
-    creation (or its init containers), and nothing of ours on the home pod to clear (a refusal's reason, an
-    unreachable provider). Home's API server already shows such a pod Pending, and each write would cost an
-    update of the home pod and a notification to every watcher of it: the one write on the happy path is the
-    one that makes the pod Running (and Ready). An image that does not pull, a crashing init container, a
-    phase other than Pending: written at once.
+    Not while the remote pod starts as it should (Pending, no container waiting for anything but its creation
+    or its init containers) and the home pod shows only what its API server and scheduler gave it (Pending,
+    bound): home already says Pending, and each write costs an update of the home pod and a notification to
+    every watcher of it, so the one write on the happy path is the one that makes the pod Running (and
+    Ready). News at once: a phase other than Pending, an image that does not pull, a failed init container,
+    and anything home shows beyond a fresh pod (Running before the remote pod was re-created, a refusal's
+    reason, an unreachable provider), which must be taken back.
     """
     remote = remote_pod.get("status") or {}
     if remote.get("phase", "Pending") != "Pending":
         return True
-    home = home_pod.get("status") or {}
-    if home.get("reason") or any(
-        c.get("type") == "Ready" and c.get("reason") == PROVIDER_UNREACHABLE for c in home.get("conditions") or []
-    ):
-        return True
     containers = [*(remote.get("initContainerStatuses") or []), *(remote.get("containerStatuses") or [])]
-    return not all(_starting(container.get("state") or {}) for container in containers)
+    if not all(_starting(container.get("state") or {}) for container in containers):
+        return True
+    home = home_pod.get("status") or {}
+    fresh = not home.get("reason") and all(c.get("type") == _SCHEDULED for c in home.get("conditions") or [])
+    return not (fresh and home.get("phase", "Pending") == "Pending")
 
 
 def _starting(state: Obj) -> bool:

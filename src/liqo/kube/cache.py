@@ -2,16 +2,23 @@
 
 Controllers ask for the informers they need before the process starts them; two controllers watching
 ConfigMaps in the same scope share one watch and one cache, as client-go's SharedInformerFactory does.
+
+An :class:`Index` answers "which cached objects have this value" without a scan of the cache (client-go's
+``Indexer``): a handler that finds the objects concerned by an event looks them up instead of listing
+them all, which would make the work per event grow with the cache, and a burst of N events quadratic.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 from liqo.kube.client import KubeClient
-from liqo.kube.informer import Informer
-from liqo.kube.resources import Resource
+from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.resources import Resource, object_key
+
+V = TypeVar("V", bound=Hashable)
 
 _Scope = tuple[Resource, str | None, str | None, str | None]
 
@@ -103,3 +110,41 @@ class InformerGroup:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+class Index(Generic[V]):
+    """The keys of an informer's cached objects by a value computed from each (``by``; None: not indexed).
+
+    Kept by a handler of the informer, so it is current when the handlers registered after it run: create
+    it before them. ``by`` must be pure and cheap (it runs on the informer's task, for every event).
+    """
+
+    def __init__(self, informer: Informer, *, by: Callable[[dict[str, Any]], V | None]) -> None:
+        self._by = by
+        self._keys: dict[V, set[str]] = {}
+        self._values: dict[str, V] = {}
+        informer.add_handler(HandlerFuncs(add=self._put, update=lambda _old, new: self._put(new), delete=self._drop))
+
+    def keys(self, value: V) -> list[str]:
+        """The keys of the cached objects indexed under ``value``."""
+        return list(self._keys.get(value, ()))
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
+        self._forget(key)
+        value = self._by(obj)
+        if value is not None:
+            self._values[key] = value
+            self._keys.setdefault(value, set()).add(key)
+
+    def _drop(self, obj: dict[str, Any]) -> None:
+        self._forget(object_key(obj))
+
+    def _forget(self, key: str) -> None:
+        value = self._values.pop(key, None)
+        if value is None:
+            return
+        keys = self._keys[value]
+        keys.discard(key)
+        if not keys:
+            del self._keys[value]

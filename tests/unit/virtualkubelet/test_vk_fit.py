@@ -254,7 +254,7 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
         assert "largest slot is cpu=4, memory=8Gi" in status["status"]["message"]
         [event] = writes("create", EVENTS.plural)
         assert (event["type"], event["reason"]) == ("Warning", fit.DOES_NOT_FIT)
-        assert not writes("apply", SHADOW_PODS.plural)  # nothing sent to the provider
+        assert not writes("create", SHADOW_PODS.plural)  # nothing sent to the provider
 
         current = virtual_node(
             offer(largestSlots=[{"cpu": "8", "memory": "8Gi"}]), provider_id="m", foreign_cluster="milan"
@@ -262,10 +262,10 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
         reflector.slots_changed()
 
         async def sent() -> bool:
-            return bool(writes("apply", SHADOW_PODS.plural))
+            return bool(writes("create", SHADOW_PODS.plural))
 
         await eventually(sent, timeout=5, message="the ShadowPod created once a slot holds the pod")
-        [shadow] = writes("apply", SHADOW_PODS.plural)
+        [shadow] = writes("create", SHADOW_PODS.plural)
         assert shadow["metadata"] == shadow["metadata"] | {"name": "big", "namespace": "demo-rome"}
     finally:
         for task in tasks:

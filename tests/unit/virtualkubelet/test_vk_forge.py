@@ -209,6 +209,57 @@ def test_home_status_mirrors_the_remote_pod_with_the_virtual_node_as_host() -> N
     assert not forge_pods.status_differs(home, status)  # the scheduler's PodScheduled condition is not ours to drop
 
 
+def test_home_status_never_carries_the_providers_pod_scheduled() -> None:
+    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2030-01-01T00:00:09Z"}
+    ready = {"type": "Ready", "status": "True"}
+    running = {"status": {"phase": "Running", "conditions": [scheduled, ready]}}
+    assert forge_pods.home_status(running, node_address="127.0.0.1")["conditions"] == [ready]
+    # Only the provider's PodScheduled: no conditions at all (an empty list would be a write of nothing).
+    bound = {"status": {"phase": "Pending", "conditions": [scheduled]}}
+    assert "conditions" not in forge_pods.home_status(bound, node_address="127.0.0.1")
+
+
+def _remote(phase: str = "Pending", *waiting: str, **status: Any) -> dict[str, Any]:
+    containers = [{"name": f"c{i}", "state": {"waiting": {"reason": reason}}} for i, reason in enumerate(waiting)]
+    return {"status": {"phase": phase, "containerStatuses": containers, **status}}
+
+
+def test_a_remote_pod_starting_as_it_should_is_no_news_for_home() -> None:
+    fresh: dict[str, Any] = {"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]}}
+    assert not forge_pods.news_for_home({"status": {"phase": "Pending"}}, fresh)
+    assert not forge_pods.news_for_home({}, fresh)  # not even a status yet
+    assert not forge_pods.news_for_home(_remote("Pending", "ContainerCreating"), fresh)
+    init_done = {"initContainerStatuses": [{"name": "i", "state": {"terminated": {"exitCode": 0}}}]}
+    assert not forge_pods.news_for_home(_remote("Pending", "PodInitializing", **init_done), fresh)
+    # Running, finished, in trouble: news.
+    assert forge_pods.news_for_home(_remote("Running"), fresh)
+    assert forge_pods.news_for_home(_remote("Failed"), fresh)
+    assert forge_pods.news_for_home(_remote("Pending", "ContainerCreating", "ImagePullBackOff"), fresh)
+    init_failed = {"initContainerStatuses": [{"name": "i", "state": {"terminated": {"exitCode": 1}}}]}
+    assert forge_pods.news_for_home(_remote("Pending", **init_failed), fresh)
+    # Something of ours on the home pod to clear: a refusal's reason, an unreachable provider.
+    refused = {"status": forge_pods.refused_status(reason="DoesNotFitRemote", message="m")}
+    assert forge_pods.news_for_home(_remote("Pending", "ContainerCreating"), refused)
+    unreachable = {"status": forge_pods.unreachable_status(message="m")}
+    assert forge_pods.news_for_home(_remote("Pending"), unreachable)
+    # Home shows it running, and the remote pod starts again (deleted on the provider, re-made): taken back.
+    running = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert forge_pods.news_for_home(_remote("Pending", "ContainerCreating"), running)
+
+
+def test_the_shadow_carries_a_grace_period_only_when_shorter_than_the_pods_own() -> None:
+    def deleted(grace: int | None, own: int | None = None) -> dict[str, Any]:
+        spec = {} if own is None else {"terminationGracePeriodSeconds": own}
+        meta = {} if grace is None else {"deletionGracePeriodSeconds": grace}
+        return {"metadata": meta, "spec": spec}
+
+    assert forge_pods.shadow_grace(deleted(30)) is None  # the default, as a scale-down deletes
+    assert forge_pods.shadow_grace(deleted(60, own=60)) is None
+    assert forge_pods.shadow_grace(deleted(7)) == 7
+    assert forge_pods.shadow_grace(deleted(0, own=10)) == 0
+    assert forge_pods.shadow_grace(deleted(None)) is None
+
+
 def test_refused_status_is_pending_with_a_reason() -> None:
     status = forge_pods.refused_status(reason="ProviderRefused", message="hostNetwork pods are refused")
     assert status["phase"] == "Pending"

@@ -20,6 +20,7 @@ from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.apps.virtualkubelet import parse_args
 from liqo.install.manifests import virtual_kubelet_rules
 from liqo.kube.client import KubeClient
+from liqo.kube.errors import ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, SERVICES, Resource
@@ -331,6 +332,8 @@ class FakeApi:
         self.watchers: list[tuple[Resource, str | None, asyncio.Queue[Obj]]] = []
         self.token = 0
         self.version = 0
+        self.existing: set[tuple[str, str]] = set()
+        """``(plural, name)`` a create conflicts on (made but not listed)."""
         for resource, obj in objects:
             self.put(resource, obj)
 
@@ -385,6 +388,8 @@ class FakeApi:
 
     async def create(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
         self.calls.append(("create", resource.plural, obj))
+        if (resource.plural, obj["metadata"]["name"]) in self.existing:
+            raise ConflictError(409, "AlreadyExists", "already exists")
         return obj
 
     async def patch(self, resource: Resource, name: str, patch: Any, **_: Any) -> Obj:
@@ -479,7 +484,7 @@ async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
         assert (method, path) == ("POST", "/api/v1/namespaces/demo/serviceaccounts/builder/token")
         assert body["spec"]["boundObjectRef"]["uid"] == "u1"
         [(verb, plural, written)] = provider.calls
-        assert (verb, plural) == ("apply", "secrets")
+        assert (verb, plural) == ("create", "secrets")  # a name only we write: no server-side apply
         assert written["data"]["token"] == b64("token-1")
         assert written["data"]["ca.crt"] == b64("HOME CA")
         assert result is not None
@@ -497,7 +502,11 @@ async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
         made.tokens._clock = lambda: NOW + datetime.timedelta(seconds=0.81 * 3607)
         await made.tokens.reconcile("demo/web-1")
         assert len(home.calls) == 2
-        assert provider.calls[-1][2]["data"]["token"] == b64("token-2")
+        verb, _, renewed = provider.calls[-1]
+        assert (verb, renewed["data"]["token"]) == ("replace", b64("token-2"))
+        cached = _remote(made, SECRETS, written)
+        assert cached is not None
+        assert renewed["metadata"]["resourceVersion"] == cached["metadata"]["resourceVersion"]
 
         # The pod is gone: so goes its Secret.
         home.put(PODS, home.objects[("pods", "demo", "web-1")], kind="DELETED")
@@ -573,10 +582,38 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
     async with reflection(home, provider) as made:
         await made.events.reconcile("demo-rome/web-1.17a")
         [(verb, plural, event)] = home.calls
-        assert (verb, plural, event["involvedObject"]["uid"], event["count"]) == ("apply", "events", "u1", 4)
+        assert (verb, plural, event["involvedObject"]["uid"], event["count"]) == ("create", "events", "u1", 4)
+        await made.events.reconcile("demo-rome/web-1.17a")  # re-queued (its pod appearing...): nothing new
         await made.events.reconcile("demo-rome/web-1.17b")  # about an earlier pod of that name
         await made.events.reconcile("demo-rome/web-1.17c")  # itself a mirror
         assert len(home.calls) == 1
+
+        # Its count grows on the provider: the mirror exists, so it is applied.
+        grown = remote_event() | {"count": 5}
+        provider.put(EVENTS, grown, kind="MODIFIED")
+        await eventually(
+            lambda: _true((_remote(made, EVENTS, grown) or {}).get("count") == 5), timeout=5, message="seen"
+        )
+        await made.events.reconcile("demo-rome/web-1.17a")
+        assert [(c[0], c[2]["count"]) for c in home.calls[1:]] == [("apply", 5)]
+
+
+async def test_a_mirror_found_made_by_a_previous_run_is_applied() -> None:
+    remote_pod = {
+        "metadata": {
+            "name": "web-1",
+            "namespace": "demo-rome",
+            "uid": "r1",
+            "labels": {names.SHADOW_POD: "web-1"},
+            "annotations": {names.HOME_POD_UID: "u1"},
+        }
+    }
+    home = FakeApi((PODS, home_pod()))
+    home.existing.add(("events", "web-1.17a"))
+    provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()))
+    async with reflection(home, provider) as made:
+        await made.events.reconcile("demo-rome/web-1.17a")
+        assert [c[:2] for c in home.calls] == [("create", "events"), ("apply", "events")]
 
 
 def _remote(made: Reflected, resource: Resource, obj: Obj) -> Obj | None:
@@ -606,7 +643,7 @@ async def test_events_about_our_service_copies_are_mirrored_onto_the_home_servic
     async with reflection(home, provider) as made:
         await made.events.reconcile("demo-rome/web.1")
         [(verb, plural, event)] = home.calls
-        assert (verb, plural) == ("apply", "events")
+        assert (verb, plural) == ("create", "events")
         assert event["involvedObject"] == {
             "apiVersion": "v1",
             "kind": "Service",

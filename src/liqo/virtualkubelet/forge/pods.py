@@ -2,9 +2,10 @@
 
 The ShadowPod carries the pod minus what only means something at home (its node, scheduling constraints
 that name home nodes, priority classes, the home ServiceAccount, whose token comes instead from a Secret the
-token reflector keeps filled: :mod:`liqo.virtualkubelet.forge.tokens`). Back home go the phase, conditions,
-container statuses and IPs of the remote pod, or, while the provider holds it back or refuses it, a Pending
-status with the provider's reason.
+token reflector keeps filled: :mod:`liqo.virtualkubelet.forge.tokens`). Back home go the phase, conditions
+(but ``PodScheduled``, home's scheduler's), container statuses and IPs of the remote pod once they are news
+for home (:func:`news_for_home`: on the happy path, once, when it runs), or, while the provider holds it
+back or refuses it, a Pending status with the provider's reason.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ _STATUS_FIELDS = (
     "message",
     "qosClass",
 )
+_SCHEDULED = "PodScheduled"
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+"""Waiting reasons of a container on its way up; any other (``ErrImagePull``, ``CrashLoopBackOff``...) is news."""
 _CLEARED_FIELDS = ("reason", "message")
 """Status fields a refusal sets at home and the remote pod, once running, may not have."""
 
@@ -106,6 +110,22 @@ def shadow_is_current(shadow: Obj, desired: Obj) -> bool:
     )
 
 
+DEFAULT_GRACE_SECONDS = 30
+"""A pod's ``terminationGracePeriodSeconds`` when its spec has none (the API server's default)."""
+
+
+def shadow_grace(home_pod: Obj) -> int | None:
+    """The grace period a deleted home pod's ShadowPod must carry; None when the pod's own will do (pure).
+
+    The provider deletes the pod with the ShadowPod's grace, never above the pod's own (``liqo.io/
+    grace-period-seconds``, capped there), and with the pod's own without one: only a shorter grace than
+    the spec's is worth the write (a scale-down deletes with the spec's).
+    """
+    grace = home_pod["metadata"].get("deletionGracePeriodSeconds")
+    own = home_pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    return grace if isinstance(grace, int) and grace < own else None
+
+
 def runs_home_pod(remote_pod: Obj, home_pod: Obj) -> bool:
     """Whether ``remote_pod`` runs this very home pod, not a deleted namesake (pure)."""
     annotations = remote_pod["metadata"].get("annotations") or {}
@@ -115,10 +135,15 @@ def runs_home_pod(remote_pod: Obj, home_pod: Obj) -> bool:
 def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     """The home pod's status mirroring the remote pod's (pure).
 
-    ``hostIP`` is the virtual node's address: the remote node means nothing at home.
+    ``hostIP`` is the virtual node's address: the remote node means nothing at home. ``PodScheduled`` is left
+    out: home's is its own scheduler's binding to the virtual node, the provider's says where the provider
+    placed the pod (its Events, mirrored home, tell that).
     """
     remote = remote_pod.get("status") or {}
     status = {field: remote[field] for field in _STATUS_FIELDS if field in remote}
+    conditions = [c for c in status.pop("conditions", None) or [] if c.get("type") != _SCHEDULED]
+    if conditions:
+        status["conditions"] = conditions
     for field in _CLEARED_FIELDS:
         # A refusal's reason (refused_status) must not outlive it: kubectl shows status.reason as the pod's
         # STATUS, so a running pod would read "DoesNotFitRemote". None deletes it in the strategic merge.
@@ -126,6 +151,37 @@ def home_status(remote_pod: Obj, *, node_address: str) -> Obj:
     status["hostIP"] = node_address
     status["hostIPs"] = [{"ip": node_address}]
     return status
+
+
+def news_for_home(remote_pod: Obj, home_pod: Obj) -> bool:
+    """Whether the remote pod's status tells home something it must show now (pure).
+
+    Not while the remote pod starts as it should (Pending, no container waiting for anything but its creation
+    or its init containers) and the home pod shows only what its API server and scheduler gave it (Pending,
+    bound): home already says Pending, and each write costs an update of the home pod and a notification to
+    every watcher of it, so the one write on the happy path is the one that makes the pod Running (and
+    Ready). News at once: a phase other than Pending, an image that does not pull, a failed init container,
+    and anything home shows beyond a fresh pod (Running before the remote pod was re-created, a refusal's
+    reason, an unreachable provider), which must be taken back.
+    """
+    remote = remote_pod.get("status") or {}
+    if remote.get("phase", "Pending") != "Pending":
+        return True
+    containers = [*(remote.get("initContainerStatuses") or []), *(remote.get("containerStatuses") or [])]
+    if not all(_starting(container.get("state") or {}) for container in containers):
+        return True
+    home = home_pod.get("status") or {}
+    fresh = not home.get("reason") and all(c.get("type") == _SCHEDULED for c in home.get("conditions") or [])
+    return not (fresh and home.get("phase", "Pending") == "Pending")
+
+
+def _starting(state: Obj) -> bool:
+    """Whether a container state is one a starting pod goes through (pure)."""
+    if "waiting" in state:
+        return (state["waiting"] or {}).get("reason") in _STARTING_REASONS
+    if "terminated" in state:
+        return (state["terminated"] or {}).get("exitCode") == 0  # an init container done
+    return True
 
 
 PROVIDER_REFUSED = "ProviderRefused"

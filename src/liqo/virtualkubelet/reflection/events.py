@@ -8,15 +8,22 @@ Ours means: a pod made from our ShadowPod for that very home pod, or a copy carr
 UID the Event names (never a namesake, never an earlier object of that name).
 
 One key per provider Event (``twin/name``). Events may be listed before the object they are about: each
-pair keeps an index (kind, name) → Event keys, so an object showing up finds its Events without a scan.
+pair keeps an :class:`~liqo.kube.cache.Index` (kind, name) → Event keys on the twin's Events, so an object
+showing up finds its Events without a scan of them all (per new pod, a scan would make a rollout quadratic).
+
+A mirror is created (one write), and server-side applied only when it exists already: the provider's Event
+changed (its count grew), or a restart finds it made. The provider Event's resourceVersion last mirrored is
+kept per key, so the many re-queues of an Event (its pod appearing, the pair listing again) write nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from liqo.kube.cache import Index
 from liqo.kube.controller import Controller, Result
-from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.errors import ConflictError
+from liqo.kube.informer import HandlerFuncs, Informer, resource_version_of
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource, split_namespaced_key
 from liqo.virtualkubelet.forge import common
 from liqo.virtualkubelet.forge import events as forge
@@ -28,6 +35,12 @@ Obj = dict[str, Any]
 Subject = tuple[str, str]
 """``(kind, name)`` of what an Event is about."""
 COPIED = {"Service": SERVICES, "Ingress": INGRESSES}
+
+
+def _subject(event: Obj) -> Subject | None:
+    """What an Event is about, as ``(kind, name)`` (pure)."""
+    involved = event.get("involvedObject") or {}
+    return (involved["kind"], involved["name"]) if involved.get("kind") and involved.get("name") else None
 
 
 class EventReflector(Reflector):
@@ -45,8 +58,10 @@ class EventReflector(Reflector):
         self._provider_id = manager.provider_id
         self._home_cluster_id = manager.home_cluster_id
         self._home_pods = home_pods
-        self._about: dict[str, dict[Subject, set[str]]] = {}
-        """Twin → (kind, name) → keys of the Events about it."""
+        self._about: dict[str, Index[Subject]] = {}
+        """Twin → its Events' keys by (kind, name) of what they are about."""
+        self._mirrored: dict[str, str] = {}
+        """Provider Event key → its resourceVersion last mirrored home."""
         self.controller: Controller[str] = Controller(
             name=f"events {manager.node_name}", reconcile=self.reconcile, workers=2
         )
@@ -58,38 +73,29 @@ class EventReflector(Reflector):
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the twin's Events (indexed by subject) and our objects there (which re-queue their Events)."""
-        about = self._about.setdefault(pair.twin, {})
+        events = pair.remote(EVENTS)
+        about = self._about[pair.twin] = Index(events, by=_subject)  # before the handler below: it reads it
 
         def key(event: Obj) -> str:
             return f"{pair.twin}/{event['metadata']['name']}"
 
-        def subject(event: Obj) -> Subject | None:
-            involved = event.get("involvedObject") or {}
-            return (involved["kind"], involved["name"]) if involved.get("kind") and involved.get("name") else None
-
-        def seen(event: Obj) -> None:
-            found = subject(event)
-            if found is not None:
-                about.setdefault(found, set()).add(key(event))
-            self.controller.queue.add(key(event))
-
-        def gone(event: Obj) -> None:
-            found = subject(event)
-            if found is None:
-                return
-            keys = about.get(found, set())
-            keys.discard(key(event))
-            if not keys:
-                about.pop(found, None)
-
         def appeared(kind: str) -> HandlerFuncs:
             def requeue(obj: Obj) -> None:
-                for event_key in about.get((kind, obj["metadata"]["name"]), ()):
+                for event_key in about.keys((kind, obj["metadata"]["name"])):
                     self.controller.queue.add(event_key)
 
             return HandlerFuncs(add=requeue)
 
-        pair.remote(EVENTS).add_handler(HandlerFuncs(add=seen, update=lambda _old, new: seen(new), delete=gone))
+        def gone(event: Obj) -> None:
+            self._mirrored.pop(key(event), None)
+
+        events.add_handler(
+            HandlerFuncs(
+                add=lambda event: self.controller.queue.add(key(event)),
+                update=lambda _old, new: self.controller.queue.add(key(new)),
+                delete=gone,
+            )
+        )
         remote_pods(pair).add_handler(appeared("Pod"))
         for kind, resource in COPIED.items():
             pair.remote(resource).add_handler(appeared(kind))
@@ -97,13 +103,16 @@ class EventReflector(Reflector):
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Look at every Event again, with the objects listed too."""
-        for keys in self._about.get(pair.twin, {}).values():
-            for key in keys:
-                self.controller.queue.add(key)
+        listed = pair.remote(EVENTS).store.keys()
+        for key in listed:
+            self.controller.queue.add(key)
 
     def stop_namespace(self, pair: NamespacePair) -> None:
-        """Drop the pair's index."""
+        """Drop the pair's index and what was mirrored from it."""
         self._about.pop(pair.twin, None)
+        prefix = f"{pair.twin}/"
+        for key in [k for k in self._mirrored if k.startswith(prefix)]:
+            del self._mirrored[key]
 
     async def reconcile(self, key: str) -> Result | None:
         """Mirror provider Event ``key`` onto the home object it is about, if that object is ours."""
@@ -114,12 +123,23 @@ class EventReflector(Reflector):
         event = pair.remote(EVENTS).store.get(key)
         if event is None or not forge.mirrorable(event):
             return None  # a deleted Event's mirror expires at home on its own, as Events do
+        version = resource_version_of(event)
+        if self._mirrored.get(key) == version:
+            return None
         involved = event["involvedObject"]
         kind, name = involved["kind"], involved["name"]
         home = self._home_object(pair, kind, name, involved.get("uid"))
         if home is None:
             return None
-        await self._home.apply(EVENTS, forge.mirrored_event(event, home_object=home, provider_id=self._provider_id))
+        mirror = forge.mirrored_event(event, home_object=home, provider_id=self._provider_id)
+        if key in self._mirrored:
+            await self._home.apply(EVENTS, mirror)
+        else:
+            try:
+                await self._home.create(EVENTS, mirror)
+            except ConflictError:
+                await self._home.apply(EVENTS, mirror)  # made before a restart, or by an earlier version
+        self._mirrored[key] = version
         return None
 
     def _home_object(self, pair: NamespacePair, kind: str, name: str, uid: str | None) -> Obj | None:

@@ -5,15 +5,22 @@ at home (the pod) or on the provider (its ShadowPod, its real pod), re-queues th
 reads the three caches and does the one next step towards agreement, so a restart (of this process, the
 manager, either API server) converges from whatever state it finds, without duplicates:
 
-- home pod alive, no ShadowPod → create the ShadowPod (a refusal by the provider lands on the home pod as
+- home pod alive, no ShadowPod → create the ShadowPod (its name is ours alone: a create, and a conflict means
+  the cache is behind, whose event re-queues the key; a ShadowPod that no longer asks for the home pod as it
+  is now is replaced at the cached resourceVersion; a refusal by the provider lands on the home pod as
   a Pending reason and an Event, never as a vanished pod, and the write is retried with a capped backoff
   for as long as the pod lives) — unless no slot of the provider holds the pod
   (:mod:`liqo.virtualkubelet.fit`): then it stays Pending with ``DoesNotFitRemote`` and is checked again
   whenever the VirtualNode's slots change (:meth:`PodReflector.slots_changed`);
-- remote pod → its phase, conditions, container statuses and IP onto the home pod; no remote pod and a
-  ShadowPod the provider holds back (over the consumer's budget, no accepted offer) or refused → Pending
-  with the provider's reason;
-- home pod deleted → ShadowPod deleted with the home grace period → remote pod gone → home pod finalised;
+- remote pod starting as it should (Pending, containers being created) → nothing: home's API server already
+  shows the pod Pending (:func:`~liqo.virtualkubelet.forge.pods.news_for_home`);
+- remote pod running, or in trouble (an image that does not pull, a phase other than Pending) → its phase,
+  conditions but ``PodScheduled`` (home's scheduler's), container statuses and IP onto the home pod, in one
+  status patch: on the happy path the only write to the home pod, the one that makes it Running and Ready;
+- no remote pod and a ShadowPod the provider holds back (over the consumer's budget, no accepted offer) or
+  refused → Pending with the provider's reason;
+- home pod deleted → ShadowPod deleted, annotated first with the home grace period if it is shorter than the
+  pod's own → remote pod gone → home pod finalised;
 - ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it);
 - provider not answering (the virtual node's probe) → the home pod not Ready (``ProviderUnreachable``),
   everything else as last known, so that its Services' endpoints at home turn not-ready rather than vanish;
@@ -41,6 +48,7 @@ from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
+from liqo.virtualkubelet.reflection.copies import converge_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 log = logging.getLogger(__name__)
@@ -192,19 +200,29 @@ class PodReflector(Reflector):
         desired = forge.shadow_pod(home, namespace=twin_name, home_cluster_id=self._home_cluster_id)
         if shadow is None or not forge.shadow_is_current(shadow, desired):
             try:
-                await self._provider.apply(SHADOW_PODS, desired)
+                written = await converge_copy(
+                    self._provider,
+                    SHADOW_PODS,
+                    current=shadow,
+                    desired=desired,
+                    is_current=forge.shadow_is_current,
+                    must_replace=lambda _current, _desired: False,
+                )
             except ApiError as exc:
                 if exc.status not in (400, 403, 422):
                     raise
                 await self._refused(home, reason=forge.PROVIDER_REFUSED, message=exc.message)
                 return Result(requeue_after=self._refusals.when(key))
-            metrics.written(PODS.plural, self.controller, key)
+            if written:
+                metrics.written(PODS.plural, self.controller, key)
             self._refusals.forget(key)
-            return None  # its status comes back through the informers
-        if shadow is not None and not self._provider_ready():
+            return None  # its status comes back through the informers (a conflict: the cache was behind)
+        if not self._provider_ready():
             message = "the provider does not answer: the pod's state there is unknown"
             await self._set_status(home, forge.unreachable_status(message=message))
         elif remote is not None and forge.runs_home_pod(remote, home):
+            if not forge.news_for_home(remote, home):
+                return None  # starting as it should: the write that makes it Running comes next
             status, unreachable = forge.with_home_addresses(
                 forge.home_status(remote, node_address=self._address), translate=self._manager.addresses.for_home
             )
@@ -228,8 +246,7 @@ class PodReflector(Reflector):
     async def _finalise(self, home: Obj, shadow: Obj | None, remote: Obj | None) -> None:
         if shadow is not None:
             if not terminating(shadow):
-                grace = home["metadata"].get("deletionGracePeriodSeconds")
-                await self._delete_shadow(shadow, grace=grace)
+                await self._delete_shadow(shadow, grace=forge.shadow_grace(home))
             return  # the provider deletes the pod, then lets the ShadowPod go: both re-queue us
         if remote is None:
             await self._delete_home(home, grace=0)

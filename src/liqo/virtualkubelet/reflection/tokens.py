@@ -6,8 +6,14 @@ namespace into a pod-token Secret in the twin, which the ShadowPod mounts in pla
 (:func:`liqo.virtualkubelet.forge.pods.remote_pod_spec`). Renewed at 80% of its lifetime by a delayed
 re-queue, deleted once the home pod is gone (the token itself dies with the pod: it is bound to it).
 
-One key per home pod (``namespace/name``). Pod-token Secrets are names nobody else picks: written with
-server-side apply.
+Only pods that mount a home token get one: a pod without the projected volume (``automountServiceAccountToken:
+false`` on the pod or its ServiceAccount, which the home admission honours) costs neither a TokenRequest nor
+a Secret.
+
+One key per home pod (``namespace/name``). A pod-token Secret is created, then replaced at the cached
+resourceVersion when its token is renewed (:func:`~liqo.virtualkubelet.reflection.copies.converge_copy`): one
+write each, where a server-side apply costs the API server a merge and a managedFields entry. A create that
+finds the Secret there (the cache behind, after a restart) waits for the cache, whose event re-queues the pod.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
 from liqo.kube.timefmt import parse_time
 from liqo.virtualkubelet.forge import configdata, tokens
-from liqo.virtualkubelet.reflection.copies import delete_copy
+from liqo.virtualkubelet.reflection.copies import converge_copy, delete_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 log = logging.getLogger(__name__)
@@ -145,5 +151,12 @@ class TokenReflector(Reflector):
             ca=ca,
             renew_at=renew_at,
         )
-        await self._provider.apply(SECRETS, secret)
+        await converge_copy(
+            self._provider,
+            SECRETS,
+            current=current,
+            desired=secret,
+            is_current=configdata.copy_is_current,
+            must_replace=configdata.must_replace,
+        )
         return Result(requeue_after=max((renew_at - now).total_seconds(), 1.0))

@@ -1,0 +1,79 @@
+"""liqo.kube.cache.Index: an informer's objects by a value, kept by its events, without scans."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from liqo.kube.cache import Index
+from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.resources import EVENTS, Resource
+from tests.helpers import eventually
+
+Obj = dict[str, Any]
+
+
+class FakeWatch:
+    """Lists what it was given, then streams what the test sends."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects = list(objects)
+        self.queue: asyncio.Queue[Obj] = asyncio.Queue()
+
+    async def list_all(self, resource: Resource, **_: Any) -> tuple[list[Obj], str]:
+        return self.objects, "1"
+
+    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Obj]:
+        while True:
+            yield await self.queue.get()
+
+
+def event(name: str, about: str | None, version: str = "1") -> Obj:
+    involved = {"kind": "Pod", "name": about} if about else {}
+    return {"metadata": {"name": name, "namespace": "t", "resourceVersion": version}, "involvedObject": involved}
+
+
+def _about(obj: Obj) -> str | None:
+    name = obj["involvedObject"].get("name")
+    return str(name) if name else None
+
+
+async def test_an_index_follows_adds_updates_and_deletes() -> None:
+    api = FakeWatch(event("a", "web-1"), event("b", "web-1"), event("c", None))
+    informer = Informer(client=api, resource=EVENTS, namespace="t")
+    index = Index(informer, by=_about)
+    seen: list[list[str]] = []
+    # A handler registered after the index reads it current.
+    informer.add_handler(HandlerFuncs(add=lambda obj: seen.append(index.keys("web-1"))))
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_synced(5)
+        assert sorted(index.keys("web-1")) == ["t/a", "t/b"]
+        assert index.keys("web-2") == []
+        assert seen[0] == ["t/a"]  # at a's add, the index already holds it (and not yet b)
+
+        api.queue.put_nowait({"type": "MODIFIED", "object": event("b", "web-2", version="2")})
+        api.queue.put_nowait({"type": "DELETED", "object": event("a", "web-1", version="3")})
+        api.queue.put_nowait({"type": "ADDED", "object": event("d", "web-2", version="4")})
+
+        async def moved() -> bool:
+            return index.keys("web-1") == [] and sorted(index.keys("web-2")) == ["t/b", "t/d"]
+
+        await eventually(moved, timeout=5, message="the index follows the events")
+        assert index._keys.keys() == {"web-2"}  # an emptied value is dropped, not kept as an empty set
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_index_made_on_a_synced_informer_holds_its_objects() -> None:
+    api = FakeWatch(event("a", "web-1"))
+    informer = Informer(client=api, resource=EVENTS, namespace="t")
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_synced(5)
+        assert Index(informer, by=_about).keys("web-1") == ["t/a"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

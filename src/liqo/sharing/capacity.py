@@ -25,8 +25,9 @@ from decimal import Decimal
 from typing import Any
 
 from liqo.api import names
-from liqo.api.podrequests import Resources, covers, pod_requests
+from liqo.api.podrequests import RESOURCE_PATHS, Resources, covers, pod_requests
 from liqo.api.quantity import parse_quantity, round_down
+from liqo.kube.projection import keep
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _REPELLING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -36,6 +37,11 @@ MAX_SLOTS = 3
 
 Requests = Callable[[Mapping[str, Any]], Resources]
 """How a pod's effective requests are measured: :func:`~liqo.api.podrequests.pod_requests`, or a memo of it."""
+
+POD_FIELDS = keep("metadata", "spec.nodeName", "status.phase", *RESOURCE_PATHS)
+"""All this module reads of a pod: a cache of pods used for capacity keeps only these."""
+NODE_FIELDS = keep("metadata", "spec.unschedulable", "spec.taints", "status.allocatable", "status.conditions")
+"""All this module reads of a node (not its images, addresses, daemon endpoints...)."""
 
 
 class RequestsMemo:

@@ -27,7 +27,7 @@ from liqo.kube.informer import HandlerFuncs
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
 from liqo.sharing import metrics
-from liqo.sharing.capacity import RequestsMemo, free_capacity, largest_slots
+from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, RequestsMemo, free_capacity, largest_slots
 from liqo.sharing.policy import compute_offer, needs_refresh, offer_spec, select_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
@@ -47,8 +47,8 @@ class OfferController(Component):
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)
-        self.nodes = informers.informer(NODES)
-        self.pods = informers.informer(PODS)
+        self.nodes = informers.informer(NODES, projection=NODE_FIELDS)
+        self.pods = informers.informer(PODS, projection=POD_FIELDS)
         self._requests = RequestsMemo()
         self.pods.add_handler(HandlerFuncs(delete=self._requests.forget))
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)

@@ -347,14 +347,17 @@ class Informer:
         return True
 
     def widen(self, projection: Projection | None) -> None:
-        """Keep what ``projection`` keeps too (None: everything), for one more user; only before :meth:`run`.
+        """Keep what ``projection`` keeps too (None: everything), for one more user.
 
         Raises:
             RuntimeError: The cache was filled already, narrower than the new user needs.
         """
+        widened = widest(self.projection, projection)
+        if widened == self.projection:
+            return
         if self.lists:
             raise RuntimeError(f"{self.name}: projection widened after the first list")
-        self.projection = widest(self.projection, projection)
+        self.projection = widened
 
     def _ingest(self, obj: Object) -> Object:
         return project(self.projection, obj)

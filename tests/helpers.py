@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
@@ -402,3 +403,57 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
 def helm_binary() -> str:
     """The helm binary ``make setup`` fetched (``liqoctl local build``)."""
     return str(toolchain.helm_path())
+
+
+_AMOUNTS = st.sampled_from(["100m", "1", "2", "64Mi", "1Gi", "0"])
+_RESOURCE_LISTS = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), _AMOUNTS, max_size=3)
+_NOISE = st.fixed_dictionaries({"env": st.just([{"name": "E", "value": "v"}]), "image": st.just("nginx")})
+
+
+@st.composite
+def _containers(draw: st.DrawFn, *, init: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": draw(st.text("abc", min_size=1, max_size=3))} | draw(_NOISE)
+    resources = draw(st.fixed_dictionaries({}, optional={"requests": _RESOURCE_LISTS, "limits": _RESOURCE_LISTS}))
+    if draw(st.booleans()):
+        container["resources"] = resources
+    if init and draw(st.booleans()):
+        container["restartPolicy"] = "Always"
+    return container
+
+
+@st.composite
+def api_pods(draw: st.DrawFn, *, nodes: tuple[str, ...] = ("n1", "n2")) -> dict[str, Any]:
+    """A pod as an API server returns it, with every field a projection might wrongly drop or keep."""
+    name = draw(st.text("abcdef", min_size=1, max_size=4))
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": draw(st.sampled_from(["default", "liqo-tenant-x", "twin"])),
+        "uid": f"uid-{name}",
+        "resourceVersion": str(draw(st.integers(1, 100))),
+        "labels": {"app": name},
+        "ownerReferences": [{"uid": draw(st.sampled_from(["s1", "s2"])), "controller": draw(st.booleans())}],
+        "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
+    }
+    if draw(st.booleans()):
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec: dict[str, Any] = {
+        "containers": draw(st.lists(_containers(init=False), min_size=1, max_size=3)),
+        "volumes": [{"name": "v", "emptyDir": {}}],
+        "tolerations": [{"key": "k", "operator": "Exists"}],
+    }
+    if draw(st.booleans()):
+        spec["initContainers"] = draw(st.lists(_containers(init=True), max_size=3))
+    if draw(st.booleans()):
+        spec["nodeName"] = draw(st.sampled_from(nodes))
+    if draw(st.booleans()):
+        spec["overhead"] = draw(_RESOURCE_LISTS)
+    if draw(st.booleans()):
+        spec["resources"] = {"requests": draw(_RESOURCE_LISTS)}
+    if draw(st.booleans()):
+        spec["terminationGracePeriodSeconds"] = draw(st.integers(0, 100))
+    status = {
+        "phase": draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])),
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [{"name": "a", "ready": True}],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}

@@ -22,6 +22,17 @@ from liqo.api.quantity import parse_quantity
 
 Resources = dict[str, Decimal]
 
+RESOURCE_PATHS = (
+    "spec.containers[].resources",
+    "spec.containers[].restartPolicy",
+    "spec.initContainers[].resources",
+    "spec.initContainers[].restartPolicy",
+    "spec.resources",
+    "spec.overhead",
+)
+"""Every field of a pod the rules below read: what a cache (:class:`~liqo.kube.projection.Projection`) of pods
+that are only measured must keep. Change it with the rules."""
+
 
 def pod_requests(pod: Mapping[str, Any]) -> Resources:
     """What the scheduler reserves for ``pod``: its effective requests, per resource.

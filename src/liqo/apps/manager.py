@@ -42,6 +42,7 @@ from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.resources import CONFIGMAPS, SECRETS
+from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
@@ -431,6 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     operability.setup_logging(args)
+    size_tls_read_buffers()
     try:
         asyncio.run(run(args))
     except InvalidSettings as exc:

@@ -39,6 +39,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.metrics import CacheCollector, registered
+from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point."""
     args = parse_args(sys.argv[1:] if argv is None else argv)
     operability.setup_logging(args)
+    size_tls_read_buffers()
     try:
         asyncio.run(run(args))
     except csr.SigningError as exc:

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from liqo.kube.client import KubeClient
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.projection import Projection
 from liqo.kube.resources import Resource, object_key
 
 V = TypeVar("V", bound=Hashable)
@@ -37,18 +38,27 @@ class SharedInformers:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        projection: Projection | None = None,
     ) -> Informer:
-        """The informer for this scope (created on first request)."""
+        """The informer for this scope (created on first request).
+
+        ``projection`` is what the caller reads of each object (None: all of it); an informer shared by
+        several callers keeps the union of what they read.
+        """
         scope = (resource, namespace, label_selector, field_selector)
-        if scope not in self._informers:
-            self._informers[scope] = Informer(
+        found = self._informers.get(scope)
+        if found is None:
+            self._informers[scope] = found = Informer(
                 client=self.client,
                 resource=resource,
                 namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
+                projection=projection,
             )
-        return self._informers[scope]
+        else:
+            found.widen(projection)
+        return found
 
     async def run(self) -> None:
         """Run every informer requested so far, until cancelled."""

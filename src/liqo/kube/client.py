@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -265,11 +265,13 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         page_size: int = 500,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> tuple[builtins.list[dict[str, Any]], str]:
         """Every object of a collection, paginated, with the list's resourceVersion.
 
         If a continue token expires mid-way (410), the list starts over: a consistent snapshot matters
-        more to callers (informers) than the pages already read.
+        more to callers (informers) than the pages already read. ``transform`` (an informer's projection)
+        is applied to each page as it arrives, so that only one page is ever held whole.
         """
         while True:
             items: builtins.list[dict[str, Any]] = []
@@ -284,7 +286,8 @@ class KubeClient:
                         limit=page_size,
                         continue_token=token,
                     )
-                    items.extend(page.get("items") or [])
+                    page_items = page.get("items") or []
+                    items.extend(page_items if transform is None else map(transform, page_items))
                     token = (page.get("metadata") or {}).get("continue") or None
                     if not token:
                         return items, str(page["metadata"]["resourceVersion"])

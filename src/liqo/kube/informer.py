@@ -16,6 +16,13 @@ client-go's reflector gets this right, and this module follows it:
 
 Handlers run synchronously on the informer's task and must only compute keys and enqueue them: any I/O or
 slow work there would stall the watch for every other handler.
+
+The cache holds objects as :mod:`liqo.kube.projection` keeps them: never ``managedFields``, and only the
+declared paths if the informer has a projection; list pages and watch events alike are projected as they
+are decoded, so a list of many objects is never held whole. Hence the rule for every user of a cache: an
+object read from it is not written back whole (a PUT of it, or of a modified copy) — that would drop what
+the projection left out. Write with a patch of the fields that change (with the cached resourceVersion as
+precondition where a concurrent change matters), or read the object from the API first.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from liqo.kube.errors import ApiError, GoneError, UnreachableError
+from liqo.kube.projection import Projection, project, widest
 from liqo.kube.resources import Resource, object_key
 
 log = logging.getLogger(__name__)
@@ -54,8 +62,9 @@ class WatchClient(Protocol):
         label_selector: str | None,
         field_selector: str | None,
         page_size: int,
+        transform: Callable[[Object], Object],
     ) -> tuple[builtins.list[Object], str]:
-        """Every object of the collection and the list's resourceVersion."""
+        """Every object of the collection (each through ``transform``, page by page) and its resourceVersion."""
 
     def watch(
         self,
@@ -276,6 +285,7 @@ class Informer:
         name: str = "",
         backoff_base: float = 0.2,
         backoff_max: float = 30.0,
+        projection: Projection | None = None,
     ) -> None:
         """Describe what to watch; nothing happens before :meth:`run`.
 
@@ -289,6 +299,8 @@ class Informer:
             name: A name for logs (default: the resource's plural and namespace).
             backoff_base: First delay after a failure, in seconds.
             backoff_max: Longest delay after repeated failures, in seconds.
+            projection: What the cache keeps of each object (None: all but the server's bookkeeping); see
+                the module docstring for what that means for writes.
         """
         self._client = client
         self.resource = resource
@@ -297,6 +309,7 @@ class Informer:
         self.field_selector = field_selector
         self.page_size = page_size
         self.name = name or (f"{resource.plural}/{namespace}" if namespace else resource.plural)
+        self.projection = projection
         self._cache: dict[str, Object] = {}
         self.store = Store(self._cache)
         self._handlers: builtins.list[EventHandler] = []
@@ -332,6 +345,22 @@ class Informer:
         except TimeoutError:
             return False
         return True
+
+    def widen(self, projection: Projection | None) -> None:
+        """Keep what ``projection`` keeps too (None: everything), for one more user.
+
+        Raises:
+            RuntimeError: The cache was filled already, narrower than the new user needs.
+        """
+        widened = widest(self.projection, projection)
+        if widened == self.projection:
+            return
+        if self.lists:
+            raise RuntimeError(f"{self.name}: projection widened after the first list")
+        self.projection = widened
+
+    def _ingest(self, obj: Object) -> Object:
+        return project(self.projection, obj)
 
     def add_handler(self, handler: EventHandler) -> None:
         """Register a handler; if the cache is already synced, it gets an add for every cached object."""
@@ -378,6 +407,7 @@ class Informer:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             page_size=self.page_size,
+            transform=self._ingest,
         )
         self.lists += 1
         changes = diff(self._cache, items)
@@ -424,7 +454,7 @@ class Informer:
             log.warning("%s: %s event without an object", self.name, kind)
             return
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            self._apply_event(kind, obj)
+            self._apply_event(kind, self._ingest(obj))
         elif kind != "BOOKMARK":
             log.warning("%s: ignoring a watch event of type %r", self.name, kind)
             return

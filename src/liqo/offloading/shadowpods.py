@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from liqo.api import names
 from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
+from liqo.api.podrequests import RESOURCE_PATHS
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -43,6 +44,7 @@ from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.metrics import CacheGauge
+from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
 from liqo.offloading import metrics
@@ -136,6 +138,12 @@ def grace_period(shadow: Obj, pod: Obj) -> int | None:
     return min(int(value), ceiling)
 
 
+POD_FIELDS = keep("metadata", "status.phase", "spec.terminationGracePeriodSeconds", *RESOURCE_PATHS)
+"""All this controller reads of the pods it made: their metadata (:func:`made_for`, :func:`_owner_uid`, the
+deletion's UID precondition), phase (:func:`_terminal`), grace period (:func:`grace_period`) and resources
+(:func:`~liqo.offloading.budget.pod_usage`). A pod is never written back from the cache, only deleted."""
+
+
 def _key(obj: Obj) -> list[str]:
     return [object_key(obj)]
 
@@ -169,7 +177,7 @@ class ShadowPods(Component):
         self._local_id = local_id
         self._select = select
         self.shadows = informers.informer(SHADOW_PODS, label_selector=names.REMOTE_CLUSTER_ID)
-        self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD)
+        self.pods = informers.informer(PODS, label_selector=names.SHADOW_POD, projection=POD_FIELDS)
         self.namespaces = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)

@@ -31,8 +31,9 @@ from decimal import Decimal
 from typing import Any
 
 from liqo.api import names
-from liqo.api.podrequests import Resources, covers, pod_requests
+from liqo.api.podrequests import RESOURCE_PATHS, Resources, covers, pod_requests
 from liqo.api.quantity import parse_quantity, round_down
+from liqo.kube.projection import keep
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _REPELLING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -46,6 +47,12 @@ class _Node:
     allocatable: Resources
     eligible: bool
     placeable: bool
+
+
+POD_FIELDS = keep("metadata", "spec.nodeName", "status.phase", *RESOURCE_PATHS)
+"""All this module reads of a pod: a cache of pods used for capacity keeps only these."""
+NODE_FIELDS = keep("metadata", "spec.unschedulable", "spec.taints", "status.allocatable", "status.conditions")
+"""All this module reads of a node (not its images, addresses, daemon endpoints...)."""
 
 
 @dataclass(slots=True)

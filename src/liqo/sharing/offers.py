@@ -33,7 +33,7 @@ from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
 from liqo.sharing import metrics
-from liqo.sharing.capacity import CapacityLedger, largest_slots
+from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, CapacityLedger, largest_slots
 from liqo.sharing.policy import compute_offer, next_refresh, offer_spec, select_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
@@ -51,8 +51,8 @@ class _Capacity(InformerGroup):
 
     def __init__(self, client: KubeClient) -> None:
         self.ledger = CapacityLedger()
-        self.nodes = Informer(client=client, resource=NODES)
-        self.pods = Informer(client=client, resource=PODS)
+        self.nodes = Informer(client=client, resource=NODES, projection=NODE_FIELDS)
+        self.pods = Informer(client=client, resource=PODS, projection=POD_FIELDS)
         ledger = self.ledger
         self.nodes.add_handler(
             HandlerFuncs(add=ledger.set_node, update=lambda _old, new: ledger.set_node(new), delete=ledger.remove_node)

@@ -4,13 +4,15 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NoReturn, cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, GoneError, UnreachableError
 from liqo.kube.informer import (
     Added,
@@ -22,6 +24,7 @@ from liqo.kube.informer import (
     diff,
     needs_relist,
 )
+from liqo.kube.projection import keep
 from liqo.kube.resources import PODS, Resource, object_key
 from tests.helpers import Signal
 
@@ -146,6 +149,7 @@ class FakeClient:
         label_selector: str | None,
         field_selector: str | None,
         page_size: int,
+        transform: Callable[[Object], Object],
     ) -> tuple[list[Object], str]:
         self.list_calls += 1
         self.signal.fire()
@@ -154,7 +158,8 @@ class FakeClient:
         result = self.lists.popleft()
         if isinstance(result, BaseException):
             raise result
-        return result
+        items, version = result
+        return [transform(item) for item in items], version
 
     async def watch(
         self,
@@ -410,3 +415,50 @@ async def test_malformed_events_are_skipped(signal: Signal, client: FakeClient, 
     assert recorder.seen == [("add", "ns/a", "13")]
     assert informer.resource_version == "13"
     assert client.watch_rvs == ["10"]
+
+
+async def test_lists_and_events_are_projected_alike(signal: Signal, client: FakeClient) -> None:
+    informer = Informer(
+        client=client, resource=PODS, namespace="ns", projection=keep("metadata", "status.phase"), backoff_base=0.001
+    )
+    recorder = Recorder(signal)
+    informer.add_handler(recorder)
+
+    def full(name: str, rv: str) -> Object:
+        obj = pod(name, rv)
+        obj["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+        return obj | {"spec": {"containers": [{"env": []}]}, "status": {"phase": "Running", "conditions": []}}
+
+    client.lists.append(([full("a", "1")], "10"))
+    client.watch_scripts.append([event("ADDED", full("b", "11")), event("DELETED", full("a", "12")), HANG])
+
+    async with running(informer):
+        await signal.until(lambda: client.hanging == 1)
+
+    assert recorder.seen == [("add", "ns/a", "1"), ("add", "ns/b", "11"), ("delete", "ns/a", "12")]
+    assert informer.store.list() == [{"metadata": pod("b", "11")["metadata"], "status": {"phase": "Running"}}]
+
+
+def test_a_projection_widens_before_the_first_list_only(client: FakeClient) -> None:
+    informer = Informer(client=client, resource=PODS, projection=keep("metadata"))
+    informer.widen(keep("status.phase"))
+    assert informer.projection == keep("metadata", "status.phase")
+    informer.widen(None)
+    assert informer.projection is None
+    informer.lists = 1
+    informer.widen(keep("spec"))  # already kept: nothing changes, so a user may ask for it at any time
+    narrow = Informer(client=client, resource=PODS, projection=keep("metadata"))
+    narrow.lists = 1
+    narrow.widen(keep("metadata"))
+    with pytest.raises(RuntimeError):
+        narrow.widen(keep("spec"))
+
+
+def test_shared_informers_keep_what_every_user_reads(client: FakeClient) -> None:
+    informers = SharedInformers(cast(KubeClient, client))
+    first = informers.informer(PODS, projection=keep("metadata", "spec.nodeName"))
+    second = informers.informer(PODS, projection=keep("metadata", "status.phase"))
+    assert first is second
+    assert first.projection == keep("metadata", "spec.nodeName", "status.phase")
+    assert informers.informer(PODS, label_selector="x", projection=keep("metadata")) is not first
+    assert informers.informer(PODS).projection is None  # a user reading everything

@@ -10,7 +10,7 @@ import asyncio
 import base64
 import builtins
 import datetime
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,11 +85,12 @@ class FakeApi:
         label_selector: str | None,
         field_selector: str | None,
         page_size: int,
+        transform: Callable[[Object], Object],
     ) -> tuple[builtins.list[Object], str]:
         assert resource is NAMESPACE_OFFLOADINGS
         assert namespace is None
         await self.synced.wait()
-        return self.listed, "1"
+        return [transform(obj) for obj in self.listed], "1"
 
     async def watch(
         self,

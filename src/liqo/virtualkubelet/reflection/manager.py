@@ -38,6 +38,7 @@ from liqo.kube.component import Component
 from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
+from liqo.kube.projection import Projection
 from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
@@ -71,17 +72,25 @@ class NamespacePair(InformerGroup):
         self._scoped: dict[tuple[str, Resource, str | None], Informer] = {}
         super().__init__([], name=f"reflection {home_namespace}→{twin}")
 
-    def home(self, resource: Resource, *, label_selector: str | None = None) -> Informer:
-        """The informer of ``resource`` in the home namespace."""
-        return self._informer("home", resource, label_selector)
+    def home(
+        self, resource: Resource, *, label_selector: str | None = None, projection: Projection | None = None
+    ) -> Informer:
+        """The informer of ``resource`` in the home namespace; ``projection``: what the caller reads (None: all)."""
+        return self._informer("home", resource, label_selector, projection)
 
-    def remote(self, resource: Resource, *, label_selector: str | None = None) -> Informer:
-        """The informer of ``resource`` in the twin, with the provider's identity."""
-        return self._informer("remote", resource, label_selector)
+    def remote(
+        self, resource: Resource, *, label_selector: str | None = None, projection: Projection | None = None
+    ) -> Informer:
+        """The informer of ``resource`` in the twin, with the provider's identity (``projection`` as for home)."""
+        return self._informer("remote", resource, label_selector, projection)
 
-    def _informer(self, side: str, resource: Resource, label_selector: str | None) -> Informer:
+    def _informer(
+        self, side: str, resource: Resource, label_selector: str | None, projection: Projection | None
+    ) -> Informer:
         scope = (side, resource, label_selector)
-        if scope not in self._scoped:
+        if scope in self._scoped:
+            self._scoped[scope].widen(projection)
+        else:
             if self.started:
                 raise RuntimeError(f"{self.name}: {resource.plural}@{side} asked for after the pair started")
             namespace = self.home_namespace if side == "home" else self.twin
@@ -91,6 +100,7 @@ class NamespacePair(InformerGroup):
                 namespace=namespace,
                 label_selector=label_selector,
                 name=f"{resource.plural}/{namespace}@{side}",
+                projection=projection,
             )
             self._scoped[scope] = informer
             self.informers.append(informer)

@@ -44,6 +44,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
+from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
@@ -64,9 +65,14 @@ REFUSED_MAX_SECONDS = 60.0
 on: the provider's policy may change. Its backoff is cleared once the write goes through."""
 
 
+REMOTE_POD_FIELDS = keep("metadata", "status")
+"""All the reflectors read of a remote pod: whether it runs this home pod (its annotations, UID) and its
+status, mirrored home (:func:`~liqo.virtualkubelet.forge.pods.home_status`); never its spec."""
+
+
 def remote_pods(pair: NamespacePair) -> Informer:
     """The pods the provider runs for us in ``pair``'s twin (made from ShadowPods), shared by the reflectors."""
-    return pair.remote(PODS, label_selector=names.SHADOW_POD)
+    return pair.remote(PODS, label_selector=names.SHADOW_POD, projection=REMOTE_POD_FIELDS)
 
 
 def _shadows(pair: NamespacePair, *, home_cluster_id: str) -> Informer:

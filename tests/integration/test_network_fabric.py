@@ -44,6 +44,10 @@ from liqo.local.realnodes import images
 from liqo.local.realnodes.nodes import RealNode, real_nodes
 from liqo.local.spec import ClusterSpec
 from liqo.network import agent, gateway, gateways, rules
+
+# The servers of `liqoctl test network`'s probe pods: each answers a connection (TCP) or a datagram (UDP)
+# with the address it came from; the pod also serves as a client.
+from liqo.network.probes import SERVER, TCP_PORT, UDP_PORT
 from liqo.peering import operations
 from tests.helpers import LocalCluster, eventually, kubectl, liqoctl, purge, start, unique
 
@@ -55,21 +59,12 @@ pytestmark = [
 
 Obj = dict[str, Any]
 POD_CIDR = "10.244.0.0/16"
-TCP_PORT = 8080
-UDP_PORT = 8081
-SERVER = (
-    f"socat TCP-LISTEN:{TCP_PORT},reuseaddr,fork SYSTEM:'echo $SOCAT_PEERADDR' & "
-    f"socat UDP-RECVFROM:{UDP_PORT},fork SYSTEM:'echo $SOCAT_PEERADDR' & "
-    "exec sleep 1000000"
-)
-"""Each server answers a connection (TCP) or a datagram (UDP) with the address it came from; the pod also
-serves as a client (``kubectl exec``)."""
 TALK = textwrap.dedent(
     """\
     a={address}
     if ping -c 1 -w 5 "$a" >/dev/null 2>&1; then echo icmp=ok; else echo icmp=lost; fi
     echo "tcp=$(socat -T 5 -t 5 - TCP:$a:{tcp},connect-timeout=5 </dev/null 2>/dev/null)"
-    echo "udp=$(echo probe | socat -T 2 - UDP:$a:{udp} 2>/dev/null)"
+    echo "udp=$(echo probe | socat -T 3 -t 3 - UDP:$a:{udp} 2>/dev/null)"
     """
 )
 """One round from a client pod to ``address``: an ICMP echo (one answer within 5 s), then what the TCP and

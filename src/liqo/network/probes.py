@@ -30,11 +30,16 @@ SERVICE_PREFIX = "service/"
 ROLE_LABEL = "liqo.io/netcheck"
 PROBE_TIMEOUT = 3
 SERVER = (
-    f'socat TCP-LISTEN:{TCP_PORT},fork,reuseaddr SYSTEM:"echo \\$SOCAT_PEERADDR" & '
-    f'socat UDP-RECVFROM:{UDP_PORT},fork SYSTEM:"echo \\$SOCAT_PEERADDR" & '
+    f'socat -t{PROBE_TIMEOUT} TCP-LISTEN:{TCP_PORT},fork,reuseaddr SYSTEM:"echo \\$SOCAT_PEERADDR" & '
+    f'socat -t{PROBE_TIMEOUT} UDP-RECVFROM:{UDP_PORT},fork SYSTEM:"echo \\$SOCAT_PEERADDR" & '
     "exec sleep 86400"
 )
-"""Every probe pod serves the address it sees its caller at, over TCP and UDP, and waits."""
+"""Every probe pod serves the address it sees its caller at, over TCP and UDP, and waits.
+
+``-t``, here and in :func:`probe_command`: once one side of an exchange ends (the caller's input, the one
+datagram UDP-RECVFROM reads) socat gives the other side 0.5 s by default. A loaded node's fork and exec of
+the reply can take longer, and the exchange then failed although the path worked (measured on loopback: a
+reply 1 s late reaches the caller only when both ends wait longer)."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,10 @@ def probe_command(probe: Probe) -> list[str]:
     address = probe.target.address
     if probe.protocol == "icmp":
         return ["ping", "-c", "3", "-i", "0.2", "-W", str(PROBE_TIMEOUT), address]
+    waits = [f"-T{PROBE_TIMEOUT}", f"-t{PROBE_TIMEOUT}"]
     if probe.protocol == "tcp":
-        return ["socat", f"-T{PROBE_TIMEOUT}", "-", f"TCP:{address}:{probe.port},connect-timeout={PROBE_TIMEOUT}"]
-    return ["sh", "-c", f"echo probe | socat -T{PROBE_TIMEOUT} - UDP:{address}:{probe.port}"]
+        return ["socat", *waits, "-", f"TCP:{address}:{probe.port},connect-timeout={PROBE_TIMEOUT}"]
+    return ["sh", "-c", f"echo probe | socat {' '.join(waits)} - UDP:{address}:{probe.port}"]
 
 
 def judge(probe: Probe, *, exit_code: int | None, stdout: str, stderr: str) -> tuple[bool, str]:

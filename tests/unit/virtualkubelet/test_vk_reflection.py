@@ -563,8 +563,9 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
         assert provider.calls[-1] == ("delete", "secrets", "demo-rome/creds")
 
 
-async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
-    remote_pod = {
+def remote_web_pod() -> Obj:
+    """The provider's pod made for home pod ``u1`` (``demo/web-1``), as far as Event mirroring reads it."""
+    return {
         "metadata": {
             "name": "web-1",
             "namespace": "demo-rome",
@@ -573,6 +574,10 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
             "annotations": {names.HOME_POD_UID: "u1"},
         }
     }
+
+
+async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
+    remote_pod = remote_web_pod()
     other = remote_event(metadata={"name": "web-1.17b", "namespace": "demo-rome"})
     other["involvedObject"] = other["involvedObject"] | {"uid": "old-pod"}
     mirrored = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
@@ -599,15 +604,7 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
 
 
 async def test_a_mirror_found_made_by_a_previous_run_is_applied() -> None:
-    remote_pod = {
-        "metadata": {
-            "name": "web-1",
-            "namespace": "demo-rome",
-            "uid": "r1",
-            "labels": {names.SHADOW_POD: "web-1"},
-            "annotations": {names.HOME_POD_UID: "u1"},
-        }
-    }
+    remote_pod = remote_web_pod()
     home = FakeApi((PODS, home_pod()))
     home.existing.add(("events", "web-1.17a"))
     provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()))

@@ -1,7 +1,8 @@
 """``make bench-offload PODS=N``: a Deployment offloaded through liqo against the same Deployment made directly.
 
 Two local clusters, rome (consumer) and milan (provider, sharing 100 % of its capacity so that the offer is
-no limit), liqo on both, rome peered with milan. Each cluster is pinned to a core of its own
+no limit; its pod CIDR apart from rome's, see :data:`MILAN_POD_CIDR`), liqo on both, rome peered with milan.
+Each cluster is pinned to a core of its own
 (``liqoctl local up --cpus``: rome to the first CPU this process may use, milan to the second) in *both*
 runs. Why: an offloaded pod has two lifecycles (home and provider), and on shared cores the two clusters'
 work would be added up against one cluster's work, a ratio of ~2 whatever liqo does; real consumers and
@@ -21,9 +22,11 @@ waits until both clusters are back to the pods they had before the first run.
 Per run: the rollout's seconds and per-pod startup latency (first seen → Ready, by a watcher on this
 machine); the CPU-seconds of every process of both clusters (their supervisors and every supervised
 component: control plane, KWOK, liqo's); the peak RSS (VmHWM, since the process started) of liqo's
-processes; and the API requests per pod by resource and verb, from each API server's
-``apiserver_request_total`` (:mod:`benchmarks.apirequests`). Then the latency run: 100 pods each way,
-p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus direct).
+processes; the API requests per pod by resource and verb, from each API server's
+``apiserver_request_total`` (:mod:`benchmarks.apirequests`); and how long the clean-up after it took (the
+namespace deleted, every pod gone from both clusters): liqo's teardown path at that scale. Then the latency
+run: 100 pods each way, p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus
+direct).
 
 Printed first: every setting that bounds the rollouts (client QPS/burst of each component, KWOK's
 ``podPlayStageParallelism``, the API server's in-flight limits, the pinning). ``--json`` prints the report
@@ -39,6 +42,7 @@ import math
 import os
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +68,11 @@ console = Console(stderr=True)
 out = Console(width=150)
 """The report's console: wide enough for the request table when stdout is a file, not a terminal."""
 MAX_NODE_PODS = 5000
+MILAN_POD_CIDR = "10.245.0.0/16"
+"""milan's pod CIDR, apart from rome's (10.244.0.0/16): the pods' IPs are then copied home as they are with
+the network fabric's remapping. Overlapping CIDRs without the fabric (these clusters have no real node to
+run a gateway) would add one ``PodIPNotReachable`` Warning Event per pod at home, a cost of a misconfigured
+peering, not of offloading."""
 LATENCY_PODS = 100
 SIDES = ("rome", "milan")
 KINDS = ("direct", "offloaded")
@@ -90,6 +99,8 @@ class Run:
     requests: dict[str, apirequests.Counts]
     """API requests per pod by cluster (``rome``, ``milan``)."""
     machine_busy_percent: float
+    cleanup_seconds: float
+    """From the namespace's deletion until it is gone and both clusters hold their starting pods again."""
 
 
 # -- processes -----------------------------------------------------------------------------------------
@@ -188,12 +199,16 @@ async def measured(bench: Bench, kind: str, *, namespace: str, pods: int) -> Run
     }
     liqo = {label: peak_rss_mib(pid) for label, (pid, _) in cpu_after.items() if label.split("/")[1].startswith("liqo")}
     busy = 100 * (busy_after - busy_before) / result.seconds / (os.cpu_count() or 1)
-    await clean(bench, home, namespace=namespace, pods=pods)
-    return Run(result, cpu_spent(cpu_before, cpu_after), liqo, requests, round(busy, 1))
+    cleanup = await clean(bench, home, namespace=namespace, pods=pods)
+    return Run(result, cpu_spent(cpu_before, cpu_after), liqo, requests, round(busy, 1), round(cleanup, 1))
 
 
-async def clean(bench: Bench, home: KubeClient, *, namespace: str, pods: int) -> None:
-    """Delete a run's namespace; wait until it is gone and both clusters hold the pods they held at first."""
+async def clean(bench: Bench, home: KubeClient, *, namespace: str, pods: int) -> float:
+    """Delete a run's namespace; wait until it is gone and both clusters hold the pods they held at first.
+
+    Returns the seconds that took.
+    """
+    started = time.monotonic()
     await home.delete(NAMESPACES, namespace)
 
     async def gone() -> bool:
@@ -205,6 +220,7 @@ async def clean(bench: Bench, home: KubeClient, *, namespace: str, pods: int) ->
         return False
 
     await poll_until(gone, timeout=300 + pods / 5, message=f"namespace {namespace} and its pods gone", interval=1.0)
+    return time.monotonic() - started
 
 
 async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run]]:
@@ -216,7 +232,7 @@ async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run
             runs[kind].append(run)
             console.print(
                 f"[{index + 1}/{repeat}] {kind}: {pods} pods Ready in {run.rollout.seconds:.2f} s, "
-                f"machine busy {run.machine_busy_percent:.0f} %"
+                f"machine busy {run.machine_busy_percent:.0f} %; its namespace deleted in {run.cleanup_seconds:.0f} s"
             )
         for kind in KINDS:
             run = await measured(bench, kind, namespace=f"bench-latency-{kind}-{index}", pods=LATENCY_PODS)
@@ -252,6 +268,7 @@ def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -
             "startup_p50": statistics.median(run.rollout.percentile(50) for run in mine),
             "startup_p99": statistics.median(run.rollout.percentile(99) for run in mine),
             "machine_busy_percent_runs": [run.machine_busy_percent for run in mine],
+            "cleanup_seconds_runs": [run.cleanup_seconds for run in mine],
             "cpu_seconds": {label: statistics.median(run.cpu.get(label, 0.0) for run in mine) for label in labels},
             "liqo_peak_rss_mib": {
                 label: max(run.peak_rss_mib[label] for run in mine if label in run.peak_rss_mib)
@@ -303,7 +320,10 @@ def print_report(result: dict[str, Any]) -> None:
     out.print(rollouts)
     for kind in ("offloaded", "direct"):
         busy = result[kind]["machine_busy_percent_runs"]
-        out.print(f"{kind} runs: {result[kind]['seconds_runs']} s, the machine (all of it) busy {busy} %")
+        out.print(
+            f"{kind} runs: {result[kind]['seconds_runs']} s, the machine (all of it) busy {busy} %, "
+            f"namespace deleted in {result[kind]['cleanup_seconds_runs']} s"
+        )
 
     cpu = Table(title="CPU-seconds per process during the rollout (median)")
     for column in ("process", "offloaded", "direct"):
@@ -365,6 +385,7 @@ def specs(args: argparse.Namespace, *, suffix: str) -> tuple[ClusterSpec, Cluste
         node_memory="256Gi",
         node_pods=node_pods,
         cpus=format_cpus({available[1]}),
+        pod_cidr=MILAN_POD_CIDR,
     )
     return rome, milan, f"{nodes} KWOK nodes of {node_pods} pods"
 

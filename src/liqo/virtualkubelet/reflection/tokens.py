@@ -10,6 +10,12 @@ Only pods that mount a home token get one: a pod without the projected volume (`
 false`` on the pod or its ServiceAccount, which the home admission honours) costs neither a TokenRequest nor
 a Secret.
 
+The Secret comes first: the pod reflector creates a pod's ShadowPod only once its pod-token Secret is in the
+twin (:meth:`~liqo.virtualkubelet.reflection.pods.PodReflector.reconcile`), so a provider's kubelet never
+starts the pod to find its ServiceAccount volume missing (it would retry the mount with a backoff of up to two
+minutes, and Warn ``FailedMount`` meanwhile). This reflector has as many workers as the pod reflector for that
+reason: every new pod with a token waits on it.
+
 One key per home pod (``namespace/name``). A pod-token Secret is created, then replaced at the cached
 resourceVersion when its token is renewed (:func:`~liqo.virtualkubelet.reflection.copies.converge_copy`): one
 write each, where a server-side apply costs the API server a merge and a managedFields entry. A create that
@@ -19,11 +25,11 @@ finds the Secret there (the cache behind, after a restart) waits for the cache, 
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from liqo.api import names
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
@@ -49,8 +55,12 @@ class TokenReflector(Reflector):
         manager: ReflectionManager,
         home_pods: Informer,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+        workers: int = 32,
     ) -> None:
-        """``home_pods`` is the pod reflector's informer (the pods bound to the node): the keys come from it."""
+        """``home_pods`` is the pod reflector's informer (the pods bound to the node): the keys come from it.
+
+        As many ``workers`` as the pod reflector's: a new pod's ShadowPod waits for its token Secret.
+        """
         self._home = manager.home
         self._manager = manager
         self._provider = manager.provider
@@ -59,7 +69,7 @@ class TokenReflector(Reflector):
         self._events = manager.events
         self._clock = clock
         self.controller: Controller[str] = Controller(
-            name=f"tokens {manager.node_name}", reconcile=self.reconcile, workers=2
+            name=f"tokens {manager.node_name}", reconcile=self.reconcile, workers=workers
         )
         self.controller.watch(home_pods, lambda pod: [object_key(pod)])
 
@@ -72,18 +82,15 @@ class TokenReflector(Reflector):
         """Watch the pod-token Secrets in the twin, and the home CA (in every pod-token Secret)."""
         home_namespace = pair.home_namespace
 
-        def token_owner(secret: Obj) -> list[str]:
-            if not tokens.is_pod_token(secret, home_cluster_id=self._home_cluster_id):
-                return []
-            pod = (secret["metadata"].get("annotations") or {}).get(names.HOME_POD)
-            return [f"{home_namespace}/{pod}"] if pod else []
-
         def ca_users(configmap: Obj) -> list[str]:
             if configmap["metadata"]["name"] != configdata.ROOT_CA_CONFIGMAP:
                 return []
             return self._pods_in(home_namespace)
 
-        self.controller.watch(pair.remote(SECRETS), token_owner)
+        owner = functools.partial(
+            tokens.token_owner_keys, home_namespace=home_namespace, home_cluster_id=self._home_cluster_id
+        )
+        self.controller.watch(pair.remote(SECRETS), owner)
         self.controller.watch(pair.home(CONFIGMAPS), ca_users)
 
     def namespace_synced(self, pair: NamespacePair) -> None:

@@ -233,6 +233,9 @@ async def test_events_about_the_remote_pod_show_on_the_home_pod(
     assert mirror["metadata"]["labels"][names.ORIGIN] == sites["milan"].cluster_id
     events, _ = await rome.list_all(EVENTS, namespace=home)
     assert not [e for e in events if e["message"] == "already a mirror"]
+    # milan's scheduler placed the pod before all this: its Scheduled is milan's own, rome's names the virtual node.
+    scheduled = [e for e in events if e["involvedObject"]["name"] == "watched" and e["reason"] == "Scheduled"]
+    assert [e["metadata"].get("labels", {}).get(names.ORIGIN) for e in scheduled] == [None]
 
     # The count grows on milan: the same home Event follows, no second one.
     await milan.patch(EVENTS, name, {"count": 5, "lastTimestamp": "2030-01-01T00:01:00Z"}, namespace=twin)

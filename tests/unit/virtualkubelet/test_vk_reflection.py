@@ -33,7 +33,7 @@ from liqo.virtualkubelet.forge import tokens as forge_tokens
 from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
-from liqo.virtualkubelet.reflection.tokens import TokenReflector
+from liqo.virtualkubelet.reflection.tokens import TokenReflector, token_secrets
 from tests.helpers import eventually
 
 Obj = dict[str, Any]
@@ -320,8 +320,12 @@ def test_events_written_through_events_k8s_io_are_folded_into_core_fields() -> N
     assert len(long["message"]) == 1024
 
 
-def test_only_events_about_pods_and_never_mirrors_are_mirrored() -> None:
+def test_only_events_about_pods_never_placements_nor_mirrors_are_mirrored() -> None:
     assert forge_events.mirrorable(remote_event())
+    # The provider's placement is its own (home's Scheduled names the virtual node); why it cannot place is news.
+    assert not forge_events.mirrorable(remote_event(type="Normal", reason="Scheduled"))
+    assert forge_events.mirrorable(remote_event(reason="FailedScheduling"))
+    assert forge_events.WATCHED == "reason!=Scheduled"
     shadow = remote_event(involvedObject={"kind": "ShadowPod", "name": "web-1"})
     assert not forge_events.mirrorable(shadow)
     mirror = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
@@ -413,8 +417,10 @@ class FakeApi:
 def _selects(selector: str | None, obj: Obj) -> bool:
     if not selector:
         return True
-    key, _, value = selector.partition("=")
     labels = obj["metadata"].get("labels") or {}
+    if selector.startswith("!"):
+        return selector[1:] not in labels
+    key, _, value = selector.partition("=")
     return key in labels and (not value or labels[key] == value)
 
 
@@ -630,7 +636,12 @@ async def test_a_mirror_found_made_by_a_previous_run_is_applied() -> None:
 def _remote(made: Reflected, resource: Resource, obj: Obj) -> Obj | None:
     pair = made.manager.pair("demo")
     assert pair is not None
-    return pair.remote(resource).store.get(f"demo-rome/{obj['metadata']['name']}")
+    key = f"demo-rome/{obj['metadata']['name']}"
+    if resource == EVENTS:  # the event reflector's informer
+        return pair.remote(resource, field_selector=forge_events.WATCHED).store.get(key)
+    if resource == SECRETS and names.POD_TOKEN in (obj["metadata"].get("labels") or {}):
+        return token_secrets(pair).store.get(key)
+    return pair.remote(resource).store.get(key)
 
 
 async def test_events_about_our_service_copies_are_mirrored_onto_the_home_service() -> None:

@@ -20,11 +20,26 @@ MIRRORED_KINDS = {"Pod": "v1", "Service": "v1", "Ingress": "networking.k8s.io/v1
 Services and Ingresses (a load balancer or ingress controller of the provider reports on them)."""
 
 
+NOT_MIRRORED_REASON = "Scheduled"
+"""The provider's scheduler placing the pod on one of its nodes is not mirrored. Home's own ``Scheduled`` Event
+already says where the pod went (the virtual node), and the provider's placement stays the provider's, as
+its ``PodScheduled`` condition does (:func:`liqo.virtualkubelet.forge.pods.news_for_home`): a second
+``Scheduled`` in ``kubectl describe pod`` would name a node home cannot see, for one more write per pod at
+home. ``FailedScheduling`` (why the provider cannot place it) is mirrored."""
+WATCHED = f"reason!={NOT_MIRRORED_REASON}"
+"""The field selector of the twin's Events watch: what is never mirrored is never sent either."""
+
+
 def mirrorable(event: Obj) -> bool:
-    """Whether a provider Event may be mirrored at home: about a kind we mirror, and not itself a mirror (pure)."""
+    """Whether a provider Event is mirrored at home: about a kind we mirror, not a placement, not a mirror (pure)."""
     involved = event.get("involvedObject") or {}
     labels = event["metadata"].get("labels") or {}
-    return bool(involved.get("kind") in MIRRORED_KINDS and involved.get("name") and names.ORIGIN not in labels)
+    return bool(
+        involved.get("kind") in MIRRORED_KINDS
+        and involved.get("name")
+        and event.get("reason") != NOT_MIRRORED_REASON
+        and names.ORIGIN not in labels
+    )
 
 
 def _whole_seconds(stamp: str | None) -> str | None:

@@ -23,6 +23,12 @@ _TOKEN_VOLUME_PREFIX = "kube-api-access-"
 the pod-token Secret in its place, under the same volume name so that the containers' mounts stay as they are."""
 
 
+TOKEN_SECRETS = f"{names.POD_TOKEN}=true"
+"""The label selector of the pod-token Secrets in a twin."""
+NOT_TOKEN_SECRETS = f"!{names.POD_TOKEN}"
+"""The label selector of every other Secret there (the copies of home Secrets, the provider's own)."""
+
+
 def is_token_volume(volume: Obj) -> bool:
     """Whether ``volume`` is the projected ServiceAccount volume the home admission adds (pure)."""
     return bool(str(volume.get("name", "")).startswith(_TOKEN_VOLUME_PREFIX) and "projected" in volume)
@@ -88,6 +94,11 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
+def ca_digest(ca: str) -> str:
+    """What a pod-token Secret says of the home CA it holds (pure)."""
+    return hashlib.sha256(ca.encode()).hexdigest()
+
+
 def token_secret(
     home_pod: Obj, *, namespace: str, home_cluster_id: str, token: str, ca: str, renew_at: datetime.datetime
 ) -> Obj:
@@ -108,6 +119,7 @@ def token_secret(
                 names.HOME_POD: meta["name"],
                 names.HOME_POD_UID: meta["uid"],
                 names.RENEW_AT: format_time(renew_at),
+                names.TOKEN_CA: ca_digest(ca),
             },
         },
         "type": "Opaque",
@@ -141,17 +153,13 @@ def token_renew_at(secret: Obj, home_pod: Obj, *, ca: str) -> datetime.datetime 
     """When the pod-token Secret's token must be replaced; None when it must be now (pure).
 
     Now, too, when the Secret was written for a deleted namesake of the pod (its token died with it) or with
-    another CA or namespace.
+    another CA. Read from the Secret's metadata alone: the cache of pod-token Secrets keeps no ``data``
+    (10 000 tokens and CA copies are tens of MiB), and its namespace is the twin of the pod's.
     """
     annotations = secret["metadata"].get("annotations") or {}
-    data = secret.get("data") or {}
-    meta = home_pod["metadata"]
-    current = (
-        annotations.get(names.HOME_POD_UID) == meta["uid"]
-        and "token" in data
-        and data.get("ca.crt") == _b64(ca)
-        and data.get("namespace") == _b64(meta["namespace"])
-    )
+    current = annotations.get(names.HOME_POD_UID) == home_pod["metadata"]["uid"] and annotations.get(
+        names.TOKEN_CA
+    ) == ca_digest(ca)
     renew = annotations.get(names.RENEW_AT)
     if not current or not renew:
         return None

@@ -24,9 +24,10 @@ from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.informer import Informer
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
 from liqo.virtualkubelet import metrics
-from liqo.virtualkubelet.forge import common, configdata, ingresses, services
+from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 Obj = dict[str, Any]
@@ -45,6 +46,7 @@ class CopiedKind:
         copy: The copy of a home object in a twin: ``copy(obj, namespace=, home_cluster_id=)``.
         is_current: Whether the copy as read already says what the desired one says.
         must_replace: Whether the copy cannot be updated into the desired one (deleted and made anew).
+        in_twin: The label selector of what the twin's cache of the kind holds (None: all).
     """
 
     resource: Resource
@@ -52,6 +54,7 @@ class CopiedKind:
     copy: Callable[..., Obj]
     is_current: Callable[[Obj, Obj], bool]
     must_replace: Callable[[Obj, Obj], bool]
+    in_twin: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,16 @@ CONFIG_KINDS = (
         copy=lambda obj, **where: configdata.reflected_copy(obj, resource=SECRETS, **where),
         is_current=configdata.copy_is_current,
         must_replace=configdata.must_replace,
+        # The pod-token Secrets are the token reflector's, cached apart without their data: a home Secret of
+        # the same name (a digest of a pod's) is refused by the provider as a namesake would be.
+        in_twin=tokens.NOT_TOKEN_SECRETS,
     ),
 )
+
+
+def _in_twin(pair: NamespacePair, kind: CopiedKind) -> Informer:
+    """The twin's cache of ``kind``."""
+    return pair.remote(kind.resource, label_selector=kind.in_twin)
 
 
 class CopyReflector(Reflector):
@@ -141,14 +152,14 @@ class CopyReflector(Reflector):
         """Watch every copied kind on both sides: an event on either re-queues the object of that name."""
         home_namespace = pair.home_namespace
         for plural, kind in self._kinds.items():
-            for informer in (pair.home(kind.resource), pair.remote(kind.resource)):
+            for informer in (pair.home(kind.resource), _in_twin(pair, kind)):
                 self.controller.watch(informer, _keyer(plural, home_namespace))
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Reconcile every object seen on either side again, with both caches listed."""
         for plural, kind in self._kinds.items():
             found = {obj["metadata"]["name"] for obj in pair.home(kind.resource).store.list()}
-            found |= {obj["metadata"]["name"] for obj in pair.remote(kind.resource).store.list()}
+            found |= {obj["metadata"]["name"] for obj in _in_twin(pair, kind).store.list()}
             for name in found:
                 self.controller.queue.add((plural, pair.home_namespace, name))
 
@@ -161,7 +172,7 @@ class CopyReflector(Reflector):
         if pair is None or not pair.synced:
             return None  # not (or no longer) offloaded here; or namespace_synced re-queues it
         home = pair.home(resource).store.get(f"{namespace}/{name}")
-        current = pair.remote(resource).store.get(f"{pair.twin}/{name}")
+        current = _in_twin(pair, kind).store.get(f"{pair.twin}/{name}")
         wanted = home is not None and self._policy.reflects(resource) and kind.reflectable(home)
         if current is not None and not common.is_copy(current, origin=self._home_cluster_id):
             if wanted and home is not None:

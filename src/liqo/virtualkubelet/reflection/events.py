@@ -37,6 +37,11 @@ Subject = tuple[str, str]
 COPIED = {"Service": SERVICES, "Ingress": INGRESSES}
 
 
+def _events(pair: NamespacePair) -> Informer:
+    """The twin's Events but those never mirrored (:data:`~liqo.virtualkubelet.forge.events.WATCHED`)."""
+    return pair.remote(EVENTS, field_selector=forge.WATCHED)
+
+
 def _subject(event: Obj) -> Subject | None:
     """What an Event is about, as ``(kind, name)`` (pure)."""
     involved = event.get("involvedObject") or {}
@@ -73,7 +78,7 @@ class EventReflector(Reflector):
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the twin's Events (indexed by subject) and our objects there (which re-queue their Events)."""
-        events = pair.remote(EVENTS)
+        events = _events(pair)
         about = self._about[pair.twin] = Index(events, by=_subject)  # before the handler below: it reads it
 
         def key(event: Obj) -> str:
@@ -103,7 +108,7 @@ class EventReflector(Reflector):
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Look at every Event again, with the objects listed too."""
-        listed = pair.remote(EVENTS).store.keys()
+        listed = _events(pair).store.keys()
         for key in listed:
             self.controller.queue.add(key)
 
@@ -120,7 +125,7 @@ class EventReflector(Reflector):
         pair = self._manager.pair_of_twin(twin)
         if pair is None or not pair.synced:
             return None
-        event = pair.remote(EVENTS).store.get(key)
+        event = _events(pair).store.get(key)
         if event is None or not forge.mirrorable(event):
             return None  # a deleted Event's mirror expires at home on its own, as Events do
         version = resource_version_of(event)

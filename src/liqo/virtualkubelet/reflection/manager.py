@@ -62,14 +62,14 @@ class NamespacePair(InformerGroup):
     """One offloaded home namespace and its twin on the provider, with the informers reflectors asked for.
 
     Informers are created on request, before the pair starts (in ``start_namespace``); one per (side,
-    resource, label selector), shared by every reflector asking for it.
+    resource, label selector, field selector), shared by every reflector asking for it.
     """
 
     def __init__(self, *, home: KubeClient, provider: KubeClient, home_namespace: str, twin: str) -> None:
         self.home_namespace = home_namespace
         self.twin = twin
         self._clients = {"home": home, "remote": provider}
-        self._scoped: dict[tuple[str, Resource, str | None], Informer] = {}
+        self._scoped: dict[tuple[str, Resource, str | None, str | None], Informer] = {}
         super().__init__([], name=f"reflection {home_namespace}→{twin}")
 
     def home(
@@ -79,15 +79,26 @@ class NamespacePair(InformerGroup):
         return self._informer("home", resource, label_selector, projection)
 
     def remote(
-        self, resource: Resource, *, label_selector: str | None = None, projection: Projection | None = None
+        self,
+        resource: Resource,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        projection: Projection | None = None,
     ) -> Informer:
         """The informer of ``resource`` in the twin, with the provider's identity (``projection`` as for home)."""
-        return self._informer("remote", resource, label_selector, projection)
+        return self._informer("remote", resource, label_selector, projection, field_selector=field_selector)
 
     def _informer(
-        self, side: str, resource: Resource, label_selector: str | None, projection: Projection | None
+        self,
+        side: str,
+        resource: Resource,
+        label_selector: str | None,
+        projection: Projection | None,
+        *,
+        field_selector: str | None = None,
     ) -> Informer:
-        scope = (side, resource, label_selector)
+        scope = (side, resource, label_selector, field_selector)
         if scope in self._scoped:
             self._scoped[scope].widen(projection)
         else:
@@ -99,6 +110,7 @@ class NamespacePair(InformerGroup):
                 resource=resource,
                 namespace=namespace,
                 label_selector=label_selector,
+                field_selector=field_selector,
                 name=f"{resource.plural}/{namespace}@{side}",
                 projection=projection,
             )

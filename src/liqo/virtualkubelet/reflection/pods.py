@@ -50,12 +50,13 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import PODS, SECRETS, object_key, split_namespaced_key, terminating
+from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.forge import tokens
 from liqo.virtualkubelet.reflection.copies import converge_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
+from liqo.virtualkubelet.reflection.tokens import token_secrets
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ class PodReflector(Reflector):
         owner = functools.partial(
             tokens.token_owner_keys, home_namespace=home_namespace, home_cluster_id=self._home_cluster_id
         )
-        self.controller.watch(pair.remote(SECRETS), owner)
+        self.controller.watch(token_secrets(pair), owner)
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Reconcile the namespace's pods again with both caches listed."""
@@ -254,7 +255,7 @@ class PodReflector(Reflector):
         """Whether the twin holds what the pod mounts of home's: no token at all, or its own pod-token Secret."""
         if tokens.token_volume(home["spec"]) is None:
             return True
-        secret = pair.remote(SECRETS).store.get(f"{pair.twin}/{tokens.token_secret_name(home['metadata']['name'])}")
+        secret = token_secrets(pair).store.get(f"{pair.twin}/{tokens.token_secret_name(home['metadata']['name'])}")
         return tokens.holds_token_of(secret, home, home_cluster_id=self._home_cluster_id)
 
     async def _no_twin(self, home: Obj | None) -> Result | None:

@@ -33,6 +33,7 @@ from typing import Any
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
+from liqo.kube.projection import keep
 from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
 from liqo.kube.timefmt import parse_time
 from liqo.virtualkubelet.forge import configdata, tokens
@@ -44,6 +45,16 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 TOKEN_RETRY_SECONDS = 30.0
 """A refused TokenRequest (ServiceAccount missing, RBAC) is tried again this often."""
+
+
+TOKEN_SECRET_FIELDS = keep("metadata", "type", "immutable")
+"""All that is read of a pod-token Secret: whose it is and when to renew it (its annotations), and whether a
+renewal may replace it in place (:func:`~liqo.virtualkubelet.forge.configdata.must_replace`); never its token."""
+
+
+def token_secrets(pair: NamespacePair) -> Informer:
+    """The twin's pod-token Secrets, metadata only; shared with the pod reflector, which waits for them."""
+    return pair.remote(SECRETS, label_selector=tokens.TOKEN_SECRETS, projection=TOKEN_SECRET_FIELDS)
 
 
 class TokenReflector(Reflector):
@@ -90,7 +101,7 @@ class TokenReflector(Reflector):
         owner = functools.partial(
             tokens.token_owner_keys, home_namespace=home_namespace, home_cluster_id=self._home_cluster_id
         )
-        self.controller.watch(pair.remote(SECRETS), owner)
+        self.controller.watch(token_secrets(pair), owner)
         self.controller.watch(pair.home(CONFIGMAPS), ca_users)
 
     def namespace_synced(self, pair: NamespacePair) -> None:
@@ -114,7 +125,7 @@ class TokenReflector(Reflector):
             return None  # no twin (yet): namespaces_changed or namespace_synced re-queues it
         home = self._home_pods.store.get(key)
         secret_name = tokens.token_secret_name(name)
-        current = pair.remote(SECRETS).store.get(f"{pair.twin}/{secret_name}")
+        current = token_secrets(pair).store.get(f"{pair.twin}/{secret_name}")
         if current is not None and not tokens.is_pod_token(current, home_cluster_id=self._home_cluster_id):
             log.warning("%s/%s on the provider is not a pod-token Secret of ours: left alone", pair.twin, secret_name)
             return None

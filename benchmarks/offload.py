@@ -24,7 +24,9 @@ machine); the CPU-seconds of every process of both clusters (their supervisors a
 component: control plane, KWOK, liqo's); the peak RSS (VmHWM, since the process started) of liqo's
 processes; the API requests per pod by resource and verb, from each API server's
 ``apiserver_request_total`` (:mod:`benchmarks.apirequests`); and how long the clean-up after it took (the
-namespace deleted, every pod gone from both clusters): liqo's teardown path at that scale. Then the latency
+namespace deleted, every pod gone from both clusters): liqo's teardown path at that scale; the next run waits
+until neither API server has answered a workload write for 3 s (KWOK's deletions drain for minutes after the
+pods are gone at 10 000 pods). Then the latency
 run: 100 pods each way, p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus
 direct).
 
@@ -220,7 +222,26 @@ async def clean(bench: Bench, home: KubeClient, *, namespace: str, pods: int) ->
         return False
 
     await poll_until(gone, timeout=300 + pods / 5, message=f"namespace {namespace} and its pods gone", interval=1.0)
-    return time.monotonic() - started
+    seconds = time.monotonic() - started
+    await settled(bench)
+    return seconds
+
+
+async def settled(bench: Bench, *, quiet: float = 3.0) -> None:
+    """Wait until neither API server has answered a workload write for ``quiet`` seconds.
+
+    See :func:`benchmarks.apirequests.workload_writes`: nothing of a run's clean-up is left to count against
+    the next run.
+    """
+    last: list[float] = []
+
+    async def quiet_now() -> bool:
+        now = [apirequests.workload_writes(await metrics(client)) for client in bench.clients.values()]
+        same = now == last
+        last[:] = now
+        return same
+
+    await poll_until(quiet_now, timeout=900, message="both clusters done with the clean-up's writes", interval=quiet)
 
 
 async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run]]:

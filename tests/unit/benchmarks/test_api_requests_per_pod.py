@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from benchmarks.apirequests import delta, median_counts, per_pod, request_counts, table, writes
+from benchmarks.apirequests import delta, median_counts, per_pod, request_counts, table, workload_writes, writes
 
 
 def sample(*, resource: str, verb: str, value: str, subresource: str = "", group: str = "", code: str = "200") -> str:
@@ -54,3 +54,11 @@ def test_the_table_puts_the_costliest_first_and_drops_what_rounds_to_nothing() -
         }
     )
     assert rows == [["pods/status", "patch", "3.00", "0.00"], ["pods", "create", "1.00", "1.00"]]
+
+
+def test_a_cluster_at_rest_writes_only_leases_and_node_heartbeats() -> None:
+    at_rest = {("leases", "update"): 40.0, ("nodes/status", "patch"): 12.0, ("pods", "list"): 3.0}
+    assert workload_writes(at_rest) == 0
+    draining = at_rest | {("pods", "delete"): 5000.0, ("events", "create"): 2.0}
+    assert workload_writes(draining) == 5002
+    assert writes(draining) == 5054

@@ -244,14 +244,10 @@ def test_the_token_secret_holds_token_ca_namespace_and_when_to_renew() -> None:
     assert forge_tokens.token_renew_at(made, home_pod(), ca="NEW CA") is None
 
 
-def test_a_pod_holds_its_token_only_through_a_secret_written_for_it() -> None:
+def test_a_pod_token_secret_requeues_its_home_pod() -> None:
     made = forge_tokens.token_secret(
         home_pod(), namespace="demo-rome", home_cluster_id=HOME_ID, token="T", ca="CA", renew_at=NOW
     )
-    assert forge_tokens.holds_token_of(made, home_pod(), home_cluster_id=HOME_ID)
-    assert not forge_tokens.holds_token_of(None, home_pod(), home_cluster_id=HOME_ID)
-    assert not forge_tokens.holds_token_of(made, home_pod(uid="u2"), home_cluster_id=HOME_ID)  # a namesake's
-    assert not forge_tokens.holds_token_of(made, home_pod(), home_cluster_id="other")
     keys = functools.partial(forge_tokens.token_owner_keys, home_namespace="demo", home_cluster_id=HOME_ID)
     assert keys(made) == ["demo/web-1"]
     assert keys({"metadata": {"name": "web-1-token-x", "annotations": {names.HOME_POD: "web-1"}}}) == []

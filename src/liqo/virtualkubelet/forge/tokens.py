@@ -133,14 +133,6 @@ def is_pod_token(secret: Obj, *, home_cluster_id: str) -> bool:
     return bool(labels.get(names.POD_TOKEN) == "true" and labels.get(names.REMOTE_CLUSTER_ID) == home_cluster_id)
 
 
-def holds_token_of(secret: Obj | None, home_pod: Obj, *, home_cluster_id: str) -> bool:
-    """Whether ``secret`` is the pod-token Secret written for ``home_pod`` itself, not for a deleted namesake (pure)."""
-    if secret is None or not is_pod_token(secret, home_cluster_id=home_cluster_id):
-        return False
-    annotations = secret["metadata"].get("annotations") or {}
-    return bool(annotations.get(names.HOME_POD_UID) == home_pod["metadata"]["uid"])
-
-
 def token_owner_keys(secret: Obj, *, home_namespace: str, home_cluster_id: str) -> list[str]:
     """The key (``namespace/name``) of the home pod a pod-token Secret of the twin is for; none for others (pure)."""
     if not is_pod_token(secret, home_cluster_id=home_cluster_id):

@@ -5,9 +5,6 @@ at home (the pod) or on the provider (its ShadowPod, its real pod), re-queues th
 reads the three caches and does the one next step towards agreement, so a restart (of this process, the
 manager, either API server) converges from whatever state it finds, without duplicates:
 
-- home pod alive, mounting a home ServiceAccount token, and its pod-token Secret not in the twin yet →
-  nothing: the token reflector writes the Secret, whose arrival re-queues the pod
-  (:mod:`~liqo.virtualkubelet.reflection.tokens`), so the provider never starts a pod without its token;
 - home pod alive, no ShadowPod → create the ShadowPod (its name is ours alone: a create, and a conflict means
   the cache is behind, whose event re-queues the key; a ShadowPod that no longer asks for the home pod as it
   is now is replaced at the cached resourceVersion; a refusal by the provider lands on the home pod as
@@ -37,7 +34,6 @@ cluster-wide); the other reflectors read the same remote pod cache.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -53,10 +49,8 @@ from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
-from liqo.virtualkubelet.forge import tokens
 from liqo.virtualkubelet.reflection.copies import converge_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
-from liqo.virtualkubelet.reflection.tokens import token_secrets
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +126,6 @@ class PodReflector(Reflector):
         home_namespace = pair.home_namespace
         for informer in (_shadows(pair, home_cluster_id=self._home_cluster_id), remote_pods(pair)):
             self.controller.watch(informer, lambda obj: [f"{home_namespace}/{obj['metadata']['name']}"])
-        owner = functools.partial(
-            tokens.token_owner_keys, home_namespace=home_namespace, home_cluster_id=self._home_cluster_id
-        )
-        self.controller.watch(token_secrets(pair), owner)
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Reconcile the namespace's pods again with both caches listed."""
@@ -213,8 +203,6 @@ class PodReflector(Reflector):
             await self._refused(home, reason=fit.DOES_NOT_FIT, message=fit.misfit_message(home, slots))
             return None  # checked again when the slots change (slots_changed)
         self._held.discard(key)
-        if shadow is None and not self._token_written(pair, home):
-            return None  # its pod-token Secret's arrival re-queues the pod
         desired = forge.shadow_pod(home, namespace=twin_name, home_cluster_id=self._home_cluster_id)
         if shadow is None or not forge.shadow_is_current(shadow, desired):
             try:
@@ -250,13 +238,6 @@ class PodReflector(Reflector):
         elif (verdict := forge.held_back(shadow)) is not None:
             await self._refused(home, reason=verdict[0], message=verdict[1])
         return None
-
-    def _token_written(self, pair: NamespacePair, home: Obj) -> bool:
-        """Whether the twin holds what the pod mounts of home's: no token at all, or its own pod-token Secret."""
-        if tokens.token_volume(home["spec"]) is None:
-            return True
-        secret = token_secrets(pair).store.get(f"{pair.twin}/{tokens.token_secret_name(home['metadata']['name'])}")
-        return tokens.holds_token_of(secret, home, home_cluster_id=self._home_cluster_id)
 
     async def _no_twin(self, home: Obj | None) -> Result | None:
         if home is None:

@@ -149,11 +149,10 @@ def token_renew_at(secret: Obj, home_pod: Obj, *, ca: str) -> datetime.datetime 
     (10 000 tokens and CA copies are tens of MiB), and its namespace is the twin of the pod's.
     """
     annotations = secret["metadata"].get("annotations") or {}
-    current = annotations.get(names.HOME_POD_UID) == home_pod["metadata"]["uid"] and annotations.get(
-        names.TOKEN_CA
-    ) == ca_digest(ca)
+    same_pod = annotations.get(names.HOME_POD_UID) == home_pod["metadata"]["uid"]
+    same_ca = annotations.get(names.TOKEN_CA) == ca_digest(ca)
     renew = annotations.get(names.RENEW_AT)
-    if not current or not renew:
+    if not (same_pod and same_ca) or not renew:
         return None
     try:
         return parse_time(renew)

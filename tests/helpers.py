@@ -272,10 +272,12 @@ SAMPLE_VALUES = Values(
 )
 
 
-def install_manifests(*, webhook_client_config: Any = None, **values: Any) -> list[Obj]:
+def install_manifests(*, webhook_client_config: Any = None, placement_policy: bool = True, **values: Any) -> list[Obj]:
     """What ``liqoctl install`` would apply on a real cluster with sample values (``values`` override fields)."""
     return manifests.manifests(
-        dataclasses.replace(SAMPLE_VALUES, **values), webhook_client_config=webhook_client_config
+        dataclasses.replace(SAMPLE_VALUES, **values),
+        webhook_client_config=webhook_client_config,
+        placement_policy=placement_policy,
     )
 
 

@@ -1,10 +1,13 @@
-"""The pod webhook as the real API server calls it, on the session cluster with liqo installed.
+"""Pod placement as the real API server applies it, on the session cluster with liqo installed.
 
-Pods are created through the API server and read back: whatever they carry was put there by the manager's
-webhook, over HTTPS, as registered by ``liqoctl install``. NamespaceOffloadings are created by hand
-(with the namespace's ``liqo.io/scheduling-enabled`` label, as the offloading controller would), so the
-webhook is tested on its own. The module installs liqo on the session cluster and removes it at the end;
-the last test checks what ``liqoctl uninstall`` leaves.
+Pods are created through the API server and read back: whatever they carry was put there either by the
+MutatingAdmissionPolicy ``liqoctl install`` registers where the API server serves the kind (ours does), or by
+the manager's webhook, over HTTPS, as registered where it does not (the ``webhook`` run registers it in place
+of the policy, as such an install would). Every test runs with both, and one holds both to
+:func:`liqo.offloading.webhook.pod_patch` over many pods. NamespaceOffloadings are created by hand (with the
+namespace's ``liqo.io/scheduling-enabled`` label, as the offloading controller would), so placement is tested
+on its own. The module installs liqo on the session cluster and removes it at the end; the last test checks
+what ``liqoctl uninstall`` leaves.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
+import random
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -22,12 +27,20 @@ import pytest
 from liqo.api import names
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.install import manifests
-from liqo.install.installer import InstallOptions, install, uninstall
+from liqo.install.installer import PLACEMENT_POLICY, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES, PODS, SECRETS, SERVICE_ACCOUNTS
+from liqo.kube.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
 from liqo.local import clusters
-from liqo.offloading import registration
+from liqo.offloading import placementpolicy, registration
+from liqo.offloading.webhook import pod_patch
 from tests.helpers import LocalCluster, eventually, unique
 
 Object = dict[str, Any]
@@ -43,14 +56,84 @@ REMOTE_TERM = {
 }
 
 
+REMOTE_TERM_ALONE = {"matchExpressions": REMOTE_TERM["matchExpressions"][:1]}
+"""The ``Remote`` term of a NamespaceOffloading without a cluster selector."""
+_REQUIREMENTS = [
+    {"key": TYPE, "operator": "In", "values": [names.VIRTUAL_NODE]},
+    {"key": TYPE, "operator": "NotIn", "values": [names.VIRTUAL_NODE]},
+    {"key": "topology.liqo.io/region", "operator": "In", "values": ["eu"]},
+    {"key": "disk", "operator": "In", "values": ["ssd", "nvme"]},
+    {"key": "gpu", "operator": "Exists"},
+]
+
+
+def random_placement(rnd: random.Random) -> Object:
+    """Tolerations and affinity a user may write, ours among them sometimes."""
+    spec: Object = {}
+    ours_for_a_while = {**names.virtual_node_toleration(), "tolerationSeconds": 5}
+    tolerations = rnd.choice(
+        [None, [], [names.virtual_node_toleration()], [{"key": "x", "operator": "Exists"}], [ours_for_a_while]]
+    )
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    shape = rnd.randrange(5)
+    if shape == 1:
+        spec["affinity"] = {"podAntiAffinity": {}}
+    elif shape == 2:
+        preferred = [{"weight": 1, "preference": {"matchExpressions": [_REQUIREMENTS[3]]}}]
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+    elif shape >= 3:
+        terms = []
+        for _ in range(rnd.randint(1, 3)):
+            term: Object = {"matchExpressions": rnd.sample(_REQUIREMENTS, rnd.randint(1, 3))}
+            if rnd.random() < 0.3:
+                term["matchFields"] = [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
+            terms.append(term)
+        spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}}
+    return spec
+
+
+def apply_json_patch(document: Object, operations: list[Object]) -> Object:
+    """``document`` with the ``add``/``replace`` operations pod_patch writes applied (RFC 6902, the subset)."""
+    result = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = operation["path"].strip("/").split("/")
+        target: Any = result
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), operation["value"])
+        else:
+            target[last] = operation["value"]
+    return result
+
+
+def placement_of(spec: Object) -> tuple[Any, ...]:
+    """What placement decides: the required terms, our toleration's count, and the rest of the affinity."""
+    affinity = dict(spec.get("affinity") or {})
+    node_affinity = dict(affinity.pop("nodeAffinity", None) or {})
+    return (
+        required_terms({"spec": spec}),
+        ours({"spec": spec}),
+        node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"),
+        affinity,
+    )
+
+
 def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
     )
 
 
+@pytest.fixture(scope="module", params=["policy", "webhook"])
+def placement(request: pytest.FixtureRequest) -> str:
+    """What places pods in this run of the module."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def installed(cluster: LocalCluster) -> Iterator[LocalCluster]:
+def installed(cluster: LocalCluster, placement: str) -> Iterator[LocalCluster]:
     """liqo on the session cluster for this module; uninstalled afterwards (a no-op if a test did)."""
 
     async def run(action: Callable[[KubeClient], Awaitable[object]]) -> None:
@@ -58,8 +141,23 @@ def installed(cluster: LocalCluster) -> Iterator[LocalCluster]:
             await action(client)
 
     asyncio.run(run(lambda c: install(c, InstallOptions(identity_ttl=600), progress=lambda _: None)))
+    if placement == "webhook":
+        asyncio.run(run(register_webhook_instead))
     yield cluster
     asyncio.run(run(lambda c: uninstall(c, purge=False, progress=lambda _: None)))
+
+
+async def register_webhook_instead(kube: KubeClient) -> None:
+    """What an install on an API server without MutatingAdmissionPolicy registers: the pod webhook."""
+    for resource, name in PLACEMENT_POLICY:
+        await kube.delete(resource, name)
+    validator = await kube.get(VALIDATING_WEBHOOK_CONFIGURATIONS, registration.VALIDATING_CONFIGURATION)
+    client_config = validator["webhooks"][0]["clientConfig"]
+    url = client_config["url"].replace(registration.VALIDATE_PATH, registration.PATH)
+    await kube.create(
+        MUTATING_WEBHOOK_CONFIGURATIONS,
+        manifests.pod_webhook_configuration(client_config={**client_config, "url": url}),
+    )
 
 
 NamespaceFactory = Callable[..., Awaitable[str]]
@@ -198,16 +296,39 @@ async def test_pods_outside_offloaded_namespaces_are_not_touched(
     assert required_terms(created) is None
 
 
-async def test_with_the_manager_down_only_offloaded_namespaces_wait(
-    installed: LocalCluster, kube: KubeClient, make_namespace: NamespaceFactory
+async def test_the_api_server_places_pods_as_pod_patch_says(kube: KubeClient, make_namespace: NamespaceFactory) -> None:
+    """Random pods (their own tolerations, affinities, terms with and without ours) against the definition."""
+    offloadings: dict[str, Object] = {}
+    for strategy, selector in [
+        ("Remote", {}),
+        ("LocalAndRemote", SELECTOR),
+        ("Local", {}),
+        ("Remote", {"b": "1", "a": "2"}),
+    ]:
+        namespace = await make_namespace(labelled=True, strategy=strategy, selector=selector)
+        offloadings[namespace] = await kube.get(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
+    rnd = random.Random(12)
+    for n in range(120):
+        namespace = list(offloadings)[n % len(offloadings)]
+        asked = pod(namespace, **random_placement(rnd))
+        placed = (await kube.create(PODS, asked, dry_run=True))["spec"]
+        expected = apply_json_patch(asked, pod_patch(pod=asked, offloading=offloadings[namespace]))["spec"]
+        assert placement_of(placed) == placement_of(expected), (offloadings[namespace]["spec"], asked["spec"])
+
+
+async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
+    installed: LocalCluster, placement: str, kube: KubeClient, make_namespace: NamespaceFactory
 ) -> None:
     offloaded = await make_namespace(labelled=True, strategy="Remote")
     plain = await make_namespace(labelled=False)
     await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
     try:
-        with pytest.raises(ApiError) as refused:
-            await kube.create(PODS, pod(offloaded))
-        assert f'failed calling webhook "{registration.WEBHOOK_NAME}"' in refused.value.message
+        if placement == "webhook":
+            with pytest.raises(ApiError) as refused:
+                await kube.create(PODS, pod(offloaded))
+            assert f'failed calling webhook "{registration.WEBHOOK_NAME}"' in refused.value.message
+        else:  # the API server places them itself
+            assert required_terms(await create_pod(kube, offloaded)) == [REMOTE_TERM_ALONE]
         assert required_terms(await create_pod(kube, plain)) is None
     finally:
         await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
@@ -222,7 +343,7 @@ async def test_with_the_manager_down_only_offloaded_namespaces_wait(
         return True
 
     await eventually(admitted_and_placed, timeout=30, message="pods admitted again once the manager is back")
-    assert required_terms(placed[-1]) == [{"matchExpressions": REMOTE_TERM["matchExpressions"][:1]}]
+    assert required_terms(placed[-1]) == [REMOTE_TERM_ALONE]
 
 
 async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
@@ -265,17 +386,17 @@ async def test_install_dry_run_shows_it_and_uninstall_removes_it(
     kubeconfig = f"--kubeconfig={installed.kubeconfig}"
     printed = await asyncio.to_thread(liqoctl, "install", "--dry-run", kubeconfig)
     assert printed.returncode == 0, printed.stderr
-    assert "kind: MutatingWebhookConfiguration" in printed.stdout
-    assert f"name: {registration.WEBHOOK_CONFIGURATION}" in printed.stdout
+    # Our API server serves MutatingAdmissionPolicy: the install places pods with it, not the webhook.
+    assert "kind: MutatingAdmissionPolicy\n" in printed.stdout
+    assert f"name: {placementpolicy.NAME}" in printed.stdout
+    assert "kind: MutatingWebhookConfiguration" not in printed.stdout
     assert "kind: ValidatingWebhookConfiguration" in printed.stdout
     assert f"name: {registration.VALIDATING_CONFIGURATION}" in printed.stdout
-    registered = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)
-    assert registered["webhooks"][0]["clientConfig"]["url"].endswith("/mutate/pods")
 
     labelled = await make_namespace(labelled=True)
     removed = await asyncio.to_thread(liqoctl, "uninstall", kubeconfig)
     assert removed.returncode == 0, removed.stderr
-    for resource, name, _ in registration.REGISTRATIONS:
+    for resource, name in (*PLACEMENT_POLICY, *((r, n) for r, n, _ in registration.REGISTRATIONS)):
         with pytest.raises(NotFoundError):
             await kube.get(resource, name)
     # Nobody is left to answer, and nobody is asked: pods in labelled namespaces are created as they are.

@@ -5,7 +5,8 @@ SharingPolicy — is written by hand as Helm templates (``charts/liqo/templates/
 because conditionals read better in Go templates than in generated text. Everything else is the Python
 rendering itself, written out by :func:`generated_files` (``make chart``): the CRDs, every RBAC object and the
 peer Service policy (the security boundary: one source only), the webhook registrations (with one Helm
-include for how the API server reaches them), ``values.yaml`` (from :class:`~liqo.install.values.Values`'s
+include for how the API server reaches them, and the pod placement policy in place of the pod webhook where the
+API server serves MutatingAdmissionPolicy), ``values.yaml`` (from :class:`~liqo.install.values.Values`'s
 defaults) and ``Chart.yaml``. A unit test fails when the committed files differ from these; an integration
 test holds ``helm template`` equal to :func:`liqo.install.manifests.chart` for several sets of values.
 """
@@ -35,15 +36,29 @@ def _dump(items: list[dict[str, Any]]) -> str:
     return HEADER + yaml.safe_dump_all(items, sort_keys=False, width=10_000)
 
 
+PLACEMENT_POLICY_SERVED = '.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"'
+"""The chart's test for :func:`liqo.install.manifests.pod_placement`'s choice (the installer asks discovery)."""
+
+
 def _webhooks() -> str:
     def marker(path: str) -> dict[str, Any]:
         return {"url": f"{_CLIENT_CONFIG}{path}"}
 
-    text = _dump(
-        [
-            manifests.pod_webhook_configuration(client_config=marker(registration.PATH)),
-            manifests.shadow_pod_webhook_configuration(client_config=marker(registration.VALIDATE_PATH)),
-        ]
+    def dump(items: list[dict[str, Any]]) -> str:
+        return yaml.safe_dump_all(items, sort_keys=False, width=10_000)
+
+    placement = (
+        f"{{{{- if {PLACEMENT_POLICY_SERVED} }}}}\n"
+        + dump(manifests.pod_placement(client_config=marker, policy=True))
+        + "{{- else }}\n"
+        + dump(manifests.pod_placement(client_config=marker, policy=False))
+        + "{{- end }}\n"
+    )
+    text = (
+        HEADER
+        + placement
+        + "---\n"
+        + dump([manifests.shadow_pod_webhook_configuration(client_config=marker(registration.VALIDATE_PATH))])
     )
     lines = []
     for line in text.splitlines():

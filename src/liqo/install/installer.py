@@ -58,6 +58,8 @@ from liqo.kube.resources import (
     CSRS,
     DAEMON_SETS,
     DEPLOYMENTS,
+    MUTATING_ADMISSION_POLICIES,
+    MUTATING_ADMISSION_POLICY_BINDINGS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     NODES,
@@ -79,6 +81,7 @@ from liqo.local.layout import ClusterDir, free_ports
 from liqo.local.realnodes import images
 from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
+from liqo.offloading import placementpolicy, registration
 from liqo.offloading.registration import REGISTRATIONS
 
 Progress = Callable[[str], None]
@@ -107,8 +110,15 @@ BY_KIND: dict[str, Resource] = {
         VALIDATING_WEBHOOK_CONFIGURATIONS,
         VALIDATING_ADMISSION_POLICIES,
         VALIDATING_ADMISSION_POLICY_BINDINGS,
+        MUTATING_ADMISSION_POLICIES,
+        MUTATING_ADMISSION_POLICY_BINDINGS,
     )
 }
+PLACEMENT_POLICY = (
+    (MUTATING_ADMISSION_POLICY_BINDINGS, placementpolicy.NAME),
+    (MUTATING_ADMISSION_POLICIES, placementpolicy.NAME),
+)
+"""The pod placement policy's objects, in deletion order."""
 CRD_DEADLINE = 60.0
 MANAGER_DEADLINE = 60.0
 UNINSTALL_DEADLINE = 120.0
@@ -363,6 +373,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         local=_local_network(local) if local else None,
         previous=recorded,
     )
+    policy = await client.serves(MUTATING_ADMISSION_POLICIES)
     labels = options.cluster_labels
     if labels is None:
         labels = orjson.loads(previous.get("clusterLabels") or "{}")
@@ -379,7 +390,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         reserved_namespaces=options.reserved_namespaces,
     )
     if local is None:
-        return Plan(values=values, items=manifests.manifests(values), launcher=Pods())
+        return Plan(values=values, items=manifests.manifests(values, placement_policy=policy), launcher=Pods())
     pods = clusters.pod_network(local)
     if pods is not None:
         values = local_pod_values(values, network=pods, image=options.image or local_image())
@@ -388,11 +399,14 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
             values.webhook_url,
             f"https://{pods.node_addresses[0]}:{LOCAL_NODE_PORTS['kubelet']}",
         )
-        return Plan(values=values, items=manifests.manifests(values), launcher=Pods(reachable=node_ports))
+        items = manifests.manifests(values, placement_policy=policy)
+        return Plan(values=values, items=items, launcher=Pods(reachable=node_ports))
     host = host_processes(local, options)
     # Without a real node nothing could run a gateway: no fabric (NetworkStatus says so on every peer).
     values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url, network_fabric=False)
-    items = manifests.manifests(values, webhook_client_config=host.webhook_client_config, workloads=False)
+    items = manifests.manifests(
+        values, webhook_client_config=host.webhook_client_config, workloads=False, placement_policy=policy
+    )
     return Plan(values=values, items=items, launcher=host)
 
 
@@ -408,9 +422,25 @@ async def install(client: KubeClient, options: InstallOptions, *, progress: Prog
     progress(f"installing liqo on {name}")
     for item in planned.items:
         await client.apply(BY_KIND[item["kind"]], item)
+    await _drop_other_placement(client, planned.items)
     await wait_crds_established(client)
     await planned.launcher.start(client, progress)
     return await _wait_identity(client, planned.values)
+
+
+async def _drop_other_placement(client: KubeClient, items: list[dict[str, Any]]) -> None:
+    """Delete the pod webhook's registration if the policy now places pods, or the policy if the webhook does.
+
+    An install made before the API server served MutatingAdmissionPolicy (or by an older liqo) registered the
+    webhook; left there, it would be called for every pod the policy already placed.
+    """
+    if any(item["kind"] == MUTATING_ADMISSION_POLICIES.kind for item in items):
+        stale = [(MUTATING_WEBHOOK_CONFIGURATIONS, registration.WEBHOOK_CONFIGURATION)]
+    else:
+        stale = list(PLACEMENT_POLICY)
+    for resource, name in stale:
+        with contextlib.suppress(NotFoundError):
+            await client.delete(resource, name)
 
 
 async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
@@ -447,7 +477,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
             )
     # The webhooks go first: with failurePolicy Fail, once the manager is gone every pod created in a
     # namespace still labelled for offloading (every ShadowPod written in a twin) would be refused.
-    for resource, name, _ in REGISTRATIONS:
+    for resource, name in (*PLACEMENT_POLICY, *((r, n) for r, n, _ in REGISTRATIONS)):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)
     local = clusters.find_by_server(client.server)

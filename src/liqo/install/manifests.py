@@ -23,7 +23,7 @@ from liqo.api.crds import all_crds
 from liqo.install import fabric
 from liqo.install.values import Values
 from liqo.kube import csr
-from liqo.offloading import registration
+from liqo.offloading import placementpolicy, registration
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
 
@@ -640,6 +640,43 @@ def pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
     }
 
 
+def pod_placement_policy() -> list[Manifest]:
+    """The pod webhook's placement as a MutatingAdmissionPolicy (:mod:`liqo.offloading.placementpolicy`).
+
+    The same namespaces as the webhook (labelled for offloading), the namespace's NamespaceOffloading as the
+    parameter (none: the pod is left alone, as the webhook leaves it), ``Fail`` for the same reason.
+    """
+    offloadings = liqo_resources.NAMESPACE_OFFLOADINGS
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": _meta(placementpolicy.NAME, namespace=None),
+        "spec": {
+            "paramKind": {"apiVersion": offloadings.api_version, "kind": offloadings.kind},
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+                ]
+            },
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "variables": placementpolicy.variables(),
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": placementpolicy.patch_expression()}}],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": _meta(placementpolicy.NAME, namespace=None),
+        "spec": {
+            "policyName": placementpolicy.NAME,
+            "paramRef": {"name": names.OFFLOADING, "parameterNotFoundAction": "Allow"},
+            "matchResources": {"namespaceSelector": {"matchLabels": {names.SCHEDULING_ENABLED: "true"}}},
+        },
+    }
+    return [policy, binding]
+
+
 def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
     """The registration of the ShadowPod validating webhook (docs/security.md, "ShadowPod admission").
 
@@ -702,13 +739,19 @@ def rights() -> list[Manifest]:
 
 
 def chart(
-    values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
+    values: Values,
+    *,
+    webhook_client_config: ClientConfig | None = None,
+    workloads: bool = True,
+    placement_policy: bool = True,
 ) -> list[Manifest]:
     """What ``charts/liqo`` renders for ``values`` (its CRDs included), in apply order.
 
     The webhooks' registrations come last, once what serves them is in place. ``workloads=False`` leaves
     out the Deployments and Services (the host-process launcher runs the manager and the virtual kubelet
-    itself, and says with ``webhook_client_config`` how the API server reaches them).
+    itself, and says with ``webhook_client_config`` how the API server reaches them). New pods are placed by
+    the MutatingAdmissionPolicy if ``placement_policy`` (the API server serves that kind), else by the pod
+    webhook: never both.
     """
     client_config = webhook_client_config or _client_config_of(values)
     items = [
@@ -719,16 +762,35 @@ def chart(
     ]
     if workloads:
         items += [*manager_workload(values), *virtual_kubelet_workload(values), *fabric.fabric_workloads(values)]
-    items.append(pod_webhook_configuration(client_config=client_config(registration.PATH)))
+    items += pod_placement(client_config=client_config, policy=placement_policy)
     items.append(shadow_pod_webhook_configuration(client_config=client_config(registration.VALIDATE_PATH)))
     return items
 
 
+def pod_placement(*, client_config: ClientConfig, policy: bool) -> list[Manifest]:
+    """What places new pods of offloaded namespaces: the admission policy, or the pod webhook's registration."""
+    if policy:
+        return pod_placement_policy()
+    return [pod_webhook_configuration(client_config=client_config(registration.PATH))]
+
+
 def manifests(
-    values: Values, *, webhook_client_config: ClientConfig | None = None, workloads: bool = True
+    values: Values,
+    *,
+    webhook_client_config: ClientConfig | None = None,
+    workloads: bool = True,
+    placement_policy: bool = True,
 ) -> list[Manifest]:
     """Everything ``liqoctl install`` applies: the liqo namespace, then :func:`chart`.
 
     The chart leaves the namespace out because Helm makes it (``--create-namespace``) and owns none of it.
     """
-    return [namespace(), *chart(values, webhook_client_config=webhook_client_config, workloads=workloads)]
+    return [
+        namespace(),
+        *chart(
+            values,
+            webhook_client_config=webhook_client_config,
+            workloads=workloads,
+            placement_policy=placement_policy,
+        ),
+    ]

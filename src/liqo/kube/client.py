@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from liqo.kube import kubeconfig
-from liqo.kube.errors import GoneError, UnreachableError, api_error
+from liqo.kube.errors import GoneError, NotFoundError, UnreachableError, api_error
 from liqo.kube.kubeconfig import Access, Authenticator
 from liqo.kube.resources import Resource
 
@@ -234,6 +234,15 @@ class KubeClient:
         """Read one object."""
         result: dict[str, Any] = await self.request("GET", resource.path(namespace=namespace, name=name))
         return result
+
+    async def serves(self, resource: Resource) -> bool:
+        """Whether the API server serves ``resource`` (discovery of its group version)."""
+        prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+        try:
+            listed = await self.request("GET", prefix)
+        except NotFoundError:
+            return False
+        return any(r.get("name") == resource.plural for r in (listed or {}).get("resources") or [])
 
     async def list(
         self,

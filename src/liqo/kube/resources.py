@@ -91,6 +91,16 @@ VALIDATING_ADMISSION_POLICY_BINDINGS = Resource(
     "ValidatingAdmissionPolicyBinding",
     namespaced=False,
 )
+MUTATING_ADMISSION_POLICIES = Resource(
+    "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies", "MutatingAdmissionPolicy", namespaced=False
+)
+MUTATING_ADMISSION_POLICY_BINDINGS = Resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    namespaced=False,
+)
 MUTATING_WEBHOOK_CONFIGURATIONS = Resource(
     "admissionregistration.k8s.io",
     "v1",

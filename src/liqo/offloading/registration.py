@@ -249,13 +249,14 @@ async def publish_ca_bundle(
     """Put ``ca_pem`` in the configuration's ``caBundle`` for ``webhook`` if it is called through a Service.
 
     Returns:
-        Whether the configuration was patched. A missing configuration (liqo installed by an older
-        version) is logged, not raised: the rest of the manager works without the webhook.
+        Whether the configuration was patched. A missing configuration is logged, not raised: the pod
+        webhook is not registered where the pod placement policy stands in for it
+        (:mod:`liqo.offloading.placementpolicy`), and the rest of the manager works without either webhook.
     """
     try:
         configuration = await client.get(resource, name)
     except NotFoundError:
-        log.warning("%s %s not found: its webhook is not called", resource.kind, name)
+        log.info("%s %s is not registered: its webhook is not called", resource.kind, name)
         return False
     patch = ca_bundle_patch(configuration, ca_pem=ca_pem, webhook=webhook)
     if patch is None:

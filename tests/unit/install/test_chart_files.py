@@ -30,9 +30,12 @@ def test_the_webhook_registrations_leave_only_the_client_config_to_the_template(
     rendered = [
         manifests.pod_webhook_configuration(client_config={}),
         manifests.shadow_pod_webhook_configuration(client_config={}),
+        *manifests.pod_placement_policy(),
     ]
     for item in rendered:
         assert item["metadata"]["name"] in text
+    # The placement policy and the pod webhook exclude each other, by what the API server serves.
+    assert text.count(chart.PLACEMENT_POLICY_SERVED) == 1
 
 
 def test_no_generated_file_holds_template_syntax_by_accident() -> None:

@@ -276,8 +276,20 @@ async def test_the_informer_stops_with_the_application() -> None:
 # -- registration -----------------------------------------------------------------------------------------
 
 
+def test_where_the_api_server_serves_mutating_policies_the_policy_places_pods_not_the_webhook() -> None:
+    policy, binding, validator = install_manifests()[-3:]
+    assert (policy["kind"], binding["kind"]) == ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["paramRef"] == {"name": "offloading", "parameterNotFoundAction": "Allow"}
+    assert binding["spec"]["matchResources"] == {
+        "namespaceSelector": {"matchLabels": {"liqo.io/scheduling-enabled": "true"}}
+    }
+    assert validator["kind"] == "ValidatingWebhookConfiguration"
+    assert "MutatingWebhookConfiguration" not in {m["kind"] for m in install_manifests()}
+
+
 def test_install_registers_the_webhooks_last_through_the_webhook_service_by_default() -> None:
-    configuration, validator = install_manifests()[-2:]
+    configuration, validator = install_manifests(placement_policy=False)[-2:]
     assert configuration["kind"] == "MutatingWebhookConfiguration"
     assert configuration["metadata"]["name"] == "liqo-pod-mutator"
     (hook,) = configuration["webhooks"]
@@ -341,7 +353,7 @@ def test_a_local_cluster_registers_the_loopback_url_and_its_ca() -> None:
     def config(path: str) -> Object:
         return manifests.webhook_url_client_config(webhook_url="https://127.0.0.1:40123/", ca_pem=b"CA", path=path)
 
-    mutator, validator = install_manifests(webhook_client_config=config)[-2:]
+    mutator, validator = install_manifests(webhook_client_config=config, placement_policy=False)[-2:]
     bundle = base64.b64encode(b"CA").decode()
     assert mutator["webhooks"][0]["clientConfig"] == {"url": "https://127.0.0.1:40123/mutate/pods", "caBundle": bundle}
     assert validator["webhooks"][0]["clientConfig"] == {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import subprocess
 import sys
@@ -459,3 +460,33 @@ def api_pods(draw: st.DrawFn, *, nodes: tuple[str, ...] = ("n1", "n2")) -> dict[
         "containerStatuses": [{"name": "a", "ready": True}],
     }
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def _tokens(path: str) -> list[str]:
+    assert path.startswith("/"), path
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+
+
+def apply_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """``document`` with an RFC 6902 ``add``/``replace`` patch applied (what the API server does with ours)."""
+    result = copy.deepcopy(document)
+    for op in patch:
+        *parents, last = _tokens(op["path"])
+        target: Any = result
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        value = copy.deepcopy(op["value"])
+        if op["op"] == "add":
+            if isinstance(target, list):
+                target.insert(len(target) if last == "-" else int(last), value)
+            else:
+                target[last] = value
+        elif op["op"] == "replace":
+            if isinstance(target, list):
+                target[int(last)] = value
+            else:
+                assert last in target, f"replace of a missing member {op['path']}"
+                target[last] = value
+        else:
+            raise AssertionError(f"unexpected op {op['op']}")
+    return result

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import copy
 import random
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from liqo.kube.resources import (
 from liqo.local import clusters
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.webhook import pod_patch
-from tests.helpers import LocalCluster, eventually, unique
+from tests.helpers import LocalCluster, apply_patch, eventually, unique
 
 Object = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -91,21 +90,6 @@ def random_placement(rnd: random.Random) -> Object:
             terms.append(term)
         spec["affinity"] = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}}
     return spec
-
-
-def apply_json_patch(document: Object, operations: list[Object]) -> Object:
-    """``document`` with the ``add``/``replace`` operations pod_patch writes applied (RFC 6902, the subset)."""
-    result = copy.deepcopy(document)
-    for operation in operations:
-        *parents, last = operation["path"].strip("/").split("/")
-        target: Any = result
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
-            target.insert(len(target) if last == "-" else int(last), operation["value"])
-        else:
-            target[last] = operation["value"]
-    return result
 
 
 def placement_of(spec: Object) -> tuple[Any, ...]:
@@ -312,7 +296,7 @@ async def test_the_api_server_places_pods_as_pod_patch_says(kube: KubeClient, ma
         namespace = list(offloadings)[n % len(offloadings)]
         asked = pod(namespace, **random_placement(rnd))
         placed = (await kube.create(PODS, asked, dry_run=True))["spec"]
-        expected = apply_json_patch(asked, pod_patch(pod=asked, offloading=offloadings[namespace]))["spec"]
+        expected = apply_patch(asked, pod_patch(pod=asked, offloading=offloadings[namespace]))["spec"]
         assert placement_of(placed) == placement_of(expected), (offloadings[namespace]["spec"], asked["spec"])
 
 

@@ -607,7 +607,7 @@ ClientConfig = Callable[[str], dict[str, Any]]
 
 
 def pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
-    """The registration of the pod mutating webhook (docs/offloading.md, "Pod webhook").
+    """The registration of the pod mutating webhook (docs/offloading.md, "Pod placement").
 
     Called for pod creations in namespaces labelled for offloading only, so a manager that is down holds
     up those pods alone; ``Fail`` because an unplaced pod would silently ignore the namespace's strategy.

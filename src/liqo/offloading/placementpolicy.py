@@ -7,7 +7,7 @@ namespace's NamespaceOffloading (``paramRef`` by name, in the pod's namespace).
 
 Why both: a webhook call per pod is an HTTP/1.1 request to the manager, and under a ReplicaSet's burst the API
 server's connection pool overflows, so most calls pay a new TLS handshake on each side (docs/offloading.md,
-"Pod webhook"); with ``failurePolicy: Fail`` a manager that is down also holds up every pod of an offloaded
+"Pod placement"); with ``failurePolicy: Fail`` a manager that is down also holds up every pod of an offloaded
 namespace. The policy costs neither, but it needs ``admissionregistration.k8s.io/v1`` MutatingAdmissionPolicy
 (GA in Kubernetes 1.36). So the install registers the policy where the API server serves it and the webhook
 where it does not, never both (:func:`liqo.install.manifests.pod_placement`). An integration test holds the

@@ -2,7 +2,9 @@
 
 Virtual nodes carry a ``NoExecute`` taint, so nothing lands on them by accident; a namespace's
 NamespaceOffloading says where its pods may run, and this webhook writes that into each new pod as the
-scheduler understands it (docs/offloading.md, "Pod webhook"):
+scheduler understands it (docs/offloading.md, "Pod placement"; where the API server serves
+MutatingAdmissionPolicy, :mod:`liqo.offloading.placementpolicy` does the same in process and this webhook is not
+registered):
 
 - ``Remote``: the virtual-node toleration, and a required node affinity to virtual nodes (matching the
   ``clusterSelector``) only;

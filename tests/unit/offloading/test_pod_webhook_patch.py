@@ -25,6 +25,7 @@ from liqo.offloading.webhook import (
     pod_patch,
     required_terms,
 )
+from tests.helpers import apply_patch
 
 Object = dict[str, Any]
 TYPE = names.VIRTUAL_NODE_TYPE
@@ -65,35 +66,6 @@ def required(*terms: list[Object]) -> Object:
 
 
 # -- a tiny RFC 6902 applier (add and replace: all the webhook emits) -----------------------------------------
-
-
-def _tokens(path: str) -> list[str]:
-    assert path.startswith("/"), path
-    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
-
-
-def apply_patch(document: Object, patch: list[Object]) -> Object:
-    result = copy.deepcopy(document)
-    for op in patch:
-        *parents, last = _tokens(op["path"])
-        target: Any = result
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        value = copy.deepcopy(op["value"])
-        if op["op"] == "add":
-            if isinstance(target, list):
-                target.insert(len(target) if last == "-" else int(last), value)
-            else:
-                target[last] = value
-        elif op["op"] == "replace":
-            if isinstance(target, list):
-                target[int(last)] = value
-            else:
-                assert last in target, f"replace of a missing member {op['path']}"
-                target[last] = value
-        else:
-            raise AssertionError(f"unexpected op {op['op']}")
-    return result
 
 
 # -- node selection semantics, as the scheduler applies them ------------------------------------------------

@@ -181,8 +181,14 @@ async def test_both_installs_run_liqo_as_pods_from_the_local_image_as_a_non_root
 
 async def test_helm_template_renders_what_liqoctl_install_dry_run_prints(lisbon: Site, tmp_path: Path) -> None:
     values = values_file(lisbon.cluster, tmp_path / "values.yaml")
+    # Without a cluster Helm's capabilities do not list MutatingAdmissionPolicy; lisbon's API server serves it
+    # (what `helm install` sees), and liqoctl asked it.
+    served = "--api-versions=admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
     by_helm = yaml.safe_load_all(
-        helm(lisbon.cluster, "template", "liqo", str(CHART), "--namespace", "liqo", "--include-crds", "-f", str(values))
+        helm(
+            lisbon.cluster,
+            *("template", "liqo", str(CHART), "--namespace", "liqo", "--include-crds", "-f", str(values), served),
+        )
     )
     by_liqoctl = yaml.safe_load_all(liqoctl(lisbon.cluster, "install", "--dry-run"))
 

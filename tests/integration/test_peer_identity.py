@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from cryptography import x509
@@ -74,9 +75,17 @@ async def provider_side(milan: KubeClient, consumer: str) -> dict[str, Any]:
         tenant = (await milan.get(NAMESPACES, names.tenant_namespace(consumer)))["metadata"]["uid"]
     except NotFoundError:
         tenant = None
+    # The spec is what an impersonation would rewrite (key fingerprint, network); the status keeps moving
+    # for a while after a peering by the provider's own controllers, so resourceVersion would flake.
     return {
         "foreign clusters": sorted(
-            (f["metadata"]["name"], f["metadata"]["resourceVersion"]) for f in fcs if f["spec"]["clusterID"] == consumer
+            (
+                f["metadata"]["name"],
+                f["metadata"].get("generation"),
+                orjson.dumps(f["spec"], option=orjson.OPT_SORT_KEYS),
+            )
+            for f in fcs
+            if f["spec"]["clusterID"] == consumer
         ),
         "csrs": [c["metadata"]["name"] for c in csrs],
         "tenant": tenant,

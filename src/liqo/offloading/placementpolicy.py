@@ -13,8 +13,9 @@ namespace. The policy costs neither, but it needs ``admissionregistration.k8s.io
 where it does not, never both (:func:`liqo.install.manifests.pod_placement`). An integration test holds the
 two to the same result over many pods, on a real API server.
 
-Expressions are built from :mod:`liqo.api.names` so a label or taint is named in one place. The ``Object.*``
-constructors give CEL the pod schema's types, which JSONPatch values of a typed object need.
+Expressions are built from :mod:`liqo.api.names` so a label or taint is named in one place. The values are
+plain CEL maps wrapped in ``dyn()``: the API server's CEL wants lists and maps of one type, and the pod's own
+terms (typed by its schema) are mixed with ours.
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from liqo.api import names
 NAME = "liqo-pod-placement"
 """The MutatingAdmissionPolicy and its binding (cluster-scoped)."""
 
-_TERM = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
-_REQUIREMENT = f"{_TERM}.matchExpressions"
-_REQUIRED = "Object.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 _AFFINITY_PATH = "/spec/affinity"
 _NODE_AFFINITY_PATH = f"{_AFFINITY_PATH}/nodeAffinity"
 _REQUIRED_PATH = f"{_NODE_AFFINITY_PATH}/requiredDuringSchedulingIgnoredDuringExecution"

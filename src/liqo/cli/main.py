@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from liqo.cli import install, local, network, offloading, peering
+from liqo.cli import install, kube, local, network, offloading, peering
 
 app = typer.Typer(
     name="liqoctl",
@@ -18,6 +18,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def global_options(kubeconfig: kube.Kubeconfig = None, context: kube.Context = None) -> None:
+    """Options accepted before any command; the command's own, after it, win."""
+    kube.choose(kubeconfig=kubeconfig, context=context)
+
+
 app.add_typer(local.app, name="local")
 app.command("install")(install.install_command)
 app.command("uninstall")(install.uninstall_command)

@@ -51,7 +51,7 @@ def peer(
         policy = _offer_policy(offer_policy)
         async with (
             client_for(kubeconfig, context) as local,
-            client_for(remote_kubeconfig, remote_context, name="remote") as remote,
+            client_for(remote_kubeconfig, remote_context, name="remote", remote=True) as remote,
         ):
             offers = [await operations.peer(local, remote, offer_policy=policy, timeout=timeout, progress=progress)]
             if bidirectional:

@@ -72,3 +72,33 @@ def test_install_refuses_a_malformed_cidr_before_talking_to_any_cluster(
     result = CliRunner().invoke(app, ["install", *args, "--kubeconfig", str(nowhere)])
     assert result.exit_code == 2
     assert message in " ".join(result.output.replace("│", " ").split())
+
+
+def test_kubeconfig_and_context_may_come_before_the_command(tmp_path: Path) -> None:
+    before, after = tmp_path / "before.kubeconfig", tmp_path / "after.kubeconfig"
+    result = CliRunner().invoke(app, ["--kubeconfig", str(before), "offload", "namespace", "demo"])
+    assert result.exit_code == 1
+    assert f"no kubeconfig at {before}" in " ".join(result.output.split())
+    result = CliRunner().invoke(app, ["--kubeconfig", str(before), "info", "--kubeconfig", str(after)])
+    assert f"no kubeconfig at {after}" in " ".join(result.output.split())  # the command's own wins
+
+
+def _kubeconfig(path: Path, *, context: str) -> Path:
+    path.write_text(
+        f"apiVersion: v1\nkind: Config\ncurrent-context: {context}\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        f"users: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: {context}, context: {{cluster: c, user: u}}}}]\n"
+    )
+    return path
+
+
+def test_the_global_options_never_name_the_remote_cluster(tmp_path: Path) -> None:
+    local = _kubeconfig(tmp_path / "local", context="home")
+    remote = _kubeconfig(tmp_path / "remote", context="away")
+    result = CliRunner().invoke(
+        app, ["--kubeconfig", str(local), "--context", "home", "peer", "--remote-kubeconfig", str(remote), "--timeout", "1"]
+    )
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1
+    assert "home" not in output  # the remote's own current context was used: the error is about reaching it
+    assert "127.0.0.1:9" in output

@@ -8,6 +8,7 @@ one-second resolution, too coarse for pods that start in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import time
@@ -75,17 +76,71 @@ def _ready(pod: dict[str, Any]) -> bool:
     return False
 
 
+async def _scale_up(client: KubeClient, *, namespace: str, replicas: int, pace: float) -> None:
+    """Raise the Deployment's replicas by one every ``pace`` seconds, from 1 to ``replicas``.
+
+    The sleep here is the load's schedule, not a wait for a condition: pods arrive at a steady rate.
+    """
+    for count in range(2, replicas + 1):
+        await asyncio.sleep(pace)
+        await client.patch(DEPLOYMENTS, "bench", {"spec": {"replicas": count}}, namespace=namespace)
+
+
 async def rollout(
-    client: KubeClient, *, namespace: str, replicas: int, timeout: float = 1800, create_namespace: bool = True
+    client: KubeClient,
+    *,
+    namespace: str,
+    replicas: int,
+    timeout: float = 1800,
+    create_namespace: bool = True,
+    pace: float | None = None,
 ) -> RolloutResult:
-    """Create a Deployment (and its namespace, unless it exists); measure until ``replicas`` pods are Ready."""
+    """Create a Deployment (and its namespace, unless it exists); measure until ``replicas`` pods are Ready.
+
+    All its replicas at once (a burst: the latencies then include each pod's wait behind the others), or
+    with ``pace``, one more replica every ``pace`` seconds (each pod's own startup, with no queue to wait in
+    as long as the pace is below what the clusters sustain).
+    """
     if create_namespace:
         await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     _, version = await client.list_all(PODS, namespace=namespace)
     first_seen: dict[str, float] = {}
     ready_at: dict[str, float] = {}
     started = time.monotonic()
-    await client.create(DEPLOYMENTS, deployment("bench", namespace=namespace, replicas=replicas))
+    await client.create(DEPLOYMENTS, deployment("bench", namespace=namespace, replicas=1 if pace else replicas))
+    scaling = (
+        asyncio.create_task(_scale_up(client, namespace=namespace, replicas=replicas, pace=pace)) if pace else None
+    )
+    try:
+        await _until_ready(
+            client,
+            namespace=namespace,
+            replicas=replicas,
+            timeout=timeout,
+            version=version,
+            first_seen=first_seen,
+            ready_at=ready_at,
+        )
+    finally:
+        if scaling is not None:
+            scaling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await scaling
+    seconds = max(ready_at.values()) - started
+    return RolloutResult(replicas, seconds, [ready_at[n] - first_seen[n] for n in ready_at])
+
+
+async def _until_ready(
+    client: KubeClient,
+    *,
+    namespace: str,
+    replicas: int,
+    timeout: float,
+    version: str,
+    first_seen: dict[str, float],
+    ready_at: dict[str, float],
+) -> None:
+    """Watch the namespace's pods until ``replicas`` are Ready, noting when each was first seen and Ready."""
     async with asyncio.timeout(timeout):
         while len(ready_at) < replicas:
             try:
@@ -103,8 +158,6 @@ async def rollout(
                             break
             except UnreachableError:
                 continue
-    seconds = max(ready_at.values()) - started
-    return RolloutResult(replicas, seconds, [ready_at[n] - first_seen[n] for n in ready_at])
 
 
 async def install_and_peer(consumer: KubeClient, provider: KubeClient, *, progress: Callable[[str], None]) -> None:

@@ -26,9 +26,11 @@ processes; the API requests per pod by resource and verb, from each API server's
 ``apiserver_request_total`` (:mod:`benchmarks.apirequests`); and how long the clean-up after it took (the
 namespace deleted, every pod gone from both clusters): liqo's teardown path at that scale; the next run waits
 until neither API server has answered a workload write for 3 s (KWOK's deletions drain for minutes after the
-pods are gone at 10 000 pods). Then the latency
-run: 100 pods each way, p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus
-direct).
+pods are gone at 10 000 pods). Then two latency
+runs of 100 pods each way, p50/p99 startup latency pooled over the repeats and the overhead (offloaded minus
+direct): ``latency``, all 100 at once, and ``paced``, one more every :data:`LATENCY_PACE` seconds. Why both:
+on one core per cluster a burst of 100 is a small throughput test, each pod's latency mostly its wait behind
+the others; paced, below what either kind sustains, it is the time one pod takes through each path.
 
 Printed first: every setting that bounds the rollouts (client QPS/burst of each component, KWOK's
 ``podPlayStageParallelism``, the API server's in-flight limits, the pinning). ``--json`` prints the report
@@ -76,6 +78,11 @@ the network fabric's remapping. Overlapping CIDRs without the fabric (these clus
 run a gateway) would add one ``PodIPNotReachable`` Warning Event per pod at home, a cost of a misconfigured
 peering, not of offloading."""
 LATENCY_PODS = 100
+LATENCY_PACE = 0.2
+"""Seconds between the paced latency run's pods: 5 pods/s, well below what either kind sustains (24-38 pods/s
+at 1 000 pods here), so that each pod's startup is measured, not its wait behind the others."""
+LATENCY_RUNS = {"latency": None, "paced": LATENCY_PACE}
+"""The latency runs by name: their pods' pace (None: all at once)."""
 SIDES = ("rome", "milan")
 KINDS = ("direct", "offloaded")
 
@@ -184,8 +191,11 @@ async def metrics(client: KubeClient) -> apirequests.Counts:
     return apirequests.request_counts((await client.request_bytes("GET", "/metrics")).decode())
 
 
-async def measured(bench: Bench, kind: str, *, namespace: str, pods: int) -> Run:
-    """One rollout of ``pods`` pods (``kind`` direct on milan, or offloaded from rome), then a clean slate."""
+async def measured(bench: Bench, kind: str, *, namespace: str, pods: int, pace: float | None = None) -> Run:
+    """One rollout of ``pods`` pods (``kind`` direct on milan, or offloaded from rome), then a clean slate.
+
+    ``pace``: one more pod every ``pace`` seconds instead of all at once (:func:`benchmarks.measure.rollout`).
+    """
     home = bench.clients["milan" if kind == "direct" else "rome"]
     if kind == "offloaded":  # a fresh offloaded namespace, ready before the clock starts
         await home.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -193,7 +203,7 @@ async def measured(bench: Bench, kind: str, *, namespace: str, pods: int) -> Run
         await offloading.wait_offloaded(home, namespace, timeout=120)
     requests_before = {side: await metrics(client) for side, client in bench.clients.items()}
     cpu_before, busy_before = cpu_snapshot(bench), host_busy_seconds()
-    result = await rollout(home, namespace=namespace, replicas=pods, create_namespace=kind == "direct")
+    result = await rollout(home, namespace=namespace, replicas=pods, create_namespace=kind == "direct", pace=pace)
     cpu_after, busy_after = cpu_snapshot(bench), host_busy_seconds()
     requests = {
         side: apirequests.per_pod(apirequests.delta(requests_before[side], await metrics(client)), pods=pods)
@@ -246,7 +256,7 @@ async def settled(bench: Bench, *, quiet: float = 3.0) -> None:
 
 async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run]]:
     """Both kinds, ``repeat`` times each, and the latency runs; every run from the same state."""
-    runs: dict[str, list[Run]] = {kind: [] for kind in (*KINDS, *(f"latency-{k}" for k in KINDS))}
+    runs: dict[str, list[Run]] = {kind: [] for kind in (*KINDS, *(f"{r}-{k}" for r in LATENCY_RUNS for k in KINDS))}
     for index in range(repeat):
         for kind in KINDS:
             run = await measured(bench, kind, namespace=f"bench-{kind}-{index}", pods=pods)
@@ -255,10 +265,13 @@ async def measure(bench: Bench, *, pods: int, repeat: int) -> dict[str, list[Run
                 f"[{index + 1}/{repeat}] {kind}: {pods} pods Ready in {run.rollout.seconds:.2f} s, "
                 f"machine busy {run.machine_busy_percent:.0f} %; its namespace deleted in {run.cleanup_seconds:.0f} s"
             )
-        for kind in KINDS:
-            run = await measured(bench, kind, namespace=f"bench-latency-{kind}-{index}", pods=LATENCY_PODS)
-            runs[f"latency-{kind}"].append(run)
-            console.print(f"[{index + 1}/{repeat}] latency, {kind}: p99 {run.rollout.percentile(99):.3f} s")
+        for name, pace in LATENCY_RUNS.items():
+            for kind in KINDS:
+                run = await measured(
+                    bench, kind, namespace=f"bench-{name}-{kind}-{index}", pods=LATENCY_PODS, pace=pace
+                )
+                runs[f"{name}-{kind}"].append(run)
+                console.print(f"[{index + 1}/{repeat}] {name}, {kind}: p99 {run.rollout.percentile(99):.3f} s")
     return runs
 
 
@@ -273,6 +286,18 @@ def _pooled(runs: list[Run]) -> RolloutResult:
 
 def _keyed(counts: apirequests.Counts) -> dict[str, float]:
     return {f"{resource} {verb}": round(value, 3) for (resource, verb), value in sorted(counts.items())}
+
+
+def _latency(runs: dict[str, list[Run]], *, name: str, pace: float | None) -> dict[str, Any]:
+    """A latency run's pooled percentiles each way, and the overhead (offloaded minus direct)."""
+    pooled = {kind: _pooled(runs[f"{name}-{kind}"]) for kind in KINDS}
+    percentiles = {kind: {f"p{q}": pooled[kind].percentile(q) for q in (50, 99)} for kind in KINDS}
+    return {
+        "pods": LATENCY_PODS,
+        "pace_seconds": pace,
+        **percentiles,
+        "overhead": {q: percentiles["offloaded"][q] - percentiles["direct"][q] for q in ("p50", "p99")},
+    }
 
 
 def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -> dict[str, Any]:
@@ -298,18 +323,12 @@ def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -
             "requests_per_pod": {side: _keyed(requests[side]) for side in SIDES},
             "writes_per_pod": {side: apirequests.writes(requests[side]) for side in SIDES},
         }
-    latency = {kind: _pooled(runs[f"latency-{kind}"]) for kind in KINDS}
-    percentiles = {kind: {f"p{q}": latency[kind].percentile(q) for q in (50, 99)} for kind in KINDS}
     return {
         "settings": settings,
         "pods": pods,
         "repeat": len(runs["direct"]),
         **kinds,
-        "latency": {
-            "pods": LATENCY_PODS,
-            **percentiles,
-            "overhead": {q: percentiles["offloaded"][q] - percentiles["direct"][q] for q in ("p50", "p99")},
-        },
+        **{name: _latency(runs, name=name, pace=pace) for name, pace in LATENCY_RUNS.items()},
         "offload_ratio": kinds["offloaded"]["seconds"] / kinds["direct"]["seconds"],
     }
 
@@ -379,13 +398,15 @@ def print_report(result: dict[str, Any]) -> None:
     writes = {kind: result[kind]["writes_per_pod"] for kind in ("offloaded", "direct")}
     out.print(f"writes per pod: {json.dumps(writes)}")
 
-    latency = result["latency"]
-    out.print(
-        f"latency run ({latency['pods']} pods): startup p50 {latency['offloaded']['p50']:.3f} s offloaded, "
-        f"{latency['direct']['p50']:.3f} s direct (overhead {latency['overhead']['p50']:+.3f} s); "
-        f"p99 {latency['offloaded']['p99']:.3f} s / {latency['direct']['p99']:.3f} s "
-        f"(overhead {latency['overhead']['p99']:+.3f} s)"
-    )
+    for name in LATENCY_RUNS:
+        latency = result[name]
+        how = "all at once" if latency["pace_seconds"] is None else f"one every {latency['pace_seconds']} s"
+        out.print(
+            f"{name} run ({latency['pods']} pods, {how}): startup p50 {latency['offloaded']['p50']:.3f} s offloaded, "
+            f"{latency['direct']['p50']:.3f} s direct (overhead {latency['overhead']['p50']:+.3f} s); "
+            f"p99 {latency['offloaded']['p99']:.3f} s / {latency['direct']['p99']:.3f} s "
+            f"(overhead {latency['overhead']['p99']:+.3f} s)"
+        )
 
 
 # -- main ----------------------------------------------------------------------------------------------

@@ -6,12 +6,16 @@ ConfigMaps in the same scope share one watch and one cache, as client-go's Share
 An :class:`Index` answers "which cached objects have this value" without a scan of the cache (client-go's
 ``Indexer``): a handler that finds the objects concerned by an event looks them up instead of listing
 them all, which would make the work per event grow with the cache, and a burst of N events quadratic.
+
+A :class:`Derived` keeps what a controller works out from cached objects (a parsed network, a budget) until
+one of them changes: a value asked for at every event is then computed once per change of its inputs, not
+once per event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from liqo.kube.client import KubeClient
@@ -20,6 +24,8 @@ from liqo.kube.projection import Projection
 from liqo.kube.resources import Resource, object_key
 
 V = TypeVar("V", bound=Hashable)
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 _Scope = tuple[Resource, str | None, str | None, str | None]
 
@@ -158,3 +164,37 @@ class Index(Generic[V]):
         keys.discard(key)
         if not keys:
             del self._keys[value]
+
+
+Version = tuple[str, str] | None
+"""An object's UID and resourceVersion (None: no object): any change to it, or its replacement, moves it."""
+
+
+def version_of(obj: Mapping[str, Any] | None) -> Version:
+    """``obj``'s :data:`Version` (pure)."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid")), str(meta.get("resourceVersion"))
+
+
+class Derived(Generic[K, T]):
+    """Values derived from cached objects, by key, derived again only when those objects' versions change.
+
+    The objects come from informer caches, which replace an object on every change (a new resourceVersion)
+    and never mutate one in place: equal versions mean equal inputs, so the value kept is the value
+    ``derive`` would give.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[K, tuple[tuple[Version, ...], T]] = {}
+
+    def get(self, key: K, inputs: Sequence[Mapping[str, Any] | None], derive: Callable[[], T]) -> T:
+        """The value for ``key`` from ``inputs``: kept from last time if they are the same versions."""
+        versions = tuple(version_of(obj) for obj in inputs)
+        known = self._known.get(key)
+        if known is not None and known[0] == versions:
+            return known[1]
+        value = derive()
+        self._known[key] = (versions, value)
+        return value

@@ -36,7 +36,7 @@ from liqo.api import names
 from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
 from liqo.api.podrequests import RESOURCE_PATHS
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
-from liqo.kube.cache import SharedInformers
+from liqo.kube.cache import Derived, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
@@ -152,10 +152,6 @@ def _terminal(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES
 
 
-def _version(obj: Obj | None) -> str | None:
-    return None if obj is None else obj["metadata"].get("resourceVersion")
-
-
 def _owner_uid(pod: Obj) -> str:
     return next((o.get("uid", "") for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), "")
 
@@ -185,7 +181,7 @@ class ShadowPods(Component):
         self._rebuilt = False
         self._retry = ItemExponentialFailureRateLimiter(base_delay=RETRY_FIRST_SECONDS, max_delay=RETRY_MAX_SECONDS)
         self._budgets: dict[str, Budget | NoBudget] = {}  # as last seen by reconcile_budget
-        self._computed: dict[str, tuple[tuple[str | None, ...], Budget | NoBudget]] = {}
+        self._computed: Derived[str, Budget | NoBudget] = Derived()
         self.controller: Controller[str] = Controller(name="shadowpods", reconcile=self.reconcile, workers=16)
         self.controller.watch(self.shadows, _key)
         self.controller.watch(self.pods, _key)
@@ -238,13 +234,11 @@ class ShadowPods(Component):
         """
         offer = self.offers.store.get(f"{names.tenant_namespace(consumer)}/{self._local_id}")
         policies = self.policies.store.list()
-        versions = (_version(offer), *(_version(p) for p in policies))
-        known = self._computed.get(consumer)
-        if known is not None and known[0] == versions:
-            return known[1]
-        budget = budget_of(offer, count_limits=self._select(policies, consumer).count_limits)
-        self._computed[consumer] = (versions, budget)
-        return budget
+        return self._computed.get(
+            consumer,
+            [offer, *policies],
+            lambda: budget_of(offer, count_limits=self._select(policies, consumer).count_limits),
+        )
 
     async def reconcile_budget(self, consumer: str) -> None:
         """Wake ``consumer``'s waiting ShadowPods if its budget changed; with no budget, its running ones too."""

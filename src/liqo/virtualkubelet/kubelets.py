@@ -21,6 +21,7 @@ from liqo.api.names import tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
+from liqo.kube.cache import Derived
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
@@ -53,6 +54,17 @@ class _Running:
     client: KubeClient | None = field(default=None)
 
 
+def _valid_network(foreign_cluster: Obj) -> ClusterNetwork | None:
+    """The network a ForeignCluster records; None if none, or if it is not valid.
+
+    A network edited by hand into garbage is refused like an unknown one, never guessed.
+    """
+    try:
+        return recorded_network(foreign_cluster)
+    except InvalidNetwork:
+        return None
+
+
 class VirtualKubelets:
     """Follows the VirtualNodes of this cluster and runs a virtual kubelet for each."""
 
@@ -83,6 +95,7 @@ class VirtualKubelets:
         self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
         self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)
+        self._networks: Derived[str, ClusterNetwork | None] = Derived()
         self.peers = PeerClients(on_change=self._identity_changed)
         self.running: dict[str, _Running] = {}
         self._dirty = asyncio.Event()
@@ -162,14 +175,18 @@ class VirtualKubelets:
         return remapped_pod_cidr(self.network_configs.store.get(f"{tenant_namespace(provider_id)}/{author}"))
 
     def provider_network(self, provider_id: str) -> ClusterNetwork | None:
-        """The network ``provider_id`` told us at its last handshake (None: not known, or not valid)."""
-        for foreign_cluster in self.foreign_clusters.store.list():
-            if (foreign_cluster.get("spec") or {}).get("clusterID") == provider_id:
-                try:
-                    return recorded_network(foreign_cluster)
-                except InvalidNetwork:
-                    return None  # edited by hand into garbage: refused like an unknown one, never guessed
-        return None
+        """The network ``provider_id`` told us at its last handshake (None: not known, or not valid).
+
+        Asked for every remote pod status that carries an IP, so it is parsed again only when the
+        ForeignCluster changed: validating the CIDRs each time was 4% of the virtual kubelet's CPU in a rollout.
+        """
+        found = next(
+            (fc for fc in self.foreign_clusters.store.list() if (fc.get("spec") or {}).get("clusterID") == provider_id),
+            None,
+        )
+        if found is None:
+            return None
+        return self._networks.get(provider_id, [found], lambda: _valid_network(found))
 
     def _identity_changed(self, provider_id: str) -> None:
         for running in self.running.values():

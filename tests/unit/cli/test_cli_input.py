@@ -95,9 +95,8 @@ def _kubeconfig(path: Path, *, context: str) -> Path:
 def test_the_global_options_never_name_the_remote_cluster(tmp_path: Path) -> None:
     local = _kubeconfig(tmp_path / "local", context="home")
     remote = _kubeconfig(tmp_path / "remote", context="away")
-    result = CliRunner().invoke(
-        app, ["--kubeconfig", str(local), "--context", "home", "peer", "--remote-kubeconfig", str(remote), "--timeout", "1"]
-    )
+    args = ["--kubeconfig", str(local), "--context", "home", "peer", "--remote-kubeconfig", str(remote)]
+    result = CliRunner().invoke(app, [*args, "--timeout", "1"])
     output = " ".join(result.output.split())
     assert result.exit_code == 1
     assert "home" not in output  # the remote's own current context was used: the error is about reaching it

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from liqo.api import names
-from liqo.api.resources import NAMESPACE_OFFLOADINGS
+from liqo.api.resources import NAMESPACE_OFFLOADINGS, SHADOW_PODS
 from liqo.install import manifests
 from liqo.install.installer import PLACEMENT_POLICY, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
@@ -328,6 +328,57 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
 
     await eventually(admitted_and_placed, timeout=30, message="pods admitted again once the manager is back")
     assert required_terms(placed[-1]) == [REMOTE_TERM_ALONE]
+
+
+async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_pod_cannot_change(
+    installed: LocalCluster, placement: str, kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    """The ShadowPod webhook's match condition: the API server sends it only what its verdict judges."""
+    if placement == "webhook":
+        pytest.skip("the ShadowPod webhook is registered the same way whatever places pods")
+    namespace = await make_namespace(labelled=False)
+    name = unique("shp")
+    # Made before the namespace looks like a twin, so that nothing judges it; no label, so no controller.
+    await kube.create(
+        SHADOW_PODS,
+        {
+            "apiVersion": SHADOW_PODS.api_version,
+            "kind": SHADOW_PODS.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"pod": {"containers": [{"name": "c", "image": "nginx"}]}, "homePodUID": "u0"},
+        },
+    )
+    twin_labels = {names.REMOTE_CLUSTER_ID: "nobody", names.ORIGIN_NAMESPACE: "elsewhere"}
+    await kube.patch(NAMESPACES, namespace, {"metadata": {"labels": twin_labels}})
+    webhook_down = f'failed calling webhook "{registration.VALIDATING_WEBHOOK_NAME}"'
+
+    async def answer_to_a_spec_change() -> str:
+        try:
+            await kube.patch(SHADOW_PODS, name, {"spec": {"homePodUID": unique("u")}}, namespace=namespace)
+        except ApiError as exc:
+            return exc.message
+        return "allowed"
+
+    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    try:
+
+        async def sent_to_the_webhook() -> bool:
+            return webhook_down in await answer_to_a_spec_change()
+
+        await eventually(sent_to_the_webhook, timeout=30, message="a ShadowPod spec change sent to the stopped webhook")
+        hold = {"metadata": {"finalizers": ["test.liqo.io/hold"], "labels": {"kept": "yes"}}}
+        await kube.patch(SHADOW_PODS, name, hold, namespace=namespace)  # not sent: would fail like the spec change
+        await kube.patch(SHADOW_PODS, name, {"metadata": {"finalizers": None}}, namespace=namespace)
+        assert webhook_down in await answer_to_a_spec_change()
+    finally:
+        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+
+    async def manager_back() -> bool:
+        # Back, it allows the change (the default policy for consumer "nobody"), or has already removed the
+        # twin of a consumer it has no peering with, ShadowPod and all (not found): only it does either.
+        return webhook_down not in await answer_to_a_spec_change()
+
+    await eventually(manager_back, timeout=30, message="the ShadowPod webhook answering again")
 
 
 async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(

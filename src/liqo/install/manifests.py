@@ -677,12 +677,25 @@ def pod_placement_policy() -> list[Manifest]:
     return [policy, binding]
 
 
+SHADOW_POD_JUDGED_CHANGE = (
+    "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
+    " || (has(object.spec) && object.spec != oldObject.spec)"
+    " || (has(object.metadata.annotations) ? object.metadata.annotations : {})"
+    " != (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+)
+"""The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, the
+annotations). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the
+webhook for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), which then
+also succeeds while the manager is down."""
+
+
 def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
     """The registration of the ShadowPod validating webhook (docs/security.md, "ShadowPod admission").
 
     Called for ShadowPod creations and updates in twin namespaces only (the labels only this cluster's
     manager writes), so nothing else in the cluster depends on the manager; ``Fail`` because a ShadowPod
     let through unchecked would be run by the provider (the controller checks again before making its pod).
+    An update that leaves the pod and the annotations as they were is not sent (:data:`SHADOW_POD_JUDGED_CHANGE`).
     """
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -707,6 +720,7 @@ def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manife
                         {"key": names.ORIGIN_NAMESPACE, "operator": "Exists"},
                     ]
                 },
+                "matchConditions": [{"name": "judged-fields-change", "expression": SHADOW_POD_JUDGED_CHANGE}],
                 "failurePolicy": "Fail",
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],

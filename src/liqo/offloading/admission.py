@@ -12,7 +12,9 @@ the webhook, so each runs its own informers of twin namespaces and SharingPolici
 
 An UPDATE that leaves the pod and the annotations as they were is allowed whatever the policy says now: the
 provider's own writes (its finalizer, deletion) must never be refused because a policy tightened; the pod
-of such a ShadowPod was judged when it was made.
+of such a ShadowPod was judged when it was made. The registration's match condition says the same in CEL
+(:data:`liqo.install.manifests.SHADOW_POD_JUDGED_CHANGE`), so the API server does not send those; the check
+here stays for API servers that send them anyway.
 """
 
 from __future__ import annotations

@@ -335,6 +335,7 @@ def test_install_registers_the_webhooks_last_through_the_webhook_service_by_defa
                 {"key": "liqo.io/origin-namespace", "operator": "Exists"},
             ]
         },
+        "matchConditions": [{"name": "judged-fields-change", "expression": manifests.SHADOW_POD_JUDGED_CHANGE}],
         "failurePolicy": "Fail",
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],

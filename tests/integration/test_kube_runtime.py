@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from liqo.kube.client import FIELD_MANAGER, KubeClient
+from liqo.kube.errors import ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import CONFIGMAPS, EVENTS, LEASES, object_key
+from liqo.kube.resources import CONFIGMAPS, EVENTS, LEASES, PODS, object_key
 from liqo.local import clusters
 from liqo.local.layout import read_json
 from tests.helpers import LocalCluster, TcpProxy, eventually, unique
@@ -185,6 +188,39 @@ async def test_apply_is_idempotent_and_takes_back_its_fields(kube: KubeClient, n
     await kube.patch(CONFIGMAPS, "applied", {"data": {"owner": "someone-else"}}, namespace=namespace)
     restored = await kube.apply(CONFIGMAPS, desired)
     assert restored["data"] == {"owner": "liqo"}
+
+
+async def test_a_status_apply_over_a_stale_version_is_refused_and_changes_nothing(
+    kube: KubeClient, namespace: str
+) -> None:
+    """What keeps a controller deciding from a lagging cache from undoing a write made since (a human's)."""
+    gated = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated", "namespace": namespace},
+        "spec": {"schedulingGates": [{"name": "liqo.io/test"}], "containers": [{"name": "c", "image": "x"}]},
+    }
+    seen = await kube.create(PODS, gated)
+
+    def condition(status: str) -> dict[str, Any]:
+        return {"conditions": [{"type": "liqo.io/Decided", "status": status}]}
+
+    await kube.patch(PODS, "gated", {"status": condition("True")}, namespace=namespace, subresource="status")
+    stale = seen["metadata"]["resourceVersion"]
+    with pytest.raises(ConflictError):
+        await kube.apply_status(
+            PODS, name="gated", namespace=namespace, status=condition("False"), resource_version=stale
+        )
+    current = await kube.get(PODS, "gated", namespace=namespace)
+    decided = [c for c in current["status"]["conditions"] if c["type"] == "liqo.io/Decided"]
+    assert [c["status"] for c in decided] == ["True"]
+    await kube.apply_status(
+        PODS,
+        name="gated",
+        namespace=namespace,
+        status=condition("False"),
+        resource_version=current["metadata"]["resourceVersion"],
+    )
 
 
 async def test_event_recorder_aggregates_repeats_on_the_api_server(kube: KubeClient, namespace: str) -> None:

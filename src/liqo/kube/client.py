@@ -368,14 +368,26 @@ class KubeClient:
         return result
 
     async def apply_status(
-        self, resource: Resource, *, name: str, namespace: str | None = None, status: dict[str, Any]
+        self,
+        resource: Resource,
+        *,
+        name: str,
+        namespace: str | None = None,
+        status: dict[str, Any],
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
         """Server-side apply ``status`` alone (the ``status`` subresource) of object ``name``.
 
         Under the same field manager as every other write, so each controller owning a status writes it
-        whole: what it leaves out is removed.
+        whole: what it leaves out is removed. ``resource_version`` makes the write conditional (a
+        ConflictError if the object moved since): for a status decided from the object as the cache saw
+        it, where someone else may have written since (a human's verdict) and a forced apply would undo it.
         """
-        metadata = {"name": name} | ({"namespace": namespace} if namespace else {})
+        metadata = (
+            {"name": name}
+            | ({"namespace": namespace} if namespace else {})
+            | ({"resourceVersion": resource_version} if resource_version else {})
+        )
         body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}
         return await self.apply(resource, body, subresource="status")
 

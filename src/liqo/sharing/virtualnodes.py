@@ -21,7 +21,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
-from liqo.kube.errors import NotFoundError
+from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import object_key, terminating
 from liqo.sharing import metrics
@@ -120,9 +120,18 @@ class OfferAcceptance(Component):
             {"virtualNode": desired_node["metadata"]["name"]} if desired_node else {}
         )
         if status != desired_status:
-            await self._client.apply_status(
-                RESOURCE_OFFERS, name=provider_id, namespace=namespace, status=desired_status
-            )
+            # Conditional on the version decided from: a human's verdict written since must not be undone.
+            # On a conflict the newer version's watch event brings this key back, decided afresh.
+            try:
+                await self._client.apply_status(
+                    RESOURCE_OFFERS,
+                    name=provider_id,
+                    namespace=namespace,
+                    status=desired_status,
+                    resource_version=offer["metadata"].get("resourceVersion"),
+                )
+            except ConflictError:
+                return
         if desired_node is None:
             await self._delete_virtual_nodes(namespace, keep=None)
             return

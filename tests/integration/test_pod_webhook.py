@@ -330,6 +330,35 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
     assert required_terms(placed[-1]) == [REMOTE_TERM_ALONE]
 
 
+async def test_a_namespace_offloading_being_deleted_places_new_pods_no_more(
+    installed: LocalCluster, placement: str, kube: KubeClient, make_namespace: NamespaceFactory
+) -> None:
+    """The policy's skip on a terminating parameter, alone: with the manager stopped nothing unlabels the namespace."""
+    if placement == "webhook":
+        pytest.skip("the webhook cannot answer with the manager stopped; pod_patch's skip is unit-tested")
+    namespace = await make_namespace(labelled=True, strategy="Remote")
+    hold = {"metadata": {"finalizers": ["test.liqo.io/hold"]}}
+    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    try:
+        await kube.patch(NAMESPACE_OFFLOADINGS, names.OFFLOADING, hold, namespace=namespace)
+        await kube.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
+        labels = (await kube.get(NAMESPACES, namespace))["metadata"]["labels"]
+        assert labels.get(names.SCHEDULING_ENABLED) == "true"  # still bound: only the parameter says "going"
+
+        async def placed_locally() -> bool:
+            # The API server sees the deletionTimestamp from its informer on NamespaceOffloadings.
+            dry = await kube.create(PODS, pod(namespace), dry_run=True)
+            return required_terms(dry) is None and ours(dry) == 0
+
+        await eventually(placed_locally, timeout=30, message="a pod of a namespace going back to local, left alone")
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await kube.patch(
+                NAMESPACE_OFFLOADINGS, names.OFFLOADING, {"metadata": {"finalizers": None}}, namespace=namespace
+            )
+        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+
+
 async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_pod_cannot_change(
     installed: LocalCluster, placement: str, kube: KubeClient, make_namespace: NamespaceFactory
 ) -> None:

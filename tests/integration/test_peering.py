@@ -25,7 +25,7 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters
 from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean, stopped
+from tests.helpers import Site, eventually, expect_clean, kubectl, stopped
 from tests.integration.conftest import RUN_ID
 
 
@@ -303,13 +303,10 @@ async def test_offer_policies_price_limit_and_manual(
         await eventually(awaiting_a_human, timeout=30, message="the offer waits for a manual decision")
         nodes, _ = await rome.list_all(VIRTUAL_NODES, namespace=namespace)
         assert nodes == []
-        await rome.patch(
-            RESOURCE_OFFERS,
-            milan_id,
-            {"status": {"phase": "Accepted", "reason": "approved"}},
-            namespace=namespace,
-            subresource="status",
-        )
+        # Exactly what `liqoctl peer` tells the operator to run (operations.manual_decision_hint).
+        decision = operations.manual_decision(milan_id)
+        assert decision[0] == "kubectl"
+        await asyncio.to_thread(kubectl, sites["rome"].cluster, *decision[1:])
         accepted = await operations.wait_established(rome, milan_id, timeout=30)
         assert accepted["status"]["reason"] == "approved"
     finally:

@@ -13,10 +13,13 @@ import base64
 import contextlib
 import datetime
 import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from liqo.api import names
 from liqo.api.crds import KEY_FINGERPRINT_PATTERN
@@ -226,15 +229,42 @@ async def wait_established(
             if _final(kind, condition, asked=asked):
                 raise PeeringError(f"peering refused: {kind} {condition['status']}: {condition.get('message', '')}")
         step = f"{outgoing.get('reason') or 'Waiting'}"
+        hint = manual_decision_hint(peer_id) if step == "ManualActionRequired" else ""
         if step != last:
-            progress(f"waiting: {step}")
+            progress(f"waiting: {step}" + (f"; {hint}" if hint else ""))
             last = step
         if time.monotonic() > deadline:
             detail = "; ".join(
                 f"{k}={v.get('status')} ({v.get('reason')}: {v.get('message', '')})" for k, v in conditions.items()
             )
-            raise PeeringError(f"the peering did not establish within {timeout:.0f}s: {detail or 'no status yet'}")
+            raise PeeringError(
+                f"the peering did not establish within {timeout:.0f}s: {detail or 'no status yet'}"
+                + (f". {hint}" if hint else "")
+            )
         await asyncio.sleep(0.05)  # polling a condition, with a deadline
+
+
+def manual_decision(peer_id: str, *, phase: str = "Accepted", reason: str = "approved") -> list[str]:
+    """The kubectl command (argv) that records an operator's verdict on ``peer_id``'s offer (Manual policy; pure)."""
+    status = orjson.dumps({"status": {"phase": phase, "reason": reason}}).decode()
+    namespace = names.tenant_namespace(peer_id)
+    return [
+        "kubectl",
+        "patch",
+        "resourceoffer",
+        peer_id,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ]
+
+
+def manual_decision_hint(peer_id: str) -> str:
+    """What ``liqoctl peer`` prints while an offer waits for an operator (pure)."""
+    return f"to accept the offer: {shlex.join(manual_decision(peer_id))} (phase Refused to refuse it)"
 
 
 async def unpeer(

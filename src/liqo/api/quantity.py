@@ -9,6 +9,7 @@ must never promise more than the provider computed it has.
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import Decimal, DecimalException
 
@@ -42,7 +43,28 @@ def parse_quantity(text: str | int) -> Decimal:
     Raises:
         QuantityError: ``text`` is not a quantity, or a negative one (liqo never deals in negative amounts).
     """
-    match = _QUANTITY.match(str(text).strip())
+    # A peer writes many of these texts: whatever its type, what is judged is its text.
+    text = text if isinstance(text, str) else str(text)
+    return _parse_cached(text) if len(text) <= _CACHED_LENGTH else _parse(text)
+
+
+_CACHED_LENGTH = 32
+"""Texts up to this long are cached: every real quantity, and no memory for a peer to fill with long ones."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> Decimal:
+    """:func:`_parse`, cached by text (a :class:`~decimal.Decimal` is immutable).
+
+    A provider reads the same few quantities, the requests of one Deployment's pods, at every pod event:
+    parsing them was about 4% of its manager's CPU during a rollout. Bounded, so a peer writing ever new
+    texts only evicts; errors are not cached.
+    """
+    return _parse(text)
+
+
+def _parse(text: str) -> Decimal:
+    match = _QUANTITY.match(text.strip())
     if not match:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity (examples: 4, 500m, 16Gi, 2G)")
     number = Decimal(match["number"])

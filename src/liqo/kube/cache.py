@@ -85,8 +85,10 @@ class InformerGroup:
     :class:`SharedInformers` runs a fixed set for the life of the process.
     """
 
-    def __init__(self, informers: list[Informer], *, name: str) -> None:
+    def __init__(self, informers: list[Informer], *, name: str, depends: Sequence[Informer] = ()) -> None:
+        """``informers`` are run by the group; ``depends``, run by someone else, must have listed too."""
         self.informers = informers
+        self.depends = list(depends)
         self.name = name
         self._task: asyncio.Task[None] | None = None
 
@@ -97,8 +99,8 @@ class InformerGroup:
 
     @property
     def synced(self) -> bool:
-        """Whether every informer of the group completed its first list."""
-        return all(informer.has_synced for informer in self.informers)
+        """Whether every informer of the group, and every one it depends on, completed its first list."""
+        return all(informer.has_synced for informer in (*self.informers, *self.depends))
 
     def start(self, *, on_synced: Callable[[], None] | None = None) -> None:
         """Start every informer (needs a running event loop); call ``on_synced`` once all have listed.
@@ -108,7 +110,7 @@ class InformerGroup:
         """
 
         async def replay() -> None:
-            for informer in self.informers:
+            for informer in (*self.informers, *self.depends):
                 await informer.wait_synced()
             if on_synced is not None:
                 on_synced()

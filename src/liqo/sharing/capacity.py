@@ -103,7 +103,7 @@ class CapacityLedger:
     def __init__(self) -> None:
         self._nodes: dict[str, _Node] = {}
         self._usage: dict[str, _NodeUsage] = {}
-        self._pods: dict[str, _Contribution] = {}
+        self._pods: dict[tuple[str, str], _Contribution] = {}
 
     def __len__(self) -> int:
         """How many pods are counted."""
@@ -122,9 +122,14 @@ class CapacityLedger:
         """``node`` is gone (its pods' usage stays, for as long as they are there)."""
         self._nodes.pop(node["metadata"]["name"], None)
 
-    def set_pod(self, pod: Mapping[str, Any]) -> None:
-        """``pod`` appeared or changed: its previous contribution is replaced by what it takes now."""
-        self.remove_pod(pod)
+    def set_pod(self, pod: Mapping[str, Any], *, source: str = "") -> None:
+        """``pod`` appeared or changed: its previous contribution is replaced by what it takes now.
+
+        ``source`` names the watch the event came from, when pods come from several whose selectors split
+        them: a pod whose labels move it from one to the other is deleted from the first and added to the
+        second, in either order, and must never end up uncounted.
+        """
+        self.remove_pod(pod, source=source)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or (pod.get("status") or {}).get("phase") in _TERMINAL_PHASES:
             return
@@ -132,14 +137,14 @@ class CapacityLedger:
         # Every pod takes one of its node's ``pods``, on top of whatever it requests.
         amounts["pods"] = amounts.get("pods", Decimal(0)) + 1
         contribution = _Contribution(node=node_name, namespace=pod["metadata"].get("namespace") or "", amounts=amounts)
-        self._pods[_pod_key(pod)] = contribution
+        self._pods[source, _pod_key(pod)] = contribution
         usage = self._usage.setdefault(node_name, _NodeUsage())
         usage.total.add(amounts, 1)
         usage.by_namespace.setdefault(contribution.namespace, _Usage()).add(amounts, 1)
 
-    def remove_pod(self, pod: Mapping[str, Any]) -> None:
-        """``pod`` is gone: take back what it added."""
-        contribution = self._pods.pop(_pod_key(pod), None)
+    def remove_pod(self, pod: Mapping[str, Any], *, source: str = "") -> None:
+        """``pod`` is gone (from the watch ``source``): take back what it added."""
+        contribution = self._pods.pop((source, _pod_key(pod)), None)
         if contribution is None:
             return
         usage = self._usage[contribution.node]

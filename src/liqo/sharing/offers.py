@@ -12,6 +12,12 @@ Free capacity comes from every node and pod of the cluster, kept in a
 controller has, and they serve consumers only: a cluster that only consumes (or is not peered at all)
 would cache every one of its pods for nothing. So nodes and pods are watched only while at least one
 consumer has a ResourceRequest here — started with the first, stopped (the ledger dropped) with the last.
+
+The pods this cluster runs for consumers are the exception: the ShadowPod controller watches them anyway
+(label ``liqo.io/shadow-pod``), for as long as the process runs, so the capacity watch leaves them out
+(``!liqo.io/shadow-pod``) and the ledger takes them from that shared watch. Watching them twice cost every
+offloaded pod's events a second trip through the API server and a second decode here, on the provider's
+busiest path.
 """
 
 from __future__ import annotations
@@ -46,21 +52,31 @@ def request_status(state: str, message: str = "") -> dict[str, Any]:
     return {"offerState": state, "message": message}
 
 
-class _Capacity(InformerGroup):
-    """Every node and pod of the cluster, accounted in a ledger as their events arrive."""
+OFFLOADED = "offloaded"
+"""The ledger's source for the pods of the shared ShadowPod-made pods watch (the others' is the default)."""
 
-    def __init__(self, client: KubeClient) -> None:
-        self.ledger = CapacityLedger()
+
+class _Capacity(InformerGroup):
+    """Every node and pod of the cluster, accounted in a ledger as their events arrive.
+
+    The pods made for ShadowPods come from ``offloaded``, a shared watch run by someone else: the group's own
+    pod watch leaves them out. The ledger starts with what ``offloaded`` holds; its later events are the
+    controller's to pass on (:meth:`OfferController._offloaded_event`).
+    """
+
+    def __init__(self, client: KubeClient, *, offloaded: Informer) -> None:
+        self.ledger = ledger = CapacityLedger()
         self.nodes = Informer(client=client, resource=NODES, projection=NODE_FIELDS)
-        self.pods = Informer(client=client, resource=PODS, projection=POD_FIELDS)
-        ledger = self.ledger
+        self.pods = Informer(client=client, resource=PODS, label_selector=f"!{names.SHADOW_POD}", projection=POD_FIELDS)
         self.nodes.add_handler(
             HandlerFuncs(add=ledger.set_node, update=lambda _old, new: ledger.set_node(new), delete=ledger.remove_node)
         )
         self.pods.add_handler(
             HandlerFuncs(add=ledger.set_pod, update=lambda _old, new: ledger.set_pod(new), delete=ledger.remove_pod)
         )
-        super().__init__([self.nodes, self.pods], name="capacity")
+        for pod in offloaded.store.list():
+            ledger.set_pod(pod, source=OFFLOADED)
+        super().__init__([self.nodes, self.pods], name="capacity", depends=[offloaded])
 
 
 class OfferController(Component):
@@ -80,14 +96,34 @@ class OfferController(Component):
             HandlerFuncs(add=self._follow, update=lambda _old, _new: self._follow(None), delete=self._follow)
         )
         self.hosted = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
+        # The same watch as the ShadowPod controller's (SharedInformers gives both the one informer).
+        self.offloaded = informers.informer(PODS, label_selector=names.SHADOW_POD, projection=POD_FIELDS)
+        self.offloaded.add_handler(
+            HandlerFuncs(
+                add=self._offloaded_event,
+                update=lambda _old, new: self._offloaded_event(new),
+                delete=lambda pod: self._offloaded_event(pod, gone=True),
+            )
+        )
         self.controller: Controller[str] = Controller(name="offers", reconcile=self.reconcile, workers=2)
+        self.controller.watch(self.offloaded, lambda _obj: self.consumers(), coalesce=CAPACITY_COALESCE_SECONDS)
         self.controller.watch(self.requests, self._consumer_of_request)
         self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.hosted, lambda ns: [(ns["metadata"].get("labels") or {})[names.REMOTE_CLUSTER_ID]])
         self.controller.watch(self.policies, lambda _obj: self.consumers())
 
+    def _offloaded_event(self, pod: dict[str, Any], *, gone: bool = False) -> None:
+        """Account a pod of the shared watch in the running ledger (none while no consumer asks)."""
+        capacity = self.capacity.get(CAPACITY)
+        if capacity is None:
+            return
+        if gone:
+            capacity.ledger.remove_pod(pod, source=OFFLOADED)
+        else:
+            capacity.ledger.set_pod(pod, source=OFFLOADED)
+
     def _watch_capacity(self, client: KubeClient) -> _Capacity:
-        capacity = _Capacity(client)
+        capacity = _Capacity(client, offloaded=self.offloaded)
         for informer in (capacity.nodes, capacity.pods):
             # Every pod event moves capacity: a burst is coalesced into one recomputation per second, each
             # O(nodes) (the ledger is kept per event), and writes follow the refresh rule, not the events.

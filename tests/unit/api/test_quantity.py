@@ -46,6 +46,24 @@ def test_quantity_errors_are_value_errors() -> None:
     assert issubclass(QuantityError, ValueError)
 
 
+@pytest.mark.parametrize("written", [["1"], {"cpu": 1}, None, True, 1.5])
+def test_whatever_a_peer_writes_is_judged_by_its_text(written: object) -> None:
+    """Parsing is cached by text: a value of another type (unhashable too) is still a QuantityError or a value."""
+    if isinstance(written, float):
+        assert parse_quantity(written) == Decimal("1.5")  # type: ignore[arg-type]
+        return
+    with pytest.raises(QuantityError, match="not a Kubernetes quantity"):
+        parse_quantity(written)  # type: ignore[arg-type]
+
+
+@given(digits=st.text(alphabet="0123456789", min_size=1, max_size=80), suffix=st.sampled_from(["", "m", "Ki", "G"]))
+def test_cached_or_not_a_text_parses_the_same_every_time(digits: str, suffix: str) -> None:
+    text = digits + suffix  # past 32 characters parsed anew every time, under it from the cache
+    first = parse_quantity(text)
+    assert parse_quantity(text) == first == parse_quantity(" " + text + " ")
+    assert first == Decimal(digits) * parse_quantity("1" + suffix)
+
+
 @pytest.mark.parametrize(
     ("value", "resource", "text"),
     [

@@ -22,7 +22,7 @@ help:
 	@echo "make unit         unit tests only (no clusters)"
 	@echo "make image        liqo's image (OCI archive, localhost/liqo/liqo:VERSION), built offline"
 	@echo "make bench-local  baseline benchmark: cluster start, 1000-replica Deployment"
-	@echo "make bench-offload PODS=N REPEAT=K [JSON=1] [PREFIX=name] offloaded vs direct, one core per cluster"
+	@echo "make bench-offload PODS=N REPEAT=K [JSON=1] [PREFIX=name] [NO_TOKEN=1] offloaded vs direct, one core per cluster"
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
 	@echo "make bench-pods PODS=N     liqo as pods: install, memory idle and during an offload, hand-over"
 	@echo "make bench-network REPEAT=K [PREFIX=name] pod→pod through the fabric vs bare wireguard-go"
@@ -79,7 +79,7 @@ bench-local: setup
 	$(VENV)/bin/python benchmarks/local.py $(if $(PODS),--pods $(PODS))
 
 bench-offload: setup
-	$(VENV)/bin/python benchmarks/offload.py $(if $(PODS),--pods $(PODS)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(PREFIX),--prefix $(PREFIX)) $(if $(JSON),--json)
+	$(VENV)/bin/python benchmarks/offload.py $(if $(PODS),--pods $(PODS)) $(if $(REPEAT),--repeat $(REPEAT)) $(if $(PREFIX),--prefix $(PREFIX)) $(if $(JSON),--json) $(if $(NO_TOKEN),--no-token)
 
 bench-pods: setup
 	$(VENV)/bin/python benchmarks/pods.py $(if $(PODS),--pods $(PODS))

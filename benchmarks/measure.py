@@ -47,9 +47,10 @@ class RolloutResult:
         return statistics.quantiles(self.latencies, n=100, method="inclusive")[int(q) - 1]
 
 
-def deployment(name: str, *, namespace: str, replicas: int) -> dict[str, Any]:
-    """A Deployment of ``replicas`` small pods."""
+def deployment(name: str, *, namespace: str, replicas: int, token: bool = True) -> dict[str, Any]:
+    """A Deployment of ``replicas`` small pods; ``token=False``: pods that mount no ServiceAccount token."""
     labels = {"app": name}
+    no_token = {} if token else {"automountServiceAccountToken": False}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -62,7 +63,8 @@ def deployment(name: str, *, namespace: str, replicas: int) -> dict[str, Any]:
                 "spec": {
                     "containers": [
                         {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}
-                    ]
+                    ],
+                    **no_token,
                 },
             },
         },
@@ -94,12 +96,13 @@ async def rollout(
     timeout: float = 1800,
     create_namespace: bool = True,
     pace: float | None = None,
+    token: bool = True,
 ) -> RolloutResult:
     """Create a Deployment (and its namespace, unless it exists); measure until ``replicas`` pods are Ready.
 
     All its replicas at once (a burst: the latencies then include each pod's wait behind the others), or
     with ``pace``, one more replica every ``pace`` seconds (each pod's own startup, with no queue to wait in
-    as long as the pace is below what the clusters sustain).
+    as long as the pace is below what the clusters sustain). ``token``: see :func:`deployment`.
     """
     if create_namespace:
         await client.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -107,7 +110,9 @@ async def rollout(
     first_seen: dict[str, float] = {}
     ready_at: dict[str, float] = {}
     started = time.monotonic()
-    await client.create(DEPLOYMENTS, deployment("bench", namespace=namespace, replicas=1 if pace else replicas))
+    await client.create(
+        DEPLOYMENTS, deployment("bench", namespace=namespace, replicas=1 if pace else replicas, token=token)
+    )
     scaling = (
         asyncio.create_task(_scale_up(client, namespace=namespace, replicas=replicas, pace=pace)) if pace else None
     )

@@ -35,6 +35,11 @@ the others; paced, below what either kind sustains, it is the time one pod takes
 Printed first: every setting that bounds the rollouts (client QPS/burst of each component, KWOK's
 ``podPlayStageParallelism``, the API server's in-flight limits, the pinning). ``--json`` prints the report
 as JSON. The last line is always ``offload_ratio=X``: offloaded seconds over direct seconds, medians.
+
+``--no-token``: pods that mount no ServiceAccount token (``automountServiceAccountToken: false``), in both
+runs. An offloaded pod that mounts one costs a TokenRequest at home and a Secret on the provider (its home
+token, docs/offloading.md); a direct pod's token is requested by its kubelet, which KWOK does not do. The
+difference between the two ratios is what the home token costs the provider.
 """
 
 from __future__ import annotations
@@ -94,6 +99,8 @@ class Bench:
     names: dict[str, str]
     clients: dict[str, KubeClient]
     baseline_pods: dict[str, int]
+    token: bool = True
+    """Whether the pods mount a ServiceAccount token (``--no-token``: they do not, in both runs)."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,9 @@ async def measured(bench: Bench, kind: str, *, namespace: str, pods: int, pace: 
         await offloading.wait_offloaded(home, namespace, timeout=120)
     requests_before = {side: await metrics(client) for side, client in bench.clients.items()}
     cpu_before, busy_before = cpu_snapshot(bench), host_busy_seconds()
-    result = await rollout(home, namespace=namespace, replicas=pods, create_namespace=kind == "direct", pace=pace)
+    result = await rollout(
+        home, namespace=namespace, replicas=pods, create_namespace=kind == "direct", pace=pace, token=bench.token
+    )
     cpu_after, busy_after = cpu_snapshot(bench), host_busy_seconds()
     requests = {
         side: apirequests.per_pod(apirequests.delta(requests_before[side], await metrics(client)), pods=pods)
@@ -343,7 +352,8 @@ def print_report(result: dict[str, Any]) -> None:
     for key in settings["rome"]:
         shown.add_row(key, *(settings[side][key] for side in SIDES))
     out.print(shown)
-    out.print(f"milan: {settings['milan_nodes']}; {settings['machine']}")
+    token = "a ServiceAccount token" if settings["pods_mount_a_token"] else "no token (--no-token)"
+    out.print(f"milan: {settings['milan_nodes']}; {settings['machine']}; the pods mount {token}")
 
     rollouts = Table(title=f"bench-offload: {result['pods']} pods, median of {result['repeat']}")
     for column in ("metric", "offloaded (rome → milan)", "direct on milan", "ratio"):
@@ -443,7 +453,8 @@ async def main_async(
     ):
         await install_and_peer(rome_client, milan_client, progress=console.print)
         clients = {"rome": rome_client, "milan": milan_client}
-        bench = Bench(names, clients, {side: await pod_count(client) for side, client in clients.items()})
+        baseline = {side: await pod_count(client) for side, client in clients.items()}
+        bench = Bench(names, clients, baseline, token=not args.no_token)
         runs = await measure(bench, pods=args.pods, repeat=args.repeat)
     settings: dict[str, Any] = {side: cluster_settings(name) for side, name in names.items()}
     return settings | {"roles": {"rome": "consumer", "milan": "provider"}}, runs
@@ -458,6 +469,11 @@ def main() -> None:
     parser.add_argument("--prefix", default="bench-offload", help="name prefix of the clusters made")
     parser.add_argument("--keep", action="store_true", help="keep the two clusters afterwards")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    parser.add_argument(
+        "--no-token",
+        action="store_true",
+        help="pods that mount no ServiceAccount token, in both runs (what the home token's Secret costs)",
+    )
     args = parser.parse_args()
     toolchain.ensure_binaries(progress=console.print)
     rome, milan, milan_nodes = specs(args, suffix=os.urandom(2).hex())
@@ -471,7 +487,11 @@ def main() -> None:
             for spec in (rome, milan):
                 if spec.name in clusters.names():
                     clusters.down(spec.name, purge=True)
-    settings |= {"milan_nodes": milan_nodes, "machine": f"{os.cpu_count()} CPUs"}
+    settings |= {
+        "milan_nodes": milan_nodes,
+        "machine": f"{os.cpu_count()} CPUs",
+        "pods_mount_a_token": not args.no_token,
+    }
     result = report(settings, runs, pods=args.pods)
     if args.json:
         print(json.dumps(result, indent=2))

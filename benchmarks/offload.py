@@ -32,6 +32,11 @@ direct): ``latency``, all 100 at once, and ``paced``, one more every :data:`LATE
 on one core per cluster a burst of 100 is a small throughput test, each pod's latency mostly its wait behind
 the others; paced, below what either kind sustains, it is the time one pod takes through each path.
 
+Milan's CPU ratio is printed twice: all of it, and all but liqo's processes. On a provider pinned to one
+core the rollout's time follows its CPU, and the second figure is what its control plane (API server, etcd,
+scheduler, controllers, KWOK) spends on the requests liqo makes: the ratio that a liqo costing no CPU of
+its own would reach.
+
 Printed first: every setting that bounds the rollouts (client QPS/burst of each component, KWOK's
 ``podPlayStageParallelism``, the API server's in-flight limits, the pinning). ``--json`` prints the report
 as JSON. The last line is always ``offload_ratio=X``: offloaded seconds over direct seconds, medians.
@@ -309,6 +314,27 @@ def _latency(runs: dict[str, list[Run]], *, name: str, pace: float | None) -> di
     }
 
 
+def side_cpu(cpu_seconds: dict[str, float], *, side: str, liqo: bool = True) -> float:
+    """CPU-seconds of one side's processes (``liqo=False``: all but liqo's own) from ``side/process`` labels."""
+    return sum(
+        seconds
+        for label, seconds in cpu_seconds.items()
+        if label.startswith(side + "/") and (liqo or not label.split("/", 1)[1].startswith("liqo"))
+    )
+
+
+def provider_cpu_ratio(offloaded: dict[str, float], direct: dict[str, float]) -> dict[str, float]:
+    """Milan's CPU-seconds offloaded over direct: all of it, and all but liqo's processes.
+
+    The second is what the control plane (API server, etcd, scheduler, controllers, KWOK) spends on what
+    liqo asks of it: the ratio a liqo costing no CPU of its own would reach on a provider that is CPU-bound.
+    """
+    return {
+        "all": side_cpu(offloaded, side="milan") / side_cpu(direct, side="milan"),
+        "without_liqo": side_cpu(offloaded, side="milan", liqo=False) / side_cpu(direct, side="milan", liqo=False),
+    }
+
+
 def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -> dict[str, Any]:
     """Medians over the repeats, and every run's figures."""
     kinds: dict[str, Any] = {}
@@ -338,6 +364,7 @@ def report(settings: dict[str, Any], runs: dict[str, list[Run]], *, pods: int) -
         "repeat": len(runs["direct"]),
         **kinds,
         **{name: _latency(runs, name=name, pace=pace) for name, pace in LATENCY_RUNS.items()},
+        "provider_cpu_ratio": provider_cpu_ratio(kinds["offloaded"]["cpu_seconds"], kinds["direct"]["cpu_seconds"]),
         "offload_ratio": kinds["offloaded"]["seconds"] / kinds["direct"]["seconds"],
     }
 
@@ -383,12 +410,14 @@ def print_report(result: dict[str, Any]) -> None:
     for side in SIDES:
         cpu.add_row(
             f"{side}, all",
-            *(
-                f"{sum(v for k, v in result[kind]['cpu_seconds'].items() if k.startswith(side + '/')):.2f}"
-                for kind in ("offloaded", "direct")
-            ),
+            *(f"{side_cpu(result[kind]['cpu_seconds'], side=side):.2f}" for kind in ("offloaded", "direct")),
         )
     out.print(cpu)
+    ratio = result["provider_cpu_ratio"]
+    out.print(
+        f"milan's CPU, offloaded over direct: {ratio['all']:.2f}; all but liqo's processes: "
+        f"{ratio['without_liqo']:.2f} (what its control plane spends on what liqo asks of it)"
+    )
     rss = ", ".join(f"{label} {mib:.0f}" for label, mib in offloaded["liqo_peak_rss_mib"].items())
     out.print(f"liqo's processes, peak RSS (MiB): {rss}")
 

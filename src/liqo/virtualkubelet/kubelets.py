@@ -96,6 +96,7 @@ class VirtualKubelets:
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
         self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)
         self._networks: Derived[str, ClusterNetwork | None] = Derived()
+        self._remapped: Derived[str, IPNetwork | None] = Derived()
         self.peers = PeerClients(on_change=self._identity_changed)
         self.running: dict[str, _Running] = {}
         self._dirty = asyncio.Event()
@@ -171,8 +172,13 @@ class VirtualKubelets:
             self._network_changed(peer)
 
     def remapped(self, provider_id: str, *, author: str) -> IPNetwork | None:
-        """Where ``author`` (home or the provider) sees the other's pods, by its NetworkConfig; None without one."""
-        return remapped_pod_cidr(self.network_configs.store.get(f"{tenant_namespace(provider_id)}/{author}"))
+        """Where ``author`` (home or the provider) sees the other's pods, by its NetworkConfig; None without one.
+
+        Asked for every address the reflectors translate: parsed again only when the NetworkConfig changed.
+        """
+        key = f"{tenant_namespace(provider_id)}/{author}"
+        config = self.network_configs.store.get(key)
+        return self._remapped.get(key, [config], lambda: remapped_pod_cidr(config))
 
     def provider_network(self, provider_id: str) -> ClusterNetwork | None:
         """The network ``provider_id`` told us at its last handshake (None: not known, or not valid).

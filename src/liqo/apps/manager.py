@@ -406,7 +406,7 @@ async def _controllers(
 
     peers.on_change = peer_changed
 
-    outgoing.secrets.add_handler(
+    caches.identities.add_handler(
         HandlerFuncs(add=peers.update, update=lambda _old, secret: peers.update(secret), delete=peers.remove)
     )
     components = [

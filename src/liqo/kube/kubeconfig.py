@@ -7,6 +7,11 @@ users rely on is small — CA, client certificate, bearer token or token file, e
 
 Secrets stay off the disk: embedded client keys are handed to OpenSSL through an anonymous memory file
 (``memfd``), never a temporary file, and :class:`Access` never shows tokens in its ``repr``.
+
+A kubeconfig is a program as much as a record: ``exec`` runs a command, ``tokenFile`` and certificate paths
+read files, and the token they yield goes to whatever ``server`` says. That is what a person's own
+kubeconfig is for, and why a kubeconfig read back from the API (an identity Secret) goes through
+:func:`load_sealed` instead, which accepts data only.
 """
 
 from __future__ import annotations
@@ -93,6 +98,55 @@ def load_dict(config: Any, *, context: str | None = None, base: Path | None = No
         insecure=bool(cluster.get("insecure-skip-tls-verify")),
         tls_server_name=cluster.get("tls-server-name"),
     )
+
+
+_SEALED_TOP = frozenset({"apiVersion", "kind", "clusters", "users", "contexts", "current-context", "preferences"})
+_SEALED_CONTEXT = frozenset({"cluster", "user", "namespace"})
+_SEALED_CLUSTER = frozenset({"server", "certificate-authority-data"})
+_SEALED_USER = frozenset({"client-certificate-data", "client-key-data"})
+
+
+def load_sealed(config: Any) -> Access:
+    """The access of a kubeconfig holding only data: an ``https`` server, an embedded CA, client certificate and key.
+
+    For a kubeconfig a program wrote and reads back from a place others may write too. Everything that
+    would make the reader act — run a command (``exec``, ``auth-provider``), read a file (``tokenFile``, a
+    certificate path), send a bearer token anywhere, go through a proxy, skip TLS verification — is refused
+    naming the field, never honoured nor ignored. Only the current context is read.
+
+    Raises:
+        KubeconfigError: for any other shape, naming what is wrong (never another exception, whatever ``config`` is).
+    """
+    if not isinstance(config, Mapping):
+        raise KubeconfigError("a kubeconfig must be a mapping")
+    _only(config, _SEALED_TOP, where="the kubeconfig")
+    name = config.get("current-context")
+    if not isinstance(name, str) or not name:
+        raise KubeconfigError("the kubeconfig has no current-context")
+    ctx = _named(config, "contexts", "context", name)
+    _only(ctx, _SEALED_CONTEXT, where=f"context {name!r}")
+    cluster = _named(config, "clusters", "cluster", ctx.get("cluster"))
+    _only(cluster, _SEALED_CLUSTER, where=f"cluster {ctx.get('cluster')!r}")
+    user = _named(config, "users", "user", ctx.get("user"))
+    _only(user, _SEALED_USER, where=f"user {ctx.get('user')!r}")
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith("https://") or len(server) > 2048:
+        raise KubeconfigError("the server must be an https:// URL")
+    cert_pem, key_pem = _pem(user, "client-certificate", None), _pem(user, "client-key", None)
+    if not cert_pem or not key_pem:
+        raise KubeconfigError("the user must carry client-certificate-data and client-key-data")
+    return Access(
+        server=server.rstrip("/"),
+        ca_pem=_pem(cluster, "certificate-authority", None),
+        cert_pem=cert_pem,
+        key_pem=key_pem,
+    )
+
+
+def _only(section: Mapping[str, Any], allowed: frozenset[str], *, where: str) -> None:
+    extra = sorted(str(key) for key in section if key not in allowed)
+    if extra:
+        raise KubeconfigError(f"{where} may not carry {', '.join(extra)}: only embedded data is accepted here")
 
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -202,7 +256,10 @@ async def _run_exec_plugin(plugin: ExecPlugin) -> tuple[str, datetime.datetime |
 
 
 def _named(config: Mapping[str, Any], section: str, key: str, name: Any) -> dict[str, Any]:
-    for entry in config.get(section) or []:
+    entries = config.get(section) or []
+    if not isinstance(entries, list):
+        raise KubeconfigError(f"{section} must be a list")
+    for entry in entries:
         if isinstance(entry, Mapping) and entry.get("name") == name:
             value = entry.get(key)
             return dict(value) if isinstance(value, Mapping) else {}
@@ -214,7 +271,7 @@ def _pem(section: Mapping[str, Any], key: str, base: Path | None) -> str | None:
     if data:
         try:
             return base64.b64decode(data, validate=True).decode()
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise KubeconfigError(f"{key}-data is not valid base64") from exc
     path = _path(section.get(key), base)
     if not path:

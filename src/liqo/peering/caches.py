@@ -1,4 +1,10 @@
-"""The caches the peering controllers share, and the lookups they all make over them."""
+"""The caches the peering controllers share, and the lookups they all make over them.
+
+Peering's Secrets are watched by name (the identity, the provider's token) and always read at their one
+place, the peer's tenant namespace: peers write Secrets of any name and labels in their twins here, and
+the reflected copies of their own Secrets carry liqo's labels, so a label says nothing about who wrote a
+Secret (:mod:`liqo.api.peers`). Watching by name also keeps those copies, and their data, out of this cache.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +24,25 @@ class PeeringCaches:
 
     def __init__(self, informers: SharedInformers) -> None:
         self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
-        self.secrets = informers.informer(SECRETS, label_selector=MANAGED)
+        self.identities = _peering_secrets(informers, names.IDENTITY_SECRET)
+        self.peer_tokens = _peering_secrets(informers, names.PEER_TOKEN_SECRET)
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.virtual_nodes = informers.informer(VIRTUAL_NODES)
         self.networks = informers.informer(NETWORK_CONFIGS)
+
+    @property
+    def secrets(self) -> tuple[Informer, Informer]:
+        """The informers of peering's Secrets."""
+        return self.identities, self.peer_tokens
+
+    def identity(self, peer_id: str) -> dict[str, Any] | None:
+        """The identity this cluster holds on provider ``peer_id``."""
+        return self.identities.store.get(f"{names.tenant_namespace(peer_id)}/{names.IDENTITY_SECRET}")
+
+    def peer_token(self, peer_id: str) -> dict[str, Any] | None:
+        """The token provider ``peer_id`` gave us (``liqoctl peer`` wrote it)."""
+        return self.peer_tokens.store.get(f"{names.tenant_namespace(peer_id)}/{names.PEER_TOKEN_SECRET}")
 
     def foreign_cluster(self, peer_id: str) -> dict[str, Any] | None:
         """The ForeignCluster of ``peer_id`` (found by ``spec.clusterID``, whatever its name)."""
@@ -36,3 +56,7 @@ class PeeringCaches:
         """The objects of ``informer`` in ``peer_id``'s tenant namespace."""
         namespace = names.tenant_namespace(peer_id)
         return [obj for obj in informer.store.list() if obj["metadata"].get("namespace") == namespace]
+
+
+def _peering_secrets(informers: SharedInformers, name: str) -> Informer:
+    return informers.informer(SECRETS, label_selector=MANAGED, field_selector=f"metadata.name={name}")

@@ -16,6 +16,10 @@ Otherwise — or when the ForeignCluster is being deleted — it tears the outgo
 the provider first (so the provider releases what it reserved for us), then the
 virtual nodes, offers, identity and token here, and the tenant namespace unless the peer also consumes
 from us. A finalizer on the ForeignCluster makes ``kubectl delete`` go through the same teardown.
+
+A second loop answers the look-alikes: a Secret named like an identity anywhere else (a peer may write one
+in its twins, with our labels) is never used (:mod:`liqo.api.peers`), and gets a Warning Event saying why,
+so that whoever wonders where it went sees the refusal where they look.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, network_patch, recorded_network
-from liqo.api.peers import PeerClients
+from liqo.api.peers import PeerClients, UntrustedIdentity, identity_access
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
@@ -39,7 +43,7 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
-from liqo.kube.resources import NAMESPACES, SECRETS, terminating
+from liqo.kube.resources import NAMESPACES, SECRETS, object_key, terminating
 from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
@@ -102,18 +106,30 @@ class OutgoingPeering(Component):
         self._events = events
         self.caches = caches
         self.foreign_clusters = caches.foreign_clusters
-        self.secrets = caches.secrets
         self.requests = caches.requests
         self.offers = caches.offers
         self.virtual_nodes = caches.virtual_nodes
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
-        self.controller.watch(self.secrets, _peer_of)
+        for informer in caches.secrets:
+            self.controller.watch(informer, names.tenant_peer)
+        self.look_alikes: Controller[str] = Controller(name="identity-look-alikes", reconcile=self.refuse, workers=1)
+        self.look_alikes.watch(caches.identities, lambda secret: [object_key(secret)])
 
     @property
     def controllers(self) -> list[Controller[Any]]:
-        """The control loop."""
-        return [self.controller]
+        """The control loops."""
+        return [self.controller, self.look_alikes]
+
+    async def refuse(self, key: str) -> None:
+        """Tell, with a Warning Event on it, why a Secret named like an identity is not used as one."""
+        secret = self.caches.identities.store.get(key)
+        if secret is None:
+            return
+        try:
+            identity_access(secret)
+        except UntrustedIdentity as exc:
+            await self._events.record(secret, type="Warning", reason="UntrustedIdentity", message=f"not used: {exc}")
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Converge the consumer side of the peering with ``peer_id``."""
@@ -127,9 +143,8 @@ class OutgoingPeering(Component):
             return None if done else Result(requeue_after=0.5)
         await add_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         await self._client.apply(NAMESPACES, tenant_namespace_manifest(peer_id))
-        namespace = names.tenant_namespace(peer_id)
         now = datetime.datetime.now(datetime.UTC)
-        due = renewal_due(self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"))
+        due = renewal_due(self.caches.identity(peer_id))
         if due is None or due <= now or not _knows_network(fc) or self._refused_by_provider(fc):
             due = await self._authenticate(fc, now=now)
             if due is None:
@@ -161,8 +176,7 @@ class OutgoingPeering(Component):
     async def _authenticate(self, fc: dict[str, Any], *, now: datetime.datetime) -> datetime.datetime | None:
         """Run the handshake and store the identity; the renewal time, or None if it cannot run yet."""
         peer_id = fc["spec"]["clusterID"]
-        namespace = names.tenant_namespace(peer_id)
-        token = token_of(self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"))
+        token = token_of(self.caches.peer_token(peer_id))
         auth_url = fc["spec"].get("authURL")
         fingerprint = fc["spec"].get("keyFingerprint")
         missing = [
@@ -228,8 +242,8 @@ class OutgoingPeering(Component):
         namespace = names.tenant_namespace(peer_id)
         deleting = terminating(fc)
         ours = (
-            self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
-            deleting and self.secrets.store.get(f"{namespace}/{names.PEER_TOKEN_SECRET}"),
+            self.caches.identity(peer_id),
+            deleting and self.caches.peer_token(peer_id),
             self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
             self.offers.store.get(f"{namespace}/{peer_id}"),
         )
@@ -267,9 +281,8 @@ class OutgoingPeering(Component):
             return False
         # The token stays until the ForeignCluster goes: a peering being re-enabled may have just written it.
         deleting = terminating(fc)
-        for name in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET) if deleting else (names.IDENTITY_SECRET,):
-            cached = self.secrets.store.get(f"{namespace}/{name}")
-            if cached is not None:
+        for cached in (self.caches.identity(peer_id), deleting and self.caches.peer_token(peer_id)):
+            if cached:
                 await _delete(self._client, SECRETS, cached)
         self._observations.report(self._observations.authentication, peer_id, None)
         if not deleting:
@@ -288,11 +301,6 @@ def _knows_network(fc: dict[str, Any]) -> bool:
         return recorded_network(fc) is not None
     except InvalidNetwork:
         return False
-
-
-def _peer_of(obj: dict[str, Any]) -> list[str]:
-    peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
-    return [peer] if peer else []
 
 
 async def _delete(client: KubeClient, resource: Any, obj: dict[str, Any]) -> None:

@@ -266,14 +266,13 @@ class ForeignClusterStatus(Component):
         self._probed: dict[str, float] = {}
         self.caches = caches
         self.foreign_clusters = caches.foreign_clusters
-        self.secrets = caches.secrets
         self.requests = caches.requests
         self.offers = caches.offers
         self.virtual_nodes = caches.virtual_nodes
         self.networks = caches.networks
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
-        for informer in (self.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
+        for informer in (*caches.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
             self.controller.watch(informer, names.tenant_peer)
 
     @property
@@ -314,7 +313,7 @@ class ForeignClusterStatus(Component):
             local_id=self._local.cluster_id,
             local_name=self._local.cluster_name,
             local_network=self._network,
-            identity=self.secrets.store.get(f"{namespace}/{names.IDENTITY_SECRET}"),
+            identity=self.caches.identity(peer_id),
             our_request=self.requests.store.get(f"{namespace}/{self._local.cluster_id}"),
             their_offer=self.offers.store.get(f"{namespace}/{peer_id}"),
             virtual_nodes=self.caches.in_tenant(self.virtual_nodes, peer_id),

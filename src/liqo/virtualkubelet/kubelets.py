@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo.api.names import tenant_namespace, tenant_peer
+from liqo.api.names import IDENTITY_SECRET, tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
@@ -91,7 +91,13 @@ class VirtualKubelets:
         self._holder = holder
         self._events = events
         self.virtual_nodes = Informer(client=client, resource=VIRTUAL_NODES)
-        self.identities = Informer(client=client, resource=SECRETS, label_selector=f"{IDENTITY_LABEL}=true")
+        # By name as well as label: the look-alikes peers may write in twins are refused by PeerClients anyway.
+        self.identities = Informer(
+            client=client,
+            resource=SECRETS,
+            label_selector=f"{IDENTITY_LABEL}=true",
+            field_selector=f"metadata.name={IDENTITY_SECRET}",
+        )
         self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
         self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)

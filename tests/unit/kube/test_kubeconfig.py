@@ -7,8 +7,19 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
-from liqo.kube.kubeconfig import Access, Authenticator, KubeconfigError, in_cluster, load_dict, load_file, ssl_context
+from liqo.kube.kubeconfig import (
+    Access,
+    Authenticator,
+    KubeconfigError,
+    in_cluster,
+    load_dict,
+    load_file,
+    load_sealed,
+    ssl_context,
+)
 from liqo.kube.pki import issue, make_ca
 
 
@@ -122,3 +133,93 @@ def test_in_cluster_outside_a_pod_says_what_to_do(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(KubeconfigError, match="pass --kubeconfig"):
         in_cluster()
+
+
+# -- sealed kubeconfigs: data only ------------------------------------------------------------------
+
+
+def sealed_config() -> dict[str, Any]:
+    ca = make_ca("ca")
+    client = issue(ca, common_name="me", client=True)
+    return config(
+        {"client-certificate-data": b64(client.cert), "client-key-data": b64(client.key)},
+        {"server": "https://127.0.0.1:6443/", "certificate-authority-data": b64(ca.cert)},
+    )
+
+
+def test_a_sealed_kubeconfig_of_embedded_data_loads() -> None:
+    access = load_sealed(sealed_config())
+    assert access.server == "https://127.0.0.1:6443"
+    assert access.cert_pem
+    assert access.key_pem
+    assert access.ca_pem
+    assert (access.token, access.token_file, access.exec_plugin, access.insecure) == (None, None, None, False)
+
+
+ACTING_FIELDS = [
+    ("user", {"exec": {"command": "/bin/sh", "args": ["-c", "id"]}}, "exec"),
+    ("user", {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}, "tokenFile"),
+    ("user", {"token": "t"}, "token"),
+    ("user", {"client-certificate": "/etc/kubernetes/pki/admin.crt"}, "client-certificate"),
+    ("user", {"client-key": "/etc/kubernetes/pki/admin.key"}, "client-key"),
+    ("user", {"auth-provider": {"name": "oidc"}}, "auth-provider"),
+    ("user", {"username": "admin", "password": "p"}, "password, username"),
+    ("user", {"as": "system:admin"}, "as"),
+    ("cluster", {"certificate-authority": "/etc/ssl/ca.crt"}, "certificate-authority"),
+    ("cluster", {"insecure-skip-tls-verify": True}, "insecure-skip-tls-verify"),
+    ("cluster", {"proxy-url": "http://attacker:3128"}, "proxy-url"),
+    ("cluster", {"tls-server-name": "kubernetes"}, "tls-server-name"),
+    ("context", {"extensions": []}, "extensions"),
+]
+
+
+@pytest.mark.parametrize(("section", "extra", "named"), ACTING_FIELDS, ids=[f[2] for f in ACTING_FIELDS])
+def test_anything_that_acts_is_refused_naming_the_field(section: str, extra: dict[str, Any], named: str) -> None:
+    document = sealed_config()
+    plural = {"user": "users", "cluster": "clusters", "context": "contexts"}[section]
+    document[plural][0][section] |= extra
+    with pytest.raises(KubeconfigError, match=f"may not carry {named}"):
+        load_sealed(document)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["clusters"][0]["cluster"].update(server="http://127.0.0.1:8080"), "https:// URL"),
+        (lambda d: d["users"][0]["user"].pop("client-key-data"), "client-key-data"),
+        (lambda d: d.pop("current-context"), "no current-context"),
+        (lambda d: d.update(users="me"), "users must be a list"),
+        (lambda d: d["users"][0]["user"].update({"client-key-data": 7}), "not valid base64"),
+        (lambda d: d.update(preferences={}, **{"x-extra": 1}), "may not carry x-extra"),
+    ],
+)
+def test_a_sealed_kubeconfig_of_another_shape_is_a_clear_error(change: Any, message: str) -> None:
+    document = sealed_config()
+    change(document)
+    with pytest.raises(KubeconfigError, match=message):
+        load_sealed(document)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(
+    top=st.dictionaries(st.sampled_from([*"abc", "current-context", "contexts", "clusters", "users"]), _json),
+    section=st.sampled_from(["users", "clusters", "contexts"]),
+    entry=_json,
+)
+def test_whatever_a_secret_holds_is_an_access_or_a_kubeconfig_error(
+    top: dict[str, Any], section: str, entry: Any
+) -> None:
+    document = sealed_config() | top
+    document[section] = [*(document.get(section) or []), entry] if isinstance(document.get(section), list) else entry
+    try:
+        access = load_sealed(document)
+    except KubeconfigError:
+        return
+    assert (access.token, access.token_file, access.exec_plugin, access.insecure) == (None, None, None, False)
+    assert access.server.startswith("https://")

@@ -506,12 +506,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         *((CLUSTER_ROLE_BINDINGS, component) for component in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role) for role in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.PEER_SERVICES_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, manifests.PEER_SERVICES_POLICY),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.OWN_APPROVALS_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, manifests.OWN_APPROVALS_POLICY),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, fabric.PEER_NETWORK_CONFIGS_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, fabric.PEER_NETWORK_CONFIGS_POLICY),
+        *_admission_policies(),
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)
@@ -520,6 +515,13 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
+
+
+def _admission_policies() -> list[tuple[Resource, str]]:
+    """Every admission policy and binding the install renders, bindings first."""
+    kinds = (VALIDATING_ADMISSION_POLICY_BINDINGS, VALIDATING_ADMISSION_POLICIES)
+    rendered = [(BY_KIND[m["kind"]], m["metadata"]["name"]) for m in manifests.rights()]
+    return sorted(((r, name) for r, name in rendered if r in kinds), key=lambda pair: kinds.index(pair[0]))
 
 
 async def _delete_installed_default_policy(client: KubeClient) -> None:

@@ -253,6 +253,41 @@ def peer_network_configs_policy() -> list[Manifest]:
     )
 
 
+PEER_TENANT_WRITES_POLICY = "liqo-peer-tenant-writes"
+_PEER_ID = f"request.userInfo.username.substring({len(names.PEER_USER_PREFIX)})"
+
+
+def peer_tenant_writes_policy() -> list[Manifest]:
+    """In its tenant namespace a peer writes its own request, and verdicts on the offers made to it, only.
+
+    RBAC grants per kind, not per name. In a bidirectional peering the tenant namespace ``liqo-tenant-<peer>``
+    holds both conversations: the peer's request (named after it) and our offer to it (named after us), but
+    also our request to it (named after us) and the replica of its offer to us (named after it), whose status is
+    *our* verdict — in ``Manual`` mode, our admin's. Without this policy the peer could accept its own offer on
+    our behalf, and our pods would go to it.
+    """
+    return _admission_policy(
+        PEER_TENANT_WRITES_POLICY,
+        rule={
+            "apiGroups": [liqo_resources.DISCOVERY, liqo_resources.SHARING],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": ["resourcerequests", "resourceoffers/status"],
+        },
+        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        validations=(
+            (
+                f"request.resource.resource != 'resourcerequests' || request.name == {_PEER_ID}",
+                "a peer writes only its own ResourceRequest, named after its cluster ID",
+            ),
+            (
+                f"request.resource.resource != 'resourceoffers' || request.name != {_PEER_ID}",
+                "the verdict on a peer's offer is this cluster's: a peer may accept only the offers made to it",
+            ),
+        ),
+    )
+
+
 def _admission_policy(
     name: str, *, rule: dict[str, Any], users: str, validations: tuple[tuple[str, str], ...]
 ) -> list[Manifest]:
@@ -745,6 +780,7 @@ def rights() -> list[Manifest]:
         *peer_services_policy(),
         *own_approvals_policy(),
         *peer_network_configs_policy(),
+        *peer_tenant_writes_policy(),
         *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         *component_rbac(fabric.GATEWAY, fabric.gateway_rules()),

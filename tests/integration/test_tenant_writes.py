@@ -48,9 +48,10 @@ async def test_a_peer_cannot_give_our_verdict_on_its_offer_nor_write_our_request
 
     await eventually(awaiting_romes_admin, timeout=30, message="milan's offer waits for rome's admin")
     async with KubeClient.from_kubeconfig_dict(await operations.peer_kubeconfig(milan, rome_id)) as as_milan:
-        verdict = {"phase": "Accepted", "reason": "approved", "message": "milan says so"}
+        # What rome's admin would run (operations.manual_decision), run by milan.
+        verdict = {"status": {"phase": "Accepted", "reason": "approved"}}
         with pytest.raises(ApiError) as refused:
-            await as_milan.apply_status(RESOURCE_OFFERS, name=milan_id, namespace=tenant, status=verdict)
+            await as_milan.patch(RESOURCE_OFFERS, milan_id, verdict, namespace=tenant, subresource="status")
         assert refused.value.status == 403
         assert "a peer may accept only the offers made to it" in str(refused.value)
         for write in (

@@ -390,7 +390,8 @@ async def test_no_pod_runs_in_a_twin_before_the_offer_is_accepted(
 
         await eventually(offered, timeout=60, message="milan's offer to rome, waiting for rome's decision")
         async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
-            home, twin = unique("early"), unique("early-twin")
+            home = unique("early")
+            twin = names.twin_namespace(home, home_cluster_id=rome_id)
             namespace_map = {
                 "apiVersion": NAMESPACE_MAPS.api_version,
                 "kind": NAMESPACE_MAPS.kind,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from liqo.api.crds import MAX_NAMESPACE_MAPPINGS
+from liqo.api.crds import MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -136,7 +136,10 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
         FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), network=network("fd00:10::/56", "fd00::/112"))
     )
     cluster_scoped.append((FOREIGN_CLUSTERS, v6["metadata"]["name"]))
-    sp = await kube.create(SHARING_POLICIES, sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}))
+    sp = await kube.create(
+        SHARING_POLICIES,
+        sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}, allowedTwinNames=["payments", "team-a-*"]),
+    )
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
     ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace, prices={"cpu": "0.05"}, labels={"zone": "a"}))
@@ -153,6 +156,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     assert fc["spec"]["network"] == {"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.96.0.0/16"}
     assert v6["spec"]["network"]["podCIDR"] == "fd00:10::/56"
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
+    assert sp["spec"]["allowedTwinNames"] == ["payments", "team-a-*"]
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
@@ -205,6 +209,25 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
     "timestamp-not-rfc3339": (
         lambda ns: (RESOURCE_OFFERS, resource_offer(ns, expiry="tomorrow")),
         ('spec.expiry: Invalid value: "tomorrow"', "must be of type date-time"),
+    ),
+    "twin-names-everything": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), allowedTwinNames=["*"])),
+        ('spec.allowedTwinNames[0]: Invalid value: "*"', "should match"),
+    ),
+    "twin-names-not-a-namespace": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), allowedTwinNames=["ok", "Team_A*"])),
+        ('spec.allowedTwinNames[1]: Invalid value: "Team_A*"', "should match"),
+    ),
+    "twin-names-star-inside": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), allowedTwinNames=["team-*-web"])),
+        ('spec.allowedTwinNames[0]: Invalid value: "team-*-web"', "should match"),
+    ),
+    "twin-names-too-many": (
+        lambda _ns: (
+            SHARING_POLICIES,
+            sharing_policy(unique("sp"), allowedTwinNames=[f"n{i}" for i in range(MAX_ALLOWED_TWIN_NAMES + 1)]),
+        ),
+        (f"spec.allowedTwinNames: Too many: {MAX_ALLOWED_TWIN_NAMES + 1}",),
     ),
     "missing-action": (
         lambda _ns: (SHARING_POLICIES, without(sharing_policy(unique("sp")), "action")),

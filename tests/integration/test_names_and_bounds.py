@@ -325,7 +325,9 @@ async def test_a_consumer_cannot_squat_reserved_names_and_a_refused_twin_is_not_
 ) -> None:
     rome_id, naples_id = sites["rome"].cluster_id, sites["naples"].cluster_id
     cert_manager, team = unique("cert-manager"), unique("team")
-    policy, blocked, ok = unique("t-no-blocked"), unique("blocked"), unique("ok")
+    policy, blocked_home = unique("t-no-blocked"), unique("blocked")
+    # Names naples gives (DefaultName): the refusals below are the reserved names' and the API server's.
+    blocked, ok = (names.twin_namespace(home, home_cluster_id=rome_id) for home in (blocked_home, "h"))
     wanted = {
         "a": cert_manager,
         "b": f"{team}-payments",
@@ -333,7 +335,7 @@ async def test_a_consumer_cannot_squat_reserved_names_and_a_refused_twin_is_not_
         "d": "kube-foo",
         "e": "default",
         "f": "liqo",
-        "g": blocked,
+        blocked_home: blocked,
         "h": ok,
     }
     tenant = names.tenant_namespace(rome_id)
@@ -360,9 +362,9 @@ async def test_a_consumer_cannot_squat_reserved_names_and_a_refused_twin_is_not_
                 for home in "abcdef":
                     assert status[home]["phase"] == "Conflict", status[home]
                     assert status[home]["message"] == f"namespace {wanted[home]} is reserved on this cluster"
-                assert status["g"]["phase"] == "Conflict"
-                assert f"this cluster refused to create namespace {blocked}" in status["g"]["message"]
-                assert "no blocked-* here" in status["g"]["message"]
+                assert status[blocked_home]["phase"] == "Conflict"
+                assert f"this cluster refused to create namespace {blocked}" in status[blocked_home]["message"]
+                assert "no blocked-* here" in status[blocked_home]["message"]
                 for name in (cert_manager, f"{team}-payments", "liqo-foo", "kube-foo", blocked):
                     assert await get_or_none(naples, NAMESPACES, name) is None, name
                 for name in ("default", "liqo"):
@@ -390,6 +392,56 @@ async def test_a_consumer_cannot_squat_reserved_names_and_a_refused_twin_is_not_
                 with contextlib.suppress(NotFoundError):
                     await naples.delete(resource, policy)
     await expect_clean(rome, naples)
+
+
+async def test_a_peer_cannot_name_its_twins_com_or_cert_manager_and_is_told_the_name_the_provider_gives(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    """A twin ``com`` would answer ``google.com`` for milan's pods (ndots 5); ``cert-manager``, a later install."""
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    home = unique("shop")
+    wanted = {"com": "com", "cert-manager": "cert-manager", home: names.twin_namespace(home, home_cluster_id=rome_id)}
+    tenant = names.tenant_namespace(rome_id)
+    await peering.peer(rome, milan, timeout=60)
+    try:
+        identity = await peering.peer_kubeconfig(rome, milan_id)
+        # Rome's manager would rewrite (or delete) the map: out of the way, only milan's defences stand.
+        async with (
+            stopped(sites["rome"], MANAGER),
+            KubeClient.from_kubeconfig_dict(identity, name="rome@milan") as as_rome,
+        ):
+            await as_rome.apply(NAMESPACE_MAPS, namespace_map(rome_id, wanted))
+
+            async def reported() -> bool:
+                found = await milan.get(NAMESPACE_MAPS, rome_id, namespace=tenant)
+                status = (found.get("status") or {}).get("mappings") or {}
+                return set(status) == set(wanted) and status[home]["phase"] == "Ready"
+
+            # The default-named twin made is the evidence that milan has judged the whole map.
+            await eventually(reported, timeout=30, message="milan reports every entry of rome's map")
+            status = (await milan.get(NAMESPACE_MAPS, rome_id, namespace=tenant))["status"]["mappings"]
+            for chosen in ("com", "cert-manager"):
+                assert status[chosen]["phase"] == "Conflict", status[chosen]
+                given = names.twin_namespace(chosen, home_cluster_id=rome_id)
+                assert status[chosen]["message"] == (
+                    f"the twin of {chosen} is named {given} on this cluster; {chosen}, a name of the consumer's"
+                    " choosing, is not allowed by this cluster's SharingPolicy for it (allowedTwinNames: none)"
+                )
+                assert await get_or_none(milan, NAMESPACES, chosen) is None, chosen
+            selector = f"{names.REMOTE_CLUSTER_ID}={rome_id},{names.ORIGIN_NAMESPACE}"
+            twins, _ = await milan.list_all(NAMESPACES, label_selector=selector)
+            assert [ns["metadata"]["name"] for ns in twins] == [wanted[home]]
+
+            await as_rome.delete(NAMESPACE_MAPS, rome_id, namespace=tenant)
+
+            async def map_gone() -> bool:
+                return await get_or_none(milan, NAMESPACE_MAPS, rome_id, tenant) is None
+
+            await eventually(map_gone, timeout=60, message="the map (and with it the twin) gone")
+    finally:
+        with contextlib.suppress(peering.PeeringError):
+            await peering.unpeer(rome, milan_id, timeout=60)
+    await expect_clean(rome, milan)
 
 
 # -- grace periods -------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from liqo.api import names
 from liqo.api.peers import kubeconfig_of
-from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS
+from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS, SHARING_POLICIES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CLUSTER_ROLES, CONFIGMAPS, EVENTS, NAMESPACES, PODS, ROLE_BINDINGS, ROLES, SECRETS
@@ -76,6 +76,16 @@ async def release(client: KubeClient, home: str) -> None:
         await client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=home)
     with contextlib.suppress(NotFoundError):
         await client.delete(NAMESPACES, home)
+
+
+def twin_names_policy(name: str, *, consumer_id: str, allowed: list[str]) -> Obj:
+    """A SharingPolicy of the provider letting ``consumer_id`` choose the twin names ``allowed``."""
+    return {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": name},
+        "spec": {"action": "Share", "peers": [consumer_id], "allowedTwinNames": allowed},
+    }
 
 
 async def check_twin(provider: KubeClient, *, consumer_id: str, home: str, twin: str) -> None:
@@ -229,6 +239,9 @@ async def test_enforce_same_name_over_an_unrelated_namespace_is_a_conflict_that_
     await milan.create(NAMESPACES, namespace_manifest(home, {"team": "milan-payments"}))
     await milan.create(CONFIGMAPS, configmap("precious"), namespace=home)
     await rome.create(NAMESPACES, namespace_manifest(home))
+    # Milan lets rome choose this name: what stands in the way is the namespace alone.
+    policy = unique("rome-names")
+    await milan.create(SHARING_POLICIES, twin_names_policy(policy, consumer_id=rome_id, allowed=[home]))
     await peering.peer(rome, milan, timeout=60)
     try:
         await offloading.offload(rome, home, namespace_mapping_strategy="EnforceSameName")
@@ -265,8 +278,96 @@ async def test_enforce_same_name_over_an_unrelated_namespace_is_a_conflict_that_
     finally:
         await release(rome, home)
         await peering.unpeer(rome, milan_id, timeout=60)
+        await milan.delete(SHARING_POLICIES, policy)
         with contextlib.suppress(NotFoundError):
             await milan.delete(NAMESPACES, home)
+    await expect_clean(rome, milan)
+    await expect_no_twins(milan, rome_id)
+
+
+async def conditions_of(client: KubeClient, home: str) -> list[Obj]:
+    offloading = await client.get(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=home)
+    return list((offloading.get("status") or {}).get("remoteNamespacesConditions") or [])
+
+
+async def expect_refused(rome: KubeClient, milan: KubeClient, *, home: str, reason: str) -> None:
+    """Rome's user sees milan's ``reason`` on the NamespaceOffloading (status and Warning Event); no twin made."""
+
+    async def reported() -> bool:
+        return [(c["phase"], c["remoteNamespace"], c.get("message")) for c in await conditions_of(rome, home)] == [
+            ("Conflict", home, reason)
+        ]
+
+    await eventually(reported, timeout=30, message=f"milan's refusal of {home} reported at home")
+
+    async def warned() -> bool:
+        events, _ = await rome.list_all(
+            EVENTS, namespace=home, field_selector=f"involvedObject.name={names.OFFLOADING}"
+        )
+        return any(e["type"] == "Warning" and e["reason"] == "TwinConflict" and reason in e["message"] for e in events)
+
+    await eventually(warned, timeout=20, message="a TwinConflict Event with milan's reason")
+    assert await get_or_none(milan, NAMESPACES, home) is None
+
+
+async def test_enforce_same_name_needs_the_providers_policy_and_a_name_it_allows(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    kubeconfig = f"--kubeconfig={sites['rome'].cluster.kubeconfig}"
+    chosen, other = unique("team-a"), unique("payments")
+
+    def reason(home: str, allowed: str) -> str:
+        return (
+            f"the twin of {home} is named {names.twin_namespace(home, home_cluster_id=rome_id)} on this cluster;"
+            f" {home}, a name of the consumer's choosing, is not allowed by this cluster's SharingPolicy for it"
+            f" (allowedTwinNames: {allowed})"
+        )
+
+    for home in (chosen, other):
+        await rome.create(NAMESPACES, namespace_manifest(home))
+    policy = unique("rome-names")
+    await peering.peer(rome, milan, timeout=60)
+    try:
+        # No policy of milan lets rome choose: liqoctl fails with milan's reason, which stays on the offloading.
+        refused = await run(
+            "offload", "namespace", chosen, "--namespace-mapping-strategy", "EnforceSameName", kubeconfig
+        )
+        assert refused.returncode == 1
+        assert reason(chosen, "none") in " ".join(refused.stderr.split())
+        await expect_refused(rome, milan, home=chosen, reason=reason(chosen, "none"))
+
+        # Milan's admin lets rome choose team-a-*: milan looks again by itself, and the chosen name is made.
+        await milan.create(SHARING_POLICIES, twin_names_policy(policy, consumer_id=rome_id, allowed=["team-a-*"]))
+
+        async def made() -> bool:
+            return [(c["phase"], c["remoteNamespace"]) for c in await conditions_of(rome, chosen)] == [
+                ("Ready", chosen)
+            ]
+
+        await eventually(made, timeout=30, message=f"twin {chosen} made once milan's policy allows it")
+        await check_twin(milan, consumer_id=rome_id, home=chosen, twin=chosen)
+
+        # A name outside the pattern is still refused, and the reason says what is allowed.
+        await offloading.offload(rome, other, namespace_mapping_strategy="EnforceSameName")
+        with pytest.raises(OffloadingError) as failed:
+            await offloading.wait_offloaded(rome, other, timeout=60)
+        assert reason(other, "team-a-*") in str(failed.value)
+        await expect_refused(rome, milan, home=other, reason=reason(other, "team-a-*"))
+
+        # The admin takes the permission back: the twin it allowed goes (a name outside milan's rules is not kept).
+        await milan.delete(SHARING_POLICIES, policy)
+        await expect_no_twins(milan, rome_id)
+        await expect_refused(rome, milan, home=chosen, reason=reason(chosen, "none"))
+
+        for home in (chosen, other):
+            await offloading.unoffload(rome, home, timeout=60)
+    finally:
+        for home in (chosen, other):
+            await release(rome, home)
+        with contextlib.suppress(NotFoundError):
+            await milan.delete(SHARING_POLICIES, policy)
+        await peering.unpeer(rome, milan_id, timeout=60)
     await expect_clean(rome, milan)
     await expect_no_twins(milan, rome_id)
 

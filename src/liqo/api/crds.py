@@ -41,6 +41,11 @@ QUANTITY_PATTERN = (
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_LABEL_MAX_LENGTH = 63
 """A namespace name: lowercase letters, digits and ``-``, at most 63 characters (RFC 1123 label)."""
+NAME_OR_PREFIX_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*\*)$"
+"""A namespace name, or the start of one followed by ``*`` (``team-*``): how an admin names namespaces, one by one
+or by prefix (``--reserved-namespaces``, a SharingPolicy's ``allowedTwinNames``). A bare ``*`` is refused: it would
+name every namespace."""
+MAX_ALLOWED_TWIN_NAMES = 64
 CLUSTER_ID_PATTERN = DNS_LABEL_PATTERN
 CLUSTER_ID_MAX_LENGTH = 63 - len(names.TENANT_NAMESPACE_PREFIX)
 CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -532,6 +537,20 @@ def sharing_policy_crd() -> dict[str, Any]:
             ),
             "offerTTLSeconds": _integer("How long an offer is valid unless refreshed.", minimum=1, default=300),
             "podSecurity": _pod_security(),
+            "allowedTwinNames": {
+                **_string_set(
+                    "The twin namespace names these peers may choose themselves (their namespaceMappingStrategy"
+                    " EnforceSameName): names, or prefixes ending in '*' (team-a-*). Default: none, and every twin"
+                    " is named <namespace>-<first 8 characters of the peer's cluster ID>. Reserved names and"
+                    " existing namespaces are never given.",
+                    _string(
+                        "A namespace name, or the start of one followed by '*'.",
+                        maxLength=DNS_LABEL_MAX_LENGTH,
+                        pattern=NAME_OR_PREFIX_PATTERN,
+                    ),
+                ),
+                "maxItems": MAX_ALLOWED_TWIN_NAMES,
+            },
             "countLimits": {
                 "type": "boolean",
                 "description": "Whether the declared limits of the peers' pods must also add up within the accepted"

@@ -43,8 +43,8 @@ def offload_namespace(
     namespace_mapping_strategy: Annotated[
         str | None,
         typer.Option(
-            help="The twins' name: DefaultName (<namespace>-<cluster ID prefix>) or EnforceSameName"
-            " (default DefaultName; it cannot change once set)."
+            help="The twins' name: DefaultName (<namespace>-<cluster ID prefix>) or EnforceSameName, on the"
+            " providers whose SharingPolicy allows the name (default DefaultName; it cannot change once set)."
         ),
     ] = None,
     selector: Annotated[

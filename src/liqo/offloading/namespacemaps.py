@@ -8,12 +8,20 @@ own tenant namespace, so it cannot speak for another.
 
 Safety comes first: a namespace is touched only if it passes :func:`liqo.offloading.twins.is_twin_of` for
 that consumer. Any other namespace of the wanted name (an unrelated one, another consumer's twin, a
-system namespace) makes the mapping ``Conflict`` and is left alone. So does a name that does not exist yet
-but is reserved (:data:`BUILTIN_RESERVED` and the provider's ``--reserved-namespaces``): a consumer must
-not squat a name the provider's own software will want (``cert-manager``, ``monitoring``). A twin is
-created with a plain create, never an apply, so a namespace appearing between the cache read and the write
-is refused by the API server rather than taken over; it is deleted with its UID as precondition, so a
-namesake is never deleted.
+system namespace) makes the mapping ``Conflict`` and is left alone. A twin is created with a plain create,
+never an apply, so a namespace appearing between the cache read and the write is refused by the API server
+rather than taken over; it is deleted with its UID as precondition, so a namesake is never deleted.
+
+This cluster names the twins, not the consumer (:func:`naming_refusal`). The map is the consumer's word,
+and a name is not harmless: a twin ``com`` holding a Service ``google`` answers ``google.com`` for every pod
+here (DNS search paths, ``ndots: 5``), and a twin ``cert-manager`` is where a later install of the
+provider's own lands, in a namespace the peer writes in. So a twin is named
+``<namespace>-<first 8 characters of the consumer's ID>`` (:func:`liqo.api.names.twin_namespace`, the ID from
+where the map lives); any other name (the consumer's ``EnforceSameName``) only if the consumer's
+SharingPolicy allows it (``allowedTwinNames``, off by default). Reserved names (:data:`BUILTIN_RESERVED` and
+the provider's ``--reserved-namespaces``: ``cert-manager``, ``monitoring``) are never given, whatever a
+policy says. A twin of the consumer whose name these rules refuse now (the policy tightened, a name
+reserved, or a twin made before the rules) is deleted: a name outside the provider's rules is not kept.
 
 The map carries a finalizer: deleting it (the consumer unoffloading its last namespace, the tenant
 namespace going away on unpeer or revoke) waits until every twin of that consumer is gone, so "the map is
@@ -25,10 +33,10 @@ the SharingPolicies and corrects the labels of the twins it keeps when the level
 
 The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
 every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
-``Conflict`` is terminal: a reserved or taken name, or a write the API server refused (4xx), is not retried
-on a timer, only looked at again when the map or a namespace of that name changes. ``Error`` is for what
-may pass by itself (5xx, an unreachable API server): retried with a capped backoff. The consumer writes the
-map, so a timer on its permanent mistakes would be a loop it can start at will.
+``Conflict`` is terminal: a refused or taken name, or a write the API server refused (4xx), is not retried
+on a timer, only looked at again when the map, a SharingPolicy or a namespace of that name changes.
+``Error`` is for what may pass by itself (5xx, an unreachable API server): retried with a capped backoff.
+The consumer writes the map, so a timer on its permanent mistakes would be a loop it can start at will.
 """
 
 from __future__ import annotations
@@ -36,12 +44,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from liqo.api import names
-from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN
+from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
 from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -51,7 +59,7 @@ from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.offloading.namespaces import retry_delay
-from liqo.offloading.podsecurity import PolicySelector
+from liqo.offloading.podsecurity import SecurityPolicy
 from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
 
 log = logging.getLogger(__name__)
@@ -62,9 +70,28 @@ BUILTIN_RESERVED = ("default", "kube-*", f"{names.LIQO_NAMESPACE}*")
 """Names no twin may take, whatever the provider configures: the system's, and liqo's own (``liqo``, tenant
 namespaces, and whatever liqo may add under its prefix). ``*`` at the end makes a prefix."""
 _NAME = re.compile(DNS_LABEL_PATTERN)
-_RESERVED_ITEM = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*\*")
+_NAME_OR_PREFIX = re.compile(NAME_OR_PREFIX_PATTERN)
 _TRANSIENT_STATUSES = frozenset({408, 429})
 """Client errors that are the server's momentary state rather than a verdict on the request."""
+
+
+class TwinPolicy(Protocol):
+    """What this controller needs of the sharing policy applying to a consumer."""
+
+    @property
+    def pod_security(self) -> SecurityPolicy:
+        """What the consumer's pods may do here (its level goes on the twins)."""
+        ...
+
+    @property
+    def allowed_twin_names(self) -> Sequence[str]:
+        """The twin names the consumer may choose itself: names, or prefixes ending in ``*``."""
+        ...
+
+
+TwinPolicySelector = Callable[[Sequence[Mapping[str, Any]], str], TwinPolicy]
+"""Which policy applies to a consumer (by cluster ID), given every SharingPolicy (the manager passes
+``liqo.sharing``'s: capabilities do not import each other)."""
 
 
 @dataclass(frozen=True)
@@ -104,14 +131,14 @@ def parse_reserved(text: str) -> tuple[str, ...]:
     """
     items = tuple(item.strip() for item in text.split(",") if item.strip())
     for item in items:
-        if len(item) > DNS_LABEL_MAX_LENGTH or not _RESERVED_ITEM.fullmatch(item):
+        if len(item) > DNS_LABEL_MAX_LENGTH or not _NAME_OR_PREFIX.fullmatch(item):
             raise ValueError(
                 f"reserved namespace {item!r} is neither a namespace name nor a prefix of one ending in '*'"
             )
     return items
 
 
-def reserved(name: str, patterns: Iterable[str] = BUILTIN_RESERVED) -> bool:
+def matches(name: str, patterns: Iterable[str]) -> bool:
     """Whether ``name`` matches one of ``patterns`` (a name, or a prefix ending in ``*``) (pure)."""
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
@@ -143,27 +170,73 @@ def twins_of(namespaces: Iterable[Obj], *, consumer_id: str) -> list[Obj]:
     return [ns for ns in namespaces if is_twin_of(ns, consumer_id=consumer_id)]
 
 
+def naming_refusal(
+    *,
+    consumer_id: str,
+    home: str,
+    twin: str,
+    reserved_names: Sequence[str] = BUILTIN_RESERVED,
+    allowed_names: Sequence[str] = (),
+) -> str:
+    """Why ``twin`` may not be the name of ``consumer_id``'s twin of ``home`` here, or ``""`` if it may (pure).
+
+    In order: a name no namespace can have; a reserved one (``reserved_names``, whatever the policy allows);
+    then any name but the one this cluster gives (:func:`liqo.api.names.twin_namespace`) that the consumer's
+    policy does not allow (``allowed_names``, see :func:`matches`). The refusal names the name that would pass.
+    """
+    if not valid_name(twin):
+        return f"{twin!r} is not a valid namespace name"
+    if matches(twin, reserved_names):
+        return f"namespace {twin} is reserved on this cluster"
+    given = names.twin_namespace(home, home_cluster_id=consumer_id)
+    if twin == given or matches(twin, allowed_names):
+        return ""
+    allowed = ", ".join(allowed_names) or "none"
+    return (
+        f"the twin of {home} is named {given} on this cluster; {twin}, a name of the consumer's choosing, is not"
+        f" allowed by this cluster's SharingPolicy for it (allowedTwinNames: {allowed})"
+    )
+
+
 def plan_twins(
     *,
     consumer_id: str,
     mappings: Mapping[str, str],
     namespaces: Mapping[str, Obj],
     reserved_names: Sequence[str] = BUILTIN_RESERVED,
+    allowed_names: Sequence[str] = (),
 ) -> Plan:
     """Decide what to do about ``consumer_id``'s ``mappings`` (home → twin name), given every namespace by name.
 
-    - A wanted name taken by anything but this consumer's twin of that very home is a ``Conflict``; so is an
-      invalid or reserved name (``reserved_names``, see :func:`reserved`), and a name two homes want (the one
-      whose twin exists wins, else the first in order).
+    - A name :func:`naming_refusal` refuses (invalid, reserved, or neither this cluster's name for that home
+      nor one of ``allowed_names``) is a ``Conflict`` with the reason, and this consumer's twin of that name,
+      if there is one, is deleted.
+    - A wanted name taken by anything but this consumer's twin of that very home is a ``Conflict``; so is a
+      name two homes want (the one whose twin exists wins, else the first in order).
     - This consumer's twins that no mapping wants (home unoffloaded, or renamed) are deleted; until they are
       gone their home is reported ``Pending``, so that the consumer waits for them.
     - A wanted twin still being deleted is ``Pending``: it is created again once gone.
 
-    Pure; only namespaces passing :func:`is_twin_of` for ``consumer_id`` ever land in ``delete``.
+    Pure; only namespaces passing :func:`is_twin_of` for ``consumer_id`` ever land in ``delete``, and only names
+    :func:`naming_refusal` passes in ``create`` and ``keep``.
     """
     plan = Plan()
+    refusals = {
+        home: why
+        for home, twin in mappings.items()
+        if (
+            why := naming_refusal(
+                consumer_id=consumer_id,
+                home=home,
+                twin=twin,
+                reserved_names=reserved_names,
+                allowed_names=allowed_names,
+            )
+        )
+    }
+    accepted = {home: twin for home, twin in sorted(mappings.items()) if home not in refusals}
     claimants: dict[str, list[str]] = {}
-    for home, twin in sorted(mappings.items()):
+    for home, twin in accepted.items():
         claimants.setdefault(twin, []).append(home)
     winners = {}
     for twin, homes in claimants.items():
@@ -172,10 +245,8 @@ def plan_twins(
         winners[twin] = owner if owner in homes else homes[0]
     for home, twin in sorted(mappings.items()):
         existing = namespaces.get(twin)
-        if not valid_name(twin):
-            plan.status[home] = TwinStatus(twin, "Conflict", f"{twin!r} is not a valid namespace name")
-        elif reserved(twin, reserved_names):
-            plan.status[home] = TwinStatus(twin, "Conflict", f"namespace {twin} is reserved on this cluster")
+        if home in refusals:
+            plan.status[home] = TwinStatus(twin, "Conflict", refusals[home])
         elif winners[twin] != home:
             message = f"home namespaces {winners[twin]} and {home} both map to {twin}: {winners[twin]} has it"
             plan.status[home] = TwinStatus(twin, "Conflict", message)
@@ -200,7 +271,7 @@ def plan_twins(
             plan.status[home] = TwinStatus(twin, "Ready")
     for namespace in twins_of(namespaces.values(), consumer_id=consumer_id):
         name, home = namespace["metadata"]["name"], origin_of(namespace)
-        if mappings.get(home) == name:
+        if accepted.get(home) == name:
             continue
         if not terminating(namespace):
             plan.delete.append(namespace)
@@ -244,7 +315,12 @@ class NamespaceMapController(Component):
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
     def __init__(
-        self, *, client: KubeClient, informers: SharedInformers, select: PolicySelector, reserved: Sequence[str] = ()
+        self,
+        *,
+        client: KubeClient,
+        informers: SharedInformers,
+        select: TwinPolicySelector,
+        reserved: Sequence[str] = (),
     ) -> None:
         self._client = client
         self._select = select
@@ -266,7 +342,7 @@ class NamespaceMapController(Component):
         return [self.controller]
 
     def _every_consumer(self, _policy: Obj) -> list[str]:
-        """Every consumer with a map: a SharingPolicy change may move any one's pod security level."""
+        """Every consumer with a map: a SharingPolicy change may move any one's pod security level or twin names."""
         return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
@@ -295,9 +371,16 @@ class NamespaceMapController(Component):
         await add_finalizer(self._client, NAMESPACE_MAPS, namespace_map, finalizer=names.FINALIZER)
         by_name = {ns["metadata"]["name"]: ns for ns in self.namespaces.store.list()}
         mappings = (namespace_map.get("spec") or {}).get("mappings") or {}
-        plan = plan_twins(consumer_id=consumer_id, mappings=mappings, namespaces=by_name, reserved_names=self._reserved)
+        policy = self._select(self.policies.store.list(), consumer_id)
+        plan = plan_twins(
+            consumer_id=consumer_id,
+            mappings=mappings,
+            namespaces=by_name,
+            reserved_names=self._reserved,
+            allowed_names=policy.allowed_twin_names,
+        )
         status = dict(plan.status)
-        level = self._select(self.policies.store.list(), consumer_id).level
+        level = policy.pod_security.level
         for home, twin in plan.create.items():
             status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin, level=level)
         for home, twin in plan.keep.items():

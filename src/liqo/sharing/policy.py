@@ -113,6 +113,9 @@ class Policy:
     """What the consumer's pods may do here."""
     count_limits: bool = True
     """Whether the declared limits of the consumer's pods must also add up within the accepted offer."""
+    allowed_twin_names: tuple[str, ...] = ()
+    """The twin namespace names the consumer may choose itself (names, or prefixes ending in ``*``); none by
+    default: the provider names every twin."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -136,6 +139,7 @@ class Policy:
             offer_ttl_seconds=spec.get("offerTTLSeconds", DEFAULT_OFFER_TTL_SECONDS),
             pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
             count_limits=bool(spec.get("countLimits", True)),
+            allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
         )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from liqo.api import names
-from liqo.api.crds import CLUSTER_ID_PATTERN, QUANTITY_PATTERN, all_crds, crd_name
+from liqo.api.crds import CLUSTER_ID_PATTERN, NAME_OR_PREFIX_PATTERN, QUANTITY_PATTERN, all_crds, crd_name
 from liqo.api.resources import ALL, FOREIGN_CLUSTERS, VIRTUAL_NODES
 from liqo.kube.resources import Resource
 
@@ -153,6 +153,17 @@ def test_sharing_policy_bounds_and_defaults() -> None:
     assert (spec["properties"]["percentage"]["minimum"], spec["properties"]["percentage"]["maximum"]) == (1, 100)
     assert spec["properties"]["refreshThresholdPercent"]["default"] == 10
     assert spec["properties"]["offerTTLSeconds"]["default"] == 300
+    assert "default" not in spec["properties"]["allowedTwinNames"]  # none: the provider names every twin
+
+
+@pytest.mark.parametrize("value", ["payments", "team-a-*", "t*", "a1", "9-*"])
+def test_an_allowed_twin_name_is_a_namespace_name_or_the_start_of_one_and_a_star(value: str) -> None:
+    assert re.fullmatch(NAME_OR_PREFIX_PATTERN, value)
+
+
+@pytest.mark.parametrize("value", ["*", "-*", "Team-*", "team-*-web", "team_a", "a-", "", "a**", "a\n"])
+def test_an_allowed_twin_name_is_nothing_else(value: str) -> None:
+    assert not re.fullmatch(NAME_OR_PREFIX_PATTERN, value)
 
 
 @pytest.mark.parametrize("value", ["1", "500m", "4Gi", "1.5", ".5", "2e3", "+1k", "100Mi", "0"])

@@ -15,10 +15,12 @@ from liqo.offloading.namespacemaps import (
     TwinStatus,
     consumer_of_map,
     map_status,
+    matches,
+    naming_refusal,
+    origin_of,
     parse_reserved,
     plan_twins,
     refusal,
-    reserved,
     transient,
     twins_of,
     valid_name,
@@ -46,6 +48,18 @@ def by_name(*items: Obj) -> dict[str, Obj]:
     return {ns["metadata"]["name"]: ns for ns in items}
 
 
+def given_name(home: str, consumer: str = ROME) -> str:
+    """The name this cluster gives the twin of ``home`` (``DefaultName``): ``shop`` → ``shop-rome0000``."""
+    return names.twin_namespace(home, home_cluster_id=consumer)
+
+
+def refused_choice(home: str, twin: str, allowed: str = "none") -> str:
+    return (
+        f"the twin of {home} is named {given_name(home)} on this cluster; {twin}, a name of the consumer's"
+        f" choosing, is not allowed by this cluster's SharingPolicy for it (allowedTwinNames: {allowed})"
+    )
+
+
 def test_a_missing_twin_is_created() -> None:
     plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop-rome0000"}, namespaces={})
     assert plan.create == {"shop": "shop-rome0000"}
@@ -55,15 +69,77 @@ def test_a_missing_twin_is_created() -> None:
 
 
 def test_an_existing_twin_of_that_home_is_kept_and_ready() -> None:
-    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop-x"}, namespaces=by_name(twin("shop-x", home="shop")))
-    assert plan.keep == {"shop": "shop-x"}
+    shop = given_name("shop")
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": shop}, namespaces=by_name(twin(shop, home="shop")))
+    assert plan.keep == {"shop": shop}
     assert plan.create == {}
-    assert plan.status == {"shop": TwinStatus("shop-x", "Ready")}
+    assert plan.status == {"shop": TwinStatus(shop, "Ready")}
+
+
+def test_a_name_of_the_consumers_choosing_is_refused_naming_the_one_this_cluster_gives() -> None:
+    """EnforceSameName, or a map written by the peer itself: ``com`` would answer ``google.com`` for every pod here."""
+    mappings = {"com": "com", "cert-manager": "cert-manager", "shop": "payments", "web": given_name("web")}
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={})
+    assert plan.create == {"web": given_name("web")}
+    for home in ("com", "cert-manager", "shop"):
+        assert plan.status[home] == TwinStatus(mappings[home], "Conflict", refused_choice(home, mappings[home]))
+    assert "com-rome0000" in plan.status["com"].message
+
+
+def test_a_cut_name_is_the_name_this_cluster_gives_too() -> None:
+    home = "a" * 63
+    assert len(given_name(home)) == 63
+    assert plan_twins(consumer_id=ROME, mappings={home: given_name(home)}, namespaces={}).create == {
+        home: given_name(home)
+    }
+
+
+def test_the_policy_lets_a_consumer_choose_names_and_prefixes_it_allows_and_only_those() -> None:
+    allowed = ("payments", "team-a-*")
+    mappings = {"p": "payments", "q": "payments-2", "t": "team-a-web", "u": "team-b-web", "w": "team-a"}
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={}, allowed_names=allowed)
+    assert plan.create == {"p": "payments", "t": "team-a-web"}
+    for home in ("q", "u", "w"):
+        assert plan.status[home].message == refused_choice(home, mappings[home], "payments, team-a-*")
+
+
+def test_reserved_names_are_never_given_whatever_the_policy_allows() -> None:
+    patterns = (*BUILTIN_RESERVED, *parse_reserved("cert-manager"))
+    mappings = {"a": "cert-manager", "b": "kube-x", "c": "liqo-x"}
+    plan = plan_twins(
+        consumer_id=ROME, mappings=mappings, namespaces={}, reserved_names=patterns, allowed_names=("c*", "k*", "l*")
+    )
+    assert plan.create == {}
+    for home, name in mappings.items():
+        assert plan.status[home] == TwinStatus(name, "Conflict", f"namespace {name} is reserved on this cluster")
+
+
+def test_a_twin_whose_name_is_no_longer_allowed_is_deleted_and_reported_refused() -> None:
+    """The policy tightened, the name was reserved since, or the twin predates these rules: it is not kept."""
+    chosen = twin("team-a-web", home="web")
+    plan = plan_twins(consumer_id=ROME, mappings={"web": "team-a-web"}, namespaces=by_name(chosen))
+    assert (plan.create, plan.keep, plan.delete) == ({}, {}, [chosen])
+    assert plan.status["web"] == TwinStatus("team-a-web", "Conflict", refused_choice("web", "team-a-web"))
+    still = plan_twins(
+        consumer_id=ROME, mappings={"web": "team-a-web"}, namespaces=by_name(chosen), allowed_names=("team-a-*",)
+    )
+    assert (still.keep, still.delete) == ({"web": "team-a-web"}, [])
+    reserved_since = plan_twins(
+        consumer_id=ROME,
+        mappings={"web": "team-a-web"},
+        namespaces=by_name(chosen),
+        reserved_names=(*BUILTIN_RESERVED, "team-a-*"),
+        allowed_names=("team-a-*",),
+    )
+    assert reserved_since.delete == [chosen]
+    assert reserved_since.status["web"].message == "namespace team-a-web is reserved on this cluster"
 
 
 def test_an_unrelated_namespace_is_a_conflict_and_never_touched() -> None:
     unrelated = namespace("shop", {"team": "payments"})
-    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(unrelated))
+    plan = plan_twins(
+        consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(unrelated), allowed_names=["shop"]
+    )
     assert (plan.create, plan.keep, plan.delete) == ({}, {}, [])
     status = plan.status["shop"]
     assert status.phase == "Conflict"
@@ -71,28 +147,44 @@ def test_an_unrelated_namespace_is_a_conflict_and_never_touched() -> None:
     assert "left untouched" in status.message
 
 
+def test_a_name_of_the_consumers_choosing_says_nothing_of_whether_it_exists_here() -> None:
+    """Refused before it is looked up: a peer cannot probe the provider's namespace names through the map."""
+    there = plan_twins(consumer_id=ROME, mappings={"shop": "payments"}, namespaces=by_name(namespace("payments")))
+    absent = plan_twins(consumer_id=ROME, mappings={"shop": "payments"}, namespaces={})
+    assert (
+        there.status
+        == absent.status
+        == {"shop": TwinStatus("payments", "Conflict", refused_choice("shop", "payments"))}
+    )
+
+
 def test_another_consumers_twin_is_a_conflict_and_never_deleted() -> None:
     theirs = twin("shop", consumer=NAPLES, home="shop")
-    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(theirs))
+    plan = plan_twins(consumer_id=ROME, mappings={"shop": "shop"}, namespaces=by_name(theirs), allowed_names=["shop"])
     assert plan.status["shop"].phase == "Conflict"
+    assert "already exists" in plan.status["shop"].message
     assert plan.delete == []
 
 
 def test_reserved_names_are_conflicts_even_when_free() -> None:
     builtin = ("kube-system", "kube-foo", "default", names.LIQO_NAMESPACE, "liqo-foo", "liqorice")
     for name in (*builtin, names.tenant_namespace(NAPLES)):
-        assert reserved(name)
+        assert matches(name, BUILTIN_RESERVED)
         plan = plan_twins(consumer_id=ROME, mappings={"x": name}, namespaces={})
         assert plan.status["x"] == TwinStatus(name, "Conflict", f"namespace {name} is reserved on this cluster")
         assert plan.create == {}
     for name in ("shop", "kube", "defaults", "my-liqo", "cert-manager"):
-        assert not reserved(name), name
+        assert not matches(name, BUILTIN_RESERVED), name
 
 
 def test_the_providers_own_reserved_names_and_prefixes_are_conflicts() -> None:
     patterns = (*BUILTIN_RESERVED, *parse_reserved("cert-manager, monitoring,team-*"))
     mappings = {"a": "cert-manager", "b": "monitoring", "c": "team-x", "d": "team", "e": "kube-x", "f": "shop"}
-    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={}, reserved_names=patterns)
+    # Every name allowed by the policy (the attack is a name of the consumer's choosing): reserved ones still refused.
+    allowed = ("cert-manager", "monitoring", "team*", "kube-x", "shop")
+    plan = plan_twins(
+        consumer_id=ROME, mappings=mappings, namespaces={}, reserved_names=patterns, allowed_names=allowed
+    )
     assert {home: status.phase for home, status in plan.status.items()} == {
         "a": "Conflict",
         "b": "Conflict",
@@ -131,12 +223,12 @@ def test_refusals_are_terminal_and_only_transient_failures_are_errors() -> None:
         assert refusal("t", error, doing="create namespace t").phase == "Error"
 
 
-@given(st.text(max_size=80))
-def test_any_wanted_name_is_either_planned_for_creation_or_refused_with_a_reason(name: str) -> None:
-    plan = plan_twins(consumer_id=ROME, mappings={"home": name}, namespaces={})
+@given(st.text(max_size=80), st.lists(st.text(max_size=8), max_size=3))
+def test_any_wanted_name_is_either_planned_for_creation_or_refused_with_a_reason(name: str, allowed: list[str]) -> None:
+    plan = plan_twins(consumer_id=ROME, mappings={"home": name}, namespaces={}, allowed_names=allowed)
     if name in plan.create.values():
         assert valid_name(name)
-        assert not reserved(name)
+        assert not matches(name, BUILTIN_RESERVED)
     else:
         assert plan.status["home"].phase == "Conflict"
         assert plan.status["home"].message
@@ -155,8 +247,9 @@ def test_a_twin_no_mapping_wants_is_deleted_and_reported_pending_until_gone() ->
 
 
 def test_a_wanted_twin_being_deleted_is_pending() -> None:
+    shop = given_name("shop")
     plan = plan_twins(
-        consumer_id=ROME, mappings={"shop": "shop-x"}, namespaces=by_name(twin("shop-x", home="shop", deleting=True))
+        consumer_id=ROME, mappings={"shop": shop}, namespaces=by_name(twin(shop, home="shop", deleting=True))
     )
     assert (plan.create, plan.keep, plan.delete) == ({}, {}, [])
     assert plan.status["shop"].phase == "Pending"
@@ -166,17 +259,24 @@ def test_a_wanted_twin_being_deleted_is_pending() -> None:
 def test_two_homes_wanting_one_name_the_existing_twin_wins() -> None:
     # "a" with DefaultName and "a-rome0000" with EnforceSameName both want "a-rome0000".
     mappings = {"a": "a-rome0000", "a-rome0000": "a-rome0000"}
-    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=by_name(twin("a-rome0000", home="a-rome0000")))
+    existing = by_name(twin("a-rome0000", home="a-rome0000"))
+    allowed = ["a-rome0000"]
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=existing, allowed_names=allowed)
     assert plan.keep == {"a-rome0000": "a-rome0000"}
     assert plan.status["a"].phase == "Conflict"
-    fresh = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={})
+    fresh = plan_twins(consumer_id=ROME, mappings=mappings, namespaces={}, allowed_names=allowed)
     assert fresh.create == {"a": "a-rome0000"}
     assert fresh.status["a-rome0000"].phase == "Conflict"
 
 
 def test_a_former_twin_of_another_home_is_replaced() -> None:
     former = twin("a-rome0000", home="a")
-    plan = plan_twins(consumer_id=ROME, mappings={"a-rome0000": "a-rome0000"}, namespaces=by_name(former))
+    plan = plan_twins(
+        consumer_id=ROME,
+        mappings={"a-rome0000": "a-rome0000"},
+        namespaces=by_name(former),
+        allowed_names=["a-rome0000"],
+    )
     assert plan.delete == [former]
     assert plan.status["a-rome0000"].phase == "Pending"
     assert plan.create == {}
@@ -214,12 +314,19 @@ _existing = st.one_of(
 )
 
 
-@given(mappings=st.dictionaries(_name, _name, max_size=6), existing=st.lists(_existing, max_size=8))
+_pattern = st.one_of(_name, st.builds("{}*".format, st.from_regex(r"[a-z][a-z0-9-]{0,3}", fullmatch=True)))
+
+
+@given(
+    mappings=st.dictionaries(_name, _name, max_size=6),
+    existing=st.lists(_existing, max_size=8),
+    allowed=st.lists(_pattern, max_size=3),
+)
 def test_only_this_consumers_twins_are_ever_deleted_and_nothing_existing_is_created(
-    mappings: dict[str, str], existing: list[Obj]
+    mappings: dict[str, str], existing: list[Obj], allowed: list[str]
 ) -> None:
     namespaces = by_name(*existing)
-    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=namespaces)
+    plan = plan_twins(consumer_id=ROME, mappings=mappings, namespaces=namespaces, allowed_names=allowed)
     labels = names.REMOTE_CLUSTER_ID, names.ORIGIN_NAMESPACE
     for doomed in plan.delete:
         assert doomed["metadata"]["labels"].get(labels[0]) == ROME
@@ -244,3 +351,55 @@ def test_twins_carry_the_psa_labels_of_the_level_and_a_change_is_one_patch() -> 
     patched = namespace("web-rome", labels | patch["metadata"]["labels"])
     assert pod_security_patch(patched, level="restricted") is None
     assert is_twin_of(patched, consumer_id=ROME)  # the twin labels are left alone
+
+
+_HOMES = ("com", "cert-manager", "shop", "team-a-web", "web")
+_CHOSEN = st.sampled_from(("com", "cert-manager", "payments", "team-a-web", "team-b", "shop", "web"))
+
+
+@st.composite
+def _maps_and_namespaces(draw: st.DrawFn) -> tuple[dict[str, str], list[Obj]]:
+    """A map from a few homes to this cluster's name or one of the consumer's choosing, and namespaces in the way."""
+    homes = draw(st.lists(st.sampled_from(_HOMES), unique=True, max_size=len(_HOMES)))
+    mappings = {home: draw(st.one_of(st.just(given_name(home)), _CHOSEN)) for home in homes}
+    wanted = sorted({*mappings.values(), *(given_name(home) for home in _HOMES)})
+    existing = draw(
+        st.lists(
+            st.one_of(
+                st.builds(lambda n, h, d: twin(n, home=h, deleting=d), st.sampled_from(wanted), _CHOSEN, st.booleans()),
+                st.builds(lambda n: namespace(n, {"team": "x"}), st.sampled_from(wanted)),
+            ),
+            max_size=6,
+        )
+    )
+    return mappings, existing
+
+
+@given(
+    case=_maps_and_namespaces(), allowed=st.lists(st.sampled_from(("payments", "team-a-*", "shop", "c*")), max_size=2)
+)
+def test_a_twin_name_neither_given_by_this_cluster_nor_allowed_is_never_created_nor_kept(
+    case: tuple[dict[str, str], list[Obj]], allowed: list[str]
+) -> None:
+    mappings, existing = case
+    namespaces = by_name(*existing)
+    reserved_names = (*BUILTIN_RESERVED, "cert-manager")
+    plan = plan_twins(
+        consumer_id=ROME, mappings=mappings, namespaces=namespaces, reserved_names=reserved_names, allowed_names=allowed
+    )
+    for home, name in (plan.create | plan.keep).items():
+        assert name == given_name(home) or matches(name, allowed)
+        assert not matches(name, reserved_names)
+    deleted = {ns["metadata"]["name"] for ns in plan.delete}
+    for home, name in mappings.items():
+        why = naming_refusal(
+            consumer_id=ROME, home=home, twin=name, reserved_names=reserved_names, allowed_names=allowed
+        )
+        if (name != given_name(home) and not matches(name, allowed)) or matches(name, reserved_names):
+            assert why
+            assert plan.status[home] == TwinStatus(name, "Conflict", why)
+            ours = namespaces.get(name)
+            if ours is not None and is_twin_of(ours, consumer_id=ROME) and origin_of(ours) == home:
+                assert name in deleted or ours["metadata"].get("deletionTimestamp")
+        else:
+            assert not why

@@ -93,6 +93,7 @@ def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
         resources=["cpu", "memory", "nvidia.com/gpu"],
         prices={"cpu": "50m", "nvidia.com/gpu": 2},
         labels={"liqo.io/provider": "milan"},
+        allowedTwinNames=["payments", "team-a-*"],
     )
     assert Policy.from_object(obj) == Policy(
         name="gpu",
@@ -105,7 +106,13 @@ def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
         labels={"liqo.io/provider": "milan"},
         refresh_threshold_percent=10,
         offer_ttl_seconds=300,
+        allowed_twin_names=("payments", "team-a-*"),
     )
+
+
+def test_by_default_a_consumer_chooses_no_twin_name() -> None:
+    assert BUILT_IN_DEFAULT.allowed_twin_names == ()
+    assert Policy.from_object(sharing_policy("plain", action="Share")).allowed_twin_names == ()
 
 
 def test_a_malformed_policy_fails_rather_than_being_skipped() -> None:

@@ -57,9 +57,19 @@ FINALIZER = "liqo.io/cleanup"
 PEER_TENANT_ROLE = "liqo-peer-tenant"
 """ClusterRole (installed by ``liqoctl install``) of a consumer's user in its tenant namespace, bound there only."""
 PEER_TWIN_ROLE = "liqo-peer-twin"
-"""ClusterRole (installed by ``liqoctl install``) of a consumer's user in its twin namespaces, bound there only."""
+"""ClusterRole (installed by ``liqoctl install``) of a consumer's user in its twin namespaces, bound there only:
+what it holds there at all times (read, and delete what it wrote)."""
+PEER_TWIN_WRITER_ROLE = "liqo-peer-twin-writer"
+"""ClusterRole (installed by ``liqoctl install``) of a consumer's user in its twins while it holds an accepted offer:
+create and change its objects there, and open streams to its pods."""
 PEER_BINDING = "liqo-peer"
 """Name of the RoleBinding of a consumer's user in its tenant namespace and in each of its twins."""
+PEER_WRITER_BINDING = "liqo-peer-writer"
+"""Name of the RoleBinding of :data:`PEER_TWIN_WRITER_ROLE` in a twin (present only while the offer is accepted)."""
+PEER_QUOTA = "liqo-peer-objects"
+"""Name of the ResourceQuota bounding the objects a peer may make in each of its namespaces (liqo.api.bounds)."""
+PEER_NETWORK_POLICY = "liqo-peer-traffic"
+"""Name of the NetworkPolicy of every twin: where the consumer's pods there may connect, and who may reach them."""
 
 
 _NAME_BASE_MAX = 48
@@ -99,6 +109,18 @@ def peer_user(cluster_id: str) -> str:
 def peer_labels(cluster_id: str) -> dict[str, str]:
     """The labels of every object liqo creates about peer ``cluster_id``."""
     return {MANAGED_BY: MANAGED_BY_VALUE, REMOTE_CLUSTER_ID: cluster_id}
+
+
+COMPONENT = "liqo.io/component"
+GATEWAY = "gateway"
+
+
+def gateway_labels(peer_id: str) -> dict[str, str]:
+    """The labels of everything that makes up ``peer_id``'s gateway.
+
+    What finds it for clean-up, and what a twin's NetworkPolicy lets reach the consumer's pods.
+    """
+    return peer_labels(peer_id) | {COMPONENT: GATEWAY}
 
 
 # -- offloading ------------------------------------------------------------------------------------------

@@ -162,6 +162,65 @@ def _check(pods: IPNetwork, services: IPNetwork, *, prefix: str) -> None:
         raise InvalidNetwork(f"{pod_field!r} {pods} and {service_field!r} {services} overlap")
 
 
+@dataclass(frozen=True)
+class NetworkPeer:
+    """Where a provider lets its consumers' pods connect (or be reached from), besides their own pods and DNS.
+
+    Either a CIDR (``except``: blocks within it left out), or one of this cluster's namespaces by name (its
+    ``kubernetes.io/metadata.name`` label, which the API server alone writes).
+    """
+
+    cidr: IPNetwork | None = None
+    excepted: tuple[IPNetwork, ...] = ()
+    namespace: str = ""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], *, field: str) -> NetworkPeer:
+        """An entry of a SharingPolicy's ``podNetwork.egress`` or ``.ingress`` (the admin's word).
+
+        Raises:
+            InvalidNetwork: neither or both of ``cidr`` and ``namespace``, or a malformed CIDR; naming ``field``.
+        """
+        namespace = spec.get("namespace") or ""
+        if bool(spec.get("cidr")) == bool(namespace):
+            raise InvalidNetwork(f"{field!r} must give either a cidr or a namespace")
+        if namespace:
+            return cls(namespace=str(namespace))
+        excepted = tuple(
+            parse_cidr(value, field=f"{field}.except[{i}]") for i, value in enumerate(spec.get("except") or ())
+        )
+        return cls(cidr=parse_cidr(spec.get("cidr"), field=f"{field}.cidr"), excepted=excepted)
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """What a provider's SharingPolicy opens for its consumers' pods (``podNetwork``): nothing by default."""
+
+    egress: tuple[NetworkPeer, ...] = ()
+    """Where they may connect."""
+    ingress: tuple[NetworkPeer, ...] = ()
+    """What may connect to them."""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> PodNetwork:
+        """A SharingPolicy's ``podNetwork`` (None: nothing opened).
+
+        Raises:
+            InvalidNetwork: an entry is malformed (:meth:`NetworkPeer.from_spec`).
+        """
+        spec = spec or {}
+        return cls(
+            egress=tuple(
+                NetworkPeer.from_spec(peer, field=f"podNetwork.egress[{i}]")
+                for i, peer in enumerate(spec.get("egress") or ())
+            ),
+            ingress=tuple(
+                NetworkPeer.from_spec(peer, field=f"podNetwork.ingress[{i}]")
+                for i, peer in enumerate(spec.get("ingress") or ())
+            ),
+        )
+
+
 def recorded_network(foreign_cluster: Mapping[str, Any]) -> ClusterNetwork | None:
     """The peer's network its ForeignCluster records (``spec.network``); None while it is not known.
 

@@ -13,9 +13,11 @@ opinion on the provider's verdict that does not depend on liqo's code.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from liqo.api import names
+from liqo.api.networks import SPECIAL_PURPOSE, ClusterNetwork, IPNetwork, NetworkPeer, PodNetwork
 from liqo.api.resources import VIRTUAL_KUBELET
 
 _RBAC = "rbac.authorization.k8s.io"
@@ -82,3 +84,118 @@ def twin_role_binding(*, namespace: str, consumer_id: str) -> dict[str, Any]:
         "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": names.PEER_TWIN_ROLE},
         "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": names.peer_user(consumer_id)}],
     }
+
+
+PEER_REFUSED_SECRET_TYPES = ("kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token")
+"""Secret types a peer may not write (the policy ``liqo-peer-secrets``): this cluster's controllers act on them.
+
+A ``kubernetes.io/service-account-token`` Secret naming a ServiceAccount of the twin (``default`` is in every
+namespace) is filled by the token controller with a token that never expires: a credential of this cluster, minted
+at the peer's word, readable by it. A ``bootstrap.kubernetes.io/token`` is a node-join credential (read only in
+``kube-system``, never a twin, but no copy of a consumer's has any use here). Every other type is data the peer's
+own pods and Ingresses read (``Opaque``, ``kubernetes.io/tls``, ``kubernetes.io/dockerconfigjson``...)."""
+
+
+# -- the twin's NetworkPolicy ---------------------------------------------------------------------------------
+
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
+"""A namespace's name as a label: the API server writes it, so selecting by it is selecting by name."""
+KUBE_DNS = {"k8s-app": "kube-dns"}
+"""The cluster DNS's pods in ``kube-system`` (CoreDNS keeps kube-dns's label)."""
+_DNS_PORTS = [{"protocol": protocol, "port": 53} for protocol in ("UDP", "TCP")]
+
+
+def twins_selector(consumer_id: str) -> dict[str, Any]:
+    """The namespaces that are ``consumer_id``'s twins, by the labels this cluster alone writes on them (pure)."""
+    return {
+        "matchLabels": {names.REMOTE_CLUSTER_ID: consumer_id},
+        "matchExpressions": [{"key": names.ORIGIN_NAMESPACE, "operator": "Exists"}],
+    }
+
+
+def closed_blocks(local: ClusterNetwork) -> tuple[IPNetwork, ...]:
+    """What no CIDR of a policy opens to a consumer's pods (pure).
+
+    This cluster's pods and Services (opened by namespace, if at all) and the special-purpose ranges (loopback,
+    link-local where cloud metadata endpoints answer...).
+    """
+    return (*SPECIAL_PURPOSE, local.pod_cidr, local.service_cidr)
+
+
+def open_block(peer: NetworkPeer, *, closed: Sequence[IPNetwork]) -> dict[str, Any] | None:
+    """The ``ipBlock`` opening ``peer``'s CIDR but its exceptions and the ``closed`` blocks; None if nothing is left.
+
+    Pure. Nothing is left when the CIDR lies within a closed block or an exception. Networks are either disjoint
+    or nested, so a closed block either holds the whole CIDR, lies inside it (an exception), or does not touch it.
+    """
+    cidr = peer.cidr
+    assert cidr is not None
+    within: set[IPNetwork] = set()
+    for block in (*peer.excepted, *closed):
+        if block.version != cidr.version or not block.overlaps(cidr):
+            continue
+        if cidr.subnet_of(block):  # type: ignore[arg-type]  # same version, checked above
+            return None
+        within.add(block)
+    rendered: dict[str, Any] = {"cidr": str(cidr)}
+    if within:
+        rendered["except"] = [str(block) for block in sorted(within, key=lambda b: (b.network_address, b.prefixlen))]
+    return {"ipBlock": rendered}
+
+
+def _peers(allowed: Iterable[NetworkPeer], *, closed: Sequence[IPNetwork]) -> list[dict[str, Any]]:
+    rendered = []
+    for peer in allowed:
+        if peer.namespace:
+            rendered.append({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME: peer.namespace}}})
+        elif (block := open_block(peer, closed=closed)) is not None:
+            rendered.append(block)
+    return rendered
+
+
+def twin_network_policy(
+    *, namespace: str, consumer_id: str, home_pods: IPNetwork | None, local: ClusterNetwork, allowed: PodNetwork
+) -> dict[str, Any]:
+    """The NetworkPolicy of twin ``namespace``: where ``consumer_id``'s pods there may connect, and from where (pure).
+
+    Out: the consumer's pods in its twins, its home pods where this cluster sees them (``home_pods``: the block our
+    NetworkConfig for it names, with the network fabric), the cluster DNS, and what its SharingPolicy opens
+    (``allowed``), never this cluster's pods, Services or special-purpose ranges by CIDR (:func:`open_block`). In:
+    the same pods, and its gateway. Nothing else: not this cluster's nodes, its API server, the manager's webhook
+    listener, other pods, ``169.254.169.254``. Only a CNI that enforces NetworkPolicy makes this hold.
+    """
+    closed = closed_blocks(local)
+    own = [{"namespaceSelector": twins_selector(consumer_id)}]
+    if home_pods is not None:
+        own.append({"ipBlock": {"cidr": str(home_pods)}})
+    gateway = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: names.LIQO_NAMESPACE}},
+        "podSelector": {"matchLabels": names.gateway_labels(consumer_id)},
+    }
+    dns = {
+        "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: "kube-system"}},
+        "podSelector": {"matchLabels": dict(KUBE_DNS)},
+    }
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.PEER_NETWORK_POLICY,
+            "namespace": namespace,
+            "labels": names.peer_labels(consumer_id),
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [*own, gateway, *_peers(allowed.ingress, closed=closed)]}],
+            "egress": [
+                {"to": [*own, *_peers(allowed.egress, closed=closed)]},
+                {"to": [dns], "ports": [dict(port) for port in _DNS_PORTS]},
+            ],
+        },
+    }
+
+
+def network_policy_matches(current: dict[str, Any] | None, desired: dict[str, Any]) -> bool:
+    """Whether the NetworkPolicy as read says what ``desired`` says (pure)."""
+    return current is not None and current.get("spec") == desired["spec"]

@@ -74,6 +74,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.measure import cpu_seconds, host_busy_seconds, peak_rss_mib
+from liqo.api import names
 from liqo.api.networks import POD_CIDR, REMAPPED_POD_CIDR
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.install.values import RESOURCES_GATEWAY
@@ -87,7 +88,7 @@ from liqo.local.realnodes import images
 from liqo.local.realnodes.nodes import RealNode, real_nodes
 from liqo.local.spec import ClusterSpec
 from liqo.network import gateway as fabric_gateway
-from liqo.network import gateways, wireguard
+from liqo.network import wireguard
 from liqo.peering import operations as peering
 
 console = Console(stderr=True)
@@ -508,7 +509,7 @@ async def find_gateway(side: Side) -> int:
 
     async def running() -> bool:
         pods, _ = await side.client.list_all(
-            PODS, namespace="liqo", label_selector=f"{gateways.COMPONENT}={gateways.GATEWAY}"
+            PODS, namespace="liqo", label_selector=f"{names.COMPONENT}={names.GATEWAY}"
         )
         live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         if len(live) != 1:

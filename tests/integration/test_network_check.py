@@ -214,7 +214,7 @@ def test_unpeering_leaves_nothing_of_the_fabric(clusters: dict[str, Site]) -> No
         async with site.client() as client:
             configs, _ = await client.list_all(NETWORK_CONFIGS)
             left = [f"NetworkConfig {c['metadata']['namespace']}/{c['metadata']['name']}" for c in configs]
-            selector = f"{gateways.COMPONENT}={gateways.GATEWAY}"
+            selector = f"{names.COMPONENT}={names.GATEWAY}"
             for resource in (DEPLOYMENTS, SERVICES, SECRETS, PODS):
                 items, _ = await client.list_all(resource, namespace=names.LIQO_NAMESPACE, label_selector=selector)
                 left += [f"{resource.kind} {i['metadata']['name']}" for i in items]

@@ -348,7 +348,7 @@ async def traffic_passes(fab: Fabric, *, timeout: float, after: str) -> float:
 
 async def gateway_pod(side: Side, peer: Side) -> Obj | None:
     """The running gateway pod of ``side`` towards ``peer`` (None while there is none, or several)."""
-    selector = f"{gateways.COMPONENT}={gateways.GATEWAY},{names.REMOTE_CLUSTER_ID}={peer.cluster_id}"
+    selector = f"{names.COMPONENT}={names.GATEWAY},{names.REMOTE_CLUSTER_ID}={peer.cluster_id}"
     async with side.client() as client:
         pods, _ = await client.list_all(PODS, namespace=names.LIQO_NAMESPACE, label_selector=selector)
     running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
@@ -867,7 +867,7 @@ async def test_zz_unpeer_leaves_no_config_gateway_route_or_table_on_either_side(
             async with side.client() as client:
                 configs, _ = await client.list_all(NETWORK_CONFIGS)
                 found += [f"NetworkConfig {c['metadata']['namespace']}/{c['metadata']['name']}" for c in configs]
-                selector = f"{gateways.COMPONENT}={gateways.GATEWAY}"
+                selector = f"{names.COMPONENT}={names.GATEWAY}"
                 for resource in (DEPLOYMENTS, SERVICES, SECRETS, PODS):
                     items, _ = await client.list_all(resource, namespace=names.LIQO_NAMESPACE, label_selector=selector)
                     found += [f"{resource.kind} {i['metadata']['name']}" for i in items]

@@ -73,7 +73,7 @@ class NodeAgent:
             client=client,
             resource=PODS,
             namespace=names.LIQO_NAMESPACE,
-            label_selector=f"{gateways.COMPONENT}={gateways.GATEWAY}",
+            label_selector=f"{names.COMPONENT}={names.GATEWAY}",
         )
         self.controller: Controller[str] = Controller(name="node-agent", reconcile=self.reconcile)
         self.controller.watch(self.pods, lambda _pod: [KEY])

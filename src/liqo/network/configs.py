@@ -43,7 +43,7 @@ from liqo.network.links import Endpoint, InvalidWord, Role, our_word, read_word,
 
 log = logging.getLogger(__name__)
 
-GATEWAY_SELECTOR = f"{gateways.COMPONENT}={gateways.GATEWAY}"
+GATEWAY_SELECTOR = f"{names.COMPONENT}={names.GATEWAY}"
 
 
 class NetworkConfigs(Component):

@@ -21,8 +21,6 @@ from liqo.network.links import WIREGUARD_PORT
 
 GATEWAY_TEMPLATE = "liqo-gateway"
 """The PodTemplate in the ``liqo`` namespace every gateway is made from."""
-COMPONENT = "liqo.io/component"
-GATEWAY = "gateway"
 PEER_CIDR = "network.liqo.io/peer-cidr"
 """On a gateway pod: where we see the peer's pods. Node agents route it to the pod (liqo.network.agent)."""
 KEY_FILE = "privateKey"
@@ -37,13 +35,8 @@ def gateway_name(peer_id: str) -> str:
     return f"gw-{peer_id}"
 
 
-def gateway_labels(peer_id: str) -> dict[str, str]:
-    """The labels of everything that makes up ``peer_id``'s gateway (what finds it for clean-up)."""
-    return names.peer_labels(peer_id) | {COMPONENT: GATEWAY}
-
-
 def _meta(peer_id: str) -> dict[str, Any]:
-    return {"name": gateway_name(peer_id), "namespace": names.LIQO_NAMESPACE, "labels": gateway_labels(peer_id)}
+    return {"name": gateway_name(peer_id), "namespace": names.LIQO_NAMESPACE, "labels": names.gateway_labels(peer_id)}
 
 
 def key_secret(*, peer_id: str, private_key: str) -> dict[str, Any]:
@@ -58,7 +51,7 @@ def deployment(template: Mapping[str, Any], *, peer_id: str, local_id: str, peer
     """
     pod = copy.deepcopy(dict(template.get("template") or {}))
     metadata = pod.setdefault("metadata", {})
-    labels = gateway_labels(peer_id)
+    labels = names.gateway_labels(peer_id)
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
     metadata["annotations"] = {**(metadata.get("annotations") or {}), PEER_CIDR: peer_cidr}
     spec = pod.setdefault("spec", {})
@@ -99,7 +92,7 @@ def service(*, peer_id: str) -> dict[str, Any]:
         "metadata": _meta(peer_id),
         "spec": {
             "type": "NodePort",
-            "selector": gateway_labels(peer_id),
+            "selector": names.gateway_labels(peer_id),
             "ports": [{"name": "wireguard", "protocol": "UDP", "port": WIREGUARD_PORT, "targetPort": WIREGUARD_PORT}],
         },
     }

@@ -111,13 +111,22 @@ class Controller(Generic[T]):
         self._changed: dict[T, float] = {}
         self._acting_on: dict[T, float] = {}
 
-    def watch(self, informer: Informer, key: Callable[[dict[str, Any]], Iterable[T]], *, coalesce: float = 0.0) -> None:
+    def watch(
+        self,
+        informer: Informer,
+        key: Callable[[dict[str, Any]], Iterable[T]],
+        *,
+        coalesce: float = 0.0,
+        changed: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None,
+    ) -> None:
         """Enqueue ``key(obj)`` for every object ``informer`` adds, updates or deletes.
 
         ``key`` maps an object to the items to reconcile (none, one, or several: an owner and its peers),
         as controller-runtime's ``Watches`` with a map function. It runs in the informer's handler, so it
         must be cheap and pure. ``coalesce`` (seconds) delays the item so that a burst of events (every pod
-        of a rollout) makes one reconcile, not one per event.
+        of a rollout) makes one reconcile, not one per event. ``changed(old, new)``, if given, lets through
+        only the updates it says matter (controller-runtime's update predicate): an object others keep
+        rewriting in fields the reconciler does not read wakes it for nothing.
         """
 
         def enqueue(obj: dict[str, Any]) -> None:
@@ -126,7 +135,11 @@ class Controller(Generic[T]):
                 self._changed.setdefault(item, now)
                 self.queue.add_after(item, coalesce)
 
-        informer.add_handler(HandlerFuncs(add=enqueue, update=lambda _old, new: enqueue(new), delete=enqueue))
+        def update(old: dict[str, Any], new: dict[str, Any]) -> None:
+            if changed is None or changed(old, new):
+                enqueue(new)
+
+        informer.add_handler(HandlerFuncs(add=enqueue, update=update, delete=enqueue))
 
     async def run(self) -> None:
         """Reconcile items until cancelled (or until the queue is shut down and drained).

@@ -1,10 +1,12 @@
 import asyncio
 import logging
 from collections import Counter
+from typing import cast
 
 import pytest
 
 from liqo.kube.controller import Controller, Result
+from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.workqueue import WorkQueue
 
@@ -185,3 +187,36 @@ def test_a_controller_needs_a_worker() -> None:
 
     with pytest.raises(ValueError, match="at least one worker"):
         Controller(name="test", reconcile=reconcile, workers=0)
+
+
+class _Informer:
+    """What ``Controller.watch`` needs of an informer: somewhere to add its handler."""
+
+    def __init__(self) -> None:
+        self.handlers: list[HandlerFuncs] = []
+
+    def add_handler(self, handler: HandlerFuncs) -> None:
+        self.handlers.append(handler)
+
+
+async def reconcile_nothing(_item: str) -> None:
+    return None
+
+
+async def test_an_update_predicate_lets_through_only_the_updates_that_matter() -> None:
+    """A quota's usage moves with every object made under it; its keeper reads only its bounds."""
+    controller = Controller(name="test", reconcile=reconcile_nothing)
+    informer = _Informer()
+    controller.watch(
+        cast(Informer, informer), lambda obj: [obj["key"]], changed=lambda old, new: old["bound"] != new["bound"]
+    )
+    [handler] = informer.handlers
+    handler.on_update({"key": "a", "bound": 1, "used": 0}, {"key": "a", "bound": 1, "used": 5})
+    assert len(controller.queue) == 0
+    handler.on_update({"key": "a", "bound": 1, "used": 5}, {"key": "a", "bound": 2, "used": 5})
+    handler.on_add({"key": "b", "bound": 1})
+    handler.on_delete({"key": "c", "bound": 1})
+    assert len(controller.queue) == 3
+    controller.watch(cast(Informer, informer), lambda obj: [obj["key"]])
+    informer.handlers[1].on_update({"key": "d", "bound": 1}, {"key": "d", "bound": 1})
+    assert len(controller.queue) == 4  # no predicate: every update

@@ -405,7 +405,12 @@ async def test_no_pod_runs_in_a_twin_before_the_offer_is_accepted(
                 return bool(((found.get("status") or {}).get("mappings") or {}).get(home, {}).get("phase") == "Ready")
 
             await eventually(twin_ready, timeout=60, message="milan made the twin rome asked for")
-            await peer.create(SHADOW_PODS, shadow_pod("eager", twin, rome_id, cpu="100m"))
+            # Before it accepts an offer, the consumer writes nothing there (docs/security.md, "Twins' bounds")...
+            with pytest.raises(ApiError) as refused:
+                await peer.create(SHADOW_PODS, shadow_pod("eager", twin, rome_id, cpu="100m"))
+            assert refused.value.status == 403
+            # ...and a ShadowPod there all the same (milan's admin's) waits for an accepted offer.
+            await milan.create(SHADOW_PODS, shadow_pod("eager", twin, rome_id, cpu="100m"))
             await eventually(
                 lambda: _phase_is(milan, f"{twin}/eager", ("Waiting", "NoAcceptedOffer")),
                 timeout=30,

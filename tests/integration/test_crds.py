@@ -123,6 +123,12 @@ async def kubectl(cluster: LocalCluster, cache: Path, *args: str) -> str:
     return done.stdout
 
 
+POD_NETWORK = {
+    "egress": [{"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8"]}, {"namespace": "db"}],
+    "ingress": [{"namespace": "ingress-nginx"}, {"cidr": "fc00::/7"}],
+}
+
+
 @pytest.mark.usefixtures("crds")
 async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     kube: KubeClient, namespace: str, cluster_scoped: Created
@@ -138,7 +144,12 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     cluster_scoped.append((FOREIGN_CLUSTERS, v6["metadata"]["name"]))
     sp = await kube.create(
         SHARING_POLICIES,
-        sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}, allowedTwinNames=["payments", "team-a-*"]),
+        sharing_policy(
+            unique("sp"),
+            limits={"cpu": "2", "memory": "1Gi"},
+            allowedTwinNames=["payments", "team-a-*"],
+            podNetwork=POD_NETWORK,
+        ),
     )
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
@@ -157,6 +168,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     assert v6["spec"]["network"]["podCIDR"] == "fd00:10::/56"
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
     assert sp["spec"]["allowedTwinNames"] == ["payments", "team-a-*"]
+    assert sp["spec"]["podNetwork"] == POD_NETWORK
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
@@ -228,6 +240,24 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
             sharing_policy(unique("sp"), allowedTwinNames=[f"n{i}" for i in range(MAX_ALLOWED_TWIN_NAMES + 1)]),
         ),
         (f"spec.allowedTwinNames: Too many: {MAX_ALLOWED_TWIN_NAMES + 1}",),
+    ),
+    "pod-network-both": (
+        lambda _ns: (
+            SHARING_POLICIES,
+            sharing_policy(unique("sp"), podNetwork={"egress": [{"cidr": "10.0.0.0/8", "namespace": "db"}]}),
+        ),
+        ("spec.podNetwork.egress[0]: Invalid value", "give either cidr or namespace"),
+    ),
+    "pod-network-host-bits": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), podNetwork={"ingress": [{"cidr": "10.0.0.1/8"}]})),
+        ("spec.podNetwork.ingress[0].cidr", "must be a network address"),
+    ),
+    "pod-network-except-alone": (
+        lambda _ns: (
+            SHARING_POLICIES,
+            sharing_policy(unique("sp"), podNetwork={"egress": [{"namespace": "db", "except": ["10.0.0.0/8"]}]}),
+        ),
+        ("spec.podNetwork.egress[0]: Invalid value", "except goes with cidr"),
     ),
     "missing-action": (
         lambda _ns: (SHARING_POLICIES, without(sharing_policy(unique("sp")), "action")),

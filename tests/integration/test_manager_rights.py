@@ -17,9 +17,9 @@ from liqo.install.manifests import MANAGER
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, ROLES
+from liqo.kube.resources import NAMESPACES, NETWORK_POLICIES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES
 from liqo.offloading.registration import SERVING_SECRET
-from tests.helpers import Site, unique
+from tests.helpers import Site, stopped, unique
 
 RBAC = "rbac.authorization.k8s.io"
 Attributes = dict[str, str]
@@ -80,8 +80,18 @@ DENIED: list[Attributes] = [
     {"verb": "deletecollection", "resource": "secrets", "namespace": "default"},
     {"verb": "update", "resource": "namespaces", "name": "default"},
     {"verb": "deletecollection", "group": "discovery.liqo.io", "resource": "foreignclusters"},
-    # No quota of its own making: the budget is kept by the provider itself.
-    {"verb": "create", "resource": "resourcequotas", "namespace": "default"},
+    # Quotas and NetworkPolicies: liqo's own names only (its creates are held there by liqo-manager-peer-bounds).
+    *(
+        {"verb": v, "resource": "resourcequotas", "namespace": "default", "name": "compute"}
+        for v in ("get", "update", "patch", "delete")
+    ),
+    {"verb": "delete", "resource": "resourcequotas", "namespace": "t", "name": names.PEER_QUOTA},
+    {"verb": "deletecollection", "resource": "resourcequotas", "namespace": "t"},
+    *(
+        {"verb": v, "group": "networking.k8s.io", "resource": "networkpolicies", "namespace": "t", "name": "deny-all"}
+        for v in ("update", "patch", "delete")
+    ),
+    {"verb": "delete", "group": "networking.k8s.io", "resource": "networkpolicies", "name": names.PEER_NETWORK_POLICY},
     # Nodes are the virtual kubelet's; pods it only creates and deletes (for ShadowPods), never changes.
     {"verb": "patch", "resource": "nodes", "name": "any"},
     {"verb": "update", "resource": "pods", "namespace": "default"},
@@ -91,6 +101,17 @@ DENIED: list[Attributes] = [
 ALLOWED: list[Attributes] = [
     {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": names.PEER_TENANT_ROLE, "namespace": "x"},
     {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": names.PEER_TWIN_ROLE, "namespace": "y"},
+    {"verb": "bind", "group": RBAC, "resource": "clusterroles", "name": names.PEER_TWIN_WRITER_ROLE, "namespace": "y"},
+    *(
+        {"verb": v, "resource": "resourcequotas", "namespace": "t", "name": names.PEER_QUOTA}
+        for v in ("get", "list", "watch", "patch")
+    ),
+    {"verb": "create", "resource": "resourcequotas", "namespace": "t"},
+    *(
+        {"verb": v, "group": "networking.k8s.io", "resource": "networkpolicies", "name": names.PEER_NETWORK_POLICY}
+        for v in ("get", "list", "watch", "patch")
+    ),
+    {"verb": "create", "group": "networking.k8s.io", "resource": "networkpolicies", "namespace": "t"},
     *(
         {"verb": v, "group": RBAC, "resource": "rolebindings", "namespace": "any"}
         for v in ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -161,8 +182,85 @@ async def test_as_the_manager_binding_anything_but_the_peer_roles_is_refused_by_
         with pytest.raises(ApiError) as refused:
             await as_manager.create(ROLES, own)
         assert refused.value.status == 403
-        for role in (names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE):
+        for role in (names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE, names.PEER_TWIN_WRITER_ROLE):
             created = await as_manager.create(ROLE_BINDINGS, role_binding(namespace, role))
             assert created["roleRef"]["name"] == role
     finally:
         await milan.delete(NAMESPACES, namespace)
+
+
+def quota(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hard": {"count/secrets": "1"}},
+    }
+
+
+def network_policy(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]},
+    }
+
+
+async def test_as_the_manager_quotas_and_network_policies_are_refused_but_liqos_own_in_twins_and_tenants(
+    sites: dict[str, Site], milan: KubeClient, as_manager: KubeClient
+) -> None:
+    """Creating a quota or a NetworkPolicy anywhere is the manager's RBAC; where and under which name, the policy's.
+
+    A NetworkPolicy allowing everything in someone else's namespace would lift its isolation; a quota there would
+    starve it. Namespace labels decide, and only the manager and admins write namespaces. Milan's manager is
+    stopped: it would delete a twin no NamespaceMap wants, and the API server's rule holds without it.
+    """
+    plain, twin = unique("rights"), unique("twin")
+    tenant = names.tenant_namespace(unique("c"))
+    labels = {
+        plain: {},
+        twin: names.peer_labels("c") | {names.ORIGIN_NAMESPACE: "home"},
+        tenant: names.peer_labels("c") | {names.TENANT: "true"},
+    }
+    async with stopped(sites["milan"], MANAGER):
+        for namespace, namespace_labels in labels.items():
+            body = {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": namespace_labels},
+            }
+            await milan.create(NAMESPACES, body)
+        try:
+            await _quotas_and_network_policies_as_the_manager(milan, as_manager, plain=plain, twin=twin, tenant=tenant)
+        finally:
+            for namespace in labels:
+                await milan.delete(NAMESPACES, namespace)
+
+
+async def _quotas_and_network_policies_as_the_manager(
+    milan: KubeClient, as_manager: KubeClient, *, plain: str, twin: str, tenant: str
+) -> None:
+    refused = [
+        (RESOURCE_QUOTAS, quota(names.PEER_QUOTA, plain), "only in their twins"),
+        (RESOURCE_QUOTAS, quota(names.PEER_QUOTA, "kube-system"), "only in their twins"),
+        (RESOURCE_QUOTAS, quota("compute", twin), f"writes only the ResourceQuota {names.PEER_QUOTA}"),
+        (NETWORK_POLICIES, network_policy(names.PEER_NETWORK_POLICY, plain), "only in their twins"),
+        (NETWORK_POLICIES, network_policy(names.PEER_NETWORK_POLICY, tenant), "only in their twins"),
+        (NETWORK_POLICIES, network_policy("allow-all", twin), f"the NetworkPolicy {names.PEER_NETWORK_POLICY}"),
+    ]
+    for resource, body, why in refused:
+        with pytest.raises(ApiError) as caught:
+            await as_manager.create(resource, body)
+        assert caught.value.status == 403, body
+        assert why in caught.value.message, caught.value.message
+    await as_manager.create(RESOURCE_QUOTAS, quota(names.PEER_QUOTA, twin))
+    await as_manager.create(RESOURCE_QUOTAS, quota(names.PEER_QUOTA, tenant))
+    await as_manager.create(NETWORK_POLICIES, network_policy(names.PEER_NETWORK_POLICY, twin))
+    # A quota an admin made under liqo's name elsewhere is not the manager's to change either.
+    await milan.create(RESOURCE_QUOTAS, quota(names.PEER_QUOTA, plain))
+    with pytest.raises(ApiError) as caught:
+        await as_manager.patch(
+            RESOURCE_QUOTAS, names.PEER_QUOTA, {"spec": {"hard": {"count/secrets": "9"}}}, namespace=plain
+        )
+    assert caught.value.status == 403

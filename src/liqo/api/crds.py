@@ -46,6 +46,9 @@ NAME_OR_PREFIX_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*\*)
 or by prefix (``--reserved-namespaces``, a SharingPolicy's ``allowedTwinNames``). A bare ``*`` is refused: it would
 name every namespace."""
 MAX_ALLOWED_TWIN_NAMES = 64
+MAX_POD_NETWORK_PEERS = 32
+"""How many places a SharingPolicy's ``podNetwork`` may open each way (each goes into every twin's NetworkPolicy)."""
+MAX_EXCEPT = 16
 CLUSTER_ID_PATTERN = DNS_LABEL_PATTERN
 CLUSTER_ID_MAX_LENGTH = 63 - len(names.TENANT_NAMESPACE_PREFIX)
 CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -506,6 +509,56 @@ def _pod_security() -> Schema:
     )
 
 
+def _block(description: str) -> Schema:
+    """A CIDR an admin opens to peers' pods: any size, down to ``::/0`` (a cluster network is at least 9 long)."""
+    return _cidr(description) | {"minLength": len("::/0")}
+
+
+def _pod_network() -> Schema:
+    """What a provider opens to its consumers' pods (docs/security.md, "Twins' bounds")."""
+
+    def peers(description: str) -> Schema:
+        entry = _object(
+            "A block of addresses (with exceptions), or a namespace of this cluster.",
+            {
+                "cidr": _block(
+                    "A block of addresses. This cluster's pod and service CIDRs and the special-purpose ranges"
+                    " (link-local, where cloud metadata endpoints answer, loopback...) are always left out of it:"
+                    " open this cluster's pods by namespace."
+                ),
+                "except": _string_set("Blocks within cidr left out.", _block("A block within cidr."))
+                | {"maxItems": MAX_EXCEPT},
+                "namespace": _string(
+                    "A namespace of this cluster, by name (every pod in it).",
+                    maxLength=DNS_LABEL_MAX_LENGTH,
+                    pattern=DNS_LABEL_PATTERN,
+                ),
+            },
+        )
+        entry["x-kubernetes-validations"] = [
+            {"rule": "has(self.cidr) != has(self.namespace)", "message": "give either cidr or namespace"},
+            {"rule": "!has(self.except) || has(self.cidr)", "message": "except goes with cidr"},
+        ]
+        return {
+            "type": "array",
+            "description": description,
+            "items": entry,
+            "maxItems": MAX_POD_NETWORK_PEERS,
+            "x-kubernetes-list-type": "atomic",
+        }
+
+    return _object(
+        "Where the peers' pods here may connect, and from where they may be reached, besides what every twin's"
+        " NetworkPolicy allows (their own pods in their twins and, with the network fabric, at home; the cluster"
+        " DNS; their gateway). Empty: nothing more. Holds only where the cluster's network plugin enforces"
+        " NetworkPolicy.",
+        {
+            "egress": peers("Where they may connect."),
+            "ingress": peers("What may connect to them (the namespace of an ingress controller, for their Ingresses)."),
+        },
+    )
+
+
 def sharing_policy_crd() -> dict[str, Any]:
     """SharingPolicy (cluster-scoped): what the provider shares, with whom, and at what price."""
     spec = _object(
@@ -551,6 +604,7 @@ def sharing_policy_crd() -> dict[str, Any]:
                 ),
                 "maxItems": MAX_ALLOWED_TWIN_NAMES,
             },
+            "podNetwork": _pod_network(),
             "countLimits": {
                 "type": "boolean",
                 "description": "Whether the declared limits of the peers' pods must also add up within the accepted"

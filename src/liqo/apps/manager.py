@@ -21,10 +21,12 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from liqo.api import names
+from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, parse_quota
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
@@ -102,6 +104,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="CIDRs (comma-separated) where peers' pods may never be seen, besides our pod and service CIDRs",
     )
     parser.add_argument(
+        "--twin-quota",
+        type=lambda text: _quota(text, flag="--twin-quota", defaults=DEFAULT_TWIN_QUOTA),
+        default=dict(DEFAULT_TWIN_QUOTA),
+        help="object counts each consumer's twin may hold, as JSON over the defaults, e.g. '{\"count/secrets\":5000}'",
+    )
+    parser.add_argument(
+        "--tenant-quota",
+        type=lambda text: _quota(text, flag="--tenant-quota", defaults=DEFAULT_TENANT_QUOTA),
+        default=dict(DEFAULT_TENANT_QUOTA),
+        help="object counts each consumer's tenant namespace may hold, as JSON over the defaults",
+    )
+    parser.add_argument(
         "--shutdown-delay",
         type=float,
         default=0.0,
@@ -114,6 +128,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _reserved_namespaces(text: str) -> tuple[str, ...]:
     try:
         return parse_reserved(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _quota(text: str, *, flag: str, defaults: Mapping[str, int]) -> dict[str, int]:
+    try:
+        return parse_quota(text, flag=flag, defaults=defaults)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -180,6 +201,7 @@ async def run(args: argparse.Namespace) -> None:
                     selection=selection,
                     reserved_namespaces=args.reserved_namespaces,
                     reserved_subnets=args.reserved_subnets,
+                    twin_quota=args.twin_quota,
                 )
             )
         )
@@ -246,6 +268,7 @@ async def _serve_auth(
         api_server_url=local.api_server_url,
         ca_pem=root_ca["data"]["ca.crt"],
         identity_ttl=args.identity_ttl,
+        tenant_quota=args.tenant_quota,
     )
     app = auth_app(
         cluster_id=local.cluster_id,
@@ -347,6 +370,7 @@ async def _controllers(
     selection: PolicySelection,
     reserved_namespaces: tuple[str, ...],
     reserved_subnets: tuple[IPNetwork, ...],
+    twin_quota: Mapping[str, int],
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
@@ -384,7 +408,10 @@ async def _controllers(
         client=client,
         informers=informers,
         select=selection,
+        local_id=local.cluster_id,
+        network=network,
         reserved=reserved_namespaces,
+        twin_quota=twin_quota,
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     heartbeats = Heartbeats(client=client, informers=informers)

@@ -12,19 +12,20 @@ because the manager and the virtual kubelet run as host processes under the clus
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, quota_flag
 from liqo.api.crds import all_crds
 from liqo.install import fabric
 from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import placementpolicy, registration
-from liqo.offloading.twins import twin_rules
+from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_rules, twin_writer_rules
 from liqo.peering.provisioning import peer_rules
 
 MANAGER = "liqo-manager"
@@ -92,9 +93,24 @@ def manager_rules() -> list[dict[str, Any]]:
         {
             "apiGroups": [_RBAC],
             "resources": ["clusterroles"],
-            "resourceNames": [names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE],
+            "resourceNames": [names.PEER_TENANT_ROLE, names.PEER_TWIN_ROLE, names.PEER_TWIN_WRITER_ROLE],
             "verbs": ["bind"],
         },
+        # Peers' bounds, of liqo's names only: a quota of object counts in each twin and tenant namespace, a
+        # NetworkPolicy in each twin. Read and patched by name (a list or watch names it in a field selector); a
+        # create cannot be limited by name: the policy liqo-manager-peer-bounds holds it to those names and
+        # namespaces, so the manager can neither lift nor add a quota or policy anywhere else.
+        *(
+            rule
+            for group, plural, name in (
+                ("", "resourcequotas", names.PEER_QUOTA),
+                ("networking.k8s.io", "networkpolicies", names.PEER_NETWORK_POLICY),
+            )
+            for rule in (
+                {"apiGroups": [group], "resources": [plural], "verbs": ["create"]},
+                {"apiGroups": [group], "resources": [plural], "resourceNames": [name], "verbs": [*_READ, "patch"]},
+            )
+        ),
         {
             "apiGroups": ["certificates.k8s.io"],
             "resources": ["certificatesigningrequests"],
@@ -166,7 +182,11 @@ def peer_cluster_roles() -> list[Manifest]:
     """
     return [
         {"apiVersion": f"{_RBAC}/v1", "kind": "ClusterRole", "metadata": _meta(name, namespace=None), "rules": rules}
-        for name, rules in ((names.PEER_TENANT_ROLE, peer_rules()), (names.PEER_TWIN_ROLE, twin_rules()))
+        for name, rules in (
+            (names.PEER_TENANT_ROLE, peer_rules()),
+            (names.PEER_TWIN_ROLE, twin_rules()),
+            (names.PEER_TWIN_WRITER_ROLE, twin_writer_rules()),
+        )
     ]
 
 
@@ -206,6 +226,98 @@ def peer_services_policy() -> list[Manifest]:
     )
 
 
+PEER_SECRETS_POLICY = "liqo-peer-secrets"
+
+
+def peer_secrets_policy() -> list[Manifest]:
+    """No peer writes a Secret of a type this cluster's controllers act on (docs/security.md, "Twins' bounds").
+
+    A ``kubernetes.io/service-account-token`` Secret in a twin would have the token controller mint a token that
+    never expires for a ServiceAccount there (:data:`~liqo.offloading.twins.PEER_REFUSED_SECRET_TYPES` says which
+    types and why). The virtual kubelet never copies one; a hostile peer runs none of our code.
+    """
+    refused = orjson.dumps(list(PEER_REFUSED_SECRET_TYPES)).decode()
+    return _admission_policy(
+        PEER_SECRETS_POLICY,
+        rule={"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]},
+        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        validations=(
+            (
+                f"!has(object.type) || !(object.type in {refused})",
+                f"type: a peer may not write Secrets of type {' or '.join(PEER_REFUSED_SECRET_TYPES)} here (this"
+                " cluster's controllers act on them: the first gets a token of this cluster that never expires)",
+            ),
+        ),
+    )
+
+
+MANAGER_PEER_BOUNDS_POLICY = "liqo-manager-peer-bounds"
+_LABELS = "namespaceObject.metadata.labels"
+
+
+def _labelled(key: str, value: str | None = None) -> str:
+    """CEL: the request's namespace carries label ``key`` (with ``value``)."""
+    present = f"has({_LABELS}) && '{key}' in {_LABELS}"
+    return present if value is None else f"{present} && {_LABELS}['{key}'] == '{value}'"
+
+
+_TWIN_NAMESPACE = " && ".join(
+    (
+        _labelled(names.MANAGED_BY, names.MANAGED_BY_VALUE),
+        _labelled(names.REMOTE_CLUSTER_ID),
+        _labelled(names.ORIGIN_NAMESPACE),
+        "!namespaceObject.metadata.name.startsWith('kube-') && namespaceObject.metadata.name != 'default'",
+    )
+)
+_TENANT_NAMESPACE = " && ".join(
+    (
+        f"namespaceObject.metadata.name.startsWith('{names.TENANT_NAMESPACE_PREFIX}')",
+        _labelled(names.MANAGED_BY, names.MANAGED_BY_VALUE),
+        _labelled(names.TENANT, "true"),
+    )
+)
+
+
+def manager_peer_bounds_policy() -> list[Manifest]:
+    """liqo's manager writes ResourceQuotas and NetworkPolicies only as peers' bounds.
+
+    docs/security.md, "The manager's rights".
+
+    RBAC cannot limit a create by name or namespace, and a quota or a NetworkPolicy is a lever: deleting or
+    raising a quota lifts it, a NetworkPolicy allowing traffic adds to whatever else allows it. So the API server
+    lets the manager's users write only liqo's quota (in twins and tenant namespaces) and liqo's NetworkPolicy (in
+    twins), judged by the namespace's labels, which the manager writes and peers cannot (they write no namespace).
+    """
+    quota = "request.resource.resource == 'resourcequotas'"
+    return _admission_policy(
+        MANAGER_PEER_BOUNDS_POLICY,
+        rule={
+            "apiGroups": ["", "networking.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["resourcequotas", "networkpolicies"],
+        },
+        users=f"request.userInfo.username in {orjson.dumps(_users(MANAGER)).decode()}",
+        validations=(
+            (
+                f"request.name == ({quota} ? '{names.PEER_QUOTA}' : '{names.PEER_NETWORK_POLICY}')",
+                f"liqo's manager writes only the ResourceQuota {names.PEER_QUOTA} and the NetworkPolicy"
+                f" {names.PEER_NETWORK_POLICY}",
+            ),
+            (
+                f"({_TWIN_NAMESPACE}) || ({quota} && {_TENANT_NAMESPACE})",
+                "liqo's manager writes peers' bounds only in their twins (a quota and a NetworkPolicy) and tenant"
+                " namespaces (a quota)",
+            ),
+        ),
+    )
+
+
+def _users(*components: str) -> list[str]:
+    """The users ``components`` act as: their ServiceAccounts, and the local launcher's users of their names."""
+    return [f"system:serviceaccount:{names.LIQO_NAMESPACE}:{component}" for component in components] + list(components)
+
+
 OWN_APPROVALS_POLICY = "liqo-own-approvals"
 
 
@@ -217,9 +329,7 @@ def own_approvals_policy() -> list[Manifest]:
     code approves only requests it made (:mod:`liqo.kube.csr`); this policy makes it a rule of the API
     server, which holds even for a stolen credential.
     """
-    users = [
-        f"system:serviceaccount:{names.LIQO_NAMESPACE}:{component}" for component in (MANAGER, VIRTUAL_KUBELET)
-    ] + [MANAGER, VIRTUAL_KUBELET]  # the users of a local cluster's host processes
+    users = _users(MANAGER, VIRTUAL_KUBELET)
     return _admission_policy(
         OWN_APPROVALS_POLICY,
         rule={
@@ -258,21 +368,23 @@ _PEER_ID = f"request.userInfo.username.substring({len(names.PEER_USER_PREFIX)})"
 
 
 def peer_tenant_writes_policy() -> list[Manifest]:
-    """In its tenant namespace a peer writes its own request, and verdicts on the offers made to it, only.
+    """In its tenant namespace a peer writes its own request and map, and verdicts on the offers made to it, only.
 
     RBAC grants per kind, not per name. In a bidirectional peering the tenant namespace ``liqo-tenant-<peer>``
     holds both conversations: the peer's request (named after it) and our offer to it (named after us), but
     also our request to it (named after us) and the replica of its offer to us (named after it), whose status is
     *our* verdict — in ``Manual`` mode, our admin's. Without this policy the peer could accept its own offer on
-    our behalf, and our pods would go to it.
+    our behalf, and our pods would go to it. Its NamespaceMap is the one named after it (the only one this cluster
+    reads): held to that name, a peer's request, map and NetworkConfig there are one each, and the tenant's quota
+    need count no custom resource (:mod:`liqo.api.bounds` says why that matters).
     """
     return _admission_policy(
         PEER_TENANT_WRITES_POLICY,
         rule={
-            "apiGroups": [liqo_resources.DISCOVERY, liqo_resources.SHARING],
+            "apiGroups": [liqo_resources.DISCOVERY, liqo_resources.SHARING, liqo_resources.OFFLOADING],
             "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE", "DELETE"],
-            "resources": ["resourcerequests", "resourceoffers/status"],
+            "resources": ["resourcerequests", "resourceoffers/status", "namespacemaps"],
         },
         users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
         validations=(
@@ -283,6 +395,10 @@ def peer_tenant_writes_policy() -> list[Manifest]:
             (
                 f"request.resource.resource != 'resourceoffers' || request.name != {_PEER_ID}",
                 "the verdict on a peer's offer is this cluster's: a peer may accept only the offers made to it",
+            ),
+            (
+                f"request.resource.resource != 'namespacemaps' || request.name == {_PEER_ID}",
+                "a peer writes only its own NamespaceMap, named after its cluster ID",
             ),
         ),
     )
@@ -432,7 +548,12 @@ def settings(values: Values) -> Manifest:
 
 
 def manager_flags(
-    *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (), reserved_subnets: tuple[str, ...] = ()
+    *,
+    identity_ttl: int,
+    reserved_namespaces: tuple[str, ...] = (),
+    reserved_subnets: tuple[str, ...] = (),
+    twin_quota: Mapping[str, int] = DEFAULT_TWIN_QUOTA,
+    tenant_quota: Mapping[str, int] = DEFAULT_TENANT_QUOTA,
 ) -> list[str]:
     """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
     flags = [f"--identity-ttl={identity_ttl}"]
@@ -440,6 +561,7 @@ def manager_flags(
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
     if reserved_subnets:
         flags.append(f"--reserved-subnets={','.join(reserved_subnets)}")
+    flags += [f"--twin-quota={quota_flag(twin_quota)}", f"--tenant-quota={quota_flag(tenant_quota)}"]
     return flags
 
 
@@ -535,6 +657,8 @@ def manager_workload(values: Values) -> list[Manifest]:
                 identity_ttl=values.identity_ttl,
                 reserved_namespaces=values.reserved_namespaces,
                 reserved_subnets=values.reserved_subnets,
+                twin_quota=values.twin_quota,
+                tenant_quota=values.tenant_quota,
             ),
         ],
         "ports": [
@@ -778,6 +902,8 @@ def rights() -> list[Manifest]:
     return [
         *peer_cluster_roles(),
         *peer_services_policy(),
+        *peer_secrets_policy(),
+        *manager_peer_bounds_policy(),
         *own_approvals_policy(),
         *peer_network_configs_policy(),
         *peer_tenant_writes_policy(),

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA
+
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 RESOURCES_MANAGER: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 RESOURCES_GATEWAY: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
@@ -69,6 +71,10 @@ class Values:
     """``manager.identityTTL``: lifetime of the identities issued to consumers, seconds (>= 600)."""
     reserved_namespaces: tuple[str, ...] = ()
     """``manager.reservedNamespaces``: names (or ``prefix-*``) no consumer's twin may take."""
+    twin_quota: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_TWIN_QUOTA))
+    """``manager.twinQuota``: how many objects of each kind a consumer's twin may hold (``count/<resource>``)."""
+    tenant_quota: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_TENANT_QUOTA))
+    """``manager.tenantQuota``: how many objects of each kind a consumer's tenant namespace may hold."""
     manager_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_MANAGER))
     """``manager.resources``."""
     webhook_url: str = ""
@@ -110,6 +116,8 @@ class Values:
                 "replicas": self.manager_replicas,
                 "identityTTL": self.identity_ttl,
                 "reservedNamespaces": list(self.reserved_namespaces),
+                "twinQuota": dict(self.twin_quota),
+                "tenantQuota": dict(self.tenant_quota),
                 "resources": dict(self.manager_resources),
             },
             "webhook": {"url": self.webhook_url, "nodePort": self.webhook_node_port},

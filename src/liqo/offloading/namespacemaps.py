@@ -31,6 +31,19 @@ is created; the twins are only deleted, which is what lets the tenant namespace 
 Each twin carries the Pod Security Admission labels of its consumer's policy level; the controller follows
 the SharingPolicies and corrects the labels of the twins it keeps when the level changes.
 
+Each twin is bounded before its consumer holds any right there (docs/security.md, "Twins' bounds"): a
+ResourceQuota of object counts (:mod:`liqo.api.bounds`) and a NetworkPolicy
+(:func:`liqo.offloading.twins.twin_network_policy`), both of liqo's fixed names, are written first, and the
+consumer's RoleBindings only once the cluster's quota controller counts (until then the API server refuses
+every write it bounds; a quota it counted before it knew our ShadowPods is made to count again,
+:func:`liqo.api.bounds.recount`). Its rights are two bindings: ``liqo-peer`` (read, and delete what it
+wrote) always, and ``liqo-peer-writer`` (create and change) only while it holds an accepted offer here — a
+Deny or a withdrawn offer stops its reflection into this cluster, not only its pods. What it wrote stays as
+it was (its ShadowPods wait, their pods gone; its Services, slices and Ingresses are not rewritten by
+anyone), and comes back under its control when an offer is accepted again. The controller follows our
+offers and NetworkConfigs (never the consumer's own) and its twins' quotas (their bounds and whether they
+count, not their usage, which moves with each object the consumer makes) and NetworkPolicies.
+
 The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
 every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
 ``Conflict`` is terminal: a refused or taken name, or a write the API server refused (4xx), is not retried
@@ -44,23 +57,42 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from liqo.api import names
+from liqo.api.bounds import (
+    DEFAULT_TWIN_QUOTA,
+    object_quota,
+    quota_counted,
+    quota_matches,
+    quota_state,
+    recount,
+    uncounted,
+)
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
-from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
+from liqo.api.networks import ClusterNetwork, PodNetwork, remapped_pod_cidr
+from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
+from liqo.kube.resources import NAMESPACES, NETWORK_POLICIES, RESOURCE_QUOTAS, ROLE_BINDINGS, terminating
+from liqo.offloading.budget import Budget, budget_of
 from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import SecurityPolicy
-from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
+from liqo.offloading.twins import (
+    is_twin_of,
+    network_policy_matches,
+    pod_security_patch,
+    twin_namespace_manifest,
+    twin_network_policy,
+    twin_role_binding,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +118,11 @@ class TwinPolicy(Protocol):
     @property
     def allowed_twin_names(self) -> Sequence[str]:
         """The twin names the consumer may choose itself: names, or prefixes ending in ``*``."""
+        ...
+
+    @property
+    def pod_network(self) -> PodNetwork:
+        """Where the consumer's pods may connect, and be reached from, beyond their own (the twins' NetworkPolicy)."""
         ...
 
 
@@ -302,6 +339,19 @@ def _peer_label(obj: Obj) -> list[str]:
     return [peer] if peer else []
 
 
+WAITING_FOR_QUOTA = "waiting for this cluster's quota controller to count the objects in {twin}"
+RECOUNTING = (
+    "waiting for this cluster's quota controller to count the objects in {twin}: it counted the quota before it knew"
+    " liqo's ShadowPods, and is made to count it again"
+)
+RECOUNT_SECONDS = 5.0
+"""How often a twin's quota counted without our custom resources is made to count again."""
+WRITES_WITHDRAWN = (
+    "the consumer holds no accepted offer here: its writes in its twins are withdrawn (what it wrote stays, it may"
+    " delete it) until it accepts one"
+)
+
+
 def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     if current is None:
         return False
@@ -320,21 +370,46 @@ class NamespaceMapController(Component):
         client: KubeClient,
         informers: SharedInformers,
         select: TwinPolicySelector,
+        local_id: str,
+        network: ClusterNetwork,
         reserved: Sequence[str] = (),
+        twin_quota: Mapping[str, int] = DEFAULT_TWIN_QUOTA,
     ) -> None:
+        """Follow every consumer's NamespaceMap.
+
+        ``local_id`` and ``network`` are this cluster's (its offers and NetworkConfigs are named after it; its pod
+        and service CIDRs are never opened by a twin's NetworkPolicy); ``twin_quota``: each twin's object counts.
+        """
         self._client = client
         self._select = select
+        self._local_id = local_id
+        self._network = network
+        self._twin_quota = dict(twin_quota)
         self._reserved = (*BUILTIN_RESERVED, *reserved)
         self._failures: dict[str, int] = {}  # consumer → transient failures in a row (the retry's backoff)
+        self._recounts: dict[str, float] = {}  # twin → when its quota was last made to count again
         self.maps = informers.informer(NAMESPACE_MAPS)
         self.policies = informers.informer(SHARING_POLICIES)
         self.namespaces = informers.informer(NAMESPACES)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
+        self.offers = informers.informer(RESOURCE_OFFERS)
+        self.network_configs = informers.informer(NETWORK_CONFIGS)
+        self.quotas = informers.informer(RESOURCE_QUOTAS, field_selector=f"metadata.name={names.PEER_QUOTA}")
+        self.network_policies = informers.informer(
+            NETWORK_POLICIES, field_selector=f"metadata.name={names.PEER_NETWORK_POLICY}"
+        )
         self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.maps, consumer_of_map)
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
+        self.controller.watch(self.offers, self._consumer_of_ours)
+        self.controller.watch(self.network_configs, self._consumer_of_ours)
+        # A quota's usage moves with every object the consumer makes: only its bounds and whether it counts matter.
+        self.controller.watch(
+            self.quotas, self._consumer_of_twin, changed=lambda old, new: quota_state(old) != quota_state(new)
+        )
+        self.controller.watch(self.network_policies, self._consumer_of_twin)
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -344,6 +419,28 @@ class NamespaceMapController(Component):
     def _every_consumer(self, _policy: Obj) -> list[str]:
         """Every consumer with a map: a SharingPolicy change may move any one's pod security level or twin names."""
         return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
+
+    def _consumer_of_ours(self, obj: Obj) -> list[str]:
+        """The consumer whose tenant namespace holds ``obj``, if it is ours (named after this cluster).
+
+        Our offer to it (its phase decides whether it writes in its twins), our NetworkConfig for it (where we
+        see its pods); not its own NetworkConfig, which it rewrites at will.
+        """
+        return names.tenant_peer(obj) if obj["metadata"]["name"] == self._local_id else []
+
+    def _consumer_of_twin(self, obj: Obj) -> list[str]:
+        """The consumer whose twin holds ``obj``: the namespace's label, which this cluster wrote, not the object's."""
+        namespace = self.namespaces.store.get(obj["metadata"].get("namespace") or "")
+        return (
+            _peer_label(namespace)
+            if namespace is not None and names.ORIGIN_NAMESPACE in (namespace["metadata"].get("labels") or {})
+            else []
+        )
+
+    def holds_offer(self, consumer_id: str) -> bool:
+        """Whether ``consumer_id`` holds an accepted offer of ours: its budget, and its right to write in its twins."""
+        offer = self.offers.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
+        return isinstance(budget_of(offer, count_limits=False), Budget)
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
         """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.
@@ -381,12 +478,15 @@ class NamespaceMapController(Component):
         )
         status = dict(plan.status)
         level = policy.pod_security.level
+        writer = self.holds_offer(consumer_id)
         for home, twin in plan.create.items():
-            status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin, level=level)
+            status[home] = await self._create(
+                consumer_id=consumer_id, home=home, twin=twin, level=level, policy=policy, writer=writer
+            )
         for home, twin in plan.keep.items():
             status[home] = await self._ensure_pod_security(by_name[twin], level=level)
             if status[home].phase == "Ready":
-                status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+                status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin, policy=policy, writer=writer)
         for namespace in plan.delete:
             meta = namespace["metadata"]
             log.info("deleting twin namespace %s of %s/%s", meta["name"], consumer_id, origin_of(namespace))
@@ -397,13 +497,16 @@ class NamespaceMapController(Component):
             await self._client.apply_status(NAMESPACE_MAPS, name=consumer_id, namespace=tenant_name, status=desired)
         if not any(twin.phase == "Error" for twin in status.values()):
             self._failures.pop(consumer_id, None)
-            return None
+            recounting = any(twin.message == RECOUNTING.format(twin=twin.remote_namespace) for twin in status.values())
+            return Result(requeue_after=RECOUNT_SECONDS) if recounting else None
         failures = self._failures.get(consumer_id, 0)
         self._failures[consumer_id] = failures + 1
         return Result(requeue_after=retry_delay(failures))
 
-    async def _create(self, *, consumer_id: str, home: str, twin: str, level: str) -> TwinStatus:
-        """Create the twin (never over an existing namespace), then the consumer's rights in it."""
+    async def _create(
+        self, *, consumer_id: str, home: str, twin: str, level: str, policy: TwinPolicy, writer: bool
+    ) -> TwinStatus:
+        """Create the twin (never over an existing namespace), then its bounds, then the consumer's rights in it."""
         manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home, level=level)
         try:
             await self._client.create(NAMESPACES, manifest)
@@ -420,7 +523,7 @@ class NamespaceMapController(Component):
                 return TwinStatus(twin, "Pending", f"the previous twin {twin} is being deleted")
         except KubeError as exc:
             return refusal(twin, exc, doing=f"create namespace {twin}")
-        return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
+        return await self._ensure_rbac(consumer_id=consumer_id, twin=twin, policy=policy, writer=writer)
 
     async def _ensure_pod_security(self, namespace: Obj, *, level: str) -> TwinStatus:
         """Bring a kept twin's Pod Security Admission labels to the consumer's current level."""
@@ -434,15 +537,81 @@ class NamespaceMapController(Component):
             log.info("twin namespace %s: pod security level %s", name, level)
         return TwinStatus(name, "Ready")
 
-    async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:
-        """Apply the consumer's RoleBinding in ``twin`` unless the cache shows it as it should be."""
-        binding = twin_role_binding(namespace=twin, consumer_id=consumer_id)
+    async def _ensure_rbac(self, *, consumer_id: str, twin: str, policy: TwinPolicy, writer: bool) -> TwinStatus:
+        """Bound ``twin``, then give the consumer its rights there: always its reader's, its writer's with an offer.
+
+        Each binding is applied unless the cache shows it as it should be; the writer's is deleted while the
+        consumer holds no accepted offer.
+        """
+        bounded = await self._ensure_bounds(consumer_id=consumer_id, twin=twin, policy=policy)
+        if bounded is not None:
+            return bounded
         try:
-            if not _binding_matches(self.bindings.store.get(f"{twin}/{names.PEER_BINDING}"), binding):
-                await self._client.apply(ROLE_BINDINGS, binding)
+            await self._ensure_binding(twin_role_binding(namespace=twin, consumer_id=consumer_id))
+            if writer:
+                await self._ensure_binding(twin_role_binding(namespace=twin, consumer_id=consumer_id, writer=True))
+            elif self.bindings.store.get(f"{twin}/{names.PEER_WRITER_BINDING}") is not None:
+                with contextlib.suppress(NotFoundError):
+                    await self._client.delete(ROLE_BINDINGS, names.PEER_WRITER_BINDING, namespace=twin)
+                log.info("twin namespace %s: %s holds no accepted offer, its writes withdrawn", twin, consumer_id)
         except KubeError as exc:
             return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")
-        return TwinStatus(twin, "Ready")
+        return TwinStatus(twin, "Ready", "" if writer else WRITES_WITHDRAWN)
+
+    async def _ensure_binding(self, binding: Obj) -> None:
+        meta = binding["metadata"]
+        if not _binding_matches(self.bindings.store.get(f"{meta['namespace']}/{meta['name']}"), binding):
+            await self._client.apply(ROLE_BINDINGS, binding)
+
+    async def _ensure_bounds(self, *, consumer_id: str, twin: str, policy: TwinPolicy) -> TwinStatus | None:
+        """Apply ``twin``'s quota and NetworkPolicy unless cached as they should be; None once rights may follow.
+
+        Otherwise the status saying why not. The first rights wait for the quota to count: until the quota
+        controller has counted what it bounds, the API server refuses every write of those kinds there ("status
+        unknown for quota"), and a consumer told its twin is ready would see its first writes refused.
+        """
+        quota = object_quota(namespace=twin, peer_id=consumer_id, hard=self._twin_quota)
+        ours = self.network_configs.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
+        network_policy = twin_network_policy(
+            namespace=twin,
+            consumer_id=consumer_id,
+            home_pods=remapped_pod_cidr(ours),
+            local=self._network,
+            allowed=policy.pod_network,
+        )
+        current = self.quotas.store.get(f"{twin}/{names.PEER_QUOTA}")
+        granted = self.bindings.store.get(f"{twin}/{names.PEER_BINDING}") is not None
+        try:
+            if not quota_matches(current, quota):
+                current = await self._client.apply(RESOURCE_QUOTAS, quota)
+            elif not granted and (keys := uncounted(current or {})) and self._recount_due(twin):
+                # Counted before the cluster knew our custom resources: changed, it is counted afresh.
+                await self._client.apply(RESOURCE_QUOTAS, recount(quota, keys=keys))
+                log.info("twin namespace %s: the quota controller did not count %s; counting again", twin, keys)
+            if not network_policy_matches(
+                self.network_policies.store.get(f"{twin}/{names.PEER_NETWORK_POLICY}"), network_policy
+            ):
+                await self._client.apply(NETWORK_POLICIES, network_policy)
+        except KubeError as exc:
+            return refusal(twin, exc, doing=f"bound what the consumer may do in {twin}")
+        if not granted and not quota_counted(current or {}):
+            # Counted without some bounds, it is looked at again on a timer: no event says when to count again.
+            waiting = RECOUNTING if uncounted(current or {}) else WAITING_FOR_QUOTA
+            return TwinStatus(twin, "Pending", waiting.format(twin=twin))
+        self._recounts.pop(twin, None)
+        return None
+
+    def _recount_due(self, twin: str) -> bool:
+        """Whether ``twin``'s quota may be made to count again now: at most every :data:`RECOUNT_SECONDS`.
+
+        Until the quota controller knows our custom resources (up to 30 s after they are installed) a recount
+        counts no better; each costs it a full count of the namespace.
+        """
+        now = time.monotonic()
+        if now - self._recounts.get(twin, -RECOUNT_SECONDS) < RECOUNT_SECONDS:
+            return False
+        self._recounts[twin] = now
+        return True
 
     async def _teardown(self, consumer_id: str, namespace_map: Obj | None) -> None:
         """Delete every twin of ``consumer_id``; once none is left, let its NamespaceMap go."""

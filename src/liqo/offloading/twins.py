@@ -4,7 +4,15 @@ A twin carries the consumer's ID under ``REMOTE_CLUSTER_ID`` (so its pods count 
 budget and not as the provider's free capacity, and unpeer finds it) and its home namespace under
 ``ORIGIN_NAMESPACE``. The consumer's identity gets, in the twin only, what the virtual kubelet needs: its
 ShadowPods and reflected objects, read access to the pods the provider made and to their logs and events,
-and exec. It never gets to create pods directly: the provider decides what runs, from the ShadowPod.
+and exec. It never gets to create pods directly: the provider decides what runs, from the ShadowPod. Those
+rights are two roles: reading and deleting what it wrote (always), and writing (only while it holds an
+accepted offer: a consumer denied or without an offer no longer steers this cluster's Services, slices and
+Ingresses).
+
+A twin is bounded before any of that is granted: a quota of object counts (:mod:`liqo.api.bounds`) and a
+NetworkPolicy (:func:`twin_network_policy`: its pods reach their own, their home pods, DNS and what the
+provider opens, nothing of the provider's), neither of which the consumer may touch; and a peer writes no
+Secret of a type this cluster's controllers act on (:data:`PEER_REFUSED_SECRET_TYPES`).
 
 A twin also carries the Pod Security Admission labels of the consumer's policy level (``enforce``, ``warn``
 and ``audit``, version ``latest``): Kubernetes' own admission then checks the real pods too, a second
@@ -21,8 +29,8 @@ from liqo.api.networks import SPECIAL_PURPOSE, ClusterNetwork, IPNetwork, Networ
 from liqo.api.resources import VIRTUAL_KUBELET
 
 _RBAC = "rbac.authorization.k8s.io"
-_ALL = ["get", "list", "watch", "create", "update", "patch", "delete"]
 _READ = ["get", "list", "watch"]
+_WRITE = ["create", "update", "patch"]
 
 
 PSA_MODES = ("enforce", "warn", "audit")
@@ -58,30 +66,64 @@ def is_twin_of(namespace: dict[str, Any], *, consumer_id: str) -> bool:
     return labels.get(names.REMOTE_CLUSTER_ID) == consumer_id and names.ORIGIN_NAMESPACE in labels
 
 
+_PEER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (VIRTUAL_KUBELET, ("shadowpods",)),
+    ("", ("configmaps", "secrets", "services")),
+    ("networking.k8s.io", ("ingresses",)),
+    ("discovery.k8s.io", ("endpointslices",)),
+)
+"""What a consumer writes in its twins: its ShadowPods and the copies of its objects."""
+_STREAMS = ["pods/exec", "pods/attach", "pods/portforward"]
+
+
 def twin_rules() -> list[dict[str, Any]]:
-    """What a consumer's identity may do in its twins: ClusterRole ``liqo-peer-twin``, bound in each (pure)."""
+    """What a consumer's identity may do in its twins at all times: ClusterRole ``liqo-peer-twin`` (pure).
+
+    Read, and delete what it wrote: a consumer whose offer is gone still withdraws its ShadowPods and copies (its
+    home pods go with its virtual node), and nothing it deletes is this cluster's.
+    """
     return [
-        {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods"], "verbs": _ALL},
+        *(
+            {"apiGroups": [group], "resources": list(kinds), "verbs": [*_READ, "delete"]}
+            for group, kinds in _PEER_KINDS
+        ),
         {"apiGroups": [VIRTUAL_KUBELET], "resources": ["shadowpods/status"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": _ALL},
-        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": _ALL},
-        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": _ALL},
         {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-        # The kubelet API's streams (liqo.virtualkubelet.kubeletapi), opened as WebSockets: a GET, so "get", and
-        # "create" as well since Kubernetes 1.35 (AuthorizePodWebsocketUpgradeCreatePermission).
-        {"apiGroups": [""], "resources": ["pods/exec", "pods/attach", "pods/portforward"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": _READ},
     ]
 
 
-def twin_role_binding(*, namespace: str, consumer_id: str) -> dict[str, Any]:
-    """The RoleBinding giving ``consumer_id``'s user :func:`twin_rules` in twin ``namespace`` (pure)."""
+def twin_writer_rules() -> list[dict[str, Any]]:
+    """What it may do there while it holds an accepted offer: ClusterRole ``liqo-peer-twin-writer`` (pure).
+
+    Create and change its ShadowPods, ConfigMaps, Secrets, Services, Ingresses and EndpointSlices (the last three
+    steer this cluster's traffic), and open streams to its pods. Never pods themselves: the provider decides what
+    runs, from the ShadowPod.
+    """
+    return [
+        *({"apiGroups": [group], "resources": list(kinds), "verbs": _WRITE} for group, kinds in _PEER_KINDS),
+        # The kubelet API's streams (liqo.virtualkubelet.kubeletapi), opened as WebSockets: a GET, so "get", and
+        # "create" as well since Kubernetes 1.35 (AuthorizePodWebsocketUpgradeCreatePermission).
+        {"apiGroups": [""], "resources": _STREAMS, "verbs": ["get", "create"]},
+    ]
+
+
+def twin_role_binding(*, namespace: str, consumer_id: str, writer: bool = False) -> dict[str, Any]:
+    """The RoleBinding of ``consumer_id``'s user in twin ``namespace`` (pure).
+
+    To :func:`twin_rules`, or with ``writer`` to :func:`twin_writer_rules`.
+    """
+    name, role = (
+        (names.PEER_WRITER_BINDING, names.PEER_TWIN_WRITER_ROLE)
+        if writer
+        else (names.PEER_BINDING, names.PEER_TWIN_ROLE)
+    )
     return {
         "apiVersion": f"{_RBAC}/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": names.PEER_BINDING, "namespace": namespace, "labels": names.peer_labels(consumer_id)},
-        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": names.PEER_TWIN_ROLE},
+        "metadata": {"name": name, "namespace": namespace, "labels": names.peer_labels(consumer_id)},
+        "roleRef": {"apiGroup": _RBAC, "kind": "ClusterRole", "name": role},
         "subjects": [{"apiGroup": _RBAC, "kind": "User", "name": names.peer_user(consumer_id)}],
     }
 

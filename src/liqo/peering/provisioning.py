@@ -3,8 +3,9 @@
 First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
 fingerprint of the consumer's cluster key. The first consumer to prove the token for a cluster ID pins its
 key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
-win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, and a
-RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
+win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, its quota
+of object counts (:mod:`liqo.api.bounds`: how many requests, maps, NetworkConfigs and Leases it may make there),
+and a RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
 and NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same
 steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
 it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
@@ -25,20 +26,21 @@ approved, awaited, deleted): the provider never holds its CA key, the API server
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
 from cryptography import x509
 
 from liqo.api import names
+from liqo.api.bounds import DEFAULT_TENANT_QUOTA, object_quota
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
-from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
+from liqo.kube.resources import NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, terminating
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -172,6 +174,7 @@ class KubeProvisioner:
         api_server_url: str,
         ca_pem: str,
         identity_ttl: int = DEFAULT_IDENTITY_TTL,
+        tenant_quota: Mapping[str, int] = DEFAULT_TENANT_QUOTA,
         certificate_timeout: float = csr.SIGNING_TIMEOUT,
     ) -> None:
         if identity_ttl < csr.MIN_EXPIRATION_SECONDS:
@@ -181,6 +184,7 @@ class KubeProvisioner:
         self._api_server_url = api_server_url
         self._ca_pem = ca_pem
         self._ttl = identity_ttl
+        self._tenant_quota = dict(tenant_quota)
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
         """This cluster's record of ``consumer_id``: its ForeignCluster, if there is one."""
@@ -212,6 +216,9 @@ class KubeProvisioner:
                 undo=undo,
             )
             namespace = await self._tenant(consumer_id, undo=undo)
+            # Bounded before the consumer gets any right there: no moment when it writes unbounded.
+            quota = object_quota(namespace=namespace, peer_id=consumer_id, hard=self._tenant_quota)
+            await self._client.apply(RESOURCE_QUOTAS, quota)
             await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
             certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
             patch = network_patch(record, network)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from liqo.api.networks import PodNetwork
 from liqo.api.podrequests import covers
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
 from liqo.kube.timefmt import as_utc, format_time, parse_time
@@ -116,6 +117,9 @@ class Policy:
     allowed_twin_names: tuple[str, ...] = ()
     """The twin namespace names the consumer may choose itself (names, or prefixes ending in ``*``); none by
     default: the provider names every twin."""
+    pod_network: PodNetwork = field(default_factory=PodNetwork)
+    """Where the consumer's pods may connect, and from where they may be reached, besides their own pods, the
+    cluster DNS and their gateway (every twin's NetworkPolicy); nothing by default."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -140,6 +144,7 @@ class Policy:
             pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
             count_limits=bool(spec.get("countLimits", True)),
             allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
+            pod_network=PodNetwork.from_spec(spec.get("podNetwork")),
         )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo.api import names
+from liqo.api import bounds, names
 from liqo.install import fabric, manifests
-from liqo.offloading.twins import twin_rules
+from liqo.offloading.twins import twin_rules, twin_writer_rules
 from liqo.peering.provisioning import peer_rules
 from tests.helpers import install_manifests
 
@@ -30,12 +30,33 @@ def test_the_manager_holds_no_wildcard_verb_no_escalate_and_no_role_writing() ->
     rules = granted(manifests.manager_rules() + manifests.manager_namespace_rules())
     assert all(verb != "*" for _, _, verb, _ in rules)
     assert all(verb not in ("escalate", "deletecollection", "impersonate") for _, _, verb, _ in rules)
-    assert not [r for r in rules if r[1] == "resourcequotas"]
     rbac = {(resource, verb, name) for group, resource, verb, name in rules if group == RBAC}
     assert {r for r, _, _ in rbac} == {"rolebindings", "clusterroles"}
     assert {(verb, name) for resource, verb, name in rbac if resource == "clusterroles"} == {
         ("bind", names.PEER_TENANT_ROLE),
         ("bind", names.PEER_TWIN_ROLE),
+        ("bind", names.PEER_TWIN_WRITER_ROLE),
+    }
+
+
+def test_quotas_and_network_policies_are_the_managers_under_liqos_names_only() -> None:
+    """Read and patched by name; created (RBAC cannot name a create: liqo-manager-peer-bounds does); never updated
+    whole nor deleted: the manager cannot lift a quota or a NetworkPolicy it did not write."""
+    rules = granted(manifests.manager_rules() + manifests.manager_namespace_rules())
+    for group, resource, name in (
+        ("", "resourcequotas", names.PEER_QUOTA),
+        ("networking.k8s.io", "networkpolicies", names.PEER_NETWORK_POLICY),
+    ):
+        assert {(verb, named) for g, r, verb, named in rules if (g, r) == (group, resource)} == {
+            ("create", "*"),
+            *((verb, name) for verb in (*READ, "patch")),
+        }
+    policies = {i["metadata"]["name"]: i for i in install_manifests() if i["kind"] == "ValidatingAdmissionPolicy"}
+    policy = policies[manifests.MANAGER_PEER_BOUNDS_POLICY]["spec"]
+    assert policy["failurePolicy"] == "Fail"
+    assert {r for rule in policy["matchConstraints"]["resourceRules"] for r in rule["resources"]} == {
+        "resourcequotas",
+        "networkpolicies",
     }
 
 
@@ -74,6 +95,7 @@ def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> 
     roles = {i["metadata"]["name"]: i for i in items if i["kind"] == "ClusterRole"}
     assert roles[names.PEER_TENANT_ROLE]["rules"] == peer_rules()
     assert roles[names.PEER_TWIN_ROLE]["rules"] == twin_rules()
+    assert roles[names.PEER_TWIN_WRITER_ROLE]["rules"] == twin_writer_rules()
     [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == manifests.MANAGER]
     [binding] = [i for i in items if i["kind"] == "RoleBinding" and i["metadata"]["name"] == manifests.MANAGER]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
@@ -102,3 +124,17 @@ def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
         i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
     ]
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]
+
+
+def test_the_quotas_reach_the_managers_deployment_and_read_back_over_the_defaults() -> None:
+    quota = {"count/secrets": 5000}
+    [deployment] = [
+        i
+        for i in install_manifests(twin_quota=dict(bounds.DEFAULT_TWIN_QUOTA) | quota)
+        if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
+    ]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    [twin] = [a.removeprefix("--twin-quota=") for a in args if a.startswith("--twin-quota=")]
+    [tenant] = [a.removeprefix("--tenant-quota=") for a in args if a.startswith("--tenant-quota=")]
+    assert bounds.parse_quota(twin, flag="--twin-quota", defaults={}) == dict(bounds.DEFAULT_TWIN_QUOTA) | quota
+    assert bounds.parse_quota(tenant, flag="--tenant-quota", defaults={}) == bounds.DEFAULT_TENANT_QUOTA

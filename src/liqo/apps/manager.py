@@ -21,6 +21,7 @@ import signal
 import socket
 import ssl
 import sys
+from ipaddress import IPv4Network
 
 from aiohttp import web
 
@@ -29,7 +30,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
-from liqo.apps import operability
+from liqo.apps import operability, peerpools
 from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
@@ -101,6 +102,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=(),
         help="CIDRs (comma-separated) where peers' pods may never be seen, besides our pod and service CIDRs",
     )
+    peerpools.add_flag(parser)
     parser.add_argument(
         "--shutdown-delay",
         type=float,
@@ -180,6 +182,7 @@ async def run(args: argparse.Namespace) -> None:
                     selection=selection,
                     reserved_namespaces=args.reserved_namespaces,
                     reserved_subnets=args.reserved_subnets,
+                    peer_pools=args.peer_pools,
                 )
             )
         )
@@ -347,6 +350,7 @@ async def _controllers(
     selection: PolicySelection,
     reserved_namespaces: tuple[str, ...],
     reserved_subnets: tuple[IPNetwork, ...],
+    peer_pools: tuple[IPv4Network, ...],
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
@@ -394,6 +398,7 @@ async def _controllers(
         local_id=local.cluster_id,
         network=network,
         reserved=reserved_subnets,
+        pools=peer_pools,
         events=events,
     )
     observations.on_change = status.controller.queue.add

@@ -15,6 +15,7 @@ from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
 from liqo.install.installer import InstallOptions, install, plan, uninstall
 from liqo.local.spec import parse_labels
+from liqo.network import ipam
 from liqo.offloading.namespacemaps import parse_reserved
 
 
@@ -46,6 +47,13 @@ def install_command(
             help="This cluster's service CIDR, told to peers (required the first time on a cluster that is not local)."
         ),
     ] = None,
+    peer_pools: Annotated[
+        str,
+        typer.Option(
+            help="IPv4 CIDRs where peers' pods are named and routed, and nowhere else: a,b (default: the private"
+            " ranges of RFC 1918)."
+        ),
+    ] = "",
     image: Annotated[
         str | None,
         typer.Option(help="liqo's image (default: the release's; on a local cluster, the one its real nodes hold)."),
@@ -69,6 +77,12 @@ def install_command(
             reserved = parse_reserved(reserved_namespaces)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reserved-namespaces") from None
+        try:
+            pools = (
+                tuple(str(pool) for pool in ipam.parse_pools(peer_pools, field="--peer-pools")) if peer_pools else ()
+            )
+        except InvalidNetwork as exc:
+            raise typer.BadParameter(str(exc), param_hint="--peer-pools") from None
         if output not in ("manifests", "values"):
             raise typer.BadParameter("must be manifests or values", param_hint="--output")
         options = InstallOptions(
@@ -82,6 +96,7 @@ def install_command(
             reserved_namespaces=reserved,
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),
+            peer_pools=pools,
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run, output=output))
 

@@ -142,6 +142,8 @@ class InstallOptions:
     pod_cidr: IPNetwork | None = None
     service_cidr: IPNetwork | None = None
     replicas: int = 2
+    peer_pools: tuple[str, ...] = ()
+    """Where peers' pods are named and routed (empty: the default pools)."""
 
 
 def resolve_network(
@@ -388,6 +390,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         manager_replicas=options.replicas,
         identity_ttl=options.identity_ttl,
         reserved_namespaces=options.reserved_namespaces,
+        peer_pools=options.peer_pools,
     )
     if local is None:
         return Plan(values=values, items=manifests.manifests(values, placement_policy=policy), launcher=Pods())

@@ -432,7 +432,11 @@ def settings(values: Values) -> Manifest:
 
 
 def manager_flags(
-    *, identity_ttl: int, reserved_namespaces: tuple[str, ...] = (), reserved_subnets: tuple[str, ...] = ()
+    *,
+    identity_ttl: int,
+    reserved_namespaces: tuple[str, ...] = (),
+    reserved_subnets: tuple[str, ...] = (),
+    peer_pools: tuple[str, ...] = (),
 ) -> list[str]:
     """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
     flags = [f"--identity-ttl={identity_ttl}"]
@@ -440,7 +444,7 @@ def manager_flags(
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
     if reserved_subnets:
         flags.append(f"--reserved-subnets={','.join(reserved_subnets)}")
-    return flags
+    return [*flags, *fabric.peer_pools_flags(peer_pools)]
 
 
 def _probes() -> dict[str, Any]:
@@ -535,6 +539,7 @@ def manager_workload(values: Values) -> list[Manifest]:
                 identity_ttl=values.identity_ttl,
                 reserved_namespaces=values.reserved_namespaces,
                 reserved_subnets=values.reserved_subnets,
+                peer_pools=values.peer_pools,
             ),
         ],
         "ports": [

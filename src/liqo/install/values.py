@@ -43,6 +43,9 @@ class Values:
     """``network.serviceCIDR`` (required)."""
     reserved_subnets: tuple[str, ...] = ()
     """``network.reservedSubnets``: where peers' pods may never be seen (the nodes' own network, a VPN...)."""
+    peer_pools: tuple[str, ...] = ()
+    """``network.peerPools``: IPv4 CIDRs where peers' pods are named and routed, and nowhere else; empty: the
+    private ranges of RFC 1918. The manager, the gateways and the node agents are all given them."""
     network_fabric: bool = True
     """``network.fabric.enabled``: a gateway per peer and a node agent per node (pods with ``NET_ADMIN``)."""
     gateway_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_GATEWAY))
@@ -99,6 +102,7 @@ class Values:
                 "podCIDR": self.pod_cidr,
                 "serviceCIDR": self.service_cidr,
                 "reservedSubnets": list(self.reserved_subnets),
+                "peerPools": list(self.peer_pools),
                 "fabric": {
                     "enabled": self.network_fabric,
                     "gatewayResources": dict(self.gateway_resources),

@@ -63,6 +63,8 @@ def test_the_manager_refuses_a_bad_reserved_namespace_flag(capsys: pytest.Captur
         (["--pod-cidr", "10.244.0.1/16"], "Invalid value for --pod-cidr: '--pod-cidr': '10.244.0.1/16' is not written"),
         (["--service-cidr", "ten"], "Invalid value for --service-cidr: '--service-cidr': 'ten' is not a CIDR"),
         (["--pod-cidr", "fd00::%eth0/64"], "IPv6 zone"),
+        (["--peer-pools", "10.0.0.0/8,10.1.0.1/16"], "Invalid value for --peer-pools: '--peer-pools': '10.1.0.1/16'"),
+        (["--peer-pools", "fd00::/8"], "Invalid value for --peer-pools: '--peer-pools': fd00::/8 is IPv6"),
     ],
 )
 def test_install_refuses_a_malformed_cidr_before_talking_to_any_cluster(

@@ -383,7 +383,9 @@ async def _controllers(
     namespace_maps = NamespaceMapController(
         client=client,
         informers=informers,
-        select=lambda policies, peer: selection(policies, peer).pod_security,
+        select=selection,
+        local_id=local.cluster_id,
+        network=network,
         reserved=reserved_namespaces,
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)

@@ -88,6 +88,28 @@ class PodSecurity:
 
 
 @dataclass(frozen=True)
+class IngressOffer:
+    """What a provider lets one consumer's Ingresses say (a SharingPolicy's ``ingress``; absent: nothing)."""
+
+    classes: tuple[str, ...] = ()
+    """The IngressClasses they may name; none: no Ingress of the consumer's is accepted."""
+    hosts: tuple[str, ...] = ()
+    """The hosts they may name: exact, or ``*.`` and a domain for any name under it."""
+    annotations: tuple[str, ...] = ()
+    """The annotation keys they may carry beyond the built-in few."""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> IngressOffer:
+        """The ``ingress`` of a SharingPolicy ``spec`` (absent: nothing offered)."""
+        spec = spec or {}
+        return cls(
+            classes=tuple(spec.get("classes") or ()),
+            hosts=tuple(spec.get("hosts") or ()),
+            annotations=tuple(spec.get("annotations") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class Policy:
     """A SharingPolicy's ``spec``, parsed, with the CRD's defaults filled in."""
 
@@ -113,6 +135,8 @@ class Policy:
     """What the consumer's pods may do here."""
     count_limits: bool = True
     """Whether the declared limits of the consumer's pods must also add up within the accepted offer."""
+    ingress: IngressOffer = field(default_factory=IngressOffer)
+    """What the consumer's Ingresses may say here."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -136,6 +160,7 @@ class Policy:
             offer_ttl_seconds=spec.get("offerTTLSeconds", DEFAULT_OFFER_TTL_SECONDS),
             pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
             count_limits=bool(spec.get("countLimits", True)),
+            ingress=IngressOffer.from_spec(spec.get("ingress")),
         )
 
 

@@ -506,12 +506,11 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         *((CLUSTER_ROLE_BINDINGS, component) for component in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role) for role in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.PEER_SERVICES_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, manifests.PEER_SERVICES_POLICY),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, manifests.OWN_APPROVALS_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, manifests.OWN_APPROVALS_POLICY),
-        (VALIDATING_ADMISSION_POLICY_BINDINGS, fabric.PEER_NETWORK_CONFIGS_POLICY),
-        (VALIDATING_ADMISSION_POLICIES, fabric.PEER_NETWORK_CONFIGS_POLICY),
+        *(
+            (resource, policy)
+            for policy in manifests.ADMISSION_POLICIES
+            for resource in (VALIDATING_ADMISSION_POLICY_BINDINGS, VALIDATING_ADMISSION_POLICIES)
+        ),
     ):
         with contextlib.suppress(NotFoundError):
             await client.delete(resource, name)

@@ -102,3 +102,12 @@ def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
         i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
     ]
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]
+
+
+def test_every_admission_policy_is_bound_and_removed_by_uninstall() -> None:
+    """Uninstall deletes the policies of ``ADMISSION_POLICIES``: a policy left out would outlive liqo."""
+    items = manifests.rights()
+    policies = {i["metadata"]["name"] for i in items if i["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {i["spec"]["policyName"] for i in items if i["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert policies == bindings == set(manifests.ADMISSION_POLICIES)
+    assert {manifests.PEER_ENDPOINT_SLICES_POLICY, manifests.PEER_INGRESSES_POLICY} <= policies

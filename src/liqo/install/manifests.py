@@ -2,7 +2,7 @@
 
 One rendering of :class:`~liqo.install.values.Values`, in Python; the chart's templates are the other, and a
 test holds ``helm template`` equal to :func:`chart` (``liqoctl install --dry-run`` prints :func:`manifests`).
-The chart's static files (CRDs, RBAC, the peer Service policy) are written from here (:mod:`liqo.install.chart`).
+The chart's static files (CRDs, RBAC, the admission policies) are written from here (:mod:`liqo.install.chart`).
 
 The same list serves both launchers: applied as is where liqo runs as pods (any cluster, and local clusters
 with real nodes), or, on a local cluster without real nodes, applied without the Deployments and Services

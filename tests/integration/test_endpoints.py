@@ -22,6 +22,7 @@ from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, PODS, SERVICES
+from liqo.local.realnodes.nodes import UNDERLAY_HOST
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
 from tests.helpers import Obj, Offloaded, Site, deployment, eventually, offloaded_to, pod, stopped, unique
@@ -210,14 +211,22 @@ def endpoint_slice(name: str, namespace: str, service_name: str, *addresses: str
 
 
 async def api_server_address(milan: KubeClient) -> str:
-    """Where milan's API server listens, as its own ``kubernetes`` Service lists it."""
-    slices = await slices_of(milan, "default", "kubernetes")
-    return str(slices[0]["endpoints"][0]["addresses"][0])
+    """Where milan's pods reach its API server: the ``kubernetes`` Service's address.
+
+    (Its slice lists no endpoint on a local cluster, whose API server listens on loopback.)
+    """
+    return str((await milan.get(SERVICES, "kubernetes", namespace="default"))["spec"]["clusterIP"])
 
 
 async def node_address(milan: KubeClient) -> str:
+    """A node's InternalIP (its kubelet); where nodes sit on loopback (KWOK), the underlay host's address.
+
+    Kubernetes itself refuses a loopback endpoint; the underlay host is where a local cluster's real nodes
+    reach their API server (docs/security.md, "Local clusters' real nodes").
+    """
     nodes, _ = await milan.list_all(NODES, label_selector="!" + names.VIRTUAL_NODE_TYPE)
-    return next(str(a["address"]) for a in nodes[0]["status"]["addresses"] if a["type"] == "InternalIP")
+    address = next(str(a["address"]) for a in nodes[0]["status"]["addresses"] if a["type"] == "InternalIP")
+    return UNDERLAY_HOST if ipaddress.ip_address(address).is_loopback else address
 
 
 @contextlib.asynccontextmanager

@@ -188,7 +188,7 @@ async def test_ingresses_are_copied_on_a_class_the_provider_offers(
     await rome.create(SERVICES, service("site", home))
     async with ingress_policy(milan, sites["rome"].cluster_id, **OFFER):
         made = offered("site", home, "site")
-        made["metadata"]["annotations"]["kubernetes.io/ingress.class"] = "home-nginx"  # never copied
+        made["metadata"]["annotations"]["kubernetes.io/ingress.class"] = "public"  # never copied
         await rome.create(INGRESSES, made)
         copy = await until(milan, INGRESSES, "site", twin, lambda i: True)
         assert copy["spec"]["ingressClassName"] == "public"  # no --ingress-class mapping: the home class as it is

@@ -229,6 +229,18 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
         ),
         (f"spec.allowedTwinNames: Too many: {MAX_ALLOWED_TWIN_NAMES + 1}",),
     ),
+    "ingress-host-everything": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"hosts": ["*"]})),
+        ('spec.ingress.hosts[0]: Invalid value: "*"', "should match"),
+    ),
+    "ingress-annotation-with-a-comma": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"annotations": ["a.io/b,c"]})),
+        ('spec.ingress.annotations[0]: Invalid value: "a.io/b,c"', "should match"),
+    ),
+    "ingress-class-uppercase": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"classes": ["Public"]})),
+        ('spec.ingress.classes[0]: Invalid value: "Public"', "should match"),
+    ),
     "missing-action": (
         lambda _ns: (SHARING_POLICIES, without(sharing_policy(unique("sp")), "action")),
         ("spec.action: Required value",),

@@ -80,6 +80,15 @@ POD_SECURITY_LEVELS = ("baseline", "restricted")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_MAX_GRACE_SECONDS = 120
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+HOST_PATTERN_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ANNOTATION_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A qualified name, as Kubernetes writes annotation keys: an optional DNS prefix and ``/``, then a name."""
+MAX_INGRESS_ITEMS = 32
+"""How many classes, host patterns or annotation keys a policy may offer: each list is written, joined, on
+every twin of the consumers it applies to."""
 CIDR_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$|^[0-9a-f:]*:[0-9a-f:.]*/[0-9]{1,3}$"
 """A CIDR as :func:`liqo.api.networks.parse_cidr` writes it: dotted IPv4 or lowercase IPv6, and a prefix length."""
 KEY_FINGERPRINT_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -506,6 +515,36 @@ def _pod_security() -> Schema:
     )
 
 
+def _ingress() -> Schema:
+    """What a provider lets the peers' Ingresses say (docs/security.md, "Ingresses")."""
+
+    def listed(description: str, item: Schema) -> Schema:
+        return _string_set(description, item) | {"maxItems": MAX_INGRESS_ITEMS}
+
+    return _object(
+        "What the peers' Ingresses may say on this cluster. Absent or without classes: no Ingress of theirs is"
+        " accepted.",
+        {
+            "classes": listed(
+                "The IngressClasses their Ingresses may name in spec.ingressClassName (the only way: the legacy"
+                " annotation is refused).",
+                _string("An IngressClass name.", pattern=DNS_SUBDOMAIN_PATTERN, maxLength=253),
+            ),
+            "hosts": listed(
+                "The hosts their rules and TLS sections may name: shop.example.com, or *.example.com for any name"
+                " under example.com (not example.com itself). A rule without a host is refused.",
+                _string("A host, or *. and a domain.", pattern=HOST_PATTERN_PATTERN, maxLength=253),
+            ),
+            "annotations": listed(
+                "Annotation keys their Ingresses may carry (exact keys). Ingress controllers act on annotations"
+                " (nginx snippets run configuration in the controller): list only keys this cluster's controller"
+                " treats safely.",
+                _string("An annotation key.", pattern=ANNOTATION_KEY_PATTERN, maxLength=317),
+            ),
+        },
+    )
+
+
 def sharing_policy_crd() -> dict[str, Any]:
     """SharingPolicy (cluster-scoped): what the provider shares, with whom, and at what price."""
     spec = _object(
@@ -551,6 +590,7 @@ def sharing_policy_crd() -> dict[str, Any]:
                 ),
                 "maxItems": MAX_ALLOWED_TWIN_NAMES,
             },
+            "ingress": _ingress(),
             "countLimits": {
                 "type": "boolean",
                 "description": "Whether the declared limits of the peers' pods must also add up within the accepted"

@@ -109,6 +109,18 @@ SCHEDULING_ENABLED = "liqo.io/scheduling-enabled"
 """``"true"`` on home namespaces being offloaded: the pod webhook is called for those only."""
 ORIGIN_NAMESPACE = "liqo.io/origin-namespace"
 """On twin namespaces (provider side): the home namespace they stand for."""
+PEER_PODS = "liqo.io/peer-pods"
+"""On twin namespaces (provider side): the CIDR this cluster sees the consumer's pods at; the only addresses
+the consumer's EndpointSlices there may list (absent: none). Kept by the provider's manager; a peer never
+writes namespaces, so the API server's admission policies may trust it."""
+INGRESS_CLASSES = "liqo.io/ingress-classes"
+"""On twin namespaces: the IngressClasses the provider's policy offers the consumer's Ingresses, comma-separated
+(absent: none, so no Ingress of the consumer's is accepted)."""
+INGRESS_HOSTS = "liqo.io/ingress-hosts"
+"""On twin namespaces: the hosts those Ingresses may name, comma-separated: ``shop.example.com``, or
+``*.example.com`` for any name under that domain."""
+INGRESS_ANNOTATIONS = "liqo.io/ingress-annotations"
+"""On twin namespaces: the annotation keys those Ingresses may carry beyond the built-in few, comma-separated."""
 VIRTUAL_NODE_TAINT = "virtual-node.liqo.io/not-allowed"
 """Key of the NoExecute taint on virtual nodes; only pods the webhook let through tolerate it."""
 

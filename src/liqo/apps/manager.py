@@ -388,6 +388,8 @@ async def _controllers(
         client=client,
         informers=informers,
         select=selection,
+        local_id=local.cluster_id,
+        network=network,
         reserved=reserved_namespaces,
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)

@@ -2,7 +2,7 @@
 
 One rendering of :class:`~liqo.install.values.Values`, in Python; the chart's templates are the other, and a
 test holds ``helm template`` equal to :func:`chart` (``liqoctl install --dry-run`` prints :func:`manifests`).
-The chart's static files (CRDs, RBAC, the peer Service policy) are written from here (:mod:`liqo.install.chart`).
+The chart's static files (CRDs, RBAC, the admission policies) are written from here (:mod:`liqo.install.chart`).
 
 The same list serves both launchers: applied as is where liqo runs as pods (any cluster, and local clusters
 with real nodes), or, on a local cluster without real nodes, applied without the Deployments and Services
@@ -12,7 +12,7 @@ because the manager and the virtual kubelet run as host processes under the clus
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -20,7 +20,7 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.crds import all_crds
-from liqo.install import fabric
+from liqo.install import fabric, peerwrites
 from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import placementpolicy, registration
@@ -171,23 +171,9 @@ def peer_cluster_roles() -> list[Manifest]:
 
 
 PEER_SERVICES_POLICY = "liqo-peer-services"
-_PEER_SERVICE_RULES = (
-    (
-        "!has(object.spec.type) || object.spec.type in ['ClusterIP', 'ExternalName']",
-        "spec.type: a peer's Service must be ClusterIP or ExternalName (NodePort and LoadBalancer open this"
-        " cluster's nodes and load balancers)",
-    ),
-    (
-        "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
-        "spec.externalIPs: a peer may not claim addresses for its Service (they would capture this cluster's"
-        " traffic to them)",
-    ),
-    (
-        "!has(object.spec.loadBalancerIP) && !has(object.spec.loadBalancerSourceRanges)"
-        " && !has(object.spec.loadBalancerClass)",
-        "spec.loadBalancer*: a peer's Service has no load balancer here",
-    ),
-)
+PEER_ENDPOINT_SLICES_POLICY = "liqo-peer-endpointslices"
+PEER_INGRESSES_POLICY = "liqo-peer-ingresses"
+_PEER_USERS = f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')"
 
 
 def peer_services_policy() -> list[Manifest]:
@@ -195,14 +181,45 @@ def peer_services_policy() -> list[Manifest]:
 
     The virtual kubelet's copies never carry these fields (:mod:`liqo.virtualkubelet.forge.services`), but a
     hostile peer runs none of our code: the API server itself refuses them from any ``liqo.io:peer:`` user, in
-    any namespace, before anything is stored. A ValidatingAdmissionPolicy rather than a webhook: it needs no
-    server of ours on the path, so it holds even while the manager is down.
+    any namespace, before anything is stored (:mod:`liqo.install.peerwrites`).
     """
     return _admission_policy(
         PEER_SERVICES_POLICY,
         rule={"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]},
-        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
-        validations=_PEER_SERVICE_RULES,
+        users=_PEER_USERS,
+        validations=peerwrites.SERVICE_RULES,
+    )
+
+
+def peer_endpoint_slices_policy() -> list[Manifest]:
+    """A peer's EndpointSlices list only where this cluster sees its pods (docs/security.md, "Endpoints")."""
+    return _admission_policy(
+        PEER_ENDPOINT_SLICES_POLICY,
+        rule={
+            "apiGroups": ["discovery.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["endpointslices"],
+        },
+        users=_PEER_USERS,
+        variables=peerwrites.ENDPOINT_SLICE_VARIABLES,
+        validations=peerwrites.ENDPOINT_SLICE_RULES,
+    )
+
+
+def peer_ingresses_policy() -> list[Manifest]:
+    """A peer's Ingresses say only what the provider's policy offers it (docs/security.md, "Ingresses")."""
+    return _admission_policy(
+        PEER_INGRESSES_POLICY,
+        rule={
+            "apiGroups": ["networking.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["ingresses"],
+        },
+        users=_PEER_USERS,
+        variables=peerwrites.INGRESS_VARIABLES,
+        validations=peerwrites.INGRESS_RULES,
     )
 
 
@@ -289,25 +306,31 @@ def peer_tenant_writes_policy() -> list[Manifest]:
 
 
 def _admission_policy(
-    name: str, *, rule: dict[str, Any], users: str, validations: tuple[tuple[str, str], ...]
+    name: str,
+    *,
+    rule: dict[str, Any],
+    users: str,
+    validations: Iterable[tuple[str, str] | peerwrites.Validation],
+    variables: Iterable[tuple[str, str]] = (),
 ) -> list[Manifest]:
     """A ValidatingAdmissionPolicy (requests matching ``rule`` by users matching ``users``) and its binding.
 
     Policies rather than webhooks: no server of ours is on the path, so they hold while the manager is down.
+    ``variables`` (name, CEL) are worked out once per request, for every validation.
     """
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [rule]},
+        "matchConditions": [{"name": "users", "expression": users}],
+    }
+    if variables:
+        spec["variables"] = [{"name": variable, "expression": expression} for variable, expression in variables]
+    spec["validations"] = [_validation(peerwrites.Validation(*validation)) for validation in validations]
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": _meta(name, namespace=None),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [rule]},
-            "matchConditions": [{"name": "users", "expression": users}],
-            "validations": [
-                {"expression": expression, "message": message, "reason": "Forbidden"}
-                for expression, message in validations
-            ],
-        },
+        "spec": spec,
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -316,6 +339,13 @@ def _admission_policy(
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
+
+
+def _validation(validation: peerwrites.Validation) -> dict[str, str]:
+    rendered = {"expression": validation.expression, "message": validation.message, "reason": "Forbidden"}
+    if validation.message_expression:
+        rendered["messageExpression"] = validation.message_expression
+    return rendered
 
 
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
@@ -783,6 +813,8 @@ def rights() -> list[Manifest]:
     return [
         *peer_cluster_roles(),
         *peer_services_policy(),
+        *peer_endpoint_slices_policy(),
+        *peer_ingresses_policy(),
         *own_approvals_policy(),
         *peer_network_configs_policy(),
         *peer_tenant_writes_policy(),

@@ -28,8 +28,12 @@ namespace going away on unpeer or revoke) waits until every twin of that consume
 gone" means "the twins are gone" for whoever watches it. While the tenant namespace is terminating nothing
 is created; the twins are only deleted, which is what lets the tenant namespace finish terminating.
 
-Each twin carries the Pod Security Admission labels of its consumer's policy level; the controller follows
-the SharingPolicies and corrects the labels of the twins it keeps when the level changes.
+Each twin carries the Pod Security Admission labels of its consumer's policy level, and the annotations the
+API server's admission policies read (:func:`liqo.offloading.twins.twin_annotations`): where this cluster
+sees the consumer's pods (:func:`liqo.api.networks.pods_seen_at`, from the consumer's recorded network and
+our NetworkConfig for it) and what its policy offers its Ingresses. The controller follows the
+SharingPolicies, the ForeignClusters and our NetworkConfigs, and corrects the twins it keeps when any of
+that changes; a twin is created with them, so the consumer's first writes there are judged by them.
 
 The status reports every mapped home namespace (``Ready``, ``Pending``, ``Conflict`` or ``Error``), and also
 every twin still being deleted, as ``Pending``: the consumer takes an absent entry as "the twin is gone".
@@ -50,7 +54,9 @@ from typing import Any, Protocol
 
 from liqo.api import names
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
-from liqo.api.resources import NAMESPACE_MAPS, SHARING_POLICIES
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, pods_seen_at, recorded_network
+from liqo.api.networks import remapped_pod_cidr as remapped
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -60,7 +66,14 @@ from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import SecurityPolicy
-from liqo.offloading.twins import is_twin_of, pod_security_patch, twin_namespace_manifest, twin_role_binding
+from liqo.offloading.twins import (
+    IngressOffer,
+    is_twin_of,
+    twin_annotations,
+    twin_namespace_manifest,
+    twin_patch,
+    twin_role_binding,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +99,11 @@ class TwinPolicy(Protocol):
     @property
     def allowed_twin_names(self) -> Sequence[str]:
         """The twin names the consumer may choose itself: names, or prefixes ending in ``*``."""
+        ...
+
+    @property
+    def ingress(self) -> IngressOffer:
+        """What the consumer's Ingresses may say here (told to the admission policies on its twins)."""
         ...
 
 
@@ -311,6 +329,12 @@ def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     )
 
 
+def consumer_of_foreign_cluster(foreign_cluster: Obj) -> list[str]:
+    """The peer a ForeignCluster stands for: its cluster ID (the spec's, which only this cluster writes)."""
+    peer = (foreign_cluster.get("spec") or {}).get("clusterID")
+    return [peer] if peer else []
+
+
 class NamespaceMapController(Component):
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
@@ -320,21 +344,30 @@ class NamespaceMapController(Component):
         client: KubeClient,
         informers: SharedInformers,
         select: TwinPolicySelector,
+        local_id: str,
+        network: ClusterNetwork,
         reserved: Sequence[str] = (),
     ) -> None:
+        """``local_id`` and ``network``: this cluster's, to find our NetworkConfig for a consumer and read it."""
         self._client = client
         self._select = select
+        self._local_id = local_id
+        self._network = network
         self._reserved = (*BUILTIN_RESERVED, *reserved)
         self._failures: dict[str, int] = {}  # consumer → transient failures in a row (the retry's backoff)
         self.maps = informers.informer(NAMESPACE_MAPS)
         self.policies = informers.informer(SHARING_POLICIES)
         self.namespaces = informers.informer(NAMESPACES)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
+        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self.network_configs = informers.informer(NETWORK_CONFIGS)
         self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.maps, consumer_of_map)
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
+        self.controller.watch(self.foreign_clusters, consumer_of_foreign_cluster)
+        self.controller.watch(self.network_configs, names.tenant_peer)
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -342,8 +375,26 @@ class NamespaceMapController(Component):
         return [self.controller]
 
     def _every_consumer(self, _policy: Obj) -> list[str]:
-        """Every consumer with a map: a SharingPolicy change may move any one's pod security level or twin names."""
+        """Every consumer with a map: a SharingPolicy change may move any one's level, twin names or Ingress offer."""
         return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
+
+    def peer_pods(self, consumer_id: str) -> IPNetwork | None:
+        """Where this cluster sees ``consumer_id``'s pods: what its virtual kubelet translates their addresses to.
+
+        From the consumer's network its ForeignCluster records (its word at its last handshake, checked) and
+        our NetworkConfig for it (our word: the block the network fabric remapped its pods to), both written
+        by this cluster only. None while unknown, or when the pod CIDRs clash and nothing remaps them.
+        """
+        found = next(
+            (fc for fc in self.foreign_clusters.store.list() if consumer_of_foreign_cluster(fc) == [consumer_id]),
+            None,
+        )
+        try:
+            owner = recorded_network(found) if found is not None and not terminating(found) else None
+        except InvalidNetwork:
+            owner = None
+        ours = self.network_configs.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
+        return pods_seen_at(owner=owner, reader=self._network, remapped_pod_cidr=remapped(ours))
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
         """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.
@@ -381,10 +432,13 @@ class NamespaceMapController(Component):
         )
         status = dict(plan.status)
         level = policy.pod_security.level
+        annotations = twin_annotations(peer_pods=self.peer_pods(consumer_id), ingress=policy.ingress)
         for home, twin in plan.create.items():
-            status[home] = await self._create(consumer_id=consumer_id, home=home, twin=twin, level=level)
+            status[home] = await self._create(
+                consumer_id=consumer_id, home=home, twin=twin, level=level, annotations=annotations
+            )
         for home, twin in plan.keep.items():
-            status[home] = await self._ensure_pod_security(by_name[twin], level=level)
+            status[home] = await self._ensure_twin_metadata(by_name[twin], level=level, annotations=annotations)
             if status[home].phase == "Ready":
                 status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
         for namespace in plan.delete:
@@ -402,9 +456,13 @@ class NamespaceMapController(Component):
         self._failures[consumer_id] = failures + 1
         return Result(requeue_after=retry_delay(failures))
 
-    async def _create(self, *, consumer_id: str, home: str, twin: str, level: str) -> TwinStatus:
+    async def _create(
+        self, *, consumer_id: str, home: str, twin: str, level: str, annotations: Mapping[str, str]
+    ) -> TwinStatus:
         """Create the twin (never over an existing namespace), then the consumer's rights in it."""
-        manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home, level=level)
+        manifest = twin_namespace_manifest(
+            name=twin, consumer_id=consumer_id, home_namespace=home, level=level, annotations=annotations
+        )
         try:
             await self._client.create(NAMESPACES, manifest)
             log.info("created twin namespace %s of %s/%s", twin, consumer_id, home)
@@ -422,16 +480,16 @@ class NamespaceMapController(Component):
             return refusal(twin, exc, doing=f"create namespace {twin}")
         return await self._ensure_rbac(consumer_id=consumer_id, twin=twin)
 
-    async def _ensure_pod_security(self, namespace: Obj, *, level: str) -> TwinStatus:
-        """Bring a kept twin's Pod Security Admission labels to the consumer's current level."""
+    async def _ensure_twin_metadata(self, namespace: Obj, *, level: str, annotations: Mapping[str, str]) -> TwinStatus:
+        """Bring a kept twin's PSA labels and admission annotations to what the consumer's policy and network say."""
         name = namespace["metadata"]["name"]
-        patch = pod_security_patch(namespace, level=level)
+        patch = twin_patch(namespace, level=level, annotations=annotations)
         if patch is not None:
             try:
                 await self._client.patch(NAMESPACES, name, patch)
             except KubeError as exc:
-                return TwinStatus(name, "Error", f"cannot set the pod security level of {name}: {exc}")
-            log.info("twin namespace %s: pod security level %s", name, level)
+                return TwinStatus(name, "Error", f"cannot set what the admission of {name} reads: {exc}")
+            log.info("twin namespace %s: pod security level %s, %s", name, level, annotations)
         return TwinStatus(name, "Ready")
 
     async def _ensure_rbac(self, *, consumer_id: str, twin: str) -> TwinStatus:

@@ -88,6 +88,28 @@ class PodSecurity:
 
 
 @dataclass(frozen=True)
+class IngressOffer:
+    """What a provider lets one consumer's Ingresses say (a SharingPolicy's ``ingress``; absent: nothing)."""
+
+    classes: tuple[str, ...] = ()
+    """The IngressClasses they may name; none: no Ingress of the consumer's is accepted."""
+    hosts: tuple[str, ...] = ()
+    """The hosts they may name: exact, or ``*.`` and a domain for any name under it."""
+    annotations: tuple[str, ...] = ()
+    """The annotation keys they may carry beyond the built-in few."""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> IngressOffer:
+        """The ``ingress`` of a SharingPolicy ``spec`` (absent: nothing offered)."""
+        spec = spec or {}
+        return cls(
+            classes=tuple(spec.get("classes") or ()),
+            hosts=tuple(spec.get("hosts") or ()),
+            annotations=tuple(spec.get("annotations") or ()),
+        )
+
+
+@dataclass(frozen=True)
 class Policy:
     """A SharingPolicy's ``spec``, parsed, with the CRD's defaults filled in."""
 
@@ -116,6 +138,8 @@ class Policy:
     allowed_twin_names: tuple[str, ...] = ()
     """The twin namespace names the consumer may choose itself (names, or prefixes ending in ``*``); none by
     default: the provider names every twin."""
+    ingress: IngressOffer = field(default_factory=IngressOffer)
+    """What the consumer's Ingresses may say here."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -140,6 +164,7 @@ class Policy:
             pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
             count_limits=bool(spec.get("countLimits", True)),
             allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
+            ingress=IngressOffer.from_spec(spec.get("ingress")),
         )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.install import fabric, manifests
+from liqo.install.installer import _admission_policies
 from liqo.offloading.twins import twin_rules
 from liqo.peering.provisioning import peer_rules
 from tests.helpers import install_manifests
@@ -102,3 +103,21 @@ def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
         i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
     ]
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]
+
+
+def test_every_admission_policy_is_bound_and_removed_by_uninstall_bindings_first() -> None:
+    """Uninstall deletes what ``rights()`` renders: a policy left out would outlive liqo."""
+    items = manifests.rights()
+    policies = {i["metadata"]["name"] for i in items if i["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {i["spec"]["policyName"] for i in items if i["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert policies == bindings
+    assert {
+        manifests.PEER_ENDPOINT_SLICES_POLICY,
+        manifests.PEER_INGRESSES_POLICY,
+        manifests.PEER_TENANT_WRITES_POLICY,
+    } <= policies
+    removed = _admission_policies()
+    kinds = [resource.kind for resource, _ in removed]
+    assert kinds == sorted(kinds, key=lambda kind: kind != "ValidatingAdmissionPolicyBinding")
+    assert {name for _, name in removed} == policies
+    assert len(removed) == 2 * len(policies)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -714,11 +714,21 @@ async def test_a_pod_raised_after_admission_is_judged_again_when_its_pod_is_made
             await eventually(lambda: _empty(milan, [twin]), timeout=90, message="the twin emptied")
 
 
+HELD = "liqo.io.test/still-terminating"
+"""A finalizer milan's admin puts on the pods: kwok removes a deleted pod at once, where a kubelet lets it run
+for its grace period (up to the policy's cap, 120 s, all of it for a container that ignores SIGTERM)."""
+
+
+async def hold_terminating(milan: KubeClient, twin: str, name: str, *, held: bool) -> None:
+    with contextlib.suppress(NotFoundError):
+        await milan.patch(PODS, name, {"metadata": {"finalizers": [HELD] if held else None}}, namespace=twin)
+
+
 async def test_flipping_the_offer_phase_never_runs_more_than_the_budget(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
-    """Two 7-CPU ShadowPods on an 8-CPU offer (one raised from 10m after admission), the phase set away from
-    Accepted and back while their pods still terminate: one runs, the other waits, never both."""
+    """Two 7-CPU ShadowPods on an 8-CPU offer (one raised from 10m after admission), the offer's phase set
+    away from Accepted and back while their pods still terminate: one runs, the other waits, never both."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     twin, tenant = offloaded.twin, names.tenant_namespace(rome_id)
     async with policy(milan, rome_id, percentage=100, limits={"cpu": "8"}):
@@ -728,48 +738,60 @@ async def test_flipping_the_offer_phase_never_runs_more_than_the_budget(
             stopped(sites["rome"], *ROME_COMPONENTS),
             cpu_held(milan, twin) as held,
         ):
-            lingering: Obj = {"terminationGracePeriodSeconds": 60}  # its pod stays a while once deleted (kwok)
-            for name, cpu in (("big", "7"), ("small", "10m")):
-                body = shadow_pod(name, twin, rome_id, cpu=cpu)
-                body["spec"]["pod"] |= lingering
-                await peer.create(SHADOW_PODS, body)
-            await running_pods(milan, twin, 2)
-            raised = raised_to("7", twin, rome_id)
-            raised["spec"]["pod"] |= lingering
-            await peer.patch(SHADOW_PODS, "small", raised, namespace=twin)
+            try:
+                await peer.create(SHADOW_PODS, shadow_pod("big", twin, rome_id, cpu="7"))
+                await peer.create(SHADOW_PODS, shadow_pod("small", twin, rome_id, cpu="10m"))
+                await running_pods(milan, twin, 2)
+                for name in ("big", "small"):
+                    await hold_terminating(milan, twin, name, held=True)
+                await peer.patch(SHADOW_PODS, "small", raised_to("7", twin, rome_id), namespace=twin)
 
-            async def set_phase(value: str) -> None:
-                await peer.patch(
-                    RESOURCE_OFFERS, milan_id, {"status": {"phase": value}}, namespace=tenant, subresource="status"
-                )
+                async def set_phase(value: str) -> None:
+                    await peer.patch(
+                        RESOURCE_OFFERS, milan_id, {"status": {"phase": value}}, namespace=tenant, subresource="status"
+                    )
 
-            await set_phase("Refused")
+                async def shadows_say(expected: Mapping[str, tuple[str | None, str | None]]) -> bool:
+                    shadows = await shadows_in(milan, [twin])
+                    return held.within("8") and {k.split("/")[1]: phase(s) for k, s in shadows.items()} == expected
 
-            async def stopping() -> bool:
-                shadows = await shadows_in(milan, [twin])
-                pods = (await milan.list_all(PODS, namespace=twin))[0]
-                return all(phase(s) == ("Waiting", "NoAcceptedOffer") for s in shadows.values()) and all(
-                    p["metadata"].get("deletionTimestamp") for p in pods
-                )
+                async def terminating(*names_: str) -> bool:
+                    pods = {p["metadata"]["name"]: p for p in (await milan.list_all(PODS, namespace=twin))[0]}
+                    return set(pods) == set(names_) and all(
+                        p["metadata"].get("deletionTimestamp") for p in pods.values()
+                    )
 
-            await eventually(stopping, timeout=30, message="both ShadowPods NoAcceptedOffer, their pods deleted")
-            await set_phase("Accepted")
+                await set_phase("Refused")
+                stopping = {"big": ("Waiting", "NoAcceptedOffer"), "small": ("Waiting", "NoAcceptedOffer")}
+                await eventually(lambda: shadows_say(stopping), timeout=30, message="both ShadowPods NoAcceptedOffer")
+                await eventually(lambda: terminating("big", "small"), timeout=30, message="both pods terminating")
 
-            async def settled() -> bool:
-                pods = (await milan.list_all(PODS, namespace=twin))[0]
-                shadows = await shadows_in(milan, [twin])
-                waiting = [k for k, s in shadows.items() if phase(s) == ("Waiting", "OverBudget")]
-                return (
-                    held.within("8")
-                    and len(pods) == 1
-                    and running(pods[0])
-                    and not pods[0]["metadata"].get("deletionTimestamp")
-                    and waiting
-                    == [f"{twin}/{name}" for name in ("big", "small") if name != pods[0]["metadata"]["name"]]
-                )
+                # Accepted again while both pods still run: both keep their room, nothing is made.
+                await set_phase("Accepted")
+                holding = {"big": ("Created", None), "small": ("Created", None)}
+                await eventually(lambda: shadows_say(holding), timeout=30, message="both ShadowPods hold their pods")
+                assert await terminating("big", "small")
 
-            await eventually(settled, timeout=150, message="one 7-CPU pod running, the other ShadowPod over budget")
-            assert held.within("8")
+                # small's pod goes first: its next one, at 7 CPU, does not fit beside big's, still running.
+                await hold_terminating(milan, twin, "small", held=False)
+                small_waits = {"big": ("Created", None), "small": ("Waiting", "OverBudget")}
+                await eventually(lambda: shadows_say(small_waits), timeout=60, message="small waits over budget")
+                assert await terminating("big")
+
+                # big's goes: big is made again; small still waits.
+                await hold_terminating(milan, twin, "big", held=False)
+
+                async def big_runs_again() -> bool:
+                    pods = (await milan.list_all(PODS, namespace=twin))[0]
+                    fresh = [p for p in pods if running(p) and not p["metadata"].get("deletionTimestamp")]
+                    return [p["metadata"]["name"] for p in fresh] == ["big"] and len(pods) == 1
+
+                await eventually(big_runs_again, timeout=60, message="big made again and running, alone")
+                assert await shadows_say(small_waits)
+                assert held.within("8")
+            finally:
+                for name in ("big", "small"):
+                    await hold_terminating(milan, twin, name, held=False)
             for name in ("big", "small"):
                 await peer.delete(SHADOW_PODS, name, namespace=twin)
-            await eventually(lambda: _empty(milan, [twin]), timeout=150, message="the twin emptied")
+            await eventually(lambda: _empty(milan, [twin]), timeout=90, message="the twin emptied")

@@ -120,6 +120,24 @@ ATTACKS: list[tuple[str, Object, str]] = [
         },
         "spec.pod.volumes[0].projected.sources[0].serviceAccountToken",
     ),
+    (
+        "nfs volume",
+        {
+            "volumes": [{"name": "share", "nfs": {"server": "10.0.0.1", "path": "/exports"}}],
+            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "share", "mountPath": "/share"}]}],
+        },
+        "spec.pod.volumes[0].nfs",
+    ),
+    (
+        "inline csi volume",
+        {
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "creds", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": True}},
+            ]
+        },
+        "spec.pod.volumes[1].csi",
+    ),
 ]
 
 

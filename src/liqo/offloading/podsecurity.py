@@ -8,8 +8,12 @@ pod is judged by the provider alone, from the peer's :class:`SecurityPolicy` (a 
 - the Pod Security Standards, as Kubernetes defines them: *baseline* always (no host namespaces, privileged
   containers, added capabilities beyond the runtime's default set, hostPath volumes, host ports, unconfined
   AppArmor or seccomp, custom SELinux user/role/type, unmasked ``/proc``, unsafe sysctls, Windows host
-  processes), *restricted* when the policy says so (volume types, no privilege escalation, non-root, a
-  seccomp profile, every capability dropped but ``NET_BIND_SERVICE``);
+  processes), *restricted* when the policy says so (no privilege escalation, non-root, a seccomp profile,
+  every capability dropped but ``NET_BIND_SERVICE``);
+- volume types, at every level, from an allowlist (:data:`VOLUME_TYPES`): baseline lets a pod mount NFS,
+  iSCSI, Ceph or inline CSI volumes, which the node mounts with its own network identity and credentials
+  (its address is what an NFS export trusts), and restricted still allows inline CSI; a peer's pod gets only
+  what is made of its own objects in its twin, or of the pod itself;
 - the provider's business, which a pod spec can claim but a consumer must not decide: the node
   (``nodeName``), tolerations (only the policy's), priority and preemption, the runtime class, the
   ServiceAccount (only the twin's ``default``, never its token: home tokens reach offloaded pods as
@@ -79,15 +83,24 @@ CONFINED_PROFILES = ("RuntimeDefault", "Localhost")
 """Seccomp and AppArmor profile types that confine a container (the field form). Tuples, not sets: a peer's
 value may be unhashable, and membership must compare rather than hash."""
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-RESTRICTED_VOLUME_TYPES = frozenset(
-    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
-)
+VOLUME_TYPES = ("configMap", "downwardAPI", "emptyDir", "projected", "secret")
+"""The volume types a peer's pod may use at every level: the twin's ConfigMaps and Secrets (the consumer's
+own), the pod's own fields, scratch space counted in the pod's memory or its node's ephemeral storage. A
+volume naming no type is one of these (the API server makes it an ``emptyDir``). Every other type is refused,
+known or not: the in-tree network and cloud disks (``nfs``, ``iscsi``, ``fc``, ``cephfs``, ``rbd``,
+``glusterfs``, ``azureFile``...), ``flexVolume`` and inline ``csi`` (drivers mount with the node's identity
+and may take any attribute), ``gitRepo`` (git run by the kubelet), ``image`` (not needed by ordinary pods:
+allowed once someone asks), ``hostPath``."""
 STORAGE_VOLUME_TYPES = ("persistentVolumeClaim", "ephemeral")
 """Volumes that claim the provider's storage: only when the policy shares it."""
+PROJECTED_SOURCES = ("configMap", "downwardAPI", "secret")
+"""What a projected volume may gather: the same objects as the volume types above."""
 REFUSED_PROJECTIONS = {
     "serviceAccountToken": "a token of this cluster's ServiceAccount; home tokens come as Secrets",
     "podCertificate": "a certificate issued by this cluster",
+    "clusterTrustBundle": "this cluster's trust bundles are cluster-wide objects a peer may not read",
 }
+"""Known sources refused, with why; any other source off :data:`PROJECTED_SOURCES` is refused too."""
 PROVIDER_FIELDS = {
     "nodeName": "the provider's scheduler picks the node",
     "priorityClassName": "priorities are the provider's to give",
@@ -355,24 +368,27 @@ class _Check:
                 self.refuse(f"{path}.tolerations[{index}]", "not among the tolerations this provider allows")
 
     def volumes(self, value: Any, path: str, *, share_storage: bool) -> None:
+        allowed = VOLUME_TYPES + STORAGE_VOLUME_TYPES if share_storage else VOLUME_TYPES
         for index, volume in self.items(value, path):
             at = f"{path}[{index}]"
-            if volume.get("hostPath") is not None:
-                self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
-            for kind in STORAGE_VOLUME_TYPES:
-                if volume.get(kind) is not None and not share_storage:
+            # A null field is an absent one: the API server decodes it to no source.
+            for kind in sorted(k for k, source in volume.items() if k != "name" and source is not None):
+                if kind == "hostPath":
+                    self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
+                elif kind in STORAGE_VOLUME_TYPES and not share_storage:
                     self.refuse(f"{at}.{kind}", "this provider does not share storage with you")
-            if self.restricted:
-                for kind in sorted(set(volume) - RESTRICTED_VOLUME_TYPES - {"name", "hostPath"}):
-                    if volume.get(kind) is not None:
-                        self.refuse(f"{at}.{kind}", "volume type not allowed (restricted)")
+                elif kind not in allowed:
+                    rule = f"{kind} volumes are not allowed on this provider (only {', '.join(allowed)})"
+                    self.refuse(f"{at}.{kind}", rule)
             projected = self.mapping(volume.get("projected"), f"{at}.projected")
             if projected is None:
                 continue
             for source_index, source in self.items(projected.get("sources"), f"{at}.projected.sources"):
-                for kind, what in REFUSED_PROJECTIONS.items():
-                    if source.get(kind) is not None:
-                        self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
+                for kind in sorted(k for k, item in source.items() if item is not None and k not in PROJECTED_SOURCES):
+                    what = REFUSED_PROJECTIONS.get(
+                        kind, f"projected volumes gather only {', '.join(PROJECTED_SOURCES)}"
+                    )
+                    self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
 
     # -- containers -----------------------------------------------------------------------------------------
 

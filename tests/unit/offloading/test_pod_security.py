@@ -47,6 +47,55 @@ def restricted_context() -> Object:
     }
 
 
+ALLOWED_VOLUMES: list[Object] = [
+    {"name": "cfg", "configMap": {"name": "cfg"}},
+    {"name": "sec", "secret": {"secretName": "s"}},
+    {"name": "tmp", "emptyDir": {}},
+    {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+    {"name": "labels", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+    {
+        "name": "info",
+        "projected": {
+            "sources": [{"downwardAPI": {"items": []}}, {"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
+        },
+    },
+    {"name": "plain"},  # no source: the API server makes it an emptyDir
+]
+"""Every volume type a pod may use on a provider that shares no storage (docs/security.md)."""
+VOLUME_TYPES = ("configMap", "secret", "emptyDir", "downwardAPI", "projected")
+STORAGE_VOLUME_TYPES = ("persistentVolumeClaim", "ephemeral")
+NOT_ALLOWED_VOLUME_TYPES = (
+    "hostPath",
+    "nfs",
+    "iscsi",
+    "fc",
+    "csi",
+    "gitRepo",
+    "cephfs",
+    "rbd",
+    "glusterfs",
+    "flocker",
+    "azureFile",
+    "azureDisk",
+    "awsElasticBlockStore",
+    "gcePersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "flexVolume",
+    "cinder",
+    "image",
+)
+"""Kubernetes' other volume types: what the node mounts or fetches with its own identity and credentials."""
+volume_types_off_the_list = st.sampled_from(NOT_ALLOWED_VOLUME_TYPES) | st.text(min_size=1, max_size=12).filter(
+    lambda kind: kind not in (*VOLUME_TYPES, *STORAGE_VOLUME_TYPES, "name")
+)
+volume_sources = st.dictionaries(st.text(max_size=8), st.text(max_size=8) | st.booleans(), max_size=3)
+
+
 @st.composite
 def containers(draw: st.DrawFn, *, restricted: bool) -> Object:
     container: Object = {"name": draw(st.sampled_from(["web", "side"])), "image": "nginx"}
@@ -73,13 +122,8 @@ def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
     spec: Object = {"containers": draw(st.lists(containers(restricted=restricted), min_size=1, max_size=2))}
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers(restricted=restricted))]
-    volumes: list[Object] = [
-        {"name": "cfg", "configMap": {"name": "cfg"}},
-        {"name": "sec", "secret": {"secretName": "s"}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "info", "projected": {"sources": [{"downwardAPI": {"items": []}}, {"configMap": {"name": "c"}}]}},
-    ]
-    spec["volumes"] = draw(st.lists(st.sampled_from(volumes), max_size=4, unique_by=lambda v: str(v["name"])))
+    volumes = draw(st.lists(st.sampled_from(ALLOWED_VOLUMES), max_size=5, unique_by=lambda v: str(v["name"])))
+    spec["volumes"] = copy.deepcopy(volumes)  # tests change the pods they draw
     if draw(st.booleans()):
         spec["tolerations"] = [dict(ALLOWED_TOLERATION)]
     if draw(st.booleans()):
@@ -199,6 +243,14 @@ BASELINE_BREACHES: list[tuple[str, Mutation, str]] = [
     ),
     ("PVC", add_volume({"persistentVolumeClaim": {"claimName": "data"}}), "spec.pod.volumes[-].persistentVolumeClaim"),
     ("generic ephemeral", add_volume({"ephemeral": {"volumeClaimTemplate": {}}}), "spec.pod.volumes[-].ephemeral"),
+    ("nfs volume", add_volume({"nfs": {"server": "x", "path": "/"}}), "spec.pod.volumes[-].nfs"),
+    ("inline csi volume", add_volume({"csi": {"driver": "secrets-store.csi.k8s.io"}}), "spec.pod.volumes[-].csi"),
+    ("gitRepo volume", add_volume({"gitRepo": {"repository": "https://x/y.git"}}), "spec.pod.volumes[-].gitRepo"),
+    (
+        "cluster trust bundle",
+        add_volume({"projected": {"sources": [{"clusterTrustBundle": {"signerName": "x/y", "path": "ca.pem"}}]}}),
+        "spec.pod.volumes[-].projected.sources[0].clusterTrustBundle",
+    ),
     ("resourceClaims", set_field("resourceClaims", [{"name": "gpu"}]), "spec.pod.resourceClaims"),
     ("schedulingGates", set_field("schedulingGates", [{"name": "wait"}]), "spec.pod.schedulingGates"),
     ("ephemeralContainers", set_field("ephemeralContainers", [{"name": "debug"}]), "spec.pod.ephemeralContainers"),
@@ -217,7 +269,6 @@ RESTRICTED_BREACHES: list[tuple[str, Mutation, str]] = [
     ("no seccomp", lambda spec: container_context()(spec).pop("seccompProfile"), f"{SC0}.seccompProfile"),
     ("capabilities kept", set_context("capabilities", {"drop": ["NET_RAW"]}), f"{SC0}.capabilities.drop"),
     ("CHOWN added", set_context("capabilities", {"drop": ["ALL"], "add": ["CHOWN"]}), f"{SC0}.capabilities.add"),
-    ("nfs volume", add_volume({"nfs": {"server": "x", "path": "/"}}), "spec.pod.volumes[-].nfs"),
 ]
 
 
@@ -255,6 +306,36 @@ def test_restricted_refuses_what_baseline_allows(name: str, mutation: Mutation, 
     assert resolved(path, spec) in paths(pod_verdict(spec, annotations={}, policy=RESTRICTED)), name
     if name not in ("runAsUser 0", "pod runAsUser 0"):  # runAsUser 0 is baseline-legal, the rest too:
         assert pod_verdict(spec, annotations={}, policy=BASELINE).violations == (), name
+
+
+@given(data=st.data(), kind=volume_types_off_the_list, source=volume_sources, share_storage=st.booleans())
+def test_a_volume_of_any_type_off_the_list_is_refused_naming_its_path(
+    data: st.DataObject, kind: str, source: Object, share_storage: bool
+) -> None:
+    """Volume types are an allowlist at every level: anything else, known to Kubernetes or not, is named."""
+    for level in ("baseline", "restricted"):
+        spec = copy.deepcopy(data.draw(allowed_pods(restricted=level == "restricted")))
+        volumes = spec.setdefault("volumes", [])
+        index = data.draw(st.integers(0, len(volumes)))
+        volumes.insert(index, {"name": "extra", kind: source})
+        policy = PodSecurity(level=level, share_storage=share_storage, tolerations=BASELINE.tolerations)
+        verdict = pod_verdict(spec, annotations={}, policy=policy)
+        assert paths(verdict) == {f"spec.pod.volumes[{index}].{kind}"}, verdict.violations
+        assert f"spec.pod.volumes[{index}].{kind}" in verdict.message()
+
+
+@given(data=st.data(), kind=st.text(min_size=1, max_size=20), source=volume_sources)
+def test_a_projected_source_off_the_list_is_refused_naming_its_path(
+    data: st.DataObject, kind: str, source: Object
+) -> None:
+    spec = copy.deepcopy(data.draw(allowed_pods()))
+    sources: list[Object] = [{"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
+    index = data.draw(st.integers(0, len(sources)))
+    sources.insert(index, {kind: source})
+    spec.setdefault("volumes", []).append({"name": "extra", "projected": {"sources": sources}})
+    found = paths(pod_verdict(spec, annotations={}, policy=BASELINE))
+    at = f"spec.pod.volumes[{len(spec['volumes']) - 1}].projected.sources[{index}].{kind}"
+    assert found == (set() if kind in ("configMap", "secret", "downwardAPI") else {at})
 
 
 def test_storage_is_allowed_when_the_policy_shares_it() -> None:

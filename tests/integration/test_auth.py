@@ -129,18 +129,12 @@ async def manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[Kube
 
 
 @pytest.fixture
-async def liqo_namespace(kube: KubeClient) -> AsyncIterator[None]:
-    """Namespace ``liqo``, where tokens live (made for the test if the session cluster has none)."""
-    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names.LIQO_NAMESPACE}}
-    try:
-        await kube.create(NAMESPACES, body)
-    except ConflictError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        await kube.delete(NAMESPACES, names.LIQO_NAMESPACE)
+async def liqo_namespace(kube: KubeClient) -> None:
+    """Namespace ``liqo``, where tokens live. Kept once made: deleting it, the next test would find it terminating."""
+    with contextlib.suppress(ConflictError):
+        await kube.create(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names.LIQO_NAMESPACE}}
+        )
 
 
 @contextlib.asynccontextmanager
@@ -723,6 +717,12 @@ async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_
     kube: KubeClient, manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
 ) -> None:
     """With a token of its own, a consumer still waits while as many as the cap are enrolled and accept nothing."""
+
+    async def settled() -> bool:  # earlier tests' tenants, released, still count until their namespace is gone
+        tenants, _ = await kube.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
+        return not any(tenant["metadata"].get("deletionTimestamp") for tenant in tenants)
+
+    await eventually(settled, timeout=60, message="no tenant namespace is being deleted")
     bindings, _ = await kube.list_all(ROLE_BINDINGS, field_selector=f"metadata.name={names.PEER_BINDING}")
     already = len(enrolment.occupancy(bindings=bindings, offers=[], local_id="none").tenants)  # earlier tests'
     limits = TenantLimits(max_tenants=already + 10, max_pending=already + 2)
@@ -775,27 +775,32 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
     """Enrolled, asking for resources, its network word written: still no Deployment, no node port, until it accepts.
 
     The network fabric's controller runs here as the manager runs it (with the admin's rights: its own are
-    test_manager_rights.py's), once an install's gateway template exists.
+    test_manager_rights.py's), once an install's gateway template exists. Evidence that it judged the tenant:
+    a peer made after it started, which accepts, gets its gateway (one worker, a FIFO queue: the tenant was
+    judged before).
     """
     accepted_id = str(uuid.uuid4())
-    identities = {consumer: await handshake(provider, consumer) for consumer in (accepted_id, consumer_id)}
+    identities: dict[str, authclient.Identity] = {}
+
+    async def tenant_asking(consumer: str) -> None:
+        identities[consumer] = identity = await handshake(provider, consumer)
+        await kube.create(RESOURCE_OFFERS, our_offer(provider, consumer))
+        async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
+            await peer.create(RESOURCE_REQUESTS, resource_request(identity.namespace, consumer))
+            word = our_word(
+                local_id=consumer,
+                peer_id=consumer,
+                pod_cidr=CONSUMER_NETWORK.pod_cidr,
+                remapped_pod_cidr=PROVIDER_NETWORK.pod_cidr,
+                gateway_role=Role.CLIENT,
+                public_key=None,
+                endpoint=None,
+            )
+            await peer.create(NETWORK_CONFIGS, word)
+
+    await tenant_asking(consumer_id)
     await kube.create(POD_TEMPLATES, GATEWAY_TEMPLATE)
     try:
-        for consumer, identity in identities.items():
-            await kube.create(RESOURCE_OFFERS, our_offer(provider, consumer))
-            async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
-                await peer.create(RESOURCE_REQUESTS, resource_request(identity.namespace, consumer))
-                word = our_word(
-                    local_id=consumer,
-                    peer_id=consumer,
-                    pod_cidr=CONSUMER_NETWORK.pod_cidr,
-                    remapped_pod_cidr=PROVIDER_NETWORK.pod_cidr,
-                    gateway_role=Role.CLIENT,
-                    public_key=None,
-                    endpoint=None,
-                )
-                await peer.create(NETWORK_CONFIGS, word)
-        await accept(identities[accepted_id], provider)
         informers = SharedInformers(kube)
         configs = NetworkConfigs(
             client=kube,
@@ -812,6 +817,8 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
             async def has_gateway(consumer: str) -> bool:
                 return await gateway_of(kube, consumer) == ["Deployment", "Service"]
 
+            await tenant_asking(accepted_id)
+            await accept(identities[accepted_id], provider)
             await eventually(lambda: has_gateway(accepted_id), timeout=30, message="the accepted peer's gateway")
             assert await gateway_of(kube, consumer_id) == []
             # It accepts: its gateway follows, so acceptance was all it lacked.
@@ -821,7 +828,7 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
                 task.cancel()
     finally:
         await kube.delete(POD_TEMPLATES, gateways.GATEWAY_TEMPLATE, namespace=names.LIQO_NAMESPACE)
-        for consumer in identities:
+        for consumer in (consumer_id, accepted_id):
             for resource in (DEPLOYMENTS, SERVICES, SECRETS):
                 with contextlib.suppress(NotFoundError):
                     await kube.delete(resource, gateways.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)

@@ -287,7 +287,7 @@ async def signed_identity_request(
 ) -> tuple[int, dict[str, Any]]:
     """``POST /identity`` as a peer holding ``key`` (and ``token``) can send it, whatever ``fields`` say.
 
-    The request is well signed — by the key it presents, with the token's HMAC — so only the provider's own
+    The request is well signed — by the key it presents, and by the token's key — so only the provider's own
     checks of ``fields`` stand between it and provisioning. Returns the status and the decoded answer.
     """
     network = ClusterNetwork.parse(pod_cidr="10.80.0.0/16", service_cidr="10.81.0.0/16")

@@ -34,6 +34,7 @@ from liqo.kube.resources import CSRS, NAMESPACES
 from liqo.local import clusters
 from liqo.network.links import InvalidWord, check_peer_word, read_word
 from liqo.peering import operations
+from liqo.peering.tokens import new_token
 from tests.helpers import (
     Obj,
     Offloaded,
@@ -110,7 +111,7 @@ async def footprint(milan: KubeClient) -> tuple[int, int, int]:
 
 @pytest.fixture
 async def auth_url(milan: KubeClient) -> str:
-    return (await operations.peer_command(milan)).auth_url
+    return (await operations.installed(milan, role="provider")).auth_url
 
 
 HANDSHAKE_FIELDS = ["clusterID", "clusterName", "nonce", "csr", "publicKey", "network", "authURL", "token"]
@@ -130,9 +131,9 @@ async def test_the_auth_endpoint_refuses_any_malformed_handshake_and_creates_not
             async with session.post(f"{auth_url}{path}", data=orjson.dumps(raw)) as response:
                 assert response.status < 500, (path, response.status, await response.text())
                 assert response.status >= 400 or path == "/nonce"
-    # Well signed by a fresh key, with a wrong token: only the endpoint's own checks of ``fields`` stand.
+    # Well signed by a fresh key, with a token milan never minted: only the endpoint's checks of ``fields`` stand.
     status, answer = await signed_identity_request(
-        auth_url, consumer=str(uuid.uuid4()), key=ClusterKey.generate(), token="not-the-token", **fields
+        auth_url, consumer=str(uuid.uuid4()), key=ClusterKey.generate(), token=new_token(), **fields
     )
     assert 400 <= status < 500, (status, answer)
     assert isinstance(answer, dict)

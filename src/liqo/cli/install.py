@@ -17,6 +17,7 @@ from liqo.install.installer import InstallOptions, install, plan, uninstall
 from liqo.local.spec import parse_labels
 from liqo.network import ipam
 from liqo.offloading.namespacemaps import parse_reserved
+from liqo.peering.enrolment import DEFAULT_MAX_PENDING_TENANTS, DEFAULT_MAX_TENANTS, TenantLimits
 
 
 def install_command(
@@ -29,6 +30,13 @@ def install_command(
     api_server_url: Annotated[str | None, typer.Option(help="API server URL as peers reach it.")] = None,
     auth_url: Annotated[str | None, typer.Option(help="Authentication endpoint URL as peers reach it.")] = None,
     identity_ttl: Annotated[int, typer.Option(help="Lifetime of issued peer identities, seconds (>= 600).")] = 7200,
+    max_tenants: Annotated[
+        int, typer.Option(help="Consumers enrolled at most; further enrolments are refused.", min=0)
+    ] = DEFAULT_MAX_TENANTS,
+    max_pending_tenants: Annotated[
+        int,
+        typer.Option(help="Consumers enrolled without an accepted offer at most; further ones are refused.", min=0),
+    ] = DEFAULT_MAX_PENDING_TENANTS,
     reserved_namespaces: Annotated[
         str,
         typer.Option(
@@ -93,6 +101,7 @@ def install_command(
             api_server_url=api_server_url,
             auth_url=auth_url,
             identity_ttl=identity_ttl,
+            tenant_limits=TenantLimits(max_tenants=max_tenants, max_pending=max_pending_tenants),
             reserved_namespaces=reserved,
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),

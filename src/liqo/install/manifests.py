@@ -25,6 +25,7 @@ from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.twins import twin_rules
+from liqo.peering.enrolment import TenantLimits
 from liqo.peering.provisioning import peer_rules
 
 MANAGER = "liqo-manager"
@@ -464,12 +465,17 @@ def settings(values: Values) -> Manifest:
 def manager_flags(
     *,
     identity_ttl: int,
+    tenant_limits: TenantLimits,
     reserved_namespaces: tuple[str, ...] = (),
     reserved_subnets: tuple[str, ...] = (),
     peer_pools: tuple[str, ...] = (),
 ) -> list[str]:
     """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
-    flags = [f"--identity-ttl={identity_ttl}"]
+    flags = [
+        f"--identity-ttl={identity_ttl}",
+        f"--max-tenants={tenant_limits.max_tenants}",
+        f"--max-pending-tenants={tenant_limits.max_pending}",
+    ]
     if reserved_namespaces:
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
     if reserved_subnets:
@@ -567,6 +573,7 @@ def manager_workload(values: Values) -> list[Manifest]:
             f"--shutdown-delay={SHUTDOWN_DELAY}",
             *manager_flags(
                 identity_ttl=values.identity_ttl,
+                tenant_limits=values.tenant_limits,
                 reserved_namespaces=values.reserved_namespaces,
                 reserved_subnets=values.reserved_subnets,
                 peer_pools=values.peer_pools,

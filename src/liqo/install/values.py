@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from liqo.peering.enrolment import TenantLimits
+
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 RESOURCES_MANAGER: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 RESOURCES_GATEWAY: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
@@ -72,6 +74,9 @@ class Values:
     """``manager.identityTTL``: lifetime of the identities issued to consumers, seconds (>= 600)."""
     reserved_namespaces: tuple[str, ...] = ()
     """``manager.reservedNamespaces``: names (or ``prefix-*``) no consumer's twin may take."""
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    """``manager.maxTenants``, ``manager.maxPendingTenants``: consumers enrolled at most, in all and without an
+    accepted offer (further enrolments are refused, saying which)."""
     manager_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_MANAGER))
     """``manager.resources``."""
     webhook_url: str = ""
@@ -114,6 +119,8 @@ class Values:
                 "replicas": self.manager_replicas,
                 "identityTTL": self.identity_ttl,
                 "reservedNamespaces": list(self.reserved_namespaces),
+                "maxTenants": self.tenant_limits.max_tenants,
+                "maxPendingTenants": self.tenant_limits.max_pending,
                 "resources": dict(self.manager_resources),
             },
             "webhook": {"url": self.webhook_url, "nodePort": self.webhook_node_port},

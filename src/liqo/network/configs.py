@@ -1,8 +1,11 @@
 """The manager's side of the network fabric: per peer, our word, the gateway's key, its Deployment and Service.
 
-Keyed by the peer's cluster ID. A peer gets a gateway while a peering links us in either direction (we
-consume: our ResourceRequest is in its tenant namespace; it consumes: its request is there) and its network
-is known (told at its handshake). The reconcile then, in this order:
+Keyed by the peer's cluster ID. A peer gets a gateway while a peering links us in either direction and its
+network is known (told at its handshake). We consume from it: our ForeignCluster for it says so and our
+ResourceRequest is in its tenant namespace. It consumes from us: its request is there *and it accepted our
+offer* (:mod:`liqo.api.peerings`) — an enrolled tenant that has not, however many of them a token holder
+made, costs no Deployment and opens no node port. Neither is read from a request alone: a consumer may write
+one under our name in its tenant namespace. The reconcile then, in this order:
 
 1. decides where we see the peer's pods (:func:`liqo.network.ipam.allocate`): always a block inside the
    pools (``--peer-pools``), its own pod CIDR only when that lies in a pool and overlaps nothing of ours,
@@ -36,7 +39,8 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network
-from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_REQUESTS
+from liqo.api.peerings import offer_accepted, wants_outgoing
+from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -92,6 +96,7 @@ class NetworkConfigs(Component):
         self._events = events
         self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
         self.requests = informers.informer(RESOURCE_REQUESTS)
+        self.offers = informers.informer(RESOURCE_OFFERS)
         self.configs = informers.informer(NETWORK_CONFIGS)
         self.templates = informers.informer(
             POD_TEMPLATES, namespace=names.LIQO_NAMESPACE, field_selector=f"metadata.name={gateways.GATEWAY_TEMPLATE}"
@@ -110,6 +115,7 @@ class NetworkConfigs(Component):
         self.controller: Controller[str] = Controller(name="network-configs", reconcile=self.reconcile)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         self.controller.watch(self.requests, names.tenant_peer)
+        self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.configs, names.tenant_peer)
         for informer in (self.secrets, self.deployments, self.services, self.pods):
             self.controller.watch(informer, _labelled_peer)
@@ -140,13 +146,14 @@ class NetworkConfigs(Component):
         """Converge ``peer_id``'s gateway and our word (or remove them)."""
         namespace = names.tenant_namespace(peer_id)
         template = self.templates.store.get(f"{names.LIQO_NAMESPACE}/{gateways.GATEWAY_TEMPLATE}")
+        fc = self._foreign_cluster(peer_id)
         gateway_role = role(
-            consuming=_live(self.requests.store.get(f"{namespace}/{self._local_id}")),
-            providing=_live(self.requests.store.get(f"{namespace}/{peer_id}")),
+            consuming=wants_outgoing(fc) and _live(self.requests.store.get(f"{namespace}/{self._local_id}")),
+            providing=_live(self.requests.store.get(f"{namespace}/{peer_id}"))
+            and offer_accepted(self.offers.store.get(f"{namespace}/{self._local_id}")),
             local_id=self._local_id,
             peer_id=peer_id,
         )
-        fc = self._foreign_cluster(peer_id)
         peer_network = _network_of(fc)
         if template is None or gateway_role is None or fc is None or peer_network is None:
             await self._remove(peer_id)

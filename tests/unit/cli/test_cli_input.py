@@ -103,3 +103,30 @@ def test_the_global_options_never_name_the_remote_cluster(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert "home" not in output  # the remote's own current context was used: the error is about reaching it
     assert "127.0.0.1:9" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "peer-command", "--valid-for", "31d"], "31d is longer than 30 days"),
+        (["generate", "peer-command", "--valid-for", "soon"], "'soon' is not a duration such as 30m, 24h or 7d"),
+        (["token", "revoke"], "name the tokens to revoke, or --all"),
+        (["token", "revoke", "0123456789abcdef", "--all"], "name the tokens to revoke, or --all"),
+        (["install", "--max-pending-tenants", "-1"], "Invalid value for '--max-pending-tenants'"),
+    ],
+)
+def test_token_and_cap_flags_are_refused_before_talking_to_any_cluster(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    nowhere = tmp_path / "no.kubeconfig"  # never read: the flags are checked first
+    result = CliRunner().invoke(app, [*args, "--kubeconfig", str(nowhere)])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.replace("│", " ").split())
+
+
+def test_the_manager_takes_caps_of_zero_or_more() -> None:
+    assert (parse_args([]).max_tenants, parse_args([]).max_pending_tenants) == (100, 10)
+    assert parse_args(["--max-tenants=0", "--max-pending-tenants=3"]).max_tenants == 0
+    for bad in ("-1", "x", "²"):
+        with pytest.raises(SystemExit):
+            parse_args([f"--max-pending-tenants={bad}"])

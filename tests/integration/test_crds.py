@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from liqo.api.crds import MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
+from liqo.api.crds import MAX_ALLOWED_KEYS, MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -138,7 +138,15 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     cluster_scoped.append((FOREIGN_CLUSTERS, v6["metadata"]["name"]))
     sp = await kube.create(
         SHARING_POLICIES,
-        sharing_policy(unique("sp"), limits={"cpu": "2", "memory": "1Gi"}, allowedTwinNames=["payments", "team-a-*"]),
+        sharing_policy(
+            unique("sp"),
+            limits={"cpu": "2", "memory": "1Gi"},
+            allowedTwinNames=["payments", "team-a-*"],
+            podSecurity={
+                "allowedLabelKeys": ["example.com/team", "tier"],
+                "allowedAnnotationKeys": ["prometheus.io/*"],
+            },
+        ),
     )
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
@@ -157,6 +165,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     assert v6["spec"]["network"]["podCIDR"] == "fd00:10::/56"
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
     assert sp["spec"]["allowedTwinNames"] == ["payments", "team-a-*"]
+    assert sp["spec"]["podSecurity"]["allowedAnnotationKeys"] == ["prometheus.io/*"]
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
@@ -228,6 +237,23 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
             sharing_policy(unique("sp"), allowedTwinNames=[f"n{i}" for i in range(MAX_ALLOWED_TWIN_NAMES + 1)]),
         ),
         (f"spec.allowedTwinNames: Too many: {MAX_ALLOWED_TWIN_NAMES + 1}",),
+    ),
+    "pod-keys-everything": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), podSecurity={"allowedAnnotationKeys": ["*"]})),
+        ('spec.podSecurity.allowedAnnotationKeys[0]: Invalid value: "*"', "should match"),
+    ),
+    "pod-keys-star-inside-a-name": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), podSecurity={"allowedLabelKeys": ["istio.io/r*"]})),
+        ('spec.podSecurity.allowedLabelKeys[0]: Invalid value: "istio.io/r*"', "should match"),
+    ),
+    "pod-keys-too-many": (
+        lambda _ns: (
+            SHARING_POLICIES,
+            sharing_policy(
+                unique("sp"), podSecurity={"allowedLabelKeys": [f"k{i}.io/*" for i in range(MAX_ALLOWED_KEYS + 1)]}
+            ),
+        ),
+        (f"spec.podSecurity.allowedLabelKeys: Too many: {MAX_ALLOWED_KEYS + 1}",),
     ),
     "ingress-host-everything": (
         lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"hosts": ["*"]})),

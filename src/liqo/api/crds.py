@@ -86,6 +86,10 @@ ANNOTATION_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 """A qualified name, as Kubernetes writes annotation keys: an optional DNS prefix and ``/``, then a name."""
+KEY_OR_PREFIX_PATTERN = f"{ANNOTATION_KEY_PATTERN}|{DNS_SUBDOMAIN_PATTERN.removesuffix('$')}/\\*$"
+"""A label or annotation key, or a DNS prefix and ``/*`` for every key of that prefix (``prometheus.io/*``). A
+bare ``*`` is refused: it would let a peer's pods carry what the provider's other components act on."""
+MAX_ALLOWED_KEYS = 64
 MAX_INGRESS_ITEMS = 32
 """How many classes, host patterns or annotation keys a policy may offer: each list is written, joined, on
 every twin of the consumers it applies to."""
@@ -487,6 +491,16 @@ def _pod_security() -> Schema:
             "effect": _enum("The taint effect; empty: every effect.", TAINT_EFFECTS),
         },
     )
+
+    def allowed_keys(what: str) -> Schema:
+        return _string_set(
+            f"{what} keys their pods may carry beyond keys without a prefix and the built-in few (docs/security.md,"
+            ' "ShadowPod admission"): exact keys, or a prefix and /* (prometheus.io/*). Other components act on'
+            " keys they find on pods (CNI plugins, meshes, the cluster autoscaler): list only keys this cluster's"
+            " components treat safely for a peer.",
+            _string(f"A {what.lower()} key, or a prefix and /*.", pattern=KEY_OR_PREFIX_PATTERN, maxLength=317),
+        ) | {"maxItems": MAX_ALLOWED_KEYS}
+
     return _object(
         "What the peers' pods may do on this cluster.",
         {
@@ -511,6 +525,8 @@ def _pod_security() -> Schema:
                 maximum=86400,
                 default=DEFAULT_MAX_GRACE_SECONDS,
             ),
+            "allowedLabelKeys": allowed_keys("Label"),
+            "allowedAnnotationKeys": allowed_keys("Annotation"),
         },
     )
 

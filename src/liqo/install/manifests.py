@@ -23,7 +23,7 @@ from liqo.api.crds import all_crds
 from liqo.install import fabric, peerwrites
 from liqo.install.values import Values
 from liqo.kube import csr
-from liqo.offloading import placementpolicy, registration
+from liqo.offloading import placementpolicy, podsecurity, registration
 from liqo.offloading.twins import twin_rules
 from liqo.peering.enrolment import TenantLimits
 from liqo.peering.provisioning import peer_rules
@@ -754,16 +754,31 @@ def pod_placement_policy() -> list[Manifest]:
     return [policy, binding]
 
 
+def _cel_key_accepted(key: str, patterns: Iterable[str]) -> str:
+    """CEL: whether ``key`` has no prefix or is one of ``patterns`` (``podsecurity.key_accepted``)."""
+    prefixes = [p.removesuffix("*") for p in patterns if p.endswith("/*")]
+    exact = [p for p in patterns if not p.endswith("/*")]
+    tests = [f"!{key}.contains('/')", *(f"{key}.startsWith('{p}')" for p in prefixes)]
+    if exact:
+        tests.append(f"{key} in [{', '.join(repr(k) for k in exact)}]")
+    return " || ".join(tests)
+
+
 SHADOW_POD_JUDGED_CHANGE = (
     "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
     " || (has(object.spec) && object.spec != oldObject.spec)"
     " || (has(object.metadata.annotations) ? object.metadata.annotations : {})"
     " != (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+    " || (has(object.metadata.labels) && object.metadata.labels.exists(k,"
+    f" !({_cel_key_accepted('k', podsecurity.LABEL_KEYS)})"
+    " && !(has(oldObject.metadata.labels) && k in oldObject.metadata.labels"
+    " && oldObject.metadata.labels[k] == object.metadata.labels[k])))"
 )
 """The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, the
-annotations). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the
-webhook for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), which then
-also succeeds while the manager is down."""
+annotations, a label key beyond those every provider accepts, added or changed: the pod carries them).
+:func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the webhook for the
+provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion) nor for the user's own labels,
+which then also succeed while the manager is down."""
 
 
 def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:

@@ -74,6 +74,11 @@ class PodSecurity:
     """Whether the pods may use PersistentVolumeClaims and generic ephemeral volumes."""
     max_grace_seconds: int = DEFAULT_MAX_GRACE_SECONDS
     """The longest termination grace period the pods get."""
+    allowed_label_keys: tuple[str, ...] = ()
+    """Label keys the pods may carry beyond the built-in few (``liqo.offloading.podsecurity.LABEL_KEYS``):
+    keys, or ``prefix/*``."""
+    allowed_annotation_keys: tuple[str, ...] = ()
+    """Annotation keys the pods may carry beyond the built-in few (``ANNOTATION_KEYS`` there)."""
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> PodSecurity:
@@ -84,6 +89,8 @@ class PodSecurity:
             tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
             share_storage=bool(spec.get("shareStorage", False)),
             max_grace_seconds=int(spec.get("maxTerminationGracePeriodSeconds", DEFAULT_MAX_GRACE_SECONDS)),
+            allowed_label_keys=tuple(spec.get("allowedLabelKeys") or ()),
+            allowed_annotation_keys=tuple(spec.get("allowedAnnotationKeys") or ()),
         )
 
 

@@ -287,7 +287,7 @@ async def signed_identity_request(
 ) -> tuple[int, dict[str, Any]]:
     """``POST /identity`` as a peer holding ``key`` (and ``token``) can send it, whatever ``fields`` say.
 
-    The request is well signed — by the key it presents, with the token's HMAC — so only the provider's own
+    The request is well signed — by the key it presents, and by the token's key — so only the provider's own
     checks of ``fields`` stand between it and provisioning. Returns the status and the decoded answer.
     """
     network = ClusterNetwork.parse(pod_cidr="10.80.0.0/16", service_cidr="10.81.0.0/16")
@@ -468,13 +468,16 @@ def _tokens(path: str) -> list[str]:
 
 
 def apply_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """``document`` with an RFC 6902 ``add``/``replace`` patch applied (what the API server does with ours)."""
+    """``document`` with an RFC 6902 ``add``/``replace``/``remove`` patch applied (as the API server applies ours)."""
     result = copy.deepcopy(document)
     for op in patch:
         *parents, last = _tokens(op["path"])
         target: Any = result
         for token in parents:
             target = target[int(token)] if isinstance(target, list) else target[token]
+        if op["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+            continue
         value = copy.deepcopy(op["value"])
         if op["op"] == "add":
             if isinstance(target, list):

@@ -18,7 +18,7 @@ import ssl
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +32,36 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import ProvisioningError
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install.manifests import manager_rules, peer_cluster_roles
 from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.errors import ApiError, ConflictError, NotFoundError
+from liqo.kube.events import EventRecorder
 from liqo.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     CSRS,
+    DEPLOYMENTS,
     NAMESPACES,
+    POD_TEMPLATES,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
+    SERVICES,
 )
-from liqo.peering import authclient
+from liqo.network import gateways
+from liqo.network.configs import NetworkConfigs
+from liqo.network.links import Role, our_word
+from liqo.peering import authclient, enrolment, tokens
 from liqo.peering.authprotocol import NonceStore, make_csr
 from liqo.peering.authserver import auth_app
+from liqo.peering.enrolment import KubeEnrolments, TenantLimits, TokenCollector
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
 from tests.helpers import LocalCluster, eventually, signed_identity_request, stopped, unique
 
-TOKEN = "aW50ZWdyYXRpb24tdG9rZW4tb2YtMzItYnl0ZXMtLS0"
 TTL = 900
 RBAC = "rbac.authorization.k8s.io"
 PROVIDER_KEY = ClusterKey.generate()
@@ -72,8 +79,22 @@ def key_of(consumer: str) -> ClusterKey:
 class Provider:
     cluster_id: str
     auth_url: str
-    token: list[str]
     provisioner: KubeProvisioner
+    admin: KubeClient
+    minted: list[str] = field(default_factory=list)
+
+    async def mint(self, *, valid_for: datetime.timedelta = datetime.timedelta(hours=1)) -> str:
+        """A token as `liqoctl generate peer-command` mints it (for one consumer, once)."""
+        token, recorded = await enrolment.mint(self.admin, valid_for=valid_for)
+        self.minted.append(recorded.id)
+        return token
+
+
+class Fresh:
+    """A handshake's token: one minted for it."""
+
+
+FRESH = Fresh()
 
 
 @pytest.fixture
@@ -108,8 +129,19 @@ async def manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[Kube
 
 
 @pytest.fixture
-async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: Path) -> AsyncIterator[Provider]:
-    """The authentication endpoint of the session cluster, over HTTPS on loopback."""
+async def liqo_namespace(kube: KubeClient) -> None:
+    """Namespace ``liqo``, where tokens live. Kept once made: deleting it, the next test would find it terminating."""
+    with contextlib.suppress(ConflictError):
+        await kube.create(
+            NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names.LIQO_NAMESPACE}}
+        )
+
+
+@contextlib.asynccontextmanager
+async def auth_endpoint(
+    kube: KubeClient, manager: KubeClient, tmp_path: Path, *, limits: TenantLimits | None = None
+) -> AsyncIterator[Provider]:
+    """The authentication endpoint of the session cluster over HTTPS on loopback, wired as the manager wires it."""
     provider_id = str(uuid.uuid4())
     tls = pki.issue(pki.make_ca("auth-ca"), common_name="auth", ip_addresses=["127.0.0.1"], server=True)
     pki.write_private(tmp_path / "auth.pem", tls.cert + tls.key)
@@ -118,27 +150,35 @@ async def provider(kube: KubeClient, manager: KubeClient, crds: None, tmp_path: 
     provisioner = KubeProvisioner(
         client=manager, api_server_url=kube.server, ca_pem=kube.access.ca_pem or "", identity_ttl=TTL
     )
-    token = [TOKEN]
-
-    async def token_source() -> str:
-        return token[0]
-
     app = auth_app(
         cluster_id=provider_id,
         cluster_name="provider",
         key=PROVIDER_KEY,
         network=PROVIDER_NETWORK,
-        token_source=token_source,
+        enrolments=KubeEnrolments(client=manager, local_id=provider_id, limits=limits or TenantLimits()),
         provisioner=provisioner,
         nonces=NonceStore(),
     )
     runner = web.AppRunner(app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    provider = Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", provisioner, kube)
     try:
-        yield Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", token, provisioner)
+        yield provider
     finally:
         await runner.cleanup()
+        for token in provider.minted:
+            with contextlib.suppress(NotFoundError):
+                await kube.delete(SECRETS, tokens.secret_name(token), namespace=names.LIQO_NAMESPACE)
+
+
+@pytest.fixture
+async def provider(
+    kube: KubeClient, manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
+) -> AsyncIterator[Provider]:
+    """The authentication endpoint of the session cluster, with the default caps."""
+    async with auth_endpoint(kube, manager, tmp_path) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -146,6 +186,11 @@ async def consumer_id(kube: KubeClient) -> AsyncIterator[str]:
     """A fresh consumer ID; whatever the provider made for it is deleted afterwards."""
     consumer = str(uuid.uuid4())
     yield consumer
+    await forget(kube, consumer)
+
+
+async def forget(kube: KubeClient, consumer: str) -> None:
+    """Delete whatever the provider made for ``consumer``."""
     with contextlib.suppress(NotFoundError):
         await kube.delete(NAMESPACES, names.tenant_namespace(consumer))
     for fc in await foreign_clusters_of(kube, consumer):
@@ -165,12 +210,13 @@ async def csrs_of(kube: KubeClient, consumer: str) -> list[dict[str, Any]]:
 
 
 async def handshake(
-    provider: Provider, consumer: str, *, token: str | None = TOKEN, key: ClusterKey | None = None
+    provider: Provider, consumer: str, *, token: str | Fresh | None = FRESH, key: ClusterKey | None = None
 ) -> authclient.Identity:
+    """``consumer``'s handshake, with its own key (or ``key``) and ``token`` (by default one minted for it)."""
     return await authclient.request_identity(
         auth_url=provider.auth_url,
         key=key or key_of(consumer),
-        token=token,
+        token=await provider.mint() if isinstance(token, Fresh) else token,
         consumer_id=consumer,
         consumer_name=f"consumer-{consumer[:8]}",
         consumer_network=CONSUMER_NETWORK,
@@ -394,7 +440,7 @@ async def test_a_malformed_network_is_refused_and_creates_nothing(
 ) -> None:
     """Signed with the consumer's own key and the token, as a hostile peer would send it: 400, nothing made."""
     status, answer = await signed_identity_request(
-        provider.auth_url, consumer=consumer_id, key=key_of(consumer_id), token=TOKEN, network=network
+        provider.auth_url, consumer=consumer_id, key=key_of(consumer_id), token=await provider.mint(), network=network
     )
     assert status == 400
     assert "'network" in answer["reason"]
@@ -441,24 +487,23 @@ async def test_another_key_claiming_an_enrolled_consumers_id_is_refused_without_
         await peer.list(RESOURCE_REQUESTS, namespace=genuine.namespace)  # the genuine identity still works
 
 
-async def test_a_rotated_token_enrols_no_one_new_and_breaks_no_one_enrolled(
+async def test_a_revoked_token_enrols_no_one_and_breaks_no_one_enrolled(
     kube: KubeClient, provider: Provider, consumer_id: str
 ) -> None:
-    await handshake(provider, consumer_id)
-    provider.token[0] = "a-fresh-token-minted-by-generate-peer-command"
-    renewed = await handshake(provider, consumer_id, token=TOKEN)  # it still holds the old one: no matter
+    enrolled_with = await provider.mint()
+    await handshake(provider, consumer_id, token=enrolled_with)
+    revoked = await provider.mint()
+    assert await enrolment.revoke(kube, [provider.minted[-1]]) == [provider.minted[-1]]
+    renewed = await handshake(provider, consumer_id, token=enrolled_with)  # it still holds its own: no matter
     assert renewed.namespace == names.tenant_namespace(consumer_id)
     newcomer = str(uuid.uuid4())
     try:
-        with pytest.raises(authclient.AuthRejected, match=r"\(401\)"):
-            await handshake(provider, newcomer, token=TOKEN)
+        with pytest.raises(authclient.AuthRejected, match=r"\(401\): unknown enrolment token"):
+            await handshake(provider, newcomer, token=revoked)
         assert await leftovers(kube, newcomer) == []
-        await handshake(provider, newcomer, token=provider.token[0])
+        await handshake(provider, newcomer)  # a token of its own enrols it
     finally:
-        with contextlib.suppress(NotFoundError):
-            await kube.delete(NAMESPACES, names.tenant_namespace(newcomer))
-        for fc in await foreign_clusters_of(kube, newcomer):
-            await kube.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+        await forget(kube, newcomer)
 
 
 async def test_a_revoked_consumer_stays_refused_until_allowed_again(
@@ -468,7 +513,7 @@ async def test_a_revoked_consumer_stays_refused_until_allowed_again(
     [fc] = await foreign_clusters_of(kube, consumer_id)
     await kube.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "No"}})
     await kube.delete(NAMESPACES, names.tenant_namespace(consumer_id))  # what the manager's release does
-    for token in (TOKEN, None):
+    for token in (FRESH, None):
         with pytest.raises(authclient.AuthRejected) as caught:
             await handshake(provider, consumer_id, token=token)
         assert caught.value.status == 403
@@ -567,7 +612,224 @@ async def test_a_tenant_whose_consumer_never_asks_for_resources_is_collected(
             for task in tasks:
                 task.cancel()
     finally:
+        await forget(kube, engaged_id)
+
+
+# -- bound enrolment: a token per consumer, caps on tenants, gateways for accepted peers only -----------------
+
+
+async def outstanding_ids(kube: KubeClient) -> set[str]:
+    return {token.id for token in await enrolment.outstanding(kube)}
+
+
+async def test_one_token_enrols_one_cluster_even_when_two_race_for_it(kube: KubeClient, provider: Provider) -> None:
+    """Two fresh cluster IDs, each with a key of its own, one token, at once: one identity, one refusal."""
+    token = await provider.mint()
+    racers = [str(uuid.uuid4()), str(uuid.uuid4())]
+    try:
+        outcomes = await asyncio.gather(*(handshake(provider, c, token=token) for c in racers), return_exceptions=True)
+        [winner] = [racer for racer, got in zip(racers, outcomes, strict=True) if isinstance(got, authclient.Identity)]
+        [refusal] = [got for got in outcomes if isinstance(got, authclient.AuthRejected)]
+        assert (refusal.status, refusal.reason) == (401, tokens.UNKNOWN_TOKEN)
+        [loser] = [racer for racer in racers if racer != winner]
+        assert await leftovers(kube, loser) == []
+        assert sorted(await leftovers(kube, winner)) == sorted(
+            [f"ForeignCluster {fc['metadata']['name']}" for fc in await foreign_clusters_of(kube, winner)]
+            + [f"Namespace {names.tenant_namespace(winner)}"]
+        )
+        assert provider.minted[-1] not in await outstanding_ids(kube)  # used up
+    finally:
+        for racer in racers:
+            await forget(kube, racer)
+
+
+async def test_an_expired_token_is_refused_saying_when_and_is_collected(
+    kube: KubeClient, manager: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    def expired_token(ago: datetime.timedelta) -> tuple[str, dict[str, Any]]:
+        token = tokens.new_token()
+        fingerprint = tokens.enrolment_key(token).fingerprint
+        provider.minted.append(tokens.token_id(fingerprint))  # deleted after the test, collected or not
+        expiry = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - ago
+        return token, tokens.token_secret(fingerprint=fingerprint, expires_at=expiry)
+
+    token, secret = expired_token(datetime.timedelta(minutes=1))
+    expired = provider.minted[-1]
+    await kube.create(SECRETS, secret)
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(provider, consumer_id, token=token)
+    assert caught.value.status == 401
+    expiry = secret["metadata"]["annotations"][names.EXPIRES_AT]
+    assert caught.value.reason.startswith(f"the enrolment token expired at {expiry}: ask"), caught.value.reason
+    assert await leftovers(kube, consumer_id) == []
+    assert expired in await outstanding_ids(kube)  # not used up either
+
+    await provider.mint()
+    valid = provider.minted[-1]
+    informers = SharedInformers(manager)  # the manager's rights: it deletes tokens with them
+    collector = TokenCollector(client=manager, informers=informers)
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(informers.run())]
+        assert await informers.wait_synced(30)
+        tasks.append(group.create_task(collector.controller.run()))
+
+        async def gone(token_id: str) -> bool:
+            return token_id not in await outstanding_ids(kube)
+
+        await eventually(lambda: gone(expired), timeout=30, message="the expired token is collected")
+        # One more expired after the first sync: once it is gone, the valid token (queued before it) was judged.
+        _, later = expired_token(datetime.timedelta(seconds=1))
+        await kube.create(SECRETS, later)
+        await eventually(lambda: gone(provider.minted[-1]), timeout=30, message="a later expired token is collected")
+        assert valid in await outstanding_ids(kube)
+        for task in tasks:
+            task.cancel()
+
+
+def our_offer(provider: Provider, consumer: str) -> dict[str, Any]:
+    """The provider's offer to ``consumer`` (the offer controller's job, done by hand: no manager runs here)."""
+    return {
+        "apiVersion": RESOURCE_OFFERS.api_version,
+        "kind": RESOURCE_OFFERS.kind,
+        "metadata": {"name": provider.cluster_id, "namespace": names.tenant_namespace(consumer)},
+        "spec": {
+            "providerClusterID": provider.cluster_id,
+            "providerClusterName": "provider",
+            "resources": {"cpu": "1", "memory": "1Gi", "pods": 10},
+            "expiry": "2030-01-01T00:00:00Z",
+        },
+    }
+
+
+async def accept(identity: authclient.Identity, provider: Provider) -> None:
+    """The consumer accepts the provider's offer, with its own identity (its word: the phase)."""
+    async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
+        await peer.patch(
+            RESOURCE_OFFERS,
+            provider.cluster_id,
+            {"status": {"phase": "Accepted"}},
+            namespace=identity.namespace,
+            subresource="status",
+        )
+
+
+async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_nothing_is_made(
+    kube: KubeClient, manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
+) -> None:
+    """With a token of its own, a consumer still waits while as many as the cap are enrolled and accept nothing."""
+
+    async def settled() -> bool:  # earlier tests' tenants, released, still count until their namespace is gone
+        tenants, _ = await kube.list_all(NAMESPACES, label_selector=f"{names.TENANT}=true")
+        return not any(tenant["metadata"].get("deletionTimestamp") for tenant in tenants)
+
+    await eventually(settled, timeout=60, message="no tenant namespace is being deleted")
+    bindings, _ = await kube.list_all(ROLE_BINDINGS, field_selector=f"metadata.name={names.PEER_BINDING}")
+    already = len(enrolment.occupancy(bindings=bindings, offers=[], local_id="none").tenants)  # earlier tests'
+    limits = TenantLimits(max_tenants=already + 10, max_pending=already + 2)
+    consumers = [str(uuid.uuid4()) for _ in range(3)]
+    async with auth_endpoint(kube, manager, tmp_path, limits=limits) as provider:
+        try:
+            first = await handshake(provider, consumers[0])
+            await handshake(provider, consumers[1])
+            token = await provider.mint()
+            with pytest.raises(authclient.AuthRejected) as caught:
+                await handshake(provider, consumers[2], token=token)
+            assert caught.value.status == 429
+            assert (
+                f"this cluster has {already + 2} consumer(s) enrolled that have not accepted an offer yet, the most"
+                f" it takes ({limits.max_pending}): retry once one of them has accepted or left" in caught.value.reason
+            ), caught.value.reason
+            assert await leftovers(kube, consumers[2]) == []
+            assert provider.minted[-1] in await outstanding_ids(kube)  # not used up: it enrols once there is room
+            # One of them accepts our offer: room for one more, and the same token enrols the third.
+            await kube.create(RESOURCE_OFFERS, our_offer(provider, consumers[0]))
+            await accept(first, provider)
+            third = await handshake(provider, consumers[2], token=token)
+            assert third.namespace == names.tenant_namespace(consumers[2])
+        finally:
+            for consumer in consumers:
+                await forget(kube, consumer)
+
+
+GATEWAY_TEMPLATE = {
+    "apiVersion": "v1",
+    "kind": "PodTemplate",
+    "metadata": {"name": gateways.GATEWAY_TEMPLATE, "namespace": names.LIQO_NAMESPACE},
+    "template": {"spec": {"containers": [{"name": gateways.CONTAINER, "image": "registry.invalid/liqo:gateway"}]}},
+}
+
+
+async def gateway_of(kube: KubeClient, consumer: str) -> list[str]:
+    """The gateway objects this cluster runs for ``consumer``: its Deployment and its node port Service."""
+    found = []
+    for resource in (DEPLOYMENTS, SERVICES):
         with contextlib.suppress(NotFoundError):
-            await kube.delete(NAMESPACES, names.tenant_namespace(engaged_id))
-        for fc in await foreign_clusters_of(kube, engaged_id):
-            await kube.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+            await kube.get(resource, gateways.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
+            found.append(resource.kind)
+    return found
+
+
+async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    """Enrolled, asking for resources, its network word written: still no Deployment, no node port, until it accepts.
+
+    The network fabric's controller runs here as the manager runs it (with the admin's rights: its own are
+    test_manager_rights.py's), once an install's gateway template exists. Evidence that it judged the tenant:
+    a peer made after it started, which accepts, gets its gateway (one worker, a FIFO queue: the tenant was
+    judged before).
+    """
+    accepted_id = str(uuid.uuid4())
+    identities: dict[str, authclient.Identity] = {}
+
+    async def tenant_asking(consumer: str) -> None:
+        identities[consumer] = identity = await handshake(provider, consumer)
+        await kube.create(RESOURCE_OFFERS, our_offer(provider, consumer))
+        async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
+            await peer.create(RESOURCE_REQUESTS, resource_request(identity.namespace, consumer))
+            word = our_word(
+                local_id=consumer,
+                peer_id=consumer,
+                pod_cidr=CONSUMER_NETWORK.pod_cidr,
+                remapped_pod_cidr=PROVIDER_NETWORK.pod_cidr,
+                gateway_role=Role.CLIENT,
+                public_key=None,
+                endpoint=None,
+            )
+            await peer.create(NETWORK_CONFIGS, word)
+
+    await tenant_asking(consumer_id)
+    await kube.create(POD_TEMPLATES, GATEWAY_TEMPLATE)
+    try:
+        informers = SharedInformers(kube)
+        configs = NetworkConfigs(
+            client=kube,
+            informers=informers,
+            local_id=provider.cluster_id,
+            network=PROVIDER_NETWORK,
+            events=EventRecorder(client=kube, component="test-network-configs"),
+        )
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(informers.run())]
+            assert await informers.wait_synced(30)
+            tasks.append(group.create_task(configs.controller.run()))
+
+            async def has_gateway(consumer: str) -> bool:
+                return await gateway_of(kube, consumer) == ["Deployment", "Service"]
+
+            await tenant_asking(accepted_id)
+            await accept(identities[accepted_id], provider)
+            await eventually(lambda: has_gateway(accepted_id), timeout=30, message="the accepted peer's gateway")
+            assert await gateway_of(kube, consumer_id) == []
+            # It accepts: its gateway follows, so acceptance was all it lacked.
+            await accept(identities[consumer_id], provider)
+            await eventually(lambda: has_gateway(consumer_id), timeout=30, message="a gateway once it accepts")
+            for task in tasks:
+                task.cancel()
+    finally:
+        await kube.delete(POD_TEMPLATES, gateways.GATEWAY_TEMPLATE, namespace=names.LIQO_NAMESPACE)
+        for consumer in (consumer_id, accepted_id):
+            for resource in (DEPLOYMENTS, SERVICES, SECRETS):
+                with contextlib.suppress(NotFoundError):
+                    await kube.delete(resource, gateways.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
+        await forget(kube, accepted_id)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from liqo.api import names
+from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
 from liqo.api.resources import NAMESPACE_MAPS, RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install import manifests
@@ -623,3 +624,180 @@ async def test_refusals_are_retried_until_they_pass_on_both_sides(
         timeout=30,
         message="the ShadowPod's status says Created",
     )
+
+
+# -- after admission: nothing the peer changes lets a pod run beyond the budget -----------------------------------
+
+
+class CpuHeld:
+    """The CPU that a twin's pods request together, in every state milan's API server had them (a watch).
+
+    A pod counts from its creation until it is gone or finished: a terminating pod still holds its node.
+    """
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Decimal] = {}
+        self.most = Decimal(0)
+        self.most_by: list[str] = []
+
+    def see(self, event: Obj) -> None:
+        found = event["object"]
+        name = found["metadata"]["name"]
+        if event["type"] == "DELETED" or (found.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            self.pods.pop(name, None)
+        else:
+            self.pods[name] = pod_requests(found).get("cpu", Decimal(0))
+        total = sum(self.pods.values(), Decimal(0))
+        if total > self.most:
+            self.most, self.most_by = total, sorted(f"{n}={c}" for n, c in self.pods.items())
+
+    def within(self, cpu: str) -> bool:
+        assert self.most <= parse_quantity(cpu), f"milan ran {self.most} CPU for rome at once ({self.most_by})"
+        return True
+
+
+@contextlib.asynccontextmanager
+async def cpu_held(milan: KubeClient, twin: str) -> AsyncIterator[CpuHeld]:
+    """Follow every pod of ``twin`` from now on, by a watch: no state in between two polls goes unseen."""
+    held = CpuHeld()
+    pods, version = await milan.list_all(PODS, namespace=twin)
+    for found in pods:
+        held.see({"type": "ADDED", "object": found})
+
+    async def follow() -> None:
+        async for event in milan.watch(PODS, resource_version=version, namespace=twin, timeout_seconds=900):
+            if event["type"] != "BOOKMARK":
+                held.see(event)
+
+    task = asyncio.create_task(follow())
+    try:
+        yield held
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def raised_to(cpu: str, twin: str, rome_id: str) -> Obj:
+    """The merge patch a peer sends to make a ShadowPod's pod ask for ``cpu``."""
+    return {"spec": {"pod": shadow_pod("any", twin, rome_id, cpu=cpu)["spec"]["pod"]}}
+
+
+async def test_a_pod_raised_after_admission_is_judged_again_when_its_pod_is_made_again(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """``spec.pod`` of an admitted ShadowPod raised to more than the whole offer: its pod is made again (the
+    provider's admin deleted it, as a drain would) only if it fits, from the spec as it is then."""
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    twin = offloaded.twin
+    async with policy(milan, rome_id, percentage=100, limits={"cpu": "8"}):
+        await budget_cpu(milan, sites, "8")
+        async with (
+            identity(rome, milan_id) as peer,
+            stopped(sites["rome"], *ROME_COMPONENTS),
+            cpu_held(milan, twin) as held,
+        ):
+            await peer.create(SHADOW_PODS, shadow_pod("big", twin, rome_id, cpu="7"))
+            await peer.create(SHADOW_PODS, shadow_pod("small", twin, rome_id, cpu="10m"))
+            before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, twin, 2)}
+
+            await peer.patch(SHADOW_PODS, "small", raised_to("64", twin, rome_id), namespace=twin)
+            await milan.delete(PODS, "small", namespace=twin, uid=before["small"])
+
+            async def small_waits() -> bool:
+                return held.within("8") and await _phase_is(milan, f"{twin}/small", ("Waiting", "OverBudget"))
+
+            await eventually(small_waits, timeout=60, message="small, raised to 64 CPU, waits once its pod is gone")
+            small = await milan.get(SHADOW_PODS, "small", namespace=twin)
+            assert small["status"]["message"].startswith("cpu requests: the pod requests 64,"), small["status"]
+            remaining = {
+                p["metadata"]["name"]: p["metadata"]["uid"] for p in (await milan.list_all(PODS, namespace=twin))[0]
+            }
+            assert remaining == {"big": before["big"]}
+            assert held.within("8")
+            for name in ("big", "small"):
+                await peer.delete(SHADOW_PODS, name, namespace=twin)
+            await eventually(lambda: _empty(milan, [twin]), timeout=90, message="the twin emptied")
+
+
+HELD = "liqo.io.test/still-terminating"
+"""A finalizer milan's admin puts on the pods: kwok removes a deleted pod at once, where a kubelet lets it run
+for its grace period (up to the policy's cap, 120 s, all of it for a container that ignores SIGTERM)."""
+
+
+async def hold_terminating(milan: KubeClient, twin: str, name: str, *, held: bool) -> None:
+    with contextlib.suppress(NotFoundError):
+        await milan.patch(PODS, name, {"metadata": {"finalizers": [HELD] if held else None}}, namespace=twin)
+
+
+async def test_flipping_the_offer_phase_never_runs_more_than_the_budget(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """Two 7-CPU ShadowPods on an 8-CPU offer (one raised from 10m after admission), the offer's phase set
+    away from Accepted and back while their pods still terminate: one runs, the other waits, never both."""
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    twin, tenant = offloaded.twin, names.tenant_namespace(rome_id)
+    async with policy(milan, rome_id, percentage=100, limits={"cpu": "8"}):
+        await budget_cpu(milan, sites, "8")
+        async with (
+            identity(rome, milan_id) as peer,
+            stopped(sites["rome"], *ROME_COMPONENTS),
+            cpu_held(milan, twin) as held,
+        ):
+            try:
+                await peer.create(SHADOW_PODS, shadow_pod("big", twin, rome_id, cpu="7"))
+                await peer.create(SHADOW_PODS, shadow_pod("small", twin, rome_id, cpu="10m"))
+                await running_pods(milan, twin, 2)
+                for name in ("big", "small"):
+                    await hold_terminating(milan, twin, name, held=True)
+                await peer.patch(SHADOW_PODS, "small", raised_to("7", twin, rome_id), namespace=twin)
+
+                async def set_phase(value: str) -> None:
+                    await peer.patch(
+                        RESOURCE_OFFERS, milan_id, {"status": {"phase": value}}, namespace=tenant, subresource="status"
+                    )
+
+                async def shadows_say(expected: Mapping[str, tuple[str | None, str | None]]) -> bool:
+                    shadows = await shadows_in(milan, [twin])
+                    return held.within("8") and {k.split("/")[1]: phase(s) for k, s in shadows.items()} == expected
+
+                async def terminating(*names_: str) -> bool:
+                    pods = {p["metadata"]["name"]: p for p in (await milan.list_all(PODS, namespace=twin))[0]}
+                    return set(pods) == set(names_) and all(
+                        p["metadata"].get("deletionTimestamp") for p in pods.values()
+                    )
+
+                await set_phase("Refused")
+                stopping = {"big": ("Waiting", "NoAcceptedOffer"), "small": ("Waiting", "NoAcceptedOffer")}
+                await eventually(lambda: shadows_say(stopping), timeout=30, message="both ShadowPods NoAcceptedOffer")
+                await eventually(lambda: terminating("big", "small"), timeout=30, message="both pods terminating")
+
+                # Accepted again while both pods still run: both keep their room, nothing is made.
+                await set_phase("Accepted")
+                holding = {"big": ("Created", None), "small": ("Created", None)}
+                await eventually(lambda: shadows_say(holding), timeout=30, message="both ShadowPods hold their pods")
+                assert await terminating("big", "small")
+
+                # small's pod goes first: its next one, at 7 CPU, does not fit beside big's, still running.
+                await hold_terminating(milan, twin, "small", held=False)
+                small_waits = {"big": ("Created", None), "small": ("Waiting", "OverBudget")}
+                await eventually(lambda: shadows_say(small_waits), timeout=60, message="small waits over budget")
+                assert await terminating("big")
+
+                # big's goes: big is made again; small still waits.
+                await hold_terminating(milan, twin, "big", held=False)
+
+                async def big_runs_again() -> bool:
+                    pods = (await milan.list_all(PODS, namespace=twin))[0]
+                    fresh = [p for p in pods if running(p) and not p["metadata"].get("deletionTimestamp")]
+                    return [p["metadata"]["name"] for p in fresh] == ["big"] and len(pods) == 1
+
+                await eventually(big_runs_again, timeout=60, message="big made again and running, alone")
+                assert await shadows_say(small_waits)
+                assert held.within("8")
+            finally:
+                for name in ("big", "small"):
+                    await hold_terminating(milan, twin, name, held=False)
+            for name in ("big", "small"):
+                await peer.delete(SHADOW_PODS, name, namespace=twin)
+            await eventually(lambda: _empty(milan, [twin]), timeout=90, message="the twin emptied")

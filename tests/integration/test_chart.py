@@ -47,6 +47,8 @@ CASES = {
         webhook_url="https://172.30.1.1:30944/",
         webhook_node_port=30944,
         virtual_kubelet_node_port=30250,
+        reserved_subnets=("172.30.0.0/16",),
+        peer_pools=("10.0.0.0/8", "100.64.0.0/10"),
         node_selector={"liqo.io/local-node": "real"},
         tolerations=({"key": "dedicated", "operator": "Equal", "value": "liqo", "effect": "NoSchedule"},),
         # Helm merges maps with values.yaml's: a case gives every key the defaults have.

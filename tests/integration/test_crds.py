@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from liqo.api.crds import MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
+from liqo.api.crds import MAX_ALLOWED_KEYS, MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -149,6 +149,10 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
             limits={"cpu": "2", "memory": "1Gi"},
             allowedTwinNames=["payments", "team-a-*"],
             podNetwork=POD_NETWORK,
+            podSecurity={
+                "allowedLabelKeys": ["example.com/team", "tier"],
+                "allowedAnnotationKeys": ["prometheus.io/*"],
+            },
         ),
     )
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
@@ -169,6 +173,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     assert (sp["spec"]["refreshThresholdPercent"], sp["spec"]["offerTTLSeconds"]) == (10, 300)
     assert sp["spec"]["allowedTwinNames"] == ["payments", "team-a-*"]
     assert sp["spec"]["podNetwork"] == POD_NETWORK
+    assert sp["spec"]["podSecurity"]["allowedAnnotationKeys"] == ["prometheus.io/*"]
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
@@ -258,6 +263,35 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
             sharing_policy(unique("sp"), podNetwork={"egress": [{"namespace": "db", "except": ["10.0.0.0/8"]}]}),
         ),
         ("spec.podNetwork.egress[0]: Invalid value", "except goes with cidr"),
+    ),
+    "pod-keys-everything": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), podSecurity={"allowedAnnotationKeys": ["*"]})),
+        ('spec.podSecurity.allowedAnnotationKeys[0]: Invalid value: "*"', "should match"),
+    ),
+    "pod-keys-star-inside-a-name": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), podSecurity={"allowedLabelKeys": ["istio.io/r*"]})),
+        ('spec.podSecurity.allowedLabelKeys[0]: Invalid value: "istio.io/r*"', "should match"),
+    ),
+    "pod-keys-too-many": (
+        lambda _ns: (
+            SHARING_POLICIES,
+            sharing_policy(
+                unique("sp"), podSecurity={"allowedLabelKeys": [f"k{i}.io/*" for i in range(MAX_ALLOWED_KEYS + 1)]}
+            ),
+        ),
+        (f"spec.podSecurity.allowedLabelKeys: Too many: {MAX_ALLOWED_KEYS + 1}",),
+    ),
+    "ingress-host-everything": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"hosts": ["*"]})),
+        ('spec.ingress.hosts[0]: Invalid value: "*"', "should match"),
+    ),
+    "ingress-annotation-with-a-comma": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"annotations": ["a.io/b,c"]})),
+        ('spec.ingress.annotations[0]: Invalid value: "a.io/b,c"', "should match"),
+    ),
+    "ingress-class-uppercase": (
+        lambda _ns: (SHARING_POLICIES, sharing_policy(unique("sp"), ingress={"classes": ["Public"]})),
+        ('spec.ingress.classes[0]: Invalid value: "Public"', "should match"),
     ),
     "missing-action": (
         lambda _ns: (SHARING_POLICIES, without(sharing_policy(unique("sp")), "action")),

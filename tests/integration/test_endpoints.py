@@ -5,22 +5,27 @@ Deployment spread over rome's node and milan's virtual node sits behind one Serv
 controller lists all pods, the offloaded ones under the IPs milan gave them (home can dial them: the CIDRs
 are apart); in the twin on milan, milan's controller lists the pods running there and our reflected slice
 the pods running at home. naples uses rome's pod CIDR: its pods' addresses cannot be given to rome, nor
-rome's to naples, and both are reported, never written wrong.
+rome's to naples, and both are reported, never written wrong. With rome's own identity (rome's liqo
+stopped), milan's API server refuses a slice listing anything but where milan sees rome's pods.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import AsyncIterator
 
 import pytest
 
 from liqo.api import names
-from liqo.install.manifests import VIRTUAL_KUBELET
+from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, PODS, SERVICES
+from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, PODS, SERVICES
+from liqo.local.realnodes.nodes import UNDERLAY_HOST
+from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
-from tests.helpers import Obj, Site, deployment, eventually, offloaded_to, stopped
+from tests.helpers import Obj, Offloaded, Site, deployment, eventually, offloaded_to, pod, stopped, unique
 
 ROME_PODS = ipaddress.ip_network("10.244.0.0/16")
 MILAN_PODS = ipaddress.ip_network("10.245.0.0/16")
@@ -191,3 +196,104 @@ async def test_a_partition_marks_endpoints_not_ready_and_they_recover(
     await eventually(lambda: ready_at_home(2), timeout=90, message="both endpoints ready at rome after the restart")
     endpoints = [e for s in await slices_of(rome, home, "web") for e in s.get("endpoints") or []]
     assert len(endpoints) == 2
+
+
+def endpoint_slice(name: str, namespace: str, service_name: str, *addresses: str, address_type: str = "IPv4") -> Obj:
+    """A slice of Service ``service_name`` listing ``addresses``, as a consumer writes one."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": namespace, "labels": {forge.SERVICE_NAME_LABEL: service_name}},
+        "addressType": address_type,
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}} for address in addresses],
+        "ports": [{"name": "http", "port": 443, "protocol": "TCP"}],
+    }
+
+
+async def api_server_address(milan: KubeClient) -> str:
+    """Where milan's pods reach its API server: the ``kubernetes`` Service's address.
+
+    (Its slice lists no endpoint on a local cluster, whose API server listens on loopback.)
+    """
+    return str((await milan.get(SERVICES, "kubernetes", namespace="default"))["spec"]["clusterIP"])
+
+
+async def node_address(milan: KubeClient) -> str:
+    """A node's InternalIP (its kubelet); where nodes sit on loopback (KWOK), the underlay host's address.
+
+    Kubernetes itself refuses a loopback endpoint; the underlay host is where a local cluster's real nodes
+    reach their API server (docs/security.md, "Local clusters' real nodes").
+    """
+    nodes, _ = await milan.list_all(NODES, label_selector="!" + names.VIRTUAL_NODE_TYPE)
+    address = next(str(a["address"]) for a in nodes[0]["status"]["addresses"] if a["type"] == "InternalIP")
+    return UNDERLAY_HOST if ipaddress.ip_address(address).is_loopback else address
+
+
+@contextlib.asynccontextmanager
+async def milan_pod_address(milan: KubeClient, namespace: str) -> AsyncIterator[str]:
+    """The IP of a pod of milan's own (in a namespace of milan's, not a twin), for the duration."""
+    name = unique("own")
+    await milan.create(PODS, pod(name, namespace))
+    found: list[str] = []
+
+    async def has_ip() -> bool:
+        ip = ((await milan.get(PODS, name, namespace=namespace)).get("status") or {}).get("podIP")
+        found.extend([ip] if ip else [])
+        return bool(ip)
+
+    try:
+        await eventually(has_ip, timeout=60, message=f"an IP for milan's pod {name}")
+        yield found[0]
+    finally:
+        await milan.delete(PODS, name, namespace=namespace, grace_period_seconds=0)
+
+
+async def test_the_provider_refuses_endpoints_outside_the_peers_pods_from_the_peer_itself(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """A selector-less Service in the twin, and a slice aiming it at milan's internals: refused, nothing stored.
+
+    Whatever reaches that Service on milan (its pods, an Ingress) would be forwarded to milan's own: its API
+    server, a pod of its own, a node (its kubelet), or whatever a name resolves to there.
+    """
+    twin = offloaded.twin
+    identity = await peering.peer_kubeconfig(rome, sites["milan"].cluster_id)
+    service_name, name = unique("inside"), unique("hostile")
+    inside = str(ROME_PODS.network_address + 7)  # where milan sees rome's pods: rome's pod CIDR (they are apart)
+    async with (
+        milan_pod_address(milan, "default") as milan_pod,
+        stopped(sites["rome"], MANAGER, VIRTUAL_KUBELET),
+        KubeClient.from_kubeconfig_dict(identity, name="rome@milan") as as_rome,
+    ):
+        targets = [
+            ("the API server", await api_server_address(milan), "IPv4", "endpoints"),
+            ("a pod of milan", milan_pod, "IPv4", "endpoints"),
+            ("a node of milan", await node_address(milan), "IPv4", "endpoints"),
+            ("a name", "kubernetes.default.svc.cluster.local", "FQDN", "addressType"),
+        ]
+        selectorless = service(service_name, twin)
+        del selectorless["spec"]["selector"]
+        await as_rome.create(SERVICES, selectorless)
+        for target, address, address_type, field in targets:
+            with pytest.raises(ApiError) as refused:
+                await as_rome.create(
+                    ENDPOINT_SLICES, endpoint_slice(name, twin, service_name, address, address_type=address_type)
+                )
+            assert refused.value.status == 403, (target, refused.value)
+            assert field in refused.value.message, (target, refused.value.message)
+            with pytest.raises(NotFoundError):
+                await milan.get(ENDPOINT_SLICES, name, namespace=twin)
+
+        # The same identity may list where milan sees rome's pods, and may not move such a slice outside.
+        await as_rome.create(ENDPOINT_SLICES, endpoint_slice(name, twin, service_name, inside))
+        for target, address, _type, _field in targets[:3]:
+            current = await milan.get(ENDPOINT_SLICES, name, namespace=twin)
+            moved = endpoint_slice(name, twin, service_name, inside, address)
+            moved["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            with pytest.raises(ApiError) as refused:
+                await as_rome.replace(ENDPOINT_SLICES, moved)
+            assert refused.value.status == 403, (target, refused.value)
+        listed = (await milan.get(ENDPOINT_SLICES, name, namespace=twin))["endpoints"]
+        assert [e["addresses"] for e in listed] == [[inside]]
+        await as_rome.delete(ENDPOINT_SLICES, name, namespace=twin)
+        await as_rome.delete(SERVICES, service_name, namespace=twin)

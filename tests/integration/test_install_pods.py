@@ -374,7 +374,7 @@ async def test_zz_unpeered_helm_uninstall_leaves_what_it_promises_and_a_reinstal
             with pytest.raises(NotFoundError):
                 await provider.get(resource, name, namespace=namespace)
         assert not await liqo_pods_running(provider)
-        # Kept, as Helm promises for crds/ and as docs/operations.md says: CRDs, the identity, key and token.
+        # Kept, as Helm promises for crds/ and as docs/operations.md says: CRDs, the identity and the key.
         await provider.get(CRDS, f"foreignclusters.{liqo_resources.DISCOVERY}")
         kept = await read_identity(provider)
         assert kept == before

@@ -76,7 +76,7 @@ DENIED: list[Attributes] = [
     {"verb": "patch", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_SETTINGS},
     # Secrets and namespaces: no replacing a whole object it did not write, no bulk deletion.
     {"verb": "update", "resource": "secrets", "namespace": "kube-system", "name": SERVING_SECRET},
-    {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": names.AUTH_TOKEN_SECRET},
+    {"verb": "update", "resource": "secrets", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_KEY_SECRET},
     {"verb": "deletecollection", "resource": "secrets", "namespace": "default"},
     {"verb": "update", "resource": "namespaces", "name": "default"},
     {"verb": "deletecollection", "group": "discovery.liqo.io", "resource": "foreignclusters"},

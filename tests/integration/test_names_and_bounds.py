@@ -514,7 +514,7 @@ async def test_uninstall_purge_of_a_provider_removes_its_twins_and_everything_of
         assert [c for c in (await naples.list_all(CRDS))[0] if c["metadata"]["name"].endswith(".liqo.io")] == []
     finally:
         await install(naples, InstallOptions(identity_ttl=600), progress=lambda _: None)  # as the other tests expect
-        # Naples forgot rome (and its token changed): rome finishes its own side.
+        # Naples forgot rome (its record of rome went with the purge): rome finishes its own side.
         with contextlib.suppress(peering.PeeringError):
             await peering.unpeer(rome, naples_id, timeout=20, force=True)
         with contextlib.suppress(offloading.OffloadingError):

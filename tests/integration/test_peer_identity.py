@@ -1,8 +1,9 @@
 """Who a peer is, end to end: each attack on peer identity tried with what an attacker really holds.
 
-Real clusters with liqo installed (rome and naples consume, milan provides). The attacker holds milan's token
-(it is handed out to every consumer) and its own cluster key; it runs none of our code when it attacks, so the
-attacks below speak the protocol directly. Each is refused with a clear reason, and leaves nothing on milan.
+Real clusters with liqo installed (rome and naples consume, milan provides). The attacker holds a peer command
+of milan's (its enrolment token: one was given to it, or to someone it got it from) and its own cluster key; it
+runs none of our code when it attacks, so the attacks below speak the protocol directly. Each is refused with
+a clear reason, and leaves nothing on milan.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ssl
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,14 +33,16 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import read_cluster_key
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerRecord
-from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, SECRETS
-from liqo.peering import authclient, operations
+from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, SECRETS
+from liqo.peering import authclient, enrolment, operations, tokens
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import auth_app
+from liqo.peering.enrolment import Refusal
+from liqo.peering.tokens import EnrolmentToken
 from tests.helpers import Site, eventually, expect_clean
 from tests.integration.conftest import RUN_ID
 
@@ -54,7 +58,7 @@ def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
 async def attack(
     command: operations.PeerCommand, *, claim: str, key: ClusterKey, name: str = "attacker"
 ) -> authclient.Identity:
-    """A handshake as anyone holding ``key`` and the token would run it, claiming cluster ID ``claim``."""
+    """A handshake as anyone holding ``key`` and the command's token would run it, claiming cluster ID ``claim``."""
     return await authclient.request_identity(
         auth_url=command.auth_url,
         key=key,
@@ -116,7 +120,7 @@ async def test_a_wrong_token_fails_liqoctl_peer_at_once_with_the_providers_reaso
     try:
         assert done.returncode == 1
         message = " ".join(done.stderr.split())
-        assert "bad token signature" in message, message
+        assert "the provider refused (401): unknown enrolment token" in message, message
         assert elapsed < operations.PEER_TIMEOUT / 2, f"waited {elapsed:.0f}s for a refusal"
         assert (await provider_side(milan, sites["rome"].cluster_id))["tenant"] is None
     finally:
@@ -143,6 +147,32 @@ async def test_a_consumer_cannot_claim_another_consumers_cluster_id(
     finally:
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
     await expect_clean(rome, milan, naples)
+
+
+async def test_one_peer_command_enrols_one_cluster_and_a_second_is_refused_with_nothing_made(
+    sites: dict[str, Site], milan: KubeClient
+) -> None:
+    """The token alone, no cluster of ours: two fresh cluster IDs, each with a key of its own, one command.
+
+    With one shared token each fresh ID got a tenant, a policy's share, a budget and (accepted) a gateway:
+    anyone who was ever given a peer command could mint identities at will.
+    """
+    command = await operations.peer_command(milan)
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        enrolled = await attack(command, claim=first, key=ClusterKey.generate(), name="first")
+        assert enrolled.namespace == names.tenant_namespace(first)
+        with pytest.raises(authclient.AuthRejected) as caught:
+            await attack(command, claim=second, key=ClusterKey.generate(), name="second")
+        assert caught.value.status == 401
+        assert "already used" in caught.value.reason, caught.value.reason
+        assert await provider_side(milan, second) == {"foreign clusters": [], "csrs": [], "tenant": None}
+    finally:
+        for consumer in (first, second):
+            await forget(milan, consumer)
+            with contextlib.suppress(NotFoundError):
+                await milan.delete(NAMESPACES, names.tenant_namespace(consumer))
+    await expect_clean(milan)
 
 
 def signed_for(csr_pem: str) -> tuple[str, str, datetime.datetime]:
@@ -180,20 +210,35 @@ class AttackersProvisioner:
         )
 
 
+class AttackersEnrolments:
+    """A fake provider enrols anyone: what it wants is the consumer's trust, not the consumer's proof."""
+
+    async def find(self, fingerprint: str) -> EnrolmentToken | None:
+        expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+        return EnrolmentToken(
+            id=tokens.token_id(fingerprint), fingerprint=fingerprint, expires_at=expiry, created_at=None, uid=""
+        )
+
+    async def refusal(self) -> Refusal | None:
+        return None
+
+    async def consume(self, token: EnrolmentToken) -> bool:
+        return True
+
+    async def restore(self, token: EnrolmentToken) -> None:
+        return None
+
+
 @pytest.fixture
 async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operations.PeerCommand]:
-    """An HTTPS endpoint run by a holder of milan's token, posing as milan (it lies about its key in /ids)."""
+    """An HTTPS endpoint run by a holder of a token of milan's, posing as milan (it lies about its key in /ids)."""
     real = await operations.peer_command(milan)
-
-    async def token() -> str:
-        return real.token
-
     app = auth_app(
         cluster_id=real.cluster_id,
         cluster_name=real.name,
         key=ClusterKey.generate(),
         network=ATTACKERS_NETWORK,
-        token_source=token,
+        enrolments=AttackersEnrolments(),
         provisioner=AttackersProvisioner(),
         nonces=NonceStore(),
     )
@@ -326,16 +371,25 @@ async def test_a_policy_follows_the_certified_cluster_id_not_the_claimed_name(
     await expect_clean(rome, milan)
 
 
-async def test_rotating_the_token_keeps_established_peers_and_refuses_the_old_command(
+async def test_revoking_a_token_keeps_established_peers_and_refuses_its_command(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, naples: KubeClient
 ) -> None:
+    """The operator lists milan's outstanding tokens and revokes naples' before naples uses it; rome goes on."""
     milan_id = sites["milan"].cluster_id
+    milan_kc = f"--kubeconfig={sites['milan'].cluster.kubeconfig}"
     old = await operations.peer_command(milan)
+    assert old.enrolment is not None
     await operations.peer(rome, milan, timeout=30)
     try:
-        new = await operations.peer_command(milan, rotate_token=True)
-        assert new.token != old.token
-        # rome renews from scratch (its identity deleted): its key is enough.
+        listed = await asyncio.to_thread(liqoctl, "token", "list", "-o", "json", milan_kc)
+        assert listed.returncode == 0, listed.stderr
+        ids = [token["id"] for token in orjson.loads(listed.stdout)]
+        assert old.enrolment.id in ids
+        revoked = await asyncio.to_thread(liqoctl, "token", "revoke", old.enrolment.id, milan_kc)
+        assert (revoked.returncode, revoked.stdout.strip()) == (0, f"revoked enrolment token {old.enrolment.id}")
+        listed = await asyncio.to_thread(liqoctl, "token", "list", "-o", "yaml", milan_kc)
+        assert old.enrolment.id not in listed.stdout
+        # rome renews from scratch (its identity deleted): its key is enough, its token long used up.
         await rome.delete(SECRETS, names.IDENTITY_SECRET, namespace=names.tenant_namespace(milan_id))
 
         async def renewed() -> bool:
@@ -345,12 +399,51 @@ async def test_rotating_the_token_keeps_established_peers_and_refuses_the_old_co
                 return False
             return True
 
-        await eventually(renewed, timeout=60, message="rome renews its identity after the token was rotated")
+        await eventually(renewed, timeout=60, message="rome renews its identity with its key alone")
         asked = datetime.datetime.now(datetime.UTC)
         await operations.peer_out_of_band(naples, old)
-        with pytest.raises(operations.PeeringError, match="bad token signature"):
+        with pytest.raises(operations.PeeringError, match="unknown enrolment token"):
             await operations.wait_established(naples, milan_id, timeout=30, since=asked)
     finally:
         for client in (rome, naples):
             await operations.unpeer(client, milan_id, timeout=60, force=True)
     await expect_clean(rome, milan, naples)
+
+
+async def test_over_the_pending_cap_liqoctl_peer_fails_at_once_with_the_providers_reason(
+    sites: dict[str, Site], naples: KubeClient, milan: KubeClient
+) -> None:
+    """milan's default cap: as many consumers enrolled as it takes without an accepted offer, each with a token of
+    its own (a token holder cannot mint them any more), and naples, with a token of its own too, is told to wait."""
+    milan_id, naples_id = sites["milan"].cluster_id, sites["naples"].cluster_id
+    bindings, _ = await milan.list_all(ROLE_BINDINGS, field_selector=f"metadata.name={names.PEER_BINDING}")
+    offers, _ = await milan.list_all(RESOURCE_OFFERS, field_selector=f"metadata.name={milan_id}")
+    pending = len(enrolment.occupancy(bindings=bindings, offers=offers, local_id=milan_id).pending)
+    fillers = [str(uuid.uuid4()) for _ in range(enrolment.DEFAULT_MAX_PENDING_TENANTS - pending)]
+    command = await operations.peer_command(milan)
+    naples_kc = f"--kubeconfig={sites['naples'].cluster.kubeconfig}"
+    try:
+        for filler in fillers:
+            await attack(await operations.peer_command(milan), claim=filler, key=ClusterKey.generate(), name="filler")
+        started = time.monotonic()
+        done = await asyncio.to_thread(
+            liqoctl,
+            "peer", "out-of-band", command.name, f"--auth-url={command.auth_url}", f"--cluster-id={milan_id}",
+            f"--key-fingerprint={command.key_fingerprint}", f"--auth-token={command.token}", naples_kc,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+        assert done.returncode == 1
+        message = " ".join(done.stderr.split())
+        assert "the provider refused (429): this cluster has" in message, message
+        assert f"have not accepted an offer yet, the most it takes ({enrolment.DEFAULT_MAX_PENDING_TENANTS})" in message
+        assert elapsed < operations.PEER_TIMEOUT / 2, f"waited {elapsed:.0f}s for a refusal"
+        assert await provider_side(milan, naples_id) == {"foreign clusters": [], "csrs": [], "tenant": None}
+        assert command.enrolment is not None
+        assert command.enrolment.id in {token.id for token in await enrolment.outstanding(milan)}  # kept for later
+    finally:
+        await operations.unpeer(naples, milan_id, timeout=60, force=True)
+        for filler in fillers:
+            await forget(milan, filler)
+            with contextlib.suppress(NotFoundError):
+                await milan.delete(NAMESPACES, names.tenant_namespace(filler))
+    await expect_clean(naples, milan)

@@ -24,7 +24,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters
-from liqo.peering import operations
+from liqo.peering import enrolment, operations
 from tests.helpers import Site, eventually, expect_clean, kubectl, stopped
 from tests.integration.conftest import RUN_ID
 
@@ -209,9 +209,18 @@ async def test_bidirectional_peering_and_unpeer_both_ways(
 async def test_the_token_never_appears_in_logs_events_or_info(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient
 ) -> None:
-    token = (await operations.peer_command(milan)).token
-    await operations.peer(rome, milan, timeout=30)
+    """Nor on the provider at all: its Secret holds a hash of the token's public key (checked on one not used yet)."""
+    command = await operations.peer_command(milan)
+    token = command.token
+    await operations.peer_out_of_band(rome, command)
+    await operations.wait_established(rome, sites["milan"].cluster_id, timeout=30)
+    spare_command = await operations.peer_command(milan)
+    spare = spare_command.token
     try:
+        secrets, _ = await milan.list_all(SECRETS, namespace=names.LIQO_NAMESPACE)
+        for secret in map(str, secrets):
+            assert spare not in secret
+            assert base64.b64encode(spare.encode()).decode() not in secret
         for site in (sites["rome"], sites["milan"]):
             logs = "".join(p.read_text(errors="replace") for p in site.cluster.dir.logs.glob("*.log"))
             assert token not in logs
@@ -238,6 +247,8 @@ async def test_the_token_never_appears_in_logs_events_or_info(
         encoded = base64.b64encode(token.encode()).decode()
         assert encoded not in cli.stdout
     finally:
+        assert spare_command.enrolment is not None
+        await enrolment.revoke(milan, [spare_command.enrolment.id])
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
     await expect_clean(rome, milan)
 

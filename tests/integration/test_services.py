@@ -1,25 +1,30 @@
 """Services and Ingresses of an offloaded namespace, copied into the twin on the provider and kept in step.
 
 rome offloads a namespace to milan (the ``offloaded`` fixture); rome's virtual kubelet copies each Service
-(ports, selector, session affinity, headless-ness; never rome's cluster IPs, node ports or load balancer)
-and each Ingress (its class cleared) into the twin, follows updates and deletions, and leaves a namesake
-milan made alone. With rome's own identity, and rome's virtual kubelet stopped, milan's API server refuses
-Services that would open its nodes or capture its traffic.
+(ports, selector, session affinity, headless-ness; never rome's cluster IPs, node ports or load balancer,
+nor an ExternalName) and each Ingress (on its class, which milan's policy must offer rome) into the twin,
+follows updates and deletions, and leaves a namesake milan made alone. With rome's own identity, and rome's
+liqo stopped, milan's API server refuses Services that would open its nodes, capture its traffic or alias a
+name, and Ingresses outside what milan's policy offers rome: another class, a default backend, hosts not
+given to rome, annotations its ingress controller would act on.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from liqo.api import names
-from liqo.install.manifests import VIRTUAL_KUBELET
+from liqo.api.resources import SHARING_POLICIES
+from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource
 from liqo.peering import operations as peering
-from tests.helpers import Obj, Offloaded, Site, eventually, stopped, unique
+from tests.helpers import Obj, Offloaded, Site, apply_patch, eventually, stopped, unique
 
 
 def service(name: str, namespace: str, **spec: Any) -> Obj:
@@ -102,6 +107,10 @@ async def test_services_are_copied_without_home_addresses_and_follow_home(
     balanced = await until(milan, SERVICES, "balanced", twin, lambda s: True)
     assert balanced["spec"]["type"] == "ClusterIP"
     assert not balanced["spec"].get("externalIPs")
+    # An ExternalName is a DNS alias inside the provider: not copied (milan would refuse it), said at home.
+    await rome.create(SERVICES, service("alias", home, type="ExternalName", externalName="db.example.com"))
+    assert "ExternalName" in await warned(rome, home, "alias", "NotReflected")
+    assert await get(milan, SERVICES, "alias", twin) is None
 
     # An update flows (the provider keeps its own cluster IP); a deletion too.
     await rome.patch(
@@ -141,25 +150,195 @@ async def test_a_service_namesake_on_the_provider_is_left_alone_with_an_event(
     assert await get(milan, SERVICES, name, twin) is not None
 
 
-async def test_ingresses_are_copied_with_their_class_cleared(
-    rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+@contextlib.asynccontextmanager
+async def ingress_policy(milan: KubeClient, rome_id: str, **ingress: list[str]) -> AsyncIterator[None]:
+    """A SharingPolicy of milan's naming rome and offering its Ingresses ``ingress``, for the duration."""
+    name = unique("ingress-rome")
+    policy: Obj = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": name},
+        "spec": {"action": "Share", "peers": [rome_id], "ingress": ingress},
+    }
+    await milan.create(SHARING_POLICIES, policy)
+    try:
+        yield
+    finally:
+        await milan.delete(SHARING_POLICIES, name)
+
+
+def offered(name: str, namespace: str, backend: str) -> Obj:
+    """An Ingress within what :data:`OFFER` lets rome publish on milan."""
+    made = ingress(name, namespace, backend, ingressClassName="public")
+    host = f"{name}.rome.example.com"
+    made["spec"]["rules"][0]["host"] = host
+    made["spec"]["tls"] = [{"hosts": [host], "secretName": f"{name}-tls"}]
+    made["metadata"]["annotations"] = {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    return made
+
+
+OFFER = {"classes": ["public"], "hosts": ["*.rome.example.com"], "annotations": ["cert-manager.io/cluster-issuer"]}
+"""What milan's policy offers rome's Ingresses in these tests."""
+
+
+async def test_ingresses_are_copied_on_a_class_the_provider_offers(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     home, twin = offloaded.namespace, offloaded.twin
     await rome.create(SERVICES, service("site", home))
-    annotations = {"kubernetes.io/ingress.class": "home-nginx", "team": "web"}
-    made = ingress("site", home, "site", ingressClassName="home-nginx")
-    made["metadata"]["annotations"] = annotations
-    await rome.create(INGRESSES, made)
-    copy = await until(milan, INGRESSES, "site", twin, lambda i: True)
-    assert "ingressClassName" not in copy["spec"]
-    assert copy["metadata"]["annotations"] == {"team": "web"}
-    assert copy["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "site"
+    async with ingress_policy(milan, sites["rome"].cluster_id, **OFFER):
+        made = offered("site", home, "site")
+        made["metadata"]["annotations"]["kubernetes.io/ingress.class"] = "public"  # never copied
+        await rome.create(INGRESSES, made)
+        copy = await until(milan, INGRESSES, "site", twin, lambda i: True)
+        assert copy["spec"]["ingressClassName"] == "public"  # no --ingress-class mapping: the home class as it is
+        assert copy["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+        assert copy["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "site"
 
-    changed = ingress("other", home, "site")["spec"]["rules"]
-    await rome.patch(INGRESSES, "site", {"spec": {"rules": changed}}, namespace=home)
-    await until(milan, INGRESSES, "site", twin, lambda i: i["spec"]["rules"][0]["host"] == "other.example.com")
-    await rome.delete(INGRESSES, "site", namespace=home)
-    await until(milan, INGRESSES, "site", twin, None)
+        changed = offered("other", home, "site")["spec"]["rules"]
+        await rome.patch(INGRESSES, "site", {"spec": {"rules": changed}}, namespace=home)
+        await until(milan, INGRESSES, "site", twin, lambda i: i["spec"]["rules"][0]["host"] == "other.rome.example.com")
+
+        # What milan refuses is said at home, with milan's reason, and nothing is copied.
+        snippet = offered("snippet", home, "site")
+        snippet["metadata"]["annotations"]["nginx.ingress.kubernetes.io/server-snippet"] = "location / {}"
+        await rome.create(INGRESSES, snippet)
+        classless = offered("classless", home, "site")
+        del classless["spec"]["ingressClassName"]
+        await rome.create(INGRESSES, classless)
+        refused = await warned(rome, home, "snippet", "ProviderRefused")
+        assert "nginx.ingress.kubernetes.io/server-snippet" in refused, refused
+        not_reflected = await warned(rome, home, "classless", "NotReflected")
+        assert "ingressClassName" in not_reflected, not_reflected
+        for name in ("snippet", "classless"):
+            assert await get(milan, INGRESSES, name, twin) is None
+
+        await rome.delete(INGRESSES, "site", namespace=home)
+        await until(milan, INGRESSES, "site", twin, None)
+
+
+async def warned(client: KubeClient, namespace: str, name: str, reason: str) -> str:
+    """The message of the Warning Event ``reason`` on object ``name``, once there is one."""
+    found: list[str] = []
+
+    async def seen() -> bool:
+        events, _ = await client.list_all(EVENTS, namespace=namespace)
+        found.extend(e["message"] for e in events if e["reason"] == reason and e["involvedObject"]["name"] == name)
+        return bool(found)
+
+    await eventually(seen, timeout=60, message=f"a {reason} Event on {namespace}/{name}")
+    return found[0]
+
+
+def _annotation(key: str) -> str:
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+INGRESS_ATTACKS: list[tuple[str, list[Obj], str]] = [
+    (
+        "a default backend",
+        [{"op": "add", "path": "/spec/defaultBackend", "value": {"service": {"name": "web", "port": {"number": 80}}}}],
+        "spec.defaultBackend",
+    ),
+    (
+        "a class not offered",
+        [{"op": "replace", "path": "/spec/ingressClassName", "value": "internal"}],
+        "spec.ingressClassName",
+    ),
+    ("no class", [{"op": "remove", "path": "/spec/ingressClassName"}], "spec.ingressClassName"),
+    (
+        "the legacy class annotation",
+        [{"op": "add", "path": _annotation("kubernetes.io/ingress.class"), "value": "public"}],
+        "kubernetes.io/ingress.class",
+    ),
+    (
+        "a host not allowed",
+        [{"op": "replace", "path": "/spec/rules/0/host", "value": "www.milan.example.com"}],
+        "spec.rules",
+    ),
+    ("the parent domain", [{"op": "replace", "path": "/spec/rules/0/host", "value": "rome.example.com"}], "spec.rules"),
+    ("a rule without a host", [{"op": "remove", "path": "/spec/rules/0/host"}], "spec.rules"),
+    (
+        "a TLS host not allowed",
+        [{"op": "replace", "path": "/spec/tls/0/hosts/0", "value": "milan.example.com"}],
+        "spec.tls",
+    ),
+    (
+        "a configuration snippet",
+        [
+            {
+                "op": "add",
+                "path": _annotation("nginx.ingress.kubernetes.io/configuration-snippet"),
+                "value": "return 200;",
+            }
+        ],
+        "nginx.ingress.kubernetes.io/configuration-snippet",
+    ),
+    (
+        "a server snippet",
+        [{"op": "add", "path": _annotation("nginx.ingress.kubernetes.io/server-snippet"), "value": "location / {}"}],
+        "nginx.ingress.kubernetes.io/server-snippet",
+    ),
+]
+
+
+async def test_the_provider_refuses_ingresses_outside_its_policy_from_the_peer_itself(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """rome's own identity, rome's liqo stopped: each Ingress milan's policy does not allow is refused."""
+    twin = offloaded.twin
+    identity = await peering.peer_kubeconfig(rome, sites["milan"].cluster_id)
+    async with (
+        stopped(sites["rome"], MANAGER, VIRTUAL_KUBELET),
+        KubeClient.from_kubeconfig_dict(identity, name="rome@milan") as as_rome,
+    ):
+        # No policy offers rome an ingress class: none of its Ingresses, however plain.
+        with pytest.raises(ApiError) as refused:
+            await as_rome.create(INGRESSES, offered(unique("plain"), twin, "web"))
+        assert refused.value.status == 403, refused.value
+        assert "spec.ingressClassName" in refused.value.message
+
+        async with ingress_policy(milan, sites["rome"].cluster_id, **OFFER):
+            name = unique("within")
+
+            async def allowed() -> bool:
+                try:
+                    await as_rome.create(INGRESSES, offered(name, twin, "web"), dry_run=True)
+                except ApiError:
+                    return False
+                return True
+
+            await eventually(allowed, timeout=30, message="milan's twin following the policy offering rome a class")
+            for attack, patch, field in INGRESS_ATTACKS:
+                body = apply_patch(offered(name, twin, "web"), patch)
+                with pytest.raises(ApiError) as refused:
+                    await as_rome.create(INGRESSES, body)
+                assert refused.value.status == 403, (attack, refused.value)
+                assert field in refused.value.message, (attack, refused.value.message)
+                assert await get(milan, INGRESSES, name, twin) is None, attack
+            # The same Ingress within the policy is stored; changed into an attack it is refused.
+            await as_rome.create(INGRESSES, offered(name, twin, "web"))
+            current = await milan.get(INGRESSES, name, namespace=twin)
+            for attack, patch, field in INGRESS_ATTACKS:
+                body = apply_patch(offered(name, twin, "web"), patch)
+                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                with pytest.raises(ApiError) as refused:
+                    await as_rome.replace(INGRESSES, body)
+                assert field in refused.value.message, (attack, refused.value.message)
+            assert (await milan.get(INGRESSES, name, namespace=twin))["metadata"]["resourceVersion"] == current[
+                "metadata"
+            ]["resourceVersion"]
+            await as_rome.delete(INGRESSES, name, namespace=twin)
+
+        # The policy gone, the twin follows: nothing is offered any more.
+        async def refused_again() -> bool:
+            try:
+                await as_rome.create(INGRESSES, offered(unique("late"), twin, "web"), dry_run=True)
+            except ApiError as exc:
+                return "spec.ingressClassName" in exc.message
+            return False
+
+        await eventually(refused_again, timeout=30, message="milan's twin following the policy's deletion")
 
 
 @pytest.mark.parametrize(
@@ -169,6 +348,7 @@ async def test_ingresses_are_copied_with_their_class_cleared(
         ({"type": "LoadBalancer"}, "spec.type"),
         ({"externalIPs": ["192.0.2.10"]}, "spec.externalIPs"),
         ({"loadBalancerIP": "192.0.2.20"}, "spec.loadBalancer"),
+        ({"type": "ExternalName", "externalName": "kubernetes.default.svc.cluster.local"}, "spec.type"),
     ],
 )
 async def test_the_provider_refuses_services_that_open_its_nodes_from_the_peer_itself(

@@ -65,6 +65,13 @@ RESTRICTED_BUT_ROOT = container(
     seccompProfile={"type": "RuntimeDefault"},
     capabilities={"drop": ["ALL"]},
 )
+HOSTNAME = "kubernetes.io/hostname"
+METADATA = "169.254.169.254"
+CROSS_NAMESPACE_TERM = {
+    "labelSelector": {"matchLabels": {"component": "kube-apiserver"}},
+    "namespaces": ["kube-system"],
+    "topologyKey": HOSTNAME,
+}
 # (name, pod fields, the field the refusal must name); runAsUser 0 is tried under a restricted policy.
 ATTACKS: list[tuple[str, Object, str]] = [
     (
@@ -120,6 +127,63 @@ ATTACKS: list[tuple[str, Object, str]] = [
         },
         "spec.pod.volumes[0].projected.sources[0].serviceAccountToken",
     ),
+    (
+        "nfs volume",
+        {
+            "volumes": [{"name": "share", "nfs": {"server": "10.0.0.1", "path": "/exports"}}],
+            "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "share", "mountPath": "/share"}]}],
+        },
+        "spec.pod.volumes[0].nfs",
+    ),
+    (
+        "inline csi volume",
+        {
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "cfg"}},
+                {"name": "creds", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": True}},
+            ]
+        },
+        "spec.pod.volumes[1].csi",
+    ),
+    (
+        "affinity to pods of another namespace",
+        {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [CROSS_NAMESPACE_TERM]}}},
+        "spec.pod.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces",
+    ),
+    (
+        "anti-affinity to pods of every namespace",
+        {
+            "affinity": {
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "podAffinityTerm": {"topologyKey": HOSTNAME, "namespaceSelector": {}}}
+                    ]
+                }
+            }
+        },
+        "spec.pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]"
+        ".podAffinityTerm.namespaceSelector",
+    ),
+    (
+        "liveness probe to the metadata service",
+        {"containers": [{"name": "c", "image": "x", "livenessProbe": {"httpGet": {"host": METADATA, "port": 80}}}]},
+        "spec.pod.containers[0].livenessProbe.httpGet.host",
+    ),
+    (
+        "preStop hook to a neighbour of the node",
+        {
+            "initContainers": [
+                {
+                    "name": "side",
+                    "image": "x",
+                    "restartPolicy": "Always",
+                    "lifecycle": {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}},
+                }
+            ]
+        },
+        "spec.pod.initContainers[0].lifecycle.preStop.tcpSocket.host",
+    ),
+    ("another scheduler", {"schedulerName": "my-scheduler"}, "spec.pod.schedulerName"),
 ]
 
 
@@ -147,6 +211,35 @@ async def refused(peer: KubeClient, body: Object) -> ApiError:
     with pytest.raises(ApiError) as caught:
         await peer.create(SHADOW_PODS, body)
     return caught.value
+
+
+async def pod_made(milan: KubeClient, namespace: str, name: str) -> Object:
+    """The pod milan makes for ShadowPod ``name``, once made."""
+    made: list[Object] = []
+
+    async def found() -> bool:
+        try:
+            made.append(await milan.get(PODS, name, namespace=namespace))
+        except NotFoundError:
+            return False
+        return True
+
+    await eventually(found, timeout=30, message=f"milan making the pod of {name}")
+    return made[-1]
+
+
+async def released(peer: KubeClient, milan: KubeClient, namespace: str, name: str) -> None:
+    """ShadowPod ``name`` deleted by the peer, and gone once milan has let it go."""
+    await peer.delete(SHADOW_PODS, name, namespace=namespace)
+
+    async def gone() -> bool:
+        try:
+            await milan.get(SHADOW_PODS, name, namespace=namespace)
+        except NotFoundError:
+            return True
+        return False
+
+    await eventually(gone, timeout=30, message=f"the ShadowPod {name} released by milan")
 
 
 async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_field(
@@ -206,6 +299,142 @@ async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_fie
     await eventually(twin_baseline, timeout=30, message="the twin back to baseline once the policy is gone")
 
 
+# (name, labels, annotations, the key the refusal must name): keys that other components of a provider act
+# on when they find them on a pod. The real pod carries the ShadowPod's labels and annotations.
+METADATA_ATTACKS: list[tuple[str, dict[str, str], dict[str, str], str]] = [
+    (
+        "Multus network on a host interface",
+        {},
+        {"k8s.v1.cni.cncf.io/networks": "macvlan-host"},
+        "metadata.annotations[k8s.v1.cni.cncf.io/networks]",
+    ),
+    (
+        "Calico address of another pod",
+        {},
+        {"cni.projectcalico.org/ipAddrs": '["10.0.0.1"]'},
+        "metadata.annotations[cni.projectcalico.org/ipAddrs]",
+    ),
+    (
+        "Istio sidecar injection",
+        {"sidecar.istio.io/inject": "true"},
+        {},
+        "metadata.labels[sidecar.istio.io/inject]",
+    ),
+    (
+        "Istio sidecar with a host volume",
+        {},
+        {"sidecar.istio.io/userVolume": '{"host": {"hostPath": {"path": "/"}}}'},
+        "metadata.annotations[sidecar.istio.io/userVolume]",
+    ),
+    (
+        "Istio traffic around the mesh",
+        {},
+        {"traffic.sidecar.istio.io/excludeOutboundIPRanges": "0.0.0.0/0"},
+        "metadata.annotations[traffic.sidecar.istio.io/excludeOutboundIPRanges]",
+    ),
+    ("Linkerd injection", {}, {"linkerd.io/inject": "enabled"}, "metadata.annotations[linkerd.io/inject]"),
+    (
+        "a provider node held against scale-down",
+        {},
+        {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+        "metadata.annotations[cluster-autoscaler.kubernetes.io/safe-to-evict]",
+    ),
+    (
+        "Kubernetes' own keys",
+        {},
+        {"kubernetes.io/egress-bandwidth": "10G"},
+        "metadata.annotations[kubernetes.io/egress-bandwidth]",
+    ),
+]
+SAME_NAMESPACE_ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "nginx"}}, "topologyKey": HOSTNAME},
+            }
+        ]
+    }
+}
+
+
+async def test_labels_and_annotations_the_provider_acts_on_are_refused_from_the_peer_itself(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    """A plain Deployment's pod passes the allowlist of keys; CNI, mesh and autoscaler keys do not, created or added."""
+    rome_id = sites["rome"].cluster_id
+    for attack, labels, notes, key in METADATA_ATTACKS:
+        name = unique("meta")
+        body = shadow_pod(name, offloaded.twin, rome_id)
+        body["metadata"]["labels"] |= labels
+        body["metadata"]["annotations"] = notes
+        error = await refused(rome_as_peer, body)
+        assert error.status == 403, (attack, error)
+        assert key in error.message, (attack, error.message)
+        await nothing_left(milan, offloaded.twin, name)
+
+    # kubectl create deployment nginx --image=nginx, restarted with kubectl rollout restart, anti-affine to itself.
+    name = unique("nginx")
+    body = shadow_pod(name, offloaded.twin, rome_id, affinity=SAME_NAMESPACE_ANTI_AFFINITY)
+    body["metadata"]["labels"] |= {"app": "nginx", "pod-template-hash": "7d9b8c6f5"}
+    body["metadata"]["annotations"] = {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}
+    await rome_as_peer.create(SHADOW_PODS, body)
+    try:
+        made = await pod_made(milan, offloaded.twin, name)
+        assert {k: made["metadata"]["labels"].get(k) for k in ("app", "pod-template-hash")} == {
+            "app": "nginx",
+            "pod-template-hash": "7d9b8c6f5",
+        }
+        # A key added later would reach the pod made again (after a drain, a deletion): judged like a creation.
+        istio = {"metadata": {"labels": {"sidecar.istio.io/inject": "true"}}}
+        with pytest.raises(ApiError) as caught:
+            await rome_as_peer.patch(SHADOW_PODS, name, istio, namespace=offloaded.twin)
+        assert caught.value.status == 403
+        assert "metadata.labels[sidecar.istio.io/inject]" in caught.value.message
+        stored = await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
+        assert "sidecar.istio.io/inject" not in stored["metadata"]["labels"]
+        # A label of the user's own vocabulary may still change without the provider's say.
+        await rome_as_peer.patch(SHADOW_PODS, name, {"metadata": {"labels": {"tier": "web"}}}, namespace=offloaded.twin)
+    finally:
+        await released(rome_as_peer, milan, offloaded.twin, name)
+
+    # The provider's SharingPolicy for rome accepts more keys: Prometheus' annotations and a domain of rome's.
+    scraped = shadow_pod(unique("scraped"), offloaded.twin, rome_id)
+    scraped["metadata"]["labels"] |= {"example.com/team": "shop"}
+    scraped["metadata"]["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9090"}
+    error = await refused(rome_as_peer, scraped)
+    for key in ("metadata.labels[example.com/team]", "metadata.annotations[prometheus.io/scrape]"):
+        assert key in error.message, error.message
+    policy: Object = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": unique("keys-rome")},
+        "spec": {
+            "action": "Share",
+            "peers": [rome_id],
+            "podSecurity": {"allowedLabelKeys": ["example.com/team"], "allowedAnnotationKeys": ["prometheus.io/*"]},
+        },
+    }
+    await milan.create(SHARING_POLICIES, policy)
+    try:
+
+        async def accepted() -> bool:
+            try:
+                await rome_as_peer.create(SHADOW_PODS, scraped, dry_run=True)
+            except ApiError:
+                return False
+            return True
+
+        await eventually(accepted, timeout=30, message="the webhook applying rome's policy of keys")
+        scraped["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "macvlan-host"
+        error = await refused(rome_as_peer, scraped)
+        assert "metadata.annotations[k8s.v1.cni.cncf.io/networks]" in error.message
+        assert "metadata.annotations[prometheus.io/scrape]" not in error.message
+    finally:
+        await milan.delete(SHARING_POLICIES, policy["metadata"]["name"])
+    await nothing_left(milan, offloaded.twin, scraped["metadata"]["name"])
+
+
 async def test_grace_period_is_cut_to_the_cap_and_the_token_never_mounted(
     sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
 ) -> None:
@@ -219,29 +448,11 @@ async def test_grace_period_is_cut_to_the_cap_and_the_token_never_mounted(
     )
     await rome_as_peer.create(SHADOW_PODS, body)
     try:
-        made: list[Object] = []
-
-        async def pod_made() -> bool:
-            try:
-                made.append(await milan.get(PODS, name, namespace=offloaded.twin))
-            except NotFoundError:
-                return False
-            return True
-
-        await eventually(pod_made, timeout=30, message="milan making the pod")
-        assert made[-1]["spec"]["terminationGracePeriodSeconds"] == 120  # the default maxTermination...
-        assert made[-1]["spec"]["automountServiceAccountToken"] is False
+        made = await pod_made(milan, offloaded.twin, name)
+        assert made["spec"]["terminationGracePeriodSeconds"] == 120  # the default maxTermination...
+        assert made["spec"]["automountServiceAccountToken"] is False
     finally:
-        await rome_as_peer.delete(SHADOW_PODS, name, namespace=offloaded.twin)
-
-    async def gone() -> bool:
-        try:
-            await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
-        except NotFoundError:
-            return True
-        return False
-
-    await eventually(gone, timeout=30, message="the ShadowPod released by milan")
+        await released(rome_as_peer, milan, offloaded.twin, name)
 
 
 async def test_a_shadow_pod_outside_a_twin_is_refused(

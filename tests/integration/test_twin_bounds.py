@@ -16,7 +16,7 @@ import pytest
 
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, object_quota, quota_matches
-from liqo.api.networks import ClusterNetwork, PodNetwork, remapped_pod_cidr
+from liqo.api.networks import ClusterNetwork, PodNetwork, pods_seen_at, recorded_network, remapped_pod_cidr
 from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
@@ -24,6 +24,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import (
     CONFIGMAPS,
     LEASES,
+    NAMESPACES,
     NETWORK_POLICIES,
     RESOURCE_QUOTAS,
     ROLE_BINDINGS,
@@ -155,17 +156,26 @@ async def test_a_peer_fills_its_twin_and_its_tenant_namespace_only_up_to_their_q
 
 
 async def expected_network_policy(milan: KubeClient, sites: dict[str, Site], twin: str, allowed: PodNetwork) -> Obj:
-    """What milan's twin of rome's namespace must hold, by the pure function, from milan's own records."""
+    """What milan's twin of rome's namespace must hold, by the pure function, from milan's own records.
+
+    rome's pods where milan sees them: from the network milan's ForeignCluster records for rome and milan's
+    NetworkConfig for it (none here: no network fabric on these clusters, rome's pod CIDR is clear of milan's);
+    the same block the twin's ``liqo.io/peer-pods`` tells the admission policies.
+    """
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     settings = (await milan.get(CONFIGMAPS, names.CLUSTER_SETTINGS, namespace=names.LIQO_NAMESPACE))["data"]
     local = ClusterNetwork.parse(pod_cidr=settings["podCIDR"], service_cidr=settings["serviceCIDR"])
     try:
         ours = await milan.get(NETWORK_CONFIGS, milan_id, namespace=names.tenant_namespace(rome_id))
     except NotFoundError:
-        ours = None  # no network fabric on these clusters: rome's pods are not seen through a gateway
-    return twin_network_policy(
-        namespace=twin, consumer_id=rome_id, home_pods=remapped_pod_cidr(ours), local=local, allowed=allowed
-    )
+        ours = None
+    recorded = await operations.foreign_cluster(milan, rome_id)
+    assert recorded is not None
+    home_pods = pods_seen_at(owner=recorded_network(recorded), reader=local, remapped_pod_cidr=remapped_pod_cidr(ours))
+    assert home_pods is not None
+    annotations = (await milan.get(NAMESPACES, twin))["metadata"].get("annotations") or {}
+    assert annotations.get(names.PEER_PODS) == str(home_pods), annotations
+    return twin_network_policy(namespace=twin, consumer_id=rome_id, home_pods=home_pods, local=local, allowed=allowed)
 
 
 async def test_every_twin_holds_a_network_policy_that_follows_the_providers_policy_and_the_peer_cannot_touch(

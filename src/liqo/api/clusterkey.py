@@ -5,7 +5,7 @@ key pair when liqo is installed (Secret ``liqo/liqo-cluster-key``, kept across r
 publishes the public half in its identity ConfigMap, and signs with the private half: a consumer its
 identity requests, a provider its answers. A peer remembers the key by its fingerprint
 (ForeignCluster ``spec.keyFingerprint``) and refuses any other key speaking for that cluster ID: a consumer
-therefore cannot be impersonated by another holder of the provider's token, and a provider cannot be
+therefore cannot be impersonated by another holder of an enrolment token, and a provider cannot be
 impersonated by anyone, token or not (docs/security.md, "Peer authentication").
 
 Ed25519 only: one algorithm means no downgrade to negotiate and no weak parameter to refuse; signatures

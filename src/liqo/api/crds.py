@@ -83,6 +83,19 @@ POD_SECURITY_LEVELS = ("baseline", "restricted")
 TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_MAX_GRACE_SECONDS = 120
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+HOST_PATTERN_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+ANNOTATION_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+"""A qualified name, as Kubernetes writes annotation keys: an optional DNS prefix and ``/``, then a name."""
+KEY_OR_PREFIX_PATTERN = f"{ANNOTATION_KEY_PATTERN}|{DNS_SUBDOMAIN_PATTERN.removesuffix('$')}/\\*$"
+"""A label or annotation key, or a DNS prefix and ``/*`` for every key of that prefix (``prometheus.io/*``). A
+bare ``*`` is refused: it would let a peer's pods carry what the provider's other components act on."""
+MAX_ALLOWED_KEYS = 64
+MAX_INGRESS_ITEMS = 32
+"""How many classes, host patterns or annotation keys a policy may offer: each list is written, joined, on
+every twin of the consumers it applies to."""
 CIDR_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$|^[0-9a-f:]*:[0-9a-f:.]*/[0-9]{1,3}$"
 """A CIDR as :func:`liqo.api.networks.parse_cidr` writes it: dotted IPv4 or lowercase IPv6, and a prefix length."""
 KEY_FINGERPRINT_PATTERN = r"^sha256:[0-9a-f]{64}$"
@@ -481,6 +494,16 @@ def _pod_security() -> Schema:
             "effect": _enum("The taint effect; empty: every effect.", TAINT_EFFECTS),
         },
     )
+
+    def allowed_keys(what: str) -> Schema:
+        return _string_set(
+            f"{what} keys their pods may carry beyond keys without a prefix and the built-in few (docs/security.md,"
+            ' "ShadowPod admission"): exact keys, or a prefix and /* (prometheus.io/*). Other components act on'
+            " keys they find on pods (CNI plugins, meshes, the cluster autoscaler): list only keys this cluster's"
+            " components treat safely for a peer.",
+            _string(f"A {what.lower()} key, or a prefix and /*.", pattern=KEY_OR_PREFIX_PATTERN, maxLength=317),
+        ) | {"maxItems": MAX_ALLOWED_KEYS}
+
     return _object(
         "What the peers' pods may do on this cluster.",
         {
@@ -504,6 +527,38 @@ def _pod_security() -> Schema:
                 minimum=0,
                 maximum=86400,
                 default=DEFAULT_MAX_GRACE_SECONDS,
+            ),
+            "allowedLabelKeys": allowed_keys("Label"),
+            "allowedAnnotationKeys": allowed_keys("Annotation"),
+        },
+    )
+
+
+def _ingress() -> Schema:
+    """What a provider lets the peers' Ingresses say (docs/security.md, "Ingresses")."""
+
+    def listed(description: str, item: Schema) -> Schema:
+        return _string_set(description, item) | {"maxItems": MAX_INGRESS_ITEMS}
+
+    return _object(
+        "What the peers' Ingresses may say on this cluster. Absent or without classes: no Ingress of theirs is"
+        " accepted.",
+        {
+            "classes": listed(
+                "The IngressClasses their Ingresses may name in spec.ingressClassName (the only way: the legacy"
+                " annotation is refused).",
+                _string("An IngressClass name.", pattern=DNS_SUBDOMAIN_PATTERN, maxLength=253),
+            ),
+            "hosts": listed(
+                "The hosts their rules and TLS sections may name: shop.example.com, or *.example.com for any name"
+                " under example.com (not example.com itself). A rule without a host is refused.",
+                _string("A host, or *. and a domain.", pattern=HOST_PATTERN_PATTERN, maxLength=253),
+            ),
+            "annotations": listed(
+                "Annotation keys their Ingresses may carry (exact keys). Ingress controllers act on annotations"
+                " (nginx snippets run configuration in the controller): list only keys this cluster's controller"
+                " treats safely.",
+                _string("An annotation key.", pattern=ANNOTATION_KEY_PATTERN, maxLength=317),
             ),
         },
     )
@@ -605,6 +660,7 @@ def sharing_policy_crd() -> dict[str, Any]:
                 "maxItems": MAX_ALLOWED_TWIN_NAMES,
             },
             "podNetwork": _pod_network(),
+            "ingress": _ingress(),
             "countLimits": {
                 "type": "boolean",
                 "description": "Whether the declared limits of the peers' pods must also add up within the accepted"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 LIQO_NAMESPACE = "liqo"
-"""Where liqo's own components, the cluster identity and the authentication token live."""
+"""Where liqo's own components, the cluster identity and the enrolment tokens live."""
 
 CLUSTER_IDENTITY = "liqo-cluster-identity"
 """ConfigMap in LIQO_NAMESPACE: ``clusterID``, ``clusterName``, ``apiServerURL``, ``authURL`` (by the manager)."""
@@ -21,14 +21,15 @@ CLUSTER_IDENTITY = "liqo-cluster-identity"
 CLUSTER_SETTINGS = "liqo-settings"
 """ConfigMap in LIQO_NAMESPACE: what the install was told (name, labels, URLs, network), for the manager."""
 
-AUTH_TOKEN_SECRET = "liqo-auth-token"
-"""Secret in LIQO_NAMESPACE (key ``token``): what a new consumer must prove it knows to enrol."""
+LEGACY_AUTH_TOKEN_SECRET = "liqo-auth-token"
+"""Secret in LIQO_NAMESPACE of earlier versions: one token every consumer enrolled with. Deleted at start-up:
+each consumer now enrols with a token of its own (:mod:`liqo.peering.tokens`)."""
 
 CLUSTER_KEY_SECRET = "liqo-cluster-key"
 """Secret in LIQO_NAMESPACE (key ``privateKey``): this cluster's Ed25519 key (:mod:`liqo.api.clusterkey`)."""
 
 PEER_TOKEN_SECRET = "liqo-peer-token"
-"""Secret in a consumer's tenant namespace (key ``token``): the provider's token, given out of band."""
+"""Secret in a consumer's tenant namespace (key ``token``): the enrolment token the provider minted for it."""
 
 IDENTITY_SECRET = "liqo-identity"
 """Secret in a consumer's tenant namespace (key ``kubeconfig``): the identity the provider issued."""
@@ -47,7 +48,7 @@ VIRTUAL_NODE_TYPE = "liqo.io/type"
 """``VIRTUAL_NODE`` on virtual Nodes (and VirtualNode resources): never counted as local capacity."""
 VIRTUAL_NODE = "virtual-node"
 EXPIRES_AT = "liqo.io/expires-at"
-"""On identity Secrets: when the certificate expires (RFC 3339)."""
+"""On identity Secrets: when the certificate expires; on enrolment tokens' Secrets: when the token does (RFC 3339)."""
 
 PEER_USER_PREFIX = "liqo.io:peer:"
 """Peers authenticate as the user ``liqo.io:peer:<cluster-id>`` (their certificate's CN)."""
@@ -131,6 +132,18 @@ SCHEDULING_ENABLED = "liqo.io/scheduling-enabled"
 """``"true"`` on home namespaces being offloaded: the pod webhook is called for those only."""
 ORIGIN_NAMESPACE = "liqo.io/origin-namespace"
 """On twin namespaces (provider side): the home namespace they stand for."""
+PEER_PODS = "liqo.io/peer-pods"
+"""On twin namespaces (provider side): the CIDR this cluster sees the consumer's pods at; the only addresses
+the consumer's EndpointSlices there may list (absent: none). Kept by the provider's manager; a peer never
+writes namespaces, so the API server's admission policies may trust it."""
+INGRESS_CLASSES = "liqo.io/ingress-classes"
+"""On twin namespaces: the IngressClasses the provider's policy offers the consumer's Ingresses, comma-separated
+(absent: none, so no Ingress of the consumer's is accepted)."""
+INGRESS_HOSTS = "liqo.io/ingress-hosts"
+"""On twin namespaces: the hosts those Ingresses may name, comma-separated: ``shop.example.com``, or
+``*.example.com`` for any name under that domain."""
+INGRESS_ANNOTATIONS = "liqo.io/ingress-annotations"
+"""On twin namespaces: the annotation keys those Ingresses may carry beyond the built-in few, comma-separated."""
 VIRTUAL_NODE_TAINT = "virtual-node.liqo.io/not-allowed"
 """Key of the NoExecute taint on virtual nodes; only pods the webhook let through tolerate it."""
 

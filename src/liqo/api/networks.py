@@ -364,3 +364,24 @@ def translate(
         return Remapped(address=remapped_pod_cidr.network_address + offset, original=ip)
     reason = conflict(owner=owner, reader=reader, owner_name=owner_name, reader_name=reader_name)
     return Refused(reason) if reason else Unchanged(ip)
+
+
+def pods_seen_at(
+    *, owner: ClusterNetwork | None, reader: ClusterNetwork | None, remapped_pod_cidr: IPNetwork | None = None
+) -> IPNetwork | None:
+    """The block the reader dials the owner's pods at: where :func:`translate` puts the owner's pod CIDR.
+
+    None when translate refuses every pod address of the owner (a network unknown, pod CIDRs that clash
+    with nothing remapping them, a remapped block of the wrong size). The provider's admission holds the
+    slices a consumer writes to this block (docs/security.md, "Endpoints"): the same function as the
+    consumer's translation, so the two can never disagree about which addresses are the consumer's.
+    """
+    if owner is None:
+        return None
+    pods = owner.pod_cidr
+    base = translate(
+        pods.network_address, owner=owner, reader=reader, owner_name="", remapped_pod_cidr=remapped_pod_cidr
+    )
+    if isinstance(base, Refused):
+        return None
+    return ipaddress.ip_network((base.address, pods.prefixlen))

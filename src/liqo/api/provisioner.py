@@ -34,7 +34,7 @@ class PeerRecord:
     """What this cluster knows of a consumer before it authenticates (its ForeignCluster here, if any)."""
 
     key_fingerprint: str | None
-    """The key pinned for its cluster ID (None: none yet: the next consumer proving the token pins one)."""
+    """The key pinned for its cluster ID (None: none yet: the next consumer proving an enrolment token pins one)."""
     refused: bool
     """The admin refuses it (``incomingPeeringEnabled: No``): revoked, or never allowed."""
 

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from liqo.apps import operability
+from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.network import gateways
@@ -33,6 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--key-file", default=f"{gateways.KEY_DIR}/{gateways.KEY_FILE}", help="the WireGuard private key's file"
     )
+    peerpools.add_flag(parser)
     operability.add_flags(parser)
     args = parser.parse_args(argv)
     if not args.local_id or not args.peer_id:
@@ -56,6 +57,7 @@ async def run(args: argparse.Namespace) -> None:
             local_id=args.local_id,
             peer_id=args.peer_id,
             key_file=args.key_file,
+            pools=args.peer_pools,
         )
         serving.set()
         await operability.until_signalled(gateway.run())

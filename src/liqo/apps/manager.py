@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import logging
 import os
 import secrets
@@ -22,6 +21,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Mapping
+from ipaddress import IPv4Network
 
 from aiohttp import web
 
@@ -31,7 +31,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
-from liqo.apps import operability
+from liqo.apps import operability, peerpools
 from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
@@ -43,7 +43,7 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.metrics import CacheCollector, registered
-from liqo.kube.resources import CONFIGMAPS, SECRETS
+from liqo.kube.resources import CONFIGMAPS
 from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
@@ -57,6 +57,13 @@ from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import auth_app
 from liqo.peering.caches import PeeringCaches
+from liqo.peering.enrolment import (
+    DEFAULT_MAX_PENDING_TENANTS,
+    DEFAULT_MAX_TENANTS,
+    KubeEnrolments,
+    TenantLimits,
+    TokenCollector,
+)
 from liqo.peering.incoming import IncomingPeering
 from liqo.peering.observations import Observations
 from liqo.peering.outgoing import OutgoingPeering
@@ -92,6 +99,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--identity-ttl", type=int, default=7200, help="lifetime of issued identities, seconds")
     parser.add_argument(
+        "--max-tenants",
+        type=_count,
+        default=DEFAULT_MAX_TENANTS,
+        help="consumers enrolled at once, at most: enrolments beyond are refused (403)",
+    )
+    parser.add_argument(
+        "--max-pending-tenants",
+        type=_count,
+        default=DEFAULT_MAX_PENDING_TENANTS,
+        help="consumers enrolled without an accepted offer, at most: enrolments beyond are refused (429)",
+    )
+    parser.add_argument(
         "--reserved-namespaces",
         type=_reserved_namespaces,
         default=(),
@@ -103,6 +122,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=(),
         help="CIDRs (comma-separated) where peers' pods may never be seen, besides our pod and service CIDRs",
     )
+    peerpools.add_flag(parser)
     parser.add_argument(
         "--twin-quota",
         type=lambda text: _quota(text, flag="--twin-quota", defaults=DEFAULT_TWIN_QUOTA),
@@ -123,6 +143,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     operability.add_flags(parser)
     return parser.parse_args(argv)
+
+
+def _count(text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
+    return int(text)
 
 
 def _reserved_namespaces(text: str) -> tuple[str, ...]:
@@ -202,6 +228,7 @@ async def run(args: argparse.Namespace) -> None:
                     reserved_namespaces=args.reserved_namespaces,
                     reserved_subnets=args.reserved_subnets,
                     twin_quota=args.twin_quota,
+                    peer_pools=args.peer_pools,
                 )
             )
         )
@@ -259,10 +286,6 @@ async def _serve_auth(
 ) -> web.AppRunner:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
 
-    async def token() -> str:
-        secret = await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
-        return base64.b64decode(secret["data"]["token"]).decode()
-
     provisioner = KubeProvisioner(
         client=client,
         api_server_url=local.api_server_url,
@@ -275,7 +298,11 @@ async def _serve_auth(
         cluster_name=local.cluster_name,
         key=key,
         network=network,
-        token_source=token,
+        enrolments=KubeEnrolments(
+            client=client,
+            local_id=local.cluster_id,
+            limits=TenantLimits(max_tenants=args.max_tenants, max_pending=args.max_pending_tenants),
+        ),
         provisioner=PolicyGate(client=client, provisioner=provisioner),
         nonces=NonceStore(),
     )
@@ -371,6 +398,7 @@ async def _controllers(
     reserved_namespaces: tuple[str, ...],
     reserved_subnets: tuple[IPNetwork, ...],
     twin_quota: Mapping[str, int],
+    peer_pools: tuple[IPv4Network, ...],
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
@@ -398,6 +426,7 @@ async def _controllers(
         events=events,
     )
     incoming = IncomingPeering(client=client, informers=informers)
+    tokens = TokenCollector(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
     offers = OfferController(client=client, informers=informers, local=local)
     acceptance = OfferAcceptance(client=client, informers=informers)
@@ -421,6 +450,7 @@ async def _controllers(
         local_id=local.cluster_id,
         network=network,
         reserved=reserved_subnets,
+        pools=peer_pools,
         events=events,
     )
     observations.on_change = status.controller.queue.add
@@ -440,6 +470,7 @@ async def _controllers(
         outgoing,
         status,
         incoming,
+        tokens,
         replicator,
         offers,
         acceptance,

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from liqo.apps import operability
+from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.network.agent import NodeAgent
@@ -31,6 +31,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--node-name", default=os.environ.get(ENV_NODE_NAME), help=f"this node (default: ${ENV_NODE_NAME})"
     )
+    peerpools.add_flag(parser)
     operability.add_flags(parser)
     args = parser.parse_args(argv)
     if not args.node_name:
@@ -44,7 +45,7 @@ async def run(args: argparse.Namespace) -> None:
     serving = asyncio.Event()
     metrics = await operability.start_metrics(args, ready=serving.is_set)
     async with KubeClient(access=access, name="local") as client:
-        agent = NodeAgent(client=client, runner=ProcessRunner(), node_name=args.node_name)
+        agent = NodeAgent(client=client, runner=ProcessRunner(), node_name=args.node_name, pools=args.peer_pools)
         serving.set()
         await operability.until_signalled(agent.pods.run(), agent.controller.run())
     if metrics is not None:

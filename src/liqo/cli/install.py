@@ -15,7 +15,9 @@ from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
 from liqo.install.installer import InstallOptions, install, plan, uninstall
 from liqo.local.spec import parse_labels
+from liqo.network import ipam
 from liqo.offloading.namespacemaps import parse_reserved
+from liqo.peering.enrolment import DEFAULT_MAX_PENDING_TENANTS, DEFAULT_MAX_TENANTS, TenantLimits
 
 
 def install_command(
@@ -28,6 +30,13 @@ def install_command(
     api_server_url: Annotated[str | None, typer.Option(help="API server URL as peers reach it.")] = None,
     auth_url: Annotated[str | None, typer.Option(help="Authentication endpoint URL as peers reach it.")] = None,
     identity_ttl: Annotated[int, typer.Option(help="Lifetime of issued peer identities, seconds (>= 600).")] = 7200,
+    max_tenants: Annotated[
+        int, typer.Option(help="Consumers enrolled at most; further enrolments are refused.", min=0)
+    ] = DEFAULT_MAX_TENANTS,
+    max_pending_tenants: Annotated[
+        int,
+        typer.Option(help="Consumers enrolled without an accepted offer at most; further ones are refused.", min=0),
+    ] = DEFAULT_MAX_PENDING_TENANTS,
     reserved_namespaces: Annotated[
         str,
         typer.Option(
@@ -46,6 +55,13 @@ def install_command(
             help="This cluster's service CIDR, told to peers (required the first time on a cluster that is not local)."
         ),
     ] = None,
+    peer_pools: Annotated[
+        str,
+        typer.Option(
+            help="IPv4 CIDRs where peers' pods are named and routed, and nowhere else: a,b (default: the private"
+            " ranges of RFC 1918)."
+        ),
+    ] = "",
     image: Annotated[
         str | None,
         typer.Option(help="liqo's image (default: the release's; on a local cluster, the one its real nodes hold)."),
@@ -69,6 +85,12 @@ def install_command(
             reserved = parse_reserved(reserved_namespaces)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reserved-namespaces") from None
+        try:
+            pools = (
+                tuple(str(pool) for pool in ipam.parse_pools(peer_pools, field="--peer-pools")) if peer_pools else ()
+            )
+        except InvalidNetwork as exc:
+            raise typer.BadParameter(str(exc), param_hint="--peer-pools") from None
         if output not in ("manifests", "values"):
             raise typer.BadParameter("must be manifests or values", param_hint="--output")
         options = InstallOptions(
@@ -79,9 +101,11 @@ def install_command(
             api_server_url=api_server_url,
             auth_url=auth_url,
             identity_ttl=identity_ttl,
+            tenant_limits=TenantLimits(max_tenants=max_tenants, max_pending=max_pending_tenants),
             reserved_namespaces=reserved,
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),
+            peer_pools=pools,
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run, output=output))
 

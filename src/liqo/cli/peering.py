@@ -1,4 +1,4 @@
-"""``liqoctl peer``, ``unpeer``, ``generate peer-command``, ``get kubeconfig``, ``info``, ``status``."""
+"""``liqoctl peer``, ``unpeer``, ``generate peer-command``, ``token``, ``get kubeconfig``, ``info``, ``status``."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import yaml
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
-from liqo.peering import operations
+from liqo.peering import enrolment, operations, tokens
 from liqo.peering.operations import PeerCommand
 
 peer_app = typer.Typer(help="Peer with a provider cluster.", invoke_without_command=True, no_args_is_help=False)
 generate_app = typer.Typer(help="Generate commands and configuration for peers.", no_args_is_help=True)
 get_app = typer.Typer(help="Get liqo objects.", no_args_is_help=True)
+token_app = typer.Typer(help="List and revoke this cluster's enrolment tokens.", no_args_is_help=True)
 
 Timeout = Annotated[float, typer.Option(help="Seconds to wait before giving up with the reason.")]
 OfferMode = Annotated[str, typer.Option(help="How offers are accepted: Auto, Manual or PriceLimit.")]
@@ -76,7 +77,9 @@ def peer_out_of_band(
     key_fingerprint: Annotated[
         str, typer.Option(help="The provider's key fingerprint (sha256:...): only that provider is trusted.")
     ],
-    auth_token: Annotated[str, typer.Option(help="The provider's token (from `liqoctl generate peer-command`).")],
+    auth_token: Annotated[
+        str, typer.Option(help="The enrolment token (from `liqoctl generate peer-command`; it enrols once).")
+    ],
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     offer_policy: OfferMode = "Auto",
@@ -121,7 +124,7 @@ def allow(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
     forget_key: Annotated[
-        bool, typer.Option(help="Also forget its key (it was re-installed): the next token holder pins one.")
+        bool, typer.Option(help="Also forget its key (it was re-installed): it enrols again with a new token.")
     ] = False,
 ) -> None:
     """Let a revoked consumer peer with this cluster again."""
@@ -135,24 +138,75 @@ def allow(
     out.print(f"{fc['metadata']['name']} ({fc['spec']['clusterID']}) may peer with this cluster again")
 
 
+def _validity(text: str) -> datetime.timedelta:
+    try:
+        return tokens.parse_validity(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 @generate_app.command("peer-command")
 def generate_peer_command(
     kubeconfig: Kubeconfig = None,
     context: Context = None,
-    rotate_token: Annotated[
-        bool,
-        typer.Option(help="Mint a new token first: earlier commands stop enrolling; enrolled peers are unaffected."),
-    ] = False,
+    valid_for: Annotated[str, typer.Option(help="How long its token enrols: 30m, 24h, 7d (at most 30 days).")] = "24h",
 ) -> None:
-    """Print the `liqoctl peer out-of-band` command a consumer runs to peer with this cluster."""
+    """Print the `liqoctl peer out-of-band` command one consumer runs to peer with this cluster.
+
+    Each command carries a token of its own: it enrols one cluster, once, before it expires.
+    """
+    validity = _validity(valid_for)
 
     async def run() -> PeerCommand:
         async with client_for(kubeconfig, context) as local:
-            return await operations.peer_command(local, rotate_token=rotate_token)
+            return await operations.peer_command(local, valid_for=validity)
 
     with expected_errors():
         command = asyncio.run(run())
     sys.stdout.write(command.render() + "\n")
+    if command.enrolment is not None:
+        token = command.enrolment
+        expiry = token.to_report()["expiresAt"]
+        progress(f"token {token.id}: enrols one cluster until {expiry}; `liqoctl token revoke {token.id}` withdraws it")
+
+
+@token_app.command("list")
+def list_tokens(kubeconfig: Kubeconfig = None, context: Context = None, output: Format = OUTPUT_OPTION) -> None:
+    """The enrolment tokens not used yet: each peer command's, until it enrols a cluster or expires."""
+
+    async def run() -> list[dict[str, Any]]:
+        async with client_for(kubeconfig, context) as local:
+            return [token.to_report() for token in await enrolment.outstanding(local)]
+
+    with expected_errors():
+        found = asyncio.run(run())
+    if emit(found, fmt=output):
+        return
+    table(["id", "expires", "created"], [[t["id"], t["expiresAt"], t["createdAt"] or "-"] for t in found])
+
+
+@token_app.command("revoke")
+def revoke_tokens(
+    ids: Annotated[list[str] | None, typer.Argument(help="Token IDs, as `liqoctl token list` prints them.")] = None,
+    all_tokens: Annotated[bool, typer.Option("--all", help="Every token not used yet.")] = False,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Withdraw enrolment tokens: the peer commands carrying them enrol no one; enrolled consumers go on."""
+    if bool(ids) == all_tokens:
+        raise typer.BadParameter("name the tokens to revoke, or --all")
+
+    async def run() -> list[str]:
+        async with client_for(kubeconfig, context) as local:
+            chosen = [token.id for token in await enrolment.outstanding(local)] if all_tokens else ids or []
+            return await enrolment.revoke(local, chosen)
+
+    with expected_errors():
+        revoked = asyncio.run(run())
+    for token in revoked:
+        out.print(f"revoked enrolment token {token}")
+    if not revoked:
+        out.print("no enrolment token to revoke")
 
 
 @get_app.command("kubeconfig")

@@ -1,13 +1,15 @@
-"""The manager's first act: turn the install's settings into this cluster's identity, key and token.
+"""The manager's first act: turn the install's settings into this cluster's identity and key.
 
 Why the manager, not the installer: ``helm install`` runs none of our code, and the chart may hold nothing
 generated — a Helm template cannot read the ``kube-system`` UID at ``helm template`` time, and a key or token
 it rendered would be replaced by every ``helm upgrade``. So the install writes only what it was told (the
 ``liqo-settings`` ConfigMap) and every manager replica, at start-up, makes sure that:
 
-- the cluster key and the authentication token exist: *created* if absent, never replaced (peers pin the
-  key; consumers not yet enrolled hold the token). Two replicas racing both create; the loser reads the
-  winner's;
+- the cluster key exists: *created* if absent, never replaced (peers pin it). Two replicas racing both
+  create; the loser reads the winner's;
+- the shared authentication token of earlier versions is gone: it enrols no one any more (each consumer now
+  gets a token of its own, :mod:`liqo.peering.tokens`), and a credential that looks alive but is not
+  misleads whoever finds it;
 - the identity ConfigMap says what the settings say, with the cluster ID (the UID of ``kube-system``:
   stable for the life of the cluster, the same after a re-install) and the key's public half. Every
   replica computes the same object, so concurrent applies agree.
@@ -19,6 +21,8 @@ before anything listens.
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +35,8 @@ from liqo.api.networks import ClusterNetwork, InvalidNetwork
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.resources import CONFIGMAPS, NAMESPACES, SECRETS
-from liqo.peering.tokens import new_token, token_of, token_secret
+
+log = logging.getLogger(__name__)
 
 DEFAULT_AUTH_URL = f"https://liqo-auth.{names.LIQO_NAMESPACE}.svc"
 
@@ -122,7 +127,7 @@ async def read_settings(client: KubeClient) -> dict[str, str] | None:
 
 
 async def ensure_identity(client: KubeClient, settings: Mapping[str, str]) -> tuple[ClusterIdentity, ClusterKey]:
-    """Make sure the key, the token and the identity exist and agree with ``settings``; return both.
+    """Make sure the key and the identity exist and agree with ``settings``; return both.
 
     Raises:
         InvalidSettings: see :func:`identity_from_settings`; also a key Secret holding no Ed25519 key.
@@ -133,8 +138,9 @@ async def ensure_identity(client: KubeClient, settings: Mapping[str, str]) -> tu
         key = ClusterKey.from_pem(base64.b64decode(key_secret["data"]["privateKey"]).decode())
     except (KeyError, ValueError, InvalidKey) as exc:
         raise InvalidSettings(f"Secret {names.LIQO_NAMESPACE}/{names.CLUSTER_KEY_SECRET}: {exc}") from None
-    if token_of(await _created_or_existing(client, names.AUTH_TOKEN_SECRET, token_secret(new_token()))) is None:
-        raise InvalidSettings(f"Secret {names.LIQO_NAMESPACE}/{names.AUTH_TOKEN_SECRET} holds no token")
+    with contextlib.suppress(NotFoundError):
+        await client.delete(SECRETS, names.LEGACY_AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE)
+        log.info("deleted the shared token of earlier versions (%s): it enrols no one", names.LEGACY_AUTH_TOKEN_SECRET)
     identity = identity_from_settings(settings, cluster_id=cluster_id, key=key)
     await client.apply(CONFIGMAPS, identity_configmap(identity))
     return identity, key

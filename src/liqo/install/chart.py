@@ -4,7 +4,7 @@ The chart has two halves. What values change — the settings, the Deployments a
 SharingPolicy — is written by hand as Helm templates (``charts/liqo/templates/*.yaml`` not listed here),
 because conditionals read better in Go templates than in generated text. Everything else is the Python
 rendering itself, written out by :func:`generated_files` (``make chart``): the CRDs, every RBAC object and the
-peer Service policy (the security boundary: one source only), the webhook registrations (with one Helm
+admission policies on peers' writes (the security boundary: one source only), the webhook registrations (with one Helm
 include for how the API server reaches them, and the pod placement policy in place of the pod webhook where the
 API server serves MutatingAdmissionPolicy), ``values.yaml`` (from :class:`~liqo.install.values.Values`'s
 defaults) and ``Chart.yaml``. A unit test fails when the committed files differ from these; an integration

@@ -86,6 +86,11 @@ PEER_NETWORK_CONFIG_RULES = (
 no ``networkconfigs/status``); the third rule keeps them refused should a role ever grant more."""
 
 
+def peer_pools_flags(peer_pools: tuple[str, ...]) -> list[str]:
+    """``--peer-pools``, the same for the manager, the gateways and the node agents (none: their default)."""
+    return [f"--peer-pools={','.join(peer_pools)}"] if peer_pools else []
+
+
 def _meta(name: str, *, namespace: str | None = names.LIQO_NAMESPACE) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE}}
     if namespace:
@@ -120,7 +125,7 @@ def gateway_template(values: Values) -> Manifest:
         "image": values.image,
         "imagePullPolicy": values.image_pull_policy,
         "command": ["python3", "-m", "liqo.apps.gateway"],
-        "args": ["--metrics-address="],
+        "args": ["--metrics-address=", *peer_pools_flags(values.peer_pools)],
         "ports": [{"name": "wireguard", "containerPort": WIREGUARD_PORT, "protocol": "UDP"}],
         "resources": dict(values.gateway_resources),
         "securityContext": _net_admin(),
@@ -163,7 +168,7 @@ def network_agent(values: Values) -> Manifest:
         "imagePullPolicy": values.image_pull_policy,
         "command": ["python3", "-m", "liqo.apps.networkagent"],
         # In the node's network, a fixed port would collide with whatever the node runs: no listener.
-        "args": ["--metrics-address="],
+        "args": ["--metrics-address=", *peer_pools_flags(values.peer_pools)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": dict(values.network_agent_resources),
         "securityContext": _net_admin(),

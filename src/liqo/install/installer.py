@@ -32,7 +32,7 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.registration import REGISTRATIONS
+from liqo.peering.enrolment import TenantLimits
 
 Progress = Callable[[str], None]
 
@@ -138,10 +139,13 @@ class InstallOptions:
     auth_url: str | None = None
     image: str | None = None
     identity_ttl: int = 7200
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     reserved_namespaces: tuple[str, ...] = ()
     pod_cidr: IPNetwork | None = None
     service_cidr: IPNetwork | None = None
     replicas: int = 2
+    peer_pools: tuple[str, ...] = ()
+    """Where peers' pods are named and routed (empty: the default pools)."""
 
 
 def resolve_network(
@@ -263,6 +267,7 @@ class HostProcesses:
     metrics_port: int
     kubelet_metrics_port: int
     identity_ttl: int = 7200
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     reserved_namespaces: tuple[str, ...] = ()
 
     @property
@@ -298,7 +303,11 @@ class HostProcesses:
                 f"--webhook-key={self.directory / 'webhook.key'}",
                 f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
                 f"--metrics-address=127.0.0.1:{self.metrics_port}",
-                *manifests.manager_flags(identity_ttl=self.identity_ttl, reserved_namespaces=self.reserved_namespaces),
+                *manifests.manager_flags(
+                    identity_ttl=self.identity_ttl,
+                    tenant_limits=self.tenant_limits,
+                    reserved_namespaces=self.reserved_namespaces,
+                ),
             ],
             probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
             after=["kube-apiserver"],
@@ -387,7 +396,9 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         image=options.image or DEFAULT_IMAGE,
         manager_replicas=options.replicas,
         identity_ttl=options.identity_ttl,
+        tenant_limits=options.tenant_limits,
         reserved_namespaces=options.reserved_namespaces,
+        peer_pools=options.peer_pools,
     )
     if local is None:
         return Plan(values=values, items=manifests.manifests(values, placement_policy=policy), launcher=Pods())
@@ -613,6 +624,7 @@ def host_processes(name: str, options: InstallOptions) -> HostProcesses:
         metrics_port=metrics or next(fresh),
         kubelet_metrics_port=kubelet_metrics or next(fresh),
         identity_ttl=options.identity_ttl,
+        tenant_limits=options.tenant_limits,
         reserved_namespaces=options.reserved_namespaces,
     )
 

@@ -2,7 +2,7 @@
 
 One rendering of :class:`~liqo.install.values.Values`, in Python; the chart's templates are the other, and a
 test holds ``helm template`` equal to :func:`chart` (``liqoctl install --dry-run`` prints :func:`manifests`).
-The chart's static files (CRDs, RBAC, the peer Service policy) are written from here (:mod:`liqo.install.chart`).
+The chart's static files (CRDs, RBAC, the admission policies) are written from here (:mod:`liqo.install.chart`).
 
 The same list serves both launchers: applied as is where liqo runs as pods (any cluster, and local clusters
 with real nodes), or, on a local cluster without real nodes, applied without the Deployments and Services
@@ -12,7 +12,7 @@ because the manager and the virtual kubelet run as host processes under the clus
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -21,11 +21,12 @@ from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, quota_flag
 from liqo.api.crds import all_crds
-from liqo.install import fabric
+from liqo.install import fabric, peerwrites
 from liqo.install.values import Values
 from liqo.kube import csr
-from liqo.offloading import placementpolicy, registration
+from liqo.offloading import placementpolicy, podsecurity, registration
 from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_rules, twin_writer_rules
+from liqo.peering.enrolment import TenantLimits
 from liqo.peering.provisioning import peer_rules
 
 MANAGER = "liqo-manager"
@@ -87,7 +88,7 @@ def manager_rules() -> list[dict[str, Any]]:
             "verbs": _READ,
         },
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": [*_READ, "patch"]},
-        # Peers' rights: RoleBindings to the two peer ClusterRoles only. No Role and no escalate: with bind
+        # Peers' rights: RoleBindings to the three peer ClusterRoles only. No Role and no escalate: with bind
         # limited by name, the API server refuses a binding to any other role (RBAC's escalation check).
         {"apiGroups": [_RBAC], "resources": ["rolebindings"], "verbs": [*_READ, "create", "update", "patch", "delete"]},
         {
@@ -177,7 +178,7 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
 def peer_cluster_roles() -> list[Manifest]:
     """The rights of every consumer's user, bound by the manager in its tenant namespace and in its twins.
 
-    ClusterRoles installed here rather than Roles the manager writes: the manager then only binds these two
+    ClusterRoles installed here rather than Roles the manager writes: the manager then only binds these three
     (``bind`` by name), and cannot grant anything else.
     """
     return [
@@ -191,23 +192,9 @@ def peer_cluster_roles() -> list[Manifest]:
 
 
 PEER_SERVICES_POLICY = "liqo-peer-services"
-_PEER_SERVICE_RULES = (
-    (
-        "!has(object.spec.type) || object.spec.type in ['ClusterIP', 'ExternalName']",
-        "spec.type: a peer's Service must be ClusterIP or ExternalName (NodePort and LoadBalancer open this"
-        " cluster's nodes and load balancers)",
-    ),
-    (
-        "!has(object.spec.externalIPs) || size(object.spec.externalIPs) == 0",
-        "spec.externalIPs: a peer may not claim addresses for its Service (they would capture this cluster's"
-        " traffic to them)",
-    ),
-    (
-        "!has(object.spec.loadBalancerIP) && !has(object.spec.loadBalancerSourceRanges)"
-        " && !has(object.spec.loadBalancerClass)",
-        "spec.loadBalancer*: a peer's Service has no load balancer here",
-    ),
-)
+PEER_ENDPOINT_SLICES_POLICY = "liqo-peer-endpointslices"
+PEER_INGRESSES_POLICY = "liqo-peer-ingresses"
+_PEER_USERS = f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')"
 
 
 def peer_services_policy() -> list[Manifest]:
@@ -215,14 +202,45 @@ def peer_services_policy() -> list[Manifest]:
 
     The virtual kubelet's copies never carry these fields (:mod:`liqo.virtualkubelet.forge.services`), but a
     hostile peer runs none of our code: the API server itself refuses them from any ``liqo.io:peer:`` user, in
-    any namespace, before anything is stored. A ValidatingAdmissionPolicy rather than a webhook: it needs no
-    server of ours on the path, so it holds even while the manager is down.
+    any namespace, before anything is stored (:mod:`liqo.install.peerwrites`).
     """
     return _admission_policy(
         PEER_SERVICES_POLICY,
         rule={"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["services"]},
-        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
-        validations=_PEER_SERVICE_RULES,
+        users=_PEER_USERS,
+        validations=peerwrites.SERVICE_RULES,
+    )
+
+
+def peer_endpoint_slices_policy() -> list[Manifest]:
+    """A peer's EndpointSlices list only where this cluster sees its pods (docs/security.md, "Endpoints")."""
+    return _admission_policy(
+        PEER_ENDPOINT_SLICES_POLICY,
+        rule={
+            "apiGroups": ["discovery.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["endpointslices"],
+        },
+        users=_PEER_USERS,
+        variables=peerwrites.ENDPOINT_SLICE_VARIABLES,
+        validations=peerwrites.ENDPOINT_SLICE_RULES,
+    )
+
+
+def peer_ingresses_policy() -> list[Manifest]:
+    """A peer's Ingresses say only what the provider's policy offers it (docs/security.md, "Ingresses")."""
+    return _admission_policy(
+        PEER_INGRESSES_POLICY,
+        rule={
+            "apiGroups": ["networking.k8s.io"],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["ingresses"],
+        },
+        users=_PEER_USERS,
+        variables=peerwrites.INGRESS_VARIABLES,
+        validations=peerwrites.INGRESS_RULES,
     )
 
 
@@ -240,7 +258,7 @@ def peer_secrets_policy() -> list[Manifest]:
     return _admission_policy(
         PEER_SECRETS_POLICY,
         rule={"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]},
-        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        users=_PEER_USERS,
         validations=(
             (
                 f"!has(object.type) || !(object.type in {refused})",
@@ -358,7 +376,7 @@ def peer_network_configs_policy() -> list[Manifest]:
             "operations": ["CREATE", "UPDATE", "DELETE"],
             "resources": ["networkconfigs", "networkconfigs/status"],
         },
-        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        users=_PEER_USERS,
         validations=fabric.PEER_NETWORK_CONFIG_RULES,
     )
 
@@ -386,7 +404,7 @@ def peer_tenant_writes_policy() -> list[Manifest]:
             "operations": ["CREATE", "UPDATE", "DELETE"],
             "resources": ["resourcerequests", "resourceoffers/status", "namespacemaps"],
         },
-        users=f"request.userInfo.username.startsWith('{names.PEER_USER_PREFIX}')",
+        users=_PEER_USERS,
         validations=(
             (
                 f"request.resource.resource != 'resourcerequests' || request.name == {_PEER_ID}",
@@ -405,25 +423,31 @@ def peer_tenant_writes_policy() -> list[Manifest]:
 
 
 def _admission_policy(
-    name: str, *, rule: dict[str, Any], users: str, validations: tuple[tuple[str, str], ...]
+    name: str,
+    *,
+    rule: dict[str, Any],
+    users: str,
+    validations: Iterable[tuple[str, str] | peerwrites.Validation],
+    variables: Iterable[tuple[str, str]] = (),
 ) -> list[Manifest]:
     """A ValidatingAdmissionPolicy (requests matching ``rule`` by users matching ``users``) and its binding.
 
     Policies rather than webhooks: no server of ours is on the path, so they hold while the manager is down.
+    ``variables`` (name, CEL) are worked out once per request, for every validation.
     """
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {"resourceRules": [rule]},
+        "matchConditions": [{"name": "users", "expression": users}],
+    }
+    if variables:
+        spec["variables"] = [{"name": variable, "expression": expression} for variable, expression in variables]
+    spec["validations"] = [_validation(peerwrites.Validation(*validation)) for validation in validations]
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": _meta(name, namespace=None),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [rule]},
-            "matchConditions": [{"name": "users", "expression": users}],
-            "validations": [
-                {"expression": expression, "message": message, "reason": "Forbidden"}
-                for expression, message in validations
-            ],
-        },
+        "spec": spec,
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -432,6 +456,13 @@ def _admission_policy(
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
+
+
+def _validation(validation: peerwrites.Validation) -> dict[str, str]:
+    rendered = {"expression": validation.expression, "message": validation.message, "reason": "Forbidden"}
+    if validation.message_expression:
+        rendered["messageExpression"] = validation.message_expression
+    return rendered
 
 
 def virtual_kubelet_rules() -> list[dict[str, Any]]:
@@ -550,19 +581,25 @@ def settings(values: Values) -> Manifest:
 def manager_flags(
     *,
     identity_ttl: int,
+    tenant_limits: TenantLimits,
     reserved_namespaces: tuple[str, ...] = (),
     reserved_subnets: tuple[str, ...] = (),
+    peer_pools: tuple[str, ...] = (),
     twin_quota: Mapping[str, int] = DEFAULT_TWIN_QUOTA,
     tenant_quota: Mapping[str, int] = DEFAULT_TENANT_QUOTA,
 ) -> list[str]:
     """The manager's flags that ``liqoctl install`` sets, the same for both launchers."""
-    flags = [f"--identity-ttl={identity_ttl}"]
+    flags = [
+        f"--identity-ttl={identity_ttl}",
+        f"--max-tenants={tenant_limits.max_tenants}",
+        f"--max-pending-tenants={tenant_limits.max_pending}",
+    ]
     if reserved_namespaces:
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
     if reserved_subnets:
         flags.append(f"--reserved-subnets={','.join(reserved_subnets)}")
     flags += [f"--twin-quota={quota_flag(twin_quota)}", f"--tenant-quota={quota_flag(tenant_quota)}"]
-    return flags
+    return [*flags, *fabric.peer_pools_flags(peer_pools)]
 
 
 def _probes() -> dict[str, Any]:
@@ -655,8 +692,10 @@ def manager_workload(values: Values) -> list[Manifest]:
             f"--shutdown-delay={SHUTDOWN_DELAY}",
             *manager_flags(
                 identity_ttl=values.identity_ttl,
+                tenant_limits=values.tenant_limits,
                 reserved_namespaces=values.reserved_namespaces,
                 reserved_subnets=values.reserved_subnets,
+                peer_pools=values.peer_pools,
                 twin_quota=values.twin_quota,
                 tenant_quota=values.tenant_quota,
             ),
@@ -836,16 +875,31 @@ def pod_placement_policy() -> list[Manifest]:
     return [policy, binding]
 
 
+def _cel_key_accepted(key: str, patterns: Iterable[str]) -> str:
+    """CEL: whether ``key`` has no prefix or is one of ``patterns`` (``podsecurity.key_accepted``)."""
+    prefixes = [p.removesuffix("*") for p in patterns if p.endswith("/*")]
+    exact = [p for p in patterns if not p.endswith("/*")]
+    tests = [f"!{key}.contains('/')", *(f"{key}.startsWith('{p}')" for p in prefixes)]
+    if exact:
+        tests.append(f"{key} in [{', '.join(repr(k) for k in exact)}]")
+    return " || ".join(tests)
+
+
 SHADOW_POD_JUDGED_CHANGE = (
     "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
     " || (has(object.spec) && object.spec != oldObject.spec)"
     " || (has(object.metadata.annotations) ? object.metadata.annotations : {})"
     " != (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+    " || (has(object.metadata.labels) && object.metadata.labels.exists(k,"
+    f" !({_cel_key_accepted('k', podsecurity.LABEL_KEYS)})"
+    " && !(has(oldObject.metadata.labels) && k in oldObject.metadata.labels"
+    " && oldObject.metadata.labels[k] == object.metadata.labels[k])))"
 )
 """The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, the
-annotations). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the
-webhook for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), which then
-also succeeds while the manager is down."""
+annotations, a label key beyond those every provider accepts, added or changed: the pod carries them).
+:func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the webhook for the
+provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion) nor for the user's own labels,
+which then also succeed while the manager is down."""
 
 
 def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:
@@ -904,6 +958,8 @@ def rights() -> list[Manifest]:
         *peer_services_policy(),
         *peer_secrets_policy(),
         *manager_peer_bounds_policy(),
+        *peer_endpoint_slices_policy(),
+        *peer_ingresses_policy(),
         *own_approvals_policy(),
         *peer_network_configs_policy(),
         *peer_tenant_writes_policy(),

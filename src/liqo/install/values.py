@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA
+from liqo.peering.enrolment import TenantLimits
 
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
 RESOURCES_MANAGER: Mapping[str, Any] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
@@ -45,6 +46,9 @@ class Values:
     """``network.serviceCIDR`` (required)."""
     reserved_subnets: tuple[str, ...] = ()
     """``network.reservedSubnets``: where peers' pods may never be seen (the nodes' own network, a VPN...)."""
+    peer_pools: tuple[str, ...] = ()
+    """``network.peerPools``: IPv4 CIDRs where peers' pods are named and routed, and nowhere else; empty: the
+    private ranges of RFC 1918. The manager, the gateways and the node agents are all given them."""
     network_fabric: bool = True
     """``network.fabric.enabled``: a gateway per peer and a node agent per node (pods with ``NET_ADMIN``)."""
     gateway_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_GATEWAY))
@@ -75,6 +79,9 @@ class Values:
     """``manager.twinQuota``: how many objects of each kind a consumer's twin may hold (``count/<resource>``)."""
     tenant_quota: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_TENANT_QUOTA))
     """``manager.tenantQuota``: how many objects of each kind a consumer's tenant namespace may hold."""
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    """``manager.maxTenants``, ``manager.maxPendingTenants``: consumers enrolled at most, in all and without an
+    accepted offer (further enrolments are refused, saying which)."""
     manager_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_MANAGER))
     """``manager.resources``."""
     webhook_url: str = ""
@@ -105,6 +112,7 @@ class Values:
                 "podCIDR": self.pod_cidr,
                 "serviceCIDR": self.service_cidr,
                 "reservedSubnets": list(self.reserved_subnets),
+                "peerPools": list(self.peer_pools),
                 "fabric": {
                     "enabled": self.network_fabric,
                     "gatewayResources": dict(self.gateway_resources),
@@ -118,6 +126,8 @@ class Values:
                 "reservedNamespaces": list(self.reserved_namespaces),
                 "twinQuota": dict(self.twin_quota),
                 "tenantQuota": dict(self.tenant_quota),
+                "maxTenants": self.tenant_limits.max_tenants,
+                "maxPendingTenants": self.tenant_limits.max_pending,
                 "resources": dict(self.manager_resources),
             },
             "webhook": {"url": self.webhook_url, "nodePort": self.webhook_node_port},

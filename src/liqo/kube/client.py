@@ -337,11 +337,13 @@ class KubeClient:
         namespace: str | None = None,
         patch_type: PatchType = "merge",
         subresource: str | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """Patch an object (merge, JSON or strategic-merge patch)."""
+        """Patch an object (merge, JSON or strategic-merge patch); ``dry_run`` as for :meth:`create`."""
         path = resource.path(namespace=namespace, name=name, subresource=subresource)
+        params: Params | None = {"dryRun": "All"} if dry_run else None
         result: dict[str, Any] = await self.request(
-            "PATCH", path, body=patch, content_type=_PATCH_CONTENT_TYPES[patch_type]
+            "PATCH", path, params=params, body=patch, content_type=_PATCH_CONTENT_TYPES[patch_type]
         )
         return result
 

@@ -1,12 +1,20 @@
 """The manager's side of the network fabric: per peer, our word, the gateway's key, its Deployment and Service.
 
-Keyed by the peer's cluster ID. A peer gets a gateway while a peering links us in either direction (we
-consume: our ResourceRequest is in its tenant namespace; it consumes: its request is there) and its network
-is known (told at its handshake). The reconcile then, in this order:
+Keyed by the peer's cluster ID. A peer gets a gateway while a peering links us in either direction and its
+network is known (told at its handshake). We consume from it: our ForeignCluster for it says so and our
+ResourceRequest is in its tenant namespace. It consumes from us: its request is there *and it accepted our
+offer* (:mod:`liqo.api.peerings`) — an enrolled tenant that has not, however many of them a token holder
+made, costs no Deployment and opens no node port. Neither is read from a request alone: a consumer may write
+one under our name in its tenant namespace. The reconcile then, in this order:
 
-1. decides where we see the peer's pods (:func:`liqo.network.ipam.allocate`): its own pod CIDR when that
-   overlaps nothing of ours, else a free block of the same size; the block already in our word is kept
-   while it is still valid, so allocations survive restarts and are never reshuffled under live traffic;
+1. decides where we see the peer's pods (:func:`liqo.network.ipam.allocate`): always a block inside the
+   pools (``--peer-pools``), its own pod CIDR only when that lies in a pool and overlaps nothing of ours,
+   else a free block of the same size; the block already in our word is kept while it is still valid, so
+   allocations survive restarts and are never reshuffled under live traffic. "Ours" is read, not only
+   configured: besides the pod and service CIDRs and the admin's reserved subnets, the addresses of our
+   nodes (their status) and of our control plane (the endpoints of ``default/kubernetes``), so that no
+   peer is ever named at an address our own nodes must reach. When no pool can name it, the peer gets no
+   gateway and no word, and a Warning Event on its ForeignCluster says why;
 2. makes the gateway's key if there is none (a Secret; never replaced, never sent);
 3. once the peer's word is here (the peer runs the fabric too), applies the gateway's Deployment (and,
    serving, its Service) from the install's template; without it, no gateway could ever connect, and none
@@ -25,25 +33,45 @@ import base64
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from ipaddress import IPv4Network
 from typing import Any
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network
-from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_REQUESTS
+from liqo.api.peerings import offer_accepted, wants_outgoing
+from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
-from liqo.kube.resources import DEPLOYMENTS, POD_TEMPLATES, PODS, SECRETS, SERVICES, Resource, terminating
+from liqo.kube.informer import HandlerFuncs
+from liqo.kube.projection import keep
+from liqo.kube.resources import (
+    DEPLOYMENTS,
+    ENDPOINT_SLICES,
+    NODES,
+    POD_TEMPLATES,
+    PODS,
+    SECRETS,
+    SERVICES,
+    Resource,
+    terminating,
+)
 from liqo.network import gateways, ipam, wireguard
 from liqo.network.links import Endpoint, InvalidWord, Role, our_word, read_word, role
 
 log = logging.getLogger(__name__)
 
 GATEWAY_SELECTOR = f"{names.COMPONENT}={names.GATEWAY}"
+NO_FREE_BLOCK = "NoFreeBlock"
+"""The reason of the Warning Event saying that no pool can name a peer's pods (so it gets no gateway)."""
+API_SERVER_ENDPOINTS = ("default", "kubernetes")
+"""The EndpointSlice the API server keeps of its own addresses (named after its Service, in ``default``)."""
+NODE_ADDRESS_TYPES = frozenset({"InternalIP", "ExternalIP"})
+"""The node status addresses that are addresses (``Hostname`` and the DNS types are names)."""
 
 
 class NetworkConfigs(Component):
@@ -57,15 +85,18 @@ class NetworkConfigs(Component):
         local_id: str,
         network: ClusterNetwork,
         reserved: Sequence[IPNetwork] = (),
+        pools: Sequence[IPv4Network] = ipam.DEFAULT_POOLS,
         events: EventRecorder,
     ) -> None:
         self._client = client
         self._local_id = local_id
         self._network = network
         self._reserved = (network.pod_cidr, network.service_cidr, *reserved)
+        self._pools = tuple(pools)
         self._events = events
         self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
         self.requests = informers.informer(RESOURCE_REQUESTS)
+        self.offers = informers.informer(RESOURCE_OFFERS)
         self.configs = informers.informer(NETWORK_CONFIGS)
         self.templates = informers.informer(
             POD_TEMPLATES, namespace=names.LIQO_NAMESPACE, field_selector=f"metadata.name={gateways.GATEWAY_TEMPLATE}"
@@ -76,13 +107,28 @@ class NetworkConfigs(Component):
         )
         self.services = informers.informer(SERVICES, namespace=names.LIQO_NAMESPACE, label_selector=GATEWAY_SELECTOR)
         self.pods = informers.informer(PODS, namespace=names.LIQO_NAMESPACE, label_selector=GATEWAY_SELECTOR)
+        self.nodes = informers.informer(NODES, projection=keep("metadata", "status.addresses"))
+        namespace, name = API_SERVER_ENDPOINTS
+        self.api_endpoints = informers.informer(
+            ENDPOINT_SLICES, namespace=namespace, field_selector=f"metadata.name={name}"
+        )
         self.controller: Controller[str] = Controller(name="network-configs", reconcile=self.reconcile)
         self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
         self.controller.watch(self.requests, names.tenant_peer)
+        self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.configs, names.tenant_peer)
         for informer in (self.secrets, self.deployments, self.services, self.pods):
             self.controller.watch(informer, _labelled_peer)
         self.controller.watch(self.templates, lambda _t: self._peers())
+        self.controller.watch(self.api_endpoints, lambda _s: self._peers())
+        # A node's status changes every few seconds; its addresses hardly ever: only they matter here.
+        self.nodes.add_handler(
+            HandlerFuncs(
+                add=lambda _n: self._requeue_all(),
+                update=lambda old, new: None if _addresses(old) == _addresses(new) else self._requeue_all(),
+                delete=lambda _n: self._requeue_all(),
+            )
+        )
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -92,17 +138,22 @@ class NetworkConfigs(Component):
     def _peers(self) -> list[str]:
         return [fc["spec"]["clusterID"] for fc in self.foreign_clusters.store.list()]
 
+    def _requeue_all(self) -> None:
+        for peer_id in self._peers():
+            self.controller.queue.add(peer_id)
+
     async def reconcile(self, peer_id: str) -> None:
         """Converge ``peer_id``'s gateway and our word (or remove them)."""
         namespace = names.tenant_namespace(peer_id)
         template = self.templates.store.get(f"{names.LIQO_NAMESPACE}/{gateways.GATEWAY_TEMPLATE}")
+        fc = self._foreign_cluster(peer_id)
         gateway_role = role(
-            consuming=_live(self.requests.store.get(f"{namespace}/{self._local_id}")),
-            providing=_live(self.requests.store.get(f"{namespace}/{peer_id}")),
+            consuming=wants_outgoing(fc) and _live(self.requests.store.get(f"{namespace}/{self._local_id}")),
+            providing=_live(self.requests.store.get(f"{namespace}/{peer_id}"))
+            and offer_accepted(self.offers.store.get(f"{namespace}/{self._local_id}")),
             local_id=self._local_id,
             peer_id=peer_id,
         )
-        fc = self._foreign_cluster(peer_id)
         peer_network = _network_of(fc)
         if template is None or gateway_role is None or fc is None or peer_network is None:
             await self._remove(peer_id)
@@ -111,8 +162,13 @@ class NetworkConfigs(Component):
         try:
             block = self._allocate(peer_id, peer_network.pod_cidr, ours)
         except ipam.NoFreeBlock as exc:
-            # Nothing retries by itself: a peer leaving (freeing a block) or new pools enqueue this again.
-            await self._events.record(fc, type="Warning", reason="NoFreeBlock", message=f"no gateway: {exc}")
+            # Nothing may route to a block that is no longer valid (the pools or our addresses changed since),
+            # so what was made for it goes. Nothing retries by itself: a peer leaving (freeing a block), a
+            # node's addresses changing or a new handshake enqueue this again.
+            await self._remove(peer_id)
+            await self._events.record(
+                fc, type="Warning", reason=NO_FREE_BLOCK, message=f"no gateway to {peer_id}: {exc}"
+            )
             return
         public_key = await self._ensure_key(peer_id)
         endpoint = None
@@ -158,7 +214,8 @@ class NetworkConfigs(Component):
             if meta["name"] == self._local_id and meta.get("namespace") != names.tenant_namespace(peer_id):
                 with contextlib.suppress(InvalidWord):
                     taken.append(read_word(config).remapped_pod_cidr)
-        return ipam.allocate(wanted, reserved=self._reserved, taken=taken, previous=previous)
+        reserved = [*self._reserved, *cluster_addresses(self.nodes.store.list(), self.api_endpoints.store.list())]
+        return ipam.allocate(wanted, reserved=reserved, taken=taken, pools=self._pools, previous=previous)
 
     async def _ensure_key(self, peer_id: str) -> str:
         """The gateway's public key, making its private key first if there is none."""
@@ -219,6 +276,36 @@ def _network_of(fc: dict[str, Any] | None) -> ClusterNetwork | None:
         return recorded_network(fc)
     except InvalidNetwork:
         return None
+
+
+def cluster_addresses(nodes: Iterable[dict[str, Any]], api_endpoints: Iterable[dict[str, Any]]) -> list[IPNetwork]:
+    """Every address this cluster's nodes report and its API server is reached at, each as one host (pure).
+
+    No peer may be named there: our nodes and control plane must reach these addresses themselves. What
+    is not an address (a hostname, a malformed entry) is skipped.
+    """
+    found: set[IPNetwork] = set()
+    texts = [address for node in nodes for address in _addresses(node)]
+    texts += [
+        address
+        for slice_ in api_endpoints
+        for endpoint in slice_.get("endpoints") or []
+        for address in endpoint.get("addresses") or []
+        if isinstance(address, str)
+    ]
+    for text in texts:
+        with contextlib.suppress(ValueError):
+            found.add(ipaddress.ip_network(text))
+    return sorted(found, key=lambda n: (n.version, n))
+
+
+def _addresses(node: dict[str, Any]) -> list[str]:
+    """A node's addresses (not its names), as its status lists them."""
+    return [
+        str(address.get("address"))
+        for address in (node.get("status") or {}).get("addresses") or []
+        if isinstance(address, dict) and address.get("type") in NODE_ADDRESS_TYPES
+    ]
 
 
 def _live(request: dict[str, Any] | None) -> bool:

@@ -7,7 +7,9 @@ addresses, the route to where we see the peer's pods, and the NAT table (:func:`
 gateway_ruleset`) as one atomic ``nft`` batch. Everything is level-triggered and idempotent: a restarted pod
 starts from nothing and gets everything back from the CRs, a change of either word is applied in place,
 and a full pass runs every :data:`RESYNC` seconds to restore what anything else removed. The pod's
-namespace is its own, so nothing here can touch what it did not write.
+namespace is its own, so nothing here can touch what it did not write. The route to the peer's pods is
+made only into the peer pools (``--peer-pools``, as the manager's): a block elsewhere in our word, which
+only a manager bug could write, leaves the tunnel as it was, and the log says why.
 
 Beside it runs the connection check (:mod:`liqo.network.conncheck`), whose verdict is written to the status
 of our word, where the manager's ForeignCluster status reads it.
@@ -22,7 +24,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ from liqo.kube.errors import KubeError
 from liqo.kube.informer import Informer
 from liqo.kube.timefmt import format_time
 from liqo.kube.waiting import poll_until
-from liqo.network import conncheck, rules, wireguard
+from liqo.network import conncheck, ipam, rules, wireguard
 from liqo.network.links import WIREGUARD_PORT, InvalidWord, Link, Role, check_peer_word, link, read_word
 from liqo.network.runner import CommandError, Runner
 
@@ -98,12 +100,22 @@ def ip_commands(tunnel: Link) -> list[list[str]]:
 class Gateway:
     """The loop of one gateway pod."""
 
-    def __init__(self, *, client: KubeClient, runner: Runner, local_id: str, peer_id: str, key_file: str) -> None:
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        runner: Runner,
+        local_id: str,
+        peer_id: str,
+        key_file: str,
+        pools: Sequence[ipaddress.IPv4Network] = ipam.DEFAULT_POOLS,
+    ) -> None:
         self._client = client
         self._runner = runner
         self._local_id = local_id
         self._peer_id = peer_id
         self._key_file = key_file
+        self._pools = tuple(pools)
         self._namespace = names.tenant_namespace(peer_id)
         self._userspace: asyncio.subprocess.Process | None = None
         self._link: Link | None = None
@@ -146,6 +158,11 @@ class Gateway:
         tunnel = link(ours=ours, theirs=theirs)
         if tunnel is None:
             self._waiting = "waiting for the peer's gateway (its key, or its endpoint)"
+            return Result(requeue_after=RESYNC)
+        refusal = rules.route_refusal(tunnel.peer_seen, pools=self._pools)
+        if refusal is not None:
+            self._waiting = f"our network config is refused: {refusal}"
+            log.warning("%s", self._waiting)
             return Result(requeue_after=RESYNC)
         await self._ensure_interface()
         # Read at every pass: a key rotated in its Secret reaches the mounted file, then the interface.

@@ -32,6 +32,13 @@ routes liqo wrote, and ``ip route del ... proto 76`` cannot delete anyone else's
 table would separate them too, but it needs a policy rule (``ip rule``) to be consulted — one more object
 to reconcile, and one that reorders every lookup on the node — where a protocol number costs nothing.
 See :func:`route_commands`.
+
+**Routes only where a peer's pods may be.** The block a route leads to is the manager's choice
+(:func:`liqo.network.ipam.allocate`, always inside the peer pools), carried by the gateway pod's
+annotation. The node agent does not take it on trust: a route it is asked for outside the pools, or
+overlapping any route of the node that is not liqo's (its connected LAN, its own addresses in the
+``local`` table, a VPN, a CNI's routes; the default route aside), would send the node's own traffic into
+a peer's tunnel, and is refused (:func:`route_refusal`). See :func:`foreign_routes`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from liqo.api.networks import IPNetwork
+from liqo.network.ipam import in_pools
 
 ROUTE_PROTO = "76"
 """The ``proto`` of liqo's routes (0x4c, "L"): free in iproute2's ``rt_protos`` and unused by common CNIs
@@ -51,6 +59,8 @@ ROUTE_PROTO = "76"
 
 SHOW_ROUTES = ("ip", "-j", "route", "show", "proto", ROUTE_PROTO)
 """The command listing liqo's routes in the main table, as JSON for :func:`parse_routes`."""
+SHOW_ALL_ROUTES = ("ip", "-4", "-j", "route", "show", "table", "all")
+"""The command listing every IPv4 route of every table, as JSON for :func:`foreign_routes`."""
 
 _TABLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 _INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
@@ -271,6 +281,67 @@ def _parse_route(entry: Any) -> RouteSpec:
         return RouteSpec(destination=IPv4Network(entry["dst"]), via=IPv4Address(entry["gateway"]))
     except (KeyError, ValueError):  # "default", an IPv6 or malformed address
         raise RouteParseError(f"not an IPv4 route to a network via an address: {shown}") from None
+
+
+def foreign_routes(ip_json: str) -> list[IPv4Network]:
+    """The destinations of the routes in the output of :data:`SHOW_ALL_ROUTES` that are not liqo's.
+
+    liqo's are those of :data:`ROUTE_PROTO` in the main table (iproute2 names no table for it); a route of
+    that protocol in another table is someone else's. Default routes are left out: every destination lies
+    under them, and a more specific route is exactly what liqo adds.
+
+    Raises:
+        RouteParseError: the output is not iproute2's JSON, or a destination is not an IPv4 network: the
+            node's routes are then unknown, and nothing is routed on a guess.
+    """
+    try:
+        entries = json.loads(ip_json)
+    except ValueError:
+        raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}") from None
+    if not isinstance(entries, list):
+        raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}")
+    found: list[IPv4Network] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise RouteParseError(f"not a route: {json.dumps(entry)[:200]}")
+        if entry.get("protocol") == ROUTE_PROTO and entry.get("table", "main") == "main":
+            continue
+        destination = entry.get("dst")
+        if destination == "default":
+            continue
+        try:
+            network = IPv4Network(str(destination), strict=False)
+        except ValueError:
+            raise RouteParseError(f"not a route to an IPv4 network: {json.dumps(entry)[:200]}") from None
+        if network.prefixlen:
+            found.append(network)
+    return found
+
+
+def route_refusal(
+    destination: IPNetwork, *, pools: Sequence[IPv4Network], foreign: Sequence[IPv4Network] = ()
+) -> str | None:
+    """Why no route to ``destination`` (a peer's pods, as this cluster names them) may be made here; None if none.
+
+    Args:
+        destination: the route's destination.
+        pools: where this cluster names peers' pods (``--peer-pools``).
+        foreign: the node's routes that are not liqo's (:func:`foreign_routes`); none where only the pools
+            matter (a gateway, in a network namespace of its own).
+    """
+    if not isinstance(destination, IPv4Network) or not in_pools(destination, pools):
+        return (
+            f"{destination} is outside the peer pools ({', '.join(map(str, pools))}): a peer's pods are only ever"
+            " named inside them, and a route there would send this node's own traffic to the peer"
+        )
+    clash = sorted(route for route in foreign if route.overlaps(destination))
+    if clash:
+        return (
+            f"{destination} overlaps this node's route{'s' if len(clash) > 1 else ''} to"
+            f" {', '.join(map(str, clash))}, which {'are' if len(clash) > 1 else 'is'} not liqo's: that traffic"
+            " would go to the peer"
+        )
+    return None
 
 
 def _by_destination(routes: Sequence[RouteSpec], *, what: str) -> dict[IPv4Network, RouteSpec]:

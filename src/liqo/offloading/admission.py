@@ -10,11 +10,13 @@ never a label of the ShadowPod, which the consumer writes. Its policy is chosen 
 by a function the manager passes in (capabilities do not import each other). Every manager replica serves
 the webhook, so each runs its own informers of twin namespaces and SharingPolicies, outside leader election.
 
-An UPDATE that leaves the pod and the annotations as they were is allowed whatever the policy says now: the
-provider's own writes (its finalizer, deletion) must never be refused because a policy tightened; the pod
-of such a ShadowPod was judged when it was made. The registration's match condition says the same in CEL
+An UPDATE that leaves the pod and the annotations as they were, and adds or changes no label key beyond
+those every provider accepts, is allowed whatever the policy says now: the provider's own writes (its
+finalizer, deletion) must never be refused because a policy tightened; the pod of such a ShadowPod was
+judged when it was made. The registration's match condition says the same in CEL
 (:data:`liqo.install.manifests.SHADOW_POD_JUDGED_CHANGE`), so the API server does not send those; the check
-here stays for API servers that send them anyway.
+here stays for API servers that send them anyway. Any other UPDATE is judged with the ShadowPod as it was
+(labels and annotations kept as they were are not judged again: :func:`shadow_pod_verdict`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.resources import NAMESPACES
-from liqo.offloading.podsecurity import PolicySelector, Verdict, shadow_pod_verdict
+from liqo.offloading.podsecurity import (
+    LABEL_KEYS,
+    PolicySelector,
+    Verdict,
+    changed_entries,
+    key_accepted,
+    shadow_pod_verdict,
+)
 from liqo.offloading.registration import VALIDATE_PATH
 from liqo.offloading.webhook import LOOKUP_TIMEOUT, PodReview, WebhookClient, review_response, serve_review
 
@@ -46,15 +55,24 @@ NOT_SYNCED = (
 
 
 def unchanged(review: PodReview) -> bool:
-    """Whether ``review`` is an UPDATE leaving what the verdict judges (pod, annotations) as it was (pure)."""
+    """Whether ``review`` is an UPDATE leaving what the verdict judges as it was (pure).
+
+    That is the pod, the annotations, and every label whose key is not one of those every provider accepts.
+    """
     if review.operation != "UPDATE" or review.obj is None or review.old_obj is None:
         return False
 
     def judged(obj: Mapping[str, Any]) -> tuple[Any, Any]:
-        meta = obj.get("metadata")
-        return obj.get("spec"), meta.get("annotations") if isinstance(meta, Mapping) else None
+        return obj.get("spec"), _metadata(obj).get("annotations")
 
-    return judged(review.obj) == judged(review.old_obj)
+    labels = changed_entries(_metadata(review.obj).get("labels") or {}, _metadata(review.old_obj).get("labels"))
+    labelled = any(not key_accepted(str(key), LABEL_KEYS) for key in labels)
+    return judged(review.obj) == judged(review.old_obj) and not labelled
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def is_shadow_pod_write(review: PodReview) -> bool:
@@ -118,7 +136,10 @@ class ShadowPodWebhook:
         namespace = await self._namespace(review.namespace)
         policies = self.policies.store.list()
         return shadow_pod_verdict(
-            review.obj, namespace=namespace, policy_of=lambda consumer: self._select(policies, consumer)
+            review.obj,
+            namespace=namespace,
+            policy_of=lambda consumer: self._select(policies, consumer),
+            before=review.old_obj,
         )
 
     async def _namespace(self, name: str) -> Object | None:

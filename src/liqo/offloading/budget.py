@@ -215,14 +215,11 @@ class Ledger:
     def admit(self, key: str, *, consumer: str, uid: str, usage: Usage, budget: Budget) -> Shortfall | None:
         """Hold ``usage`` for ``key`` if it fits ``budget``; otherwise record it as waiting and say why.
 
-        A key already holding for the same ``uid`` is admitted again without a check (its pod was admitted
-        once: re-creating it takes nothing more); a namesake's holding is released first.
+        Asked for every pod about to be made, the first or a later one of the same ShadowPod: what ``key``
+        held is released first (its pod is gone), and ``usage`` is checked on its own. A pod made again is
+        never let through on its first version's room: its ShadowPod's spec may have grown since.
         """
-        current = self._holdings.get(key)
-        if current is not None and current.uid == uid:
-            return None
-        if current is not None:
-            self.release(key)
+        self.release(key)
         missing = shortfall(budget, self.in_use(consumer), usage)
         if missing is not None:
             self._waiting[consumer].add(key)

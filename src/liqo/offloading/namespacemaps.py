@@ -28,8 +28,12 @@ namespace going away on unpeer or revoke) waits until every twin of that consume
 gone" means "the twins are gone" for whoever watches it. While the tenant namespace is terminating nothing
 is created; the twins are only deleted, which is what lets the tenant namespace finish terminating.
 
-Each twin carries the Pod Security Admission labels of its consumer's policy level; the controller follows
-the SharingPolicies and corrects the labels of the twins it keeps when the level changes.
+Each twin carries the Pod Security Admission labels of its consumer's policy level, and the annotations the
+API server's admission policies read (:func:`liqo.offloading.twins.twin_annotations`): where this cluster
+sees the consumer's pods (:func:`liqo.api.networks.pods_seen_at`, from the consumer's recorded network and
+our NetworkConfig for it) and what its policy offers its Ingresses. The controller follows the
+SharingPolicies, the ForeignClusters and our NetworkConfigs, and corrects the twins it keeps when any of
+that changes; a twin is created with them, so the consumer's first writes there are judged by them.
 
 Each twin is bounded before its consumer holds any right there (docs/security.md, "Twins' bounds"): a
 ResourceQuota of object counts (:mod:`liqo.api.bounds`) and a NetworkPolicy
@@ -73,8 +77,9 @@ from liqo.api.bounds import (
     uncounted,
 )
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
-from liqo.api.networks import ClusterNetwork, PodNetwork, remapped_pod_cidr
-from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
+from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, PodNetwork, pods_seen_at, recorded_network
+from liqo.api.networks import remapped_pod_cidr as remapped
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -86,11 +91,13 @@ from liqo.offloading.budget import Budget, budget_of
 from liqo.offloading.namespaces import retry_delay
 from liqo.offloading.podsecurity import SecurityPolicy
 from liqo.offloading.twins import (
+    IngressOffer,
     is_twin_of,
     network_policy_matches,
-    pod_security_patch,
+    twin_annotations,
     twin_namespace_manifest,
     twin_network_policy,
+    twin_patch,
     twin_role_binding,
 )
 
@@ -123,6 +130,11 @@ class TwinPolicy(Protocol):
     @property
     def pod_network(self) -> PodNetwork:
         """Where the consumer's pods may connect, and be reached from, beyond their own (the twins' NetworkPolicy)."""
+        ...
+
+    @property
+    def ingress(self) -> IngressOffer:
+        """What the consumer's Ingresses may say here (told to the admission policies on its twins)."""
         ...
 
 
@@ -361,6 +373,12 @@ def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     )
 
 
+def consumer_of_foreign_cluster(foreign_cluster: Obj) -> list[str]:
+    """The peer a ForeignCluster stands for: its cluster ID (the spec's, which only this cluster writes)."""
+    peer = (foreign_cluster.get("spec") or {}).get("clusterID")
+    return [peer] if peer else []
+
+
 class NamespaceMapController(Component):
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
@@ -377,8 +395,9 @@ class NamespaceMapController(Component):
     ) -> None:
         """Follow every consumer's NamespaceMap.
 
-        ``local_id`` and ``network`` are this cluster's (its offers and NetworkConfigs are named after it; its pod
-        and service CIDRs are never opened by a twin's NetworkPolicy); ``twin_quota``: each twin's object counts.
+        ``local_id`` and ``network`` are this cluster's: its offers and NetworkConfigs are named after it (our
+        NetworkConfig for a consumer says where we see its pods), and its pod and service CIDRs are never opened by
+        a twin's NetworkPolicy; ``twin_quota``: each twin's object counts.
         """
         self._client = client
         self._select = select
@@ -393,6 +412,7 @@ class NamespaceMapController(Component):
         self.namespaces = informers.informer(NAMESPACES)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
         self.offers = informers.informer(RESOURCE_OFFERS)
+        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
         self.network_configs = informers.informer(NETWORK_CONFIGS)
         self.quotas = informers.informer(RESOURCE_QUOTAS, field_selector=f"metadata.name={names.PEER_QUOTA}")
         self.network_policies = informers.informer(
@@ -404,6 +424,7 @@ class NamespaceMapController(Component):
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
         self.controller.watch(self.offers, self._consumer_of_ours)
+        self.controller.watch(self.foreign_clusters, consumer_of_foreign_cluster)
         self.controller.watch(self.network_configs, self._consumer_of_ours)
         # A quota's usage moves with every object the consumer makes: only its bounds and whether it counts matter.
         self.controller.watch(
@@ -417,7 +438,7 @@ class NamespaceMapController(Component):
         return [self.controller]
 
     def _every_consumer(self, _policy: Obj) -> list[str]:
-        """Every consumer with a map: a SharingPolicy change may move any one's pod security level or twin names."""
+        """Every consumer with a map: a SharingPolicy change may move any one's level, twin names or Ingress offer."""
         return [key for nm in self.maps.store.list() for key in consumer_of_map(nm)]
 
     def _consumer_of_ours(self, obj: Obj) -> list[str]:
@@ -441,6 +462,25 @@ class NamespaceMapController(Component):
         """Whether ``consumer_id`` holds an accepted offer of ours: its budget, and its right to write in its twins."""
         offer = self.offers.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
         return isinstance(budget_of(offer, count_limits=False), Budget)
+
+    def peer_pods(self, consumer_id: str) -> IPNetwork | None:
+        """Where this cluster sees ``consumer_id``'s pods: what its virtual kubelet translates their addresses to.
+
+        From the consumer's network its ForeignCluster records (its word at its last handshake, checked) and
+        our NetworkConfig for it (our word: the block the network fabric remapped its pods to), both written
+        by this cluster only. None while unknown, or when the pod CIDRs clash and nothing remaps them. One
+        source for the twins' admission annotation and their NetworkPolicy's home-pod block: the two never disagree.
+        """
+        found = next(
+            (fc for fc in self.foreign_clusters.store.list() if consumer_of_foreign_cluster(fc) == [consumer_id]),
+            None,
+        )
+        try:
+            owner = recorded_network(found) if found is not None and not terminating(found) else None
+        except InvalidNetwork:
+            owner = None
+        ours = self.network_configs.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
+        return pods_seen_at(owner=owner, reader=self._network, remapped_pod_cidr=remapped(ours))
 
     def _consumers_of_namespace(self, namespace: Obj) -> list[str]:
         """The consumer a namespace is labelled for, and every consumer wanting a twin of its name.
@@ -479,14 +519,25 @@ class NamespaceMapController(Component):
         status = dict(plan.status)
         level = policy.pod_security.level
         writer = self.holds_offer(consumer_id)
+        peer_pods = self.peer_pods(consumer_id)
+        annotations = twin_annotations(peer_pods=peer_pods, ingress=policy.ingress)
         for home, twin in plan.create.items():
             status[home] = await self._create(
-                consumer_id=consumer_id, home=home, twin=twin, level=level, policy=policy, writer=writer
+                consumer_id=consumer_id,
+                home=home,
+                twin=twin,
+                level=level,
+                annotations=annotations,
+                policy=policy,
+                writer=writer,
+                peer_pods=peer_pods,
             )
         for home, twin in plan.keep.items():
-            status[home] = await self._ensure_pod_security(by_name[twin], level=level)
+            status[home] = await self._ensure_twin_metadata(by_name[twin], level=level, annotations=annotations)
             if status[home].phase == "Ready":
-                status[home] = await self._ensure_rbac(consumer_id=consumer_id, twin=twin, policy=policy, writer=writer)
+                status[home] = await self._ensure_rbac(
+                    consumer_id=consumer_id, twin=twin, policy=policy, writer=writer, peer_pods=peer_pods
+                )
         for namespace in plan.delete:
             meta = namespace["metadata"]
             log.info("deleting twin namespace %s of %s/%s", meta["name"], consumer_id, origin_of(namespace))
@@ -504,10 +555,21 @@ class NamespaceMapController(Component):
         return Result(requeue_after=retry_delay(failures))
 
     async def _create(
-        self, *, consumer_id: str, home: str, twin: str, level: str, policy: TwinPolicy, writer: bool
+        self,
+        *,
+        consumer_id: str,
+        home: str,
+        twin: str,
+        level: str,
+        annotations: Mapping[str, str],
+        policy: TwinPolicy,
+        writer: bool,
+        peer_pods: IPNetwork | None,
     ) -> TwinStatus:
         """Create the twin (never over an existing namespace), then its bounds, then the consumer's rights in it."""
-        manifest = twin_namespace_manifest(name=twin, consumer_id=consumer_id, home_namespace=home, level=level)
+        manifest = twin_namespace_manifest(
+            name=twin, consumer_id=consumer_id, home_namespace=home, level=level, annotations=annotations
+        )
         try:
             await self._client.create(NAMESPACES, manifest)
             log.info("created twin namespace %s of %s/%s", twin, consumer_id, home)
@@ -523,27 +585,31 @@ class NamespaceMapController(Component):
                 return TwinStatus(twin, "Pending", f"the previous twin {twin} is being deleted")
         except KubeError as exc:
             return refusal(twin, exc, doing=f"create namespace {twin}")
-        return await self._ensure_rbac(consumer_id=consumer_id, twin=twin, policy=policy, writer=writer)
+        return await self._ensure_rbac(
+            consumer_id=consumer_id, twin=twin, policy=policy, writer=writer, peer_pods=peer_pods
+        )
 
-    async def _ensure_pod_security(self, namespace: Obj, *, level: str) -> TwinStatus:
-        """Bring a kept twin's Pod Security Admission labels to the consumer's current level."""
+    async def _ensure_twin_metadata(self, namespace: Obj, *, level: str, annotations: Mapping[str, str]) -> TwinStatus:
+        """Bring a kept twin's PSA labels and admission annotations to what the consumer's policy and network say."""
         name = namespace["metadata"]["name"]
-        patch = pod_security_patch(namespace, level=level)
+        patch = twin_patch(namespace, level=level, annotations=annotations)
         if patch is not None:
             try:
                 await self._client.patch(NAMESPACES, name, patch)
             except KubeError as exc:
-                return TwinStatus(name, "Error", f"cannot set the pod security level of {name}: {exc}")
-            log.info("twin namespace %s: pod security level %s", name, level)
+                return TwinStatus(name, "Error", f"cannot set what the admission of {name} reads: {exc}")
+            log.info("twin namespace %s: pod security level %s, %s", name, level, annotations)
         return TwinStatus(name, "Ready")
 
-    async def _ensure_rbac(self, *, consumer_id: str, twin: str, policy: TwinPolicy, writer: bool) -> TwinStatus:
+    async def _ensure_rbac(
+        self, *, consumer_id: str, twin: str, policy: TwinPolicy, writer: bool, peer_pods: IPNetwork | None
+    ) -> TwinStatus:
         """Bound ``twin``, then give the consumer its rights there: always its reader's, its writer's with an offer.
 
         Each binding is applied unless the cache shows it as it should be; the writer's is deleted while the
         consumer holds no accepted offer.
         """
-        bounded = await self._ensure_bounds(consumer_id=consumer_id, twin=twin, policy=policy)
+        bounded = await self._ensure_bounds(consumer_id=consumer_id, twin=twin, policy=policy, peer_pods=peer_pods)
         if bounded is not None:
             return bounded
         try:
@@ -563,7 +629,9 @@ class NamespaceMapController(Component):
         if not _binding_matches(self.bindings.store.get(f"{meta['namespace']}/{meta['name']}"), binding):
             await self._client.apply(ROLE_BINDINGS, binding)
 
-    async def _ensure_bounds(self, *, consumer_id: str, twin: str, policy: TwinPolicy) -> TwinStatus | None:
+    async def _ensure_bounds(
+        self, *, consumer_id: str, twin: str, policy: TwinPolicy, peer_pods: IPNetwork | None
+    ) -> TwinStatus | None:
         """Apply ``twin``'s quota and NetworkPolicy unless cached as they should be; None once rights may follow.
 
         Otherwise the status saying why not. The first rights wait for the quota to count: until the quota
@@ -571,11 +639,10 @@ class NamespaceMapController(Component):
         unknown for quota"), and a consumer told its twin is ready would see its first writes refused.
         """
         quota = object_quota(namespace=twin, peer_id=consumer_id, hard=self._twin_quota)
-        ours = self.network_configs.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
         network_policy = twin_network_policy(
             namespace=twin,
             consumer_id=consumer_id,
-            home_pods=remapped_pod_cidr(ours),
+            home_pods=peer_pods,
             local=self._network,
             allowed=policy.pod_network,
         )

@@ -8,14 +8,25 @@ pod is judged by the provider alone, from the peer's :class:`SecurityPolicy` (a 
 - the Pod Security Standards, as Kubernetes defines them: *baseline* always (no host namespaces, privileged
   containers, added capabilities beyond the runtime's default set, hostPath volumes, host ports, unconfined
   AppArmor or seccomp, custom SELinux user/role/type, unmasked ``/proc``, unsafe sysctls, Windows host
-  processes), *restricted* when the policy says so (volume types, no privilege escalation, non-root, a
-  seccomp profile, every capability dropped but ``NET_BIND_SERVICE``);
+  processes), *restricted* when the policy says so (no privilege escalation, non-root, a seccomp profile,
+  every capability dropped but ``NET_BIND_SERVICE``);
+- volume types, at every level, from an allowlist (:data:`VOLUME_TYPES`): baseline lets a pod mount NFS,
+  iSCSI, Ceph or inline CSI volumes, which the node mounts with its own network identity and credentials
+  (its address is what an NFS export trusts), and restricted still allows inline CSI; a peer's pod gets only
+  what is made of its own objects in its twin, or of the pod itself;
 - the provider's business, which a pod spec can claim but a consumer must not decide: the node
-  (``nodeName``), tolerations (only the policy's), priority and preemption, the runtime class, the
-  ServiceAccount (only the twin's ``default``, never its token: home tokens reach offloaded pods as
-  Secrets), projected ServiceAccount tokens and pod certificates (credentials issued by this cluster),
+  (``nodeName``), the scheduler, tolerations (only the policy's), priority and preemption, the runtime
+  class, the ServiceAccount (only the twin's ``default``, never its token: home tokens reach offloaded pods
+  as Secrets), projected ServiceAccount tokens and pod certificates (credentials issued by this cluster),
   storage claims unless the policy shares storage, resource claims, scheduling gates and ephemeral
-  containers.
+  containers; pod (anti-)affinity to pods of other namespaces (the provider's own workloads: a peer would
+  probe where they run, or push them off nodes); probes and lifecycle hooks aimed at a ``host``, which the
+  kubelet dials from the node (its neighbours, the cloud's metadata service) instead of the pod;
+- the real pod's labels and annotations, which are the ShadowPod's: keys from an allowlist
+  (:data:`LABEL_KEYS`, :data:`ANNOTATION_KEYS`, and what the policy adds), since other components of the
+  provider act on keys they find on a pod (Multus attaches networks, Calico hands out addresses, Istio and
+  Linkerd inject sidecars with volumes and traffic rules of the annotations' choosing, the cluster
+  autoscaler keeps nodes). A key without a prefix is the user's own and always passes.
 
 Two fields are not refused but reset, where the pod is made: ``automountServiceAccountToken`` is forced
 false and ``terminationGracePeriodSeconds`` is cut to the policy's maximum.
@@ -23,7 +34,10 @@ false and ``terminationGracePeriodSeconds`` is cut to the policy's maximum.
 One pure function, :func:`shadow_pod_verdict`, serves the validating webhook (before the ShadowPod is
 stored) and the ShadowPod controller (before the pod is created: for ShadowPods stored while the webhook
 was not registered). A peer writes the input, so nothing here may raise on it: a value of the wrong type is
-a violation naming the field, like any other.
+a violation naming the field, like any other. On an update the webhook hands in the ShadowPod as it was:
+labels and annotations kept as they were admitted are not judged again (the virtual kubelet's grace period,
+written before a deletion, must pass after the policy lost a key), while the controller judges every key of
+a pod it makes.
 """
 
 from __future__ import annotations
@@ -79,17 +93,27 @@ CONFINED_PROFILES = ("RuntimeDefault", "Localhost")
 """Seccomp and AppArmor profile types that confine a container (the field form). Tuples, not sets: a peer's
 value may be unhashable, and membership must compare rather than hash."""
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-RESTRICTED_VOLUME_TYPES = frozenset(
-    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
-)
+VOLUME_TYPES = ("configMap", "downwardAPI", "emptyDir", "projected", "secret")
+"""The volume types a peer's pod may use at every level: the twin's ConfigMaps and Secrets (the consumer's
+own), the pod's own fields, scratch space counted in the pod's memory or its node's ephemeral storage. A
+volume naming no type is one of these (the API server makes it an ``emptyDir``). Every other type is refused,
+known or not: the in-tree network and cloud disks (``nfs``, ``iscsi``, ``fc``, ``cephfs``, ``rbd``,
+``glusterfs``, ``azureFile``...), ``flexVolume`` and inline ``csi`` (drivers mount with the node's identity
+and may take any attribute), ``gitRepo`` (git run by the kubelet), ``image`` (not needed by ordinary pods:
+allowed once someone asks), ``hostPath``."""
 STORAGE_VOLUME_TYPES = ("persistentVolumeClaim", "ephemeral")
 """Volumes that claim the provider's storage: only when the policy shares it."""
+PROJECTED_SOURCES = ("configMap", "downwardAPI", "secret")
+"""What a projected volume may gather: the same objects as the volume types above."""
 REFUSED_PROJECTIONS = {
     "serviceAccountToken": "a token of this cluster's ServiceAccount; home tokens come as Secrets",
     "podCertificate": "a certificate issued by this cluster",
+    "clusterTrustBundle": "this cluster's trust bundles are cluster-wide objects a peer may not read",
 }
+"""Known sources refused, with why; any other source off :data:`PROJECTED_SOURCES` is refused too."""
 PROVIDER_FIELDS = {
     "nodeName": "the provider's scheduler picks the node",
+    "schedulerName": "the provider's default scheduler places a peer's pods",
     "priorityClassName": "priorities are the provider's to give",
     "priority": "priorities are the provider's to give",
     "preemptionPolicy": "preemption is the provider's to allow",
@@ -102,6 +126,36 @@ REFUSED_LISTS = {
     "ephemeralContainers": "ephemeral containers are not run for peers",
 }
 _CONTAINER_KINDS = ("containers", "initContainers")
+POD_AFFINITIES = ("podAffinity", "podAntiAffinity")
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+HOOKS = ("postStart", "preStop")
+DIALLED_ACTIONS = ("httpGet", "tcpSocket")
+"""Probe and hook actions whose ``host`` the kubelet dials (``grpc`` takes none: always the pod's address)."""
+LABEL_KEYS = (
+    "app.kubernetes.io/*",
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-completion-index",
+    names.REMOTE_CLUSTER_ID,
+    names.SHADOW_POD,
+)
+"""Label keys with a prefix that every provider accepts on a peer's pod: Kubernetes' recommended labels (and
+liqo's ``managed-by``), those its workload controllers put on their pods (acted on by controllers in the
+pod's own namespace only: a twin has none of the provider's), liqo's on every ShadowPod, and the one this
+cluster sets on the pod itself (a consumer's pod may be a pod of a ShadowPod at home)."""
+ANNOTATION_KEYS = (
+    "kubectl.kubernetes.io/*",
+    "batch.kubernetes.io/job-completion-index",
+    f"{APPARMOR_ANNOTATION}*",
+    names.GRACE_PERIOD,
+    names.HOME_POD_UID,
+)
+"""Annotation keys with a prefix that every provider accepts: kubectl's (``restartedAt`` of a rollout
+restart, ``default-container``: read by kubectl only), an Indexed Job's index (its containers read it
+through the downward API), AppArmor's (judged: confined profiles only), liqo's grace period (read by this
+cluster, checked) and the one this cluster sets on the pod itself."""
 
 
 class SecurityPolicy(Protocol):
@@ -122,6 +176,14 @@ class SecurityPolicy(Protocol):
     @property
     def max_grace_seconds(self) -> int:
         """The longest termination grace period the pods get."""
+
+    @property
+    def allowed_label_keys(self) -> Sequence[str]:
+        """Label keys the pods may carry beyond :data:`LABEL_KEYS`: keys, or ``prefix/*``."""
+
+    @property
+    def allowed_annotation_keys(self) -> Sequence[str]:
+        """Annotation keys the pods may carry beyond :data:`ANNOTATION_KEYS`: keys, or ``prefix/*``."""
 
 
 PolicySelector = Callable[[Sequence[Mapping[str, Any]], str], SecurityPolicy]
@@ -171,24 +233,53 @@ def apply_resets(spec: Mapping[str, Any], resets: Sequence[Reset]) -> dict[str, 
 
 
 def shadow_pod_verdict(
-    shadow: Any, *, namespace: Mapping[str, Any] | None, policy_of: Callable[[str], SecurityPolicy]
+    shadow: Any,
+    *,
+    namespace: Mapping[str, Any] | None,
+    policy_of: Callable[[str], SecurityPolicy],
+    before: Any = None,
 ) -> Verdict:
     """The verdict on a ShadowPod in ``namespace`` (None: not found), under its consumer's policy.
 
     The consumer is the one the *namespace* belongs to (a twin this cluster made), never a label on the
-    ShadowPod, which the consumer writes. ``policy_of`` gives a consumer's policy.
+    ShadowPod, which the consumer writes. ``policy_of`` gives a consumer's policy. ``before``, on an update,
+    is the ShadowPod as stored: its labels and annotations that stay as they were are not judged again.
     """
     consumer = twin_consumer(namespace)
-    if consumer is None:
+    if consumer is None or namespace is None:
         rule = "ShadowPods are accepted only in twin namespaces this cluster made for a consumer"
         return Verdict(violations=(Violation("metadata.namespace", rule),))
     if not isinstance(shadow, Mapping):
         return Verdict(violations=(Violation("(object)", "must be an object"),))
-    meta = shadow.get("metadata")
     spec = shadow.get("spec")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     pod = spec.get("pod") if isinstance(spec, Mapping) else None
-    return pod_verdict(pod, annotations=annotations, policy=policy_of(consumer))
+    labels, annotations = (changed_entries(_metadata(shadow, field), _metadata(before, field)) for field in _KEYED)
+    return pod_verdict(
+        pod,
+        labels=labels,
+        annotations=annotations,
+        own_namespace=str((namespace.get("metadata") or {}).get("name", "")),
+        policy=policy_of(consumer),
+    )
+
+
+_KEYED = ("labels", "annotations")
+
+
+def _metadata(obj: Any, field: str) -> Any:
+    """``obj``'s ``metadata.<field>`` as written: anything, None if absent."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta.get(field) if isinstance(meta, Mapping) else None
+
+
+def changed_entries(now: Any, before: Any) -> Any:
+    """The entries of map ``now`` that ``before`` lacks or has with another value (pure).
+
+    ``now`` itself when either is no map: all of it is judged.
+    """
+    if not isinstance(now, Mapping) or not isinstance(before, Mapping):
+        return now
+    return {key: value for key, value in now.items() if key not in before or before[key] != value}
 
 
 def twin_consumer(namespace: Mapping[str, Any] | None) -> str | None:
@@ -201,23 +292,40 @@ def twin_consumer(namespace: Mapping[str, Any] | None) -> str | None:
     return str(consumer)
 
 
-def pod_verdict(spec: Any, *, annotations: Any, policy: SecurityPolicy, path: str = "spec.pod") -> Verdict:
-    """The verdict on pod ``spec`` (with the ShadowPod's ``annotations``) under ``policy`` (pure, never raises)."""
+def pod_verdict(
+    spec: Any, *, labels: Any, annotations: Any, own_namespace: str, policy: SecurityPolicy, path: str = "spec.pod"
+) -> Verdict:
+    """The verdict on pod ``spec`` in namespace ``own_namespace`` under ``policy`` (pure, never raises).
+
+    ``labels`` and ``annotations`` are the ShadowPod's (the pod's to be), or those of them to judge.
+    """
     check = _Check(restricted=policy.level != BASELINE)
     pod = check.mapping(spec, path)
     if pod is None:
         if spec is None:
             check.refuse(path, "is required")
         return Verdict(violations=tuple(check.violations))
+    check.keys(labels, "metadata.labels", accepted=(*LABEL_KEYS, *policy.allowed_label_keys))
+    check.keys(annotations, "metadata.annotations", accepted=(*ANNOTATION_KEYS, *policy.allowed_annotation_keys))
     check.annotations(annotations)
     check.pod_level(pod, path)
     check.provider_fields(pod, path, policy)
+    check.affinity(pod.get("affinity"), f"{path}.affinity", own_namespace=own_namespace)
     check.volumes(pod.get("volumes"), f"{path}.volumes", share_storage=policy.share_storage)
     for kind in _CONTAINER_KINDS:
         for index, container in check.items(pod.get(kind), f"{path}.{kind}"):
             check.container(container, f"{path}.{kind}[{index}]", pod_context=pod.get("securityContext"))
     resets = _resets(pod, path, policy, check)
     return Verdict(violations=tuple(check.violations), resets=tuple(resets))
+
+
+def key_accepted(key: str, patterns: Sequence[str]) -> bool:
+    """Whether label or annotation ``key`` is one of ``patterns`` (keys, or ``prefix/*``) or has no prefix (pure).
+
+    A prefix pattern covers keys of exactly that prefix: ``prometheus.io/*`` is not ``x.prometheus.io/...``.
+    """
+    prefix, slash, _ = key.rpartition("/")
+    return not slash or key in patterns or f"{prefix}/*" in patterns
 
 
 def _resets(pod: Mapping[str, Any], path: str, policy: SecurityPolicy, check: _Check) -> list[Reset]:
@@ -289,6 +397,16 @@ class _Check:
 
     # -- the pod --------------------------------------------------------------------------------------------
 
+    def keys(self, value: Any, path: str, *, accepted: Sequence[str]) -> None:
+        """Every key of labels or annotations ``value`` among the ``accepted`` patterns."""
+        for key in self.mapping(value, path) or {}:
+            if not key_accepted(str(key), accepted):
+                rule = (
+                    "other components act on keys like this one on a pod; this provider accepts only keys without"
+                    f" a prefix, {', '.join(accepted)}"
+                )
+                self.refuse(f"{path}[{key}]", rule)
+
     def annotations(self, value: Any) -> None:
         annotations = self.mapping(value, "metadata.annotations")
         for key, profile in (annotations or {}).items():
@@ -354,29 +472,59 @@ class _Check:
             if _toleration_id(toleration) not in allowed or not (seconds is None or _is_int(seconds)):
                 self.refuse(f"{path}.tolerations[{index}]", "not among the tolerations this provider allows")
 
+    def affinity(self, value: Any, path: str, *, own_namespace: str) -> None:
+        """Pod (anti-)affinity only to pods of the pod's own namespace; node affinity is the pod's to choose."""
+        affinity = self.mapping(value, path) or {}
+        for kind in POD_AFFINITIES:
+            rules = self.mapping(affinity.get(kind), f"{path}.{kind}") or {}
+            at = f"{path}.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
+            for index, term in self.items(rules.get("requiredDuringSchedulingIgnoredDuringExecution"), at):
+                self.affinity_term(term, f"{at}[{index}]", own_namespace=own_namespace)
+            at = f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution"
+            for index, weighted in self.items(rules.get("preferredDuringSchedulingIgnoredDuringExecution"), at):
+                preferred = self.mapping(weighted.get("podAffinityTerm"), f"{at}[{index}].podAffinityTerm")
+                if preferred is not None:
+                    self.affinity_term(preferred, f"{at}[{index}].podAffinityTerm", own_namespace=own_namespace)
+
+    def affinity_term(self, term: Mapping[str, Any], at: str, *, own_namespace: str) -> None:
+        if term.get("namespaceSelector") is not None:
+            rule = "pods of the provider's other namespaces are not a peer's to be placed by (even {} selects them)"
+            self.refuse(f"{at}.namespaceSelector", rule)
+        if any(name != own_namespace for name in self.strings(term.get("namespaces"), f"{at}.namespaces")):
+            rule = f"only the pod's own namespace ({own_namespace}) may be named: the others are the provider's"
+            self.refuse(f"{at}.namespaces", rule)
+
     def volumes(self, value: Any, path: str, *, share_storage: bool) -> None:
+        allowed = VOLUME_TYPES + STORAGE_VOLUME_TYPES if share_storage else VOLUME_TYPES
         for index, volume in self.items(value, path):
             at = f"{path}[{index}]"
-            if volume.get("hostPath") is not None:
-                self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
-            for kind in STORAGE_VOLUME_TYPES:
-                if volume.get(kind) is not None and not share_storage:
+            # A null field is an absent one: the API server decodes it to no source.
+            for kind in sorted(k for k, source in volume.items() if k != "name" and source is not None):
+                if kind == "hostPath":
+                    self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
+                elif kind in STORAGE_VOLUME_TYPES and not share_storage:
                     self.refuse(f"{at}.{kind}", "this provider does not share storage with you")
-            if self.restricted:
-                for kind in sorted(set(volume) - RESTRICTED_VOLUME_TYPES - {"name", "hostPath"}):
-                    if volume.get(kind) is not None:
-                        self.refuse(f"{at}.{kind}", "volume type not allowed (restricted)")
+                elif kind not in allowed:
+                    rule = f"{kind} volumes are not allowed on this provider (only {', '.join(allowed)})"
+                    self.refuse(f"{at}.{kind}", rule)
             projected = self.mapping(volume.get("projected"), f"{at}.projected")
             if projected is None:
                 continue
             for source_index, source in self.items(projected.get("sources"), f"{at}.projected.sources"):
-                for kind, what in REFUSED_PROJECTIONS.items():
-                    if source.get(kind) is not None:
-                        self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
+                for kind in sorted(k for k, item in source.items() if item is not None and k not in PROJECTED_SOURCES):
+                    what = REFUSED_PROJECTIONS.get(
+                        kind, f"projected volumes gather only {', '.join(PROJECTED_SOURCES)}"
+                    )
+                    self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
 
     # -- containers -----------------------------------------------------------------------------------------
 
     def container(self, container: Mapping[str, Any], at: str, *, pod_context: Any) -> None:
+        for probe in PROBES:
+            self.handler(container.get(probe), f"{at}.{probe}")
+        lifecycle = self.mapping(container.get("lifecycle"), f"{at}.lifecycle") or {}
+        for hook in HOOKS:
+            self.handler(lifecycle.get(hook), f"{at}.lifecycle.{hook}")
         for index, port in self.items(container.get("ports"), f"{at}.ports"):
             host_port = port.get("hostPort")
             if host_port is not None and (not _is_int(host_port) or host_port != 0):
@@ -396,6 +544,15 @@ class _Check:
                 self.refuse(f"{sc}.capabilities.add", f"capability {capability} is not allowed ({level})")
         if self.restricted:
             self.restricted_container(context, capabilities, sc, pod_context=pod_context)
+
+    def handler(self, value: Any, at: str) -> None:
+        """A probe or lifecycle hook: dialled at the pod's own address, never a ``host`` of the peer's choosing."""
+        handler = self.mapping(value, at) or {}
+        for action in DIALLED_ACTIONS:
+            target = self.mapping(handler.get(action), f"{at}.{action}") or {}
+            if target.get("host") not in (None, ""):
+                rule = "must not be set: the kubelet would dial it from the node (its neighbours, 169.254.169.254)"
+                self.refuse(f"{at}.{action}.host", rule)
 
     def restricted_container(
         self, context: Mapping[str, Any], capabilities: Mapping[str, Any], sc: str, *, pod_context: Any

@@ -16,6 +16,14 @@ a ShadowPod is the one whose twin holds it (the namespace's label, set by this c
 the ShadowPod, which the consumer writes. Statuses are written when a ShadowPod starts waiting, when the
 reason changes, and when it stops: a pod that fits costs no write but its own creation.
 
+Every creation is checked, the first and every later one (the pod deleted by hand or by a drain, or stopped
+while the consumer had no budget), and measured from the ShadowPod's spec as it is then: the consumer may
+change that spec at any time, and a pod made again without a check would run whatever it says now on the
+room its first version was granted. A pod holds its room from the moment it is asked for until it is gone:
+terminating, it still runs. The pods cache alone cannot say a pod is gone right after its creation (the
+create returns before its event arrives, or fails without saying whether it happened), so until the cache
+has shown a pod asked for, its absence there is checked with the API server before its room is let go.
+
 Before making a pod the controller judges the ShadowPod again, with the verdict the validating webhook
 gives (:mod:`liqo.offloading.podsecurity`): a ShadowPod stored while the webhook was not registered (before
 an upgrade, or with the registration removed), or before the consumer's policy tightened, gets no pod, only
@@ -30,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from liqo.api import names
 from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
@@ -55,6 +63,9 @@ from liqo.offloading.twins import is_twin_of
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+Created = Literal["created", "refused", "unknown"]
+"""What came of a pod's creation: ``unknown`` when the API server did not say (a timeout, a 5xx)."""
 
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
@@ -179,6 +190,7 @@ class ShadowPods(Component):
         self.policies = informers.informer(SHARING_POLICIES)
         self.ledger = Ledger()
         self._rebuilt = False
+        self._unseen: set[str] = set()  # keys whose pod was asked for and the cache has not shown yet
         self._retry = ItemExponentialFailureRateLimiter(base_delay=RETRY_FIRST_SECONDS, max_delay=RETRY_MAX_SECONDS)
         self._budgets: dict[str, Budget | NoBudget] = {}  # as last seen by reconcile_budget
         self._computed: Derived[str, Budget | NoBudget] = Derived()
@@ -289,7 +301,7 @@ class ShadowPods(Component):
             self._rebuild()
         namespace, name = split_namespaced_key(key)
         shadow = self.shadows.store.get(key)
-        pod = self.pods.store.get(key)
+        pod = await self._pod(key)
         if pod is not None and _terminal(pod):
             self._free(key)  # done: it holds nothing on a node any more
         if shadow is None or terminating(shadow):
@@ -331,8 +343,11 @@ class ShadowPods(Component):
     async def _admit(self, key: str, shadow: Obj, *, consumer: str, budget: Budget) -> Result | None:
         """Create the pod if the provider allows it and it fits ``consumer``'s budget; otherwise say why.
 
-        A ShadowPod admitted before (same UID) is re-created without a budget check: its room is held.
+        Called only once the key's pod is known to be gone (:meth:`_pod`): whatever it held is free, and the
+        pod to make is judged and measured afresh from the spec as it is now, whether this ShadowPod had a pod
+        before or not.
         """
+        self._free(key)
         verdict = self._verdict(shadow)
         if not verdict.allowed:
             await self._refuse(shadow, reason="PodRefused", message=verdict.message())
@@ -342,19 +357,36 @@ class ShadowPods(Component):
         except UnreadablePod as exc:
             await self._refuse(shadow, reason="UnreadableResources", message=str(exc))
             return None  # nothing to retry: only a new spec (an update, which re-queues us) can change it
-        uid = shadow["metadata"]["uid"]
-        held = self.ledger.holding(key)
-        if held is not None and held.uid != uid:
-            self._free(key)  # a deleted namesake's, whose pod is gone: its room is free again
-        missing = self.ledger.admit(key, consumer=consumer, uid=uid, usage=usage, budget=budget)
+        missing = self.ledger.admit(key, consumer=consumer, uid=shadow["metadata"]["uid"], usage=usage, budget=budget)
         if missing is not None:
             await self._wait(shadow, reason=OVER_BUDGET, message=missing.message)
             return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner
-        if not await self._create(shadow, resets=verdict.resets):
-            self._free(key)
-            return Result(requeue_after=self._retry.when(key))
+        match await self._create(shadow, resets=verdict.resets):
+            case "refused":
+                self._free(key)
+                return Result(requeue_after=self._retry.when(key))
+            case "unknown":  # its room stays held until the pod is known to be absent
+                return Result(requeue_after=self._retry.when(key))
         await self._created(shadow)
         return None
+
+    async def _pod(self, key: str) -> Obj | None:
+        """The pod of ``key``: the cache's or, while the cache has not shown a pod asked for, the API server's.
+
+        Without a pod, a ShadowPod's room is let go and its pod made again; a pod created an instant ago that
+        the cache does not show yet is not gone, and letting its room go would let another pod take it while
+        it runs (and make this one twice, the second time from whatever the spec says by then).
+        """
+        cached = self.pods.store.get(key)
+        if cached is not None or key not in self._unseen:
+            self._unseen.discard(key)
+            return cached
+        namespace, name = split_namespaced_key(key)
+        try:
+            return await self._client.get(PODS, name, namespace=namespace)
+        except NotFoundError:
+            self._unseen.discard(key)
+            return None
 
     def _verdict(self, shadow: Obj) -> Verdict:
         """The ShadowPod webhook's verdict, from the caches (a namespace they lack is not a twin)."""
@@ -377,28 +409,33 @@ class ShadowPods(Component):
         await self._wait(shadow, reason=NO_ACCEPTED_OFFER, message=message)
         return Result(requeue_after=self._retry.when(key))
 
-    async def _create(self, shadow: Obj, *, resets: Sequence[Reset]) -> bool:
-        """Create the pod; False if it was not (refused: the ShadowPod says so; or a transient failure).
+    async def _create(self, shadow: Obj, *, resets: Sequence[Reset]) -> Created:
+        """Create the pod: ``created`` (or it existed), ``refused`` (the ShadowPod says so), or ``unknown``.
 
-        Either way the caller retries with the capped backoff: a pod the consumer asked for is never given
-        up on while its ShadowPod lives (the controller's own retries would stop after a few failures).
+        Unless created, the caller retries with the capped backoff: a pod the consumer asked for is never given
+        up on while its ShadowPod lives (the controller's own retries would stop after a few failures). From
+        the request on, the pod may exist, whatever the answer, but a refusal: the cache must show it, or
+        the API server deny it, before its absence counts (:meth:`_pod`).
         """
         meta = shadow["metadata"]
+        key = object_key(shadow)
+        self._unseen.add(key)
         try:
             await self._client.create(PODS, pod_from_shadow(shadow, resets=resets))
         except ConflictError:
-            return True  # created meanwhile (the informer is behind): the pod's event re-queues us
+            return "created"  # created meanwhile (the informer is behind): the pod's event re-queues us
         except ApiError as exc:
             if exc.status in (400, 403, 422):  # refused: admission, validation
+                self._unseen.discard(key)
                 await self._refuse(shadow, reason="PodRefused", message=exc.message)
-                return False
+                return "refused"
             log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
-            return False
+            return "unknown"
         except KubeError as exc:
             log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
-            return False
+            return "unknown"
         log.debug("created pod %s/%s", meta["namespace"], meta["name"])
-        return True
+        return "created"
 
     async def _created(self, shadow: Obj) -> None:
         """The pod exists: clear a waiting or refused status (none is written on the happy path)."""

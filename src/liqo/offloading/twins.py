@@ -17,12 +17,18 @@ Secret of a type this cluster's controllers act on (:data:`PEER_REFUSED_SECRET_T
 A twin also carries the Pod Security Admission labels of the consumer's policy level (``enforce``, ``warn``
 and ``audit``, version ``latest``): Kubernetes' own admission then checks the real pods too, a second
 opinion on the provider's verdict that does not depend on liqo's code.
+
+And it carries what the API server's admission policies on the consumer's other writes read
+(:func:`twin_annotations`; docs/security.md, "Endpoints" and "Ingresses"): where this cluster sees the
+consumer's pods, and what its policy lets the consumer's Ingresses say. On the namespace because a
+ValidatingAdmissionPolicy reads the request's namespace (``namespaceObject``) and nothing else of ours, and
+because a peer can never write a namespace: what is there is the provider's word.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from liqo.api import names
 from liqo.api.networks import SPECIAL_PURPOSE, ClusterNetwork, IPNetwork, NetworkPeer, PodNetwork
@@ -45,19 +51,73 @@ def pod_security_labels(level: str) -> dict[str, str]:
     return labels
 
 
-def twin_namespace_manifest(*, name: str, consumer_id: str, home_namespace: str, level: str) -> dict[str, Any]:
-    """The twin namespace ``name`` of ``consumer_id``'s ``home_namespace``, its pods held to ``level`` (pure)."""
+class IngressOffer(Protocol):
+    """What a provider lets one consumer's Ingresses say (``liqo.sharing.policy.IngressOffer`` is one)."""
+
+    @property
+    def classes(self) -> Sequence[str]:
+        """The IngressClasses they may name."""
+
+    @property
+    def hosts(self) -> Sequence[str]:
+        """The hosts they may name: exact, or ``*.`` and a domain."""
+
+    @property
+    def annotations(self) -> Sequence[str]:
+        """The annotation keys they may carry beyond the built-in few."""
+
+
+TWIN_ANNOTATIONS = (names.PEER_PODS, names.INGRESS_CLASSES, names.INGRESS_HOSTS, names.INGRESS_ANNOTATIONS)
+"""The annotations of a twin the provider keeps: every one absent means "nothing allowed"."""
+
+
+def twin_annotations(*, peer_pods: IPNetwork | None, ingress: IngressOffer) -> dict[str, str]:
+    """What a twin of a consumer tells the API server's policies: its pods' block, its Ingresses' offer (pure).
+
+    Lists are joined with commas (the CEL side splits them; no class, host or annotation key holds one).
+    An empty value is left out: the policies read an absent annotation as "nothing allowed".
+    """
+    values = {
+        names.PEER_PODS: str(peer_pods) if peer_pods is not None else "",
+        names.INGRESS_CLASSES: ",".join(ingress.classes),
+        names.INGRESS_HOSTS: ",".join(ingress.hosts),
+        names.INGRESS_ANNOTATIONS: ",".join(ingress.annotations),
+    }
+    return {key: value for key, value in values.items() if value}
+
+
+def twin_namespace_manifest(
+    *, name: str, consumer_id: str, home_namespace: str, level: str, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The twin namespace ``name`` of ``consumer_id``'s ``home_namespace``, its pods held to ``level`` (pure).
+
+    ``annotations``: :func:`twin_annotations`, so that the consumer's first writes there are judged by them.
+    """
     labels = names.peer_labels(consumer_id) | {names.ORIGIN_NAMESPACE: home_namespace} | pod_security_labels(level)
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
-def pod_security_patch(namespace: dict[str, Any], *, level: str) -> dict[str, Any] | None:
-    """The merge patch bringing a twin's PSA labels to ``level``, or None if they are there already (pure)."""
-    current = namespace["metadata"].get("labels") or {}
-    wanted = pod_security_labels(level)
-    if all(current.get(key) == value for key, value in wanted.items()):
-        return None
-    return {"metadata": {"labels": wanted}}
+def twin_patch(namespace: dict[str, Any], *, level: str, annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    """The merge patch bringing a twin's PSA labels to ``level`` and its :data:`TWIN_ANNOTATIONS` to ``annotations``.
+
+    None if the twin says all that already (pure). Annotations of ours not in ``annotations`` are removed
+    (``null`` in a merge patch); nobody else's are touched.
+    """
+    meta = namespace["metadata"]
+    current_labels, current_annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    wanted_labels = pod_security_labels(level)
+    patch: dict[str, Any] = {}
+    if any(current_labels.get(key) != value for key, value in wanted_labels.items()):
+        patch["labels"] = wanted_labels
+    changed = {
+        key: annotations.get(key) for key in TWIN_ANNOTATIONS if current_annotations.get(key) != annotations.get(key)
+    }
+    if changed:
+        patch["annotations"] = changed
+    return {"metadata": patch} if patch else None
 
 
 def is_twin_of(namespace: dict[str, Any], *, consumer_id: str) -> bool:
@@ -200,8 +260,9 @@ def twin_network_policy(
 ) -> dict[str, Any]:
     """The NetworkPolicy of twin ``namespace``: where ``consumer_id``'s pods there may connect, and from where (pure).
 
-    Out: the consumer's pods in its twins, its home pods where this cluster sees them (``home_pods``: the block our
-    NetworkConfig for it names, with the network fabric), the cluster DNS, and what its SharingPolicy opens
+    Out: the consumer's pods in its twins, its home pods where this cluster sees them (``home_pods``:
+    :func:`liqo.api.networks.pods_seen_at`, the block the twin's ``liqo.io/peer-pods`` annotation names too; None
+    while unknown), the cluster DNS, and what its SharingPolicy opens
     (``allowed``), never this cluster's pods, Services or special-purpose ranges by CIDR (:func:`open_block`). In:
     the same pods, and its gateway. Nothing else: not this cluster's nodes, its API server, the manager's webhook
     listener, other pods, ``169.254.169.254``. Only a CNI that enforces NetworkPolicy makes this hold.

@@ -1,19 +1,19 @@
 """The consumer's side of authentication: turn its cluster key (and, to enrol, the token) into an identity.
 
 :func:`request_identity` makes a fresh key for the identity (it never leaves this process), asks for a
-nonce, sends a request signed with the cluster key — plus the token's HMAC when it has a token — and
-accepts the answer only if it is signed by the provider's cluster key, the one whose fingerprint this
-cluster was given out of band (``liqoctl peer`` reads it from the provider's identity, the out-of-band
+nonce, sends a request signed with the cluster key — and with the enrolment token's key when it has a
+token — and accepts the answer only if it is signed by the provider's cluster key, the one whose fingerprint
+this cluster was given out of band (``liqoctl peer`` reads it from the provider's identity, the out-of-band
 command carries it), over the answer and *our* nonce.
 
-Why the auth server's TLS certificate is not verified: it is typically self-signed or signed by the
-provider's cluster CA, which the consumer does not know before this very handshake. Verifying it would add
-nothing: the token never crosses the wire (only HMACs do, and the token is 32 random bytes, out of reach of
-an offline guess); the private keys never leave the consumer (the CSR and the request hold public keys
-only); and the answer — API server URL, CA, certificate — is signed by the provider's pinned key, bound to
-our nonce. A man in the middle, even one holding the token, can therefore neither obtain a usable identity
-nor make us trust its own API server: it can only make the handshake fail. TLS still keeps the exchange
-private. The API server itself is then reached with full verification against the CA received here.
+Why the auth server's TLS certificate is not verified: it is typically self-signed or signed by the provider's
+cluster CA, which the consumer does not know before this very handshake. Verifying it would add nothing: the
+token never crosses the wire (only a signature by the key it is the seed of, and the token is 32 random bytes,
+out of reach of an offline guess); the private keys never leave the consumer (the CSR and the request hold
+public keys only); and the answer — API server URL, CA, certificate — is signed by the provider's pinned key,
+bound to our nonce. A man in the middle, even one holding the token, can therefore neither obtain a usable
+identity nor make us trust its own API server: it can only make the handshake fail. TLS still keeps the
+exchange private. The API server itself is then reached with full verification against the CA received here.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class Identity:
 
 
 def _session(timeout: float) -> aiohttp.ClientSession:
-    # ssl=False: see the module docstring; the answer's HMAC is what authenticates the provider.
+    # ssl=False: see the module docstring; the answer's signature is what authenticates the provider.
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(ssl=False), timeout=aiohttp.ClientTimeout(total=timeout, sock_connect=10)
     )

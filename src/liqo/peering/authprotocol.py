@@ -7,10 +7,11 @@ Two secrets, two jobs (docs/security.md, "Peer authentication"):
   answer *plus the request's nonce*, so the answer is bound to that very request. Each side pins the other's
   key (ForeignCluster ``spec.keyFingerprint``): a provider refuses any other key claiming a consumer's
   cluster ID, a consumer refuses an answer from any other key than its provider's.
-- **the provider's token** says a consumer *may enrol*: a consumer the provider has no key for must also
-  prove it knows the token, by an HMAC-SHA256 keyed with it over the same message. The token never crosses
-  the wire, and once enrolled a consumer renews with its key alone, so the token can be rotated without
-  breaking anyone.
+- **an enrolment token** says a consumer *may enrol*: a consumer the provider has no key for must also
+  prove it holds a token the provider minted for it (:mod:`liqo.peering.tokens`), by a signature over the
+  same message with the Ed25519 key the token is the seed of, whose public half it sends (``enrolmentKey``).
+  The token never crosses the wire, and the provider keeps only that key's fingerprint, which enrols no one.
+  Once enrolled a consumer renews with its cluster key alone, so a token is needed (and used up) once.
 
 What is signed is the canonical JSON of the message (sorted keys, compact) without the signature fields.
 Nonces are single use and short-lived: a recorded request cannot be sent again.
@@ -30,10 +31,7 @@ Nothing here does I/O, so the server and the client share it and the tests exerc
 
 from __future__ import annotations
 
-import base64
 import datetime
-import hashlib
-import hmac
 import re
 import secrets
 import time
@@ -51,11 +49,14 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import NETWORK, ClusterNetwork, InvalidNetwork
 from liqo.kube.csr import make_request
 from liqo.kube.timefmt import format_time, parse_time
+from liqo.peering.tokens import enrolment_key
 
 KEY_SIGNATURE = "keySignature"
 """In a request: the consumer's cluster-key signature."""
 TOKEN_SIGNATURE = "tokenSignature"
-"""In a request: the HMAC keyed with the provider's token (needed to enrol only)."""
+"""In a request: the signature by the enrolment token's key (needed to enrol only)."""
+ENROLMENT_KEY = "enrolmentKey"
+"""In a request: the public half of the enrolment token's key (PEM), signed over like every other field."""
 SIGNATURE = "signature"
 """In an answer: the provider's cluster-key signature over the answer and the request's nonce."""
 _SIGNATURES = frozenset({KEY_SIGNATURE, TOKEN_SIGNATURE, SIGNATURE})
@@ -93,27 +94,41 @@ def canonical(message: Mapping[str, Any], *, nonce: str = "") -> bytes:
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS) + nonce.encode()
 
 
-def token_signature(token: str, message: Mapping[str, Any]) -> str:
-    """HMAC-SHA256 keyed with ``token`` over ``canonical(message)``, base64-encoded."""
-    mac = hmac.new(token.encode(), canonical(message), hashlib.sha256)
-    return base64.b64encode(mac.digest()).decode()
+class UnprovenToken(ValueError):
+    """A request that must prove an enrolment token does not: the server answers 401 with the message."""
 
 
-def verify_token(token: str, message: Mapping[str, Any]) -> bool:
-    """Whether the request ``message`` carries :func:`token_signature`'s HMAC (a non-string never is)."""
-    signature = message.get(TOKEN_SIGNATURE)
-    if not isinstance(signature, str) or not token:
-        return False
-    # compare_digest on bytes: constant time, and no TypeError on non-ASCII input.
-    return hmac.compare_digest(token_signature(token, message).encode(), signature.encode())
+def enrolment_fingerprint(message: Mapping[str, Any]) -> str:
+    """The fingerprint of the enrolment key that signed the request ``message`` (what names its token's Secret).
+
+    Raises:
+        UnprovenToken: the request carries no token signature, or one that is not its enrolment key's
+            signature of the message (a value of any other type never is).
+    """
+    public_key, signature = message.get(ENROLMENT_KEY), message.get(TOKEN_SIGNATURE)
+    if public_key is None and signature is None:
+        raise UnprovenToken(
+            "this cluster does not know your key, and enrolling needs a token (`liqoctl generate peer-command`"
+            " on this cluster prints a command carrying one)"
+        )
+    if not isinstance(public_key, str) or not clusterkey.verify(public_key, canonical(message), signature):
+        raise UnprovenToken("bad token signature: an altered request, or no valid enrolment key")
+    return clusterkey.fingerprint(public_key)
 
 
 def sign_request(message: Mapping[str, Any], *, key: ClusterKey, token: str | None) -> dict[str, Any]:
-    """``message`` signed by the consumer's ``key``, and with the token's HMAC when a token is known."""
+    """``message`` signed by the consumer's ``key`` and, when a token is known, by the token's key too.
+
+    The token's public key joins the message first, so that both signatures cover it.
+    """
     signed = dict(message)
-    signed[KEY_SIGNATURE] = key.sign(canonical(message))
-    if token:
-        signed[TOKEN_SIGNATURE] = token_signature(token, message)
+    enrolment = enrolment_key(token) if token else None
+    if enrolment is not None:
+        signed[ENROLMENT_KEY] = enrolment.public_pem
+    body = canonical(signed)
+    signed[KEY_SIGNATURE] = key.sign(body)
+    if enrolment is not None:
+        signed[TOKEN_SIGNATURE] = enrolment.sign(body)
     return signed
 
 

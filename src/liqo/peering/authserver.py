@@ -8,11 +8,14 @@ The order of the checks is the security of the endpoint. Everything that needs n
 the message's shape, the CSR, the consumer's signature with the key it presents, the single-use nonce. Only
 then does the endpoint look at what this cluster knows of the consumer (a
 :class:`~liqo.api.provisioner.PeerRecord`): a refused consumer stays refused; a known consumer must present
-the key pinned for its cluster ID and needs no token; an unknown one must also prove it holds the token,
-which is read only then. The :class:`~liqo.api.provisioner.Provisioner` — the only code that creates
-anything — runs last, and pins the key of a new consumer before it signs anything. A forged, replayed or
-wrongly keyed request therefore costs the provider a signature check and creates nothing. Logs name the
-peer and the outcome, never the token, a signature, a nonce or a certificate.
+the key pinned for its cluster ID and needs no token. An unknown one must also prove an enrolment token
+(:mod:`liqo.peering.tokens`): its signature is checked first, then the one Secret of that token is read by
+name — a wrong token costs that read, no more —, then the caps on tenants, and only then is the token used
+up (:mod:`liqo.peering.enrolment`). The :class:`~liqo.api.provisioner.Provisioner` — the only code that
+creates anything for the consumer — runs last, and pins the key of a new consumer before it signs anything;
+if it fails, the token is recorded again. A forged, replayed or wrongly keyed request therefore costs the
+provider a signature check and creates nothing. Logs name the peer and the outcome, never the token, a
+signature, a nonce or a certificate.
 
 The provisioner is a Protocol (in :mod:`liqo.api.provisioner`, as sharing's policy gate implements it too)
 so that the HTTP behaviour is tested with a fake over real sockets, and the Kubernetes side
@@ -21,9 +24,9 @@ so that the HTTP behaviour is tested with a fake over real sockets, and the Kube
 
 from __future__ import annotations
 
+import datetime
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -38,14 +41,37 @@ from liqo.peering.authprotocol import (
     IdentityResponse,
     InvalidMessage,
     NonceStore,
+    UnprovenToken,
     check_csr,
+    enrolment_fingerprint,
     parse_json,
     sign_answer,
     verify_request,
-    verify_token,
 )
+from liqo.peering.enrolment import Refusal
+from liqo.peering.tokens import UNKNOWN_TOKEN, EnrolmentToken, token_id, token_refusal
 
 log = logging.getLogger(__name__)
+
+
+class Enrolments(Protocol):
+    """The tokens and caps an enrolment is checked against (:class:`~liqo.peering.enrolment.KubeEnrolments`)."""
+
+    async def find(self, fingerprint: str) -> EnrolmentToken | None:
+        """The token whose key has ``fingerprint``; None if there is none."""
+        ...
+
+    async def refusal(self) -> Refusal | None:
+        """Why no new consumer may enrol now, or None."""
+        ...
+
+    async def consume(self, token: EnrolmentToken) -> bool:
+        """Use ``token`` up; False if another enrolment did first."""
+        ...
+
+    async def restore(self, token: EnrolmentToken) -> None:
+        """Record ``token`` again after a failed enrolment."""
+        ...
 
 
 def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: str) -> tuple[bool, str | None]:
@@ -79,20 +105,64 @@ def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
     return _json({"reason": reason}, status=status)
 
 
+def _failed(request: web.Request, exc: Exception, *, cluster_name: str, ask: IdentityRequest) -> web.Response:
+    """The answer to a provisioning that raised ``exc``: the reason if it may be told, else a pointer to the logs."""
+    if isinstance(exc, PeerDenied):
+        return _refuse(request, 403, f"{cluster_name} refuses {ask.cluster_name}: {exc.reason}")
+    if isinstance(exc, ProvisioningError):
+        log.error("identity for %s (%s) failed: %s", ask.cluster_name, ask.cluster_id, exc)
+        return _json({"reason": str(exc)}, status=500)
+    log.error("identity for %s (%s) failed", ask.cluster_name, ask.cluster_id, exc_info=exc)
+    return _json({"reason": "the provider failed to issue an identity (its logs say why)"}, status=500)
+
+
+async def _enrol(
+    request: web.Request, message: dict[str, Any], *, enrolments: Enrolments
+) -> EnrolmentToken | web.Response:
+    """The token this enrolment uses up, or the answer refusing it (nothing done but reads)."""
+    try:
+        fingerprint = enrolment_fingerprint(message)
+    except UnprovenToken as exc:
+        return _refuse(request, 401, str(exc))
+    try:
+        token = await enrolments.find(fingerprint)
+    except Exception:
+        log.exception("cannot read enrolment token %s", token_id(fingerprint))
+        return _json({"reason": "the provider cannot check enrolment tokens right now; retry later"}, status=503)
+    refusal = token_refusal(token, fingerprint=fingerprint, now=datetime.datetime.now(datetime.UTC))
+    if refusal:
+        return _refuse(request, 401, refusal)
+    assert token is not None  # no refusal: it is the token
+    try:
+        full = await enrolments.refusal()
+    except Exception:
+        log.exception("cannot count this cluster's tenants")
+        return _json({"reason": "the provider cannot count its consumers right now; retry later"}, status=503)
+    if full is not None:
+        return _refuse(request, full.status, full.reason)
+    try:
+        used = await enrolments.consume(token)
+    except Exception:
+        log.exception("cannot use up enrolment token %s", token.id)
+        return _json({"reason": "the provider cannot check enrolment tokens right now; retry later"}, status=503)
+    # Another enrolment with the same token got past the delete first.
+    return token if used else _refuse(request, 401, UNKNOWN_TOKEN)
+
+
 def auth_app(
     *,
     cluster_id: str,
     cluster_name: str,
     key: ClusterKey,
     network: ClusterNetwork,
-    token_source: Callable[[], Awaitable[str]],
+    enrolments: Enrolments,
     provisioner: Provisioner,
     nonces: NonceStore,
 ) -> web.Application:
     """The authentication endpoint of cluster ``cluster_id``, ready for an ``AppRunner``.
 
-    ``key`` signs the answers, which tell consumers this cluster's ``network``. ``token_source`` is called
-    only for enrolments, so a rotated token takes effect at once.
+    ``key`` signs the answers, which tell consumers this cluster's ``network``. ``enrolments`` is asked
+    only for consumers this cluster has no key for.
     """
 
     async def ids(_: web.Request) -> web.Response:
@@ -132,17 +202,12 @@ def auth_app(
         needs_token, refusal = admission(record, consumer_id=ask.cluster_id, key_fingerprint=fingerprint)
         if refusal:
             return _refuse(request, 403, refusal)
+        ticket = None
         if needs_token:
-            try:
-                token = await token_source()
-            except Exception:
-                log.exception("cannot read this cluster's authentication token")
-                token = ""
-            if not token:
-                log.error("no authentication token is configured: new consumers are refused")
-                return _refuse(request, 503, "this cluster has no authentication token yet")
-            if not verify_token(token, message):
-                return _refuse(request, 401, "bad token signature: a wrong token (or none), or an altered request")
+            enrolled = await _enrol(request, message, enrolments=enrolments)
+            if isinstance(enrolled, web.Response):
+                return enrolled
+            ticket = enrolled
         # 3. Provisioning: the only step that creates anything. The CSR goes on re-encoded from what was
         # checked: whatever else the PEM text held can never reach a parser that reads it differently.
         checked = csr.public_bytes(serialization.Encoding.PEM).decode()
@@ -155,14 +220,14 @@ def auth_app(
                 key_fingerprint=fingerprint,
                 network=ask.network,
             )
-        except PeerDenied as exc:
-            return _refuse(request, 403, f"{cluster_name} refuses {ask.cluster_name}: {exc.reason}")
-        except ProvisioningError as exc:
-            log.error("identity for %s (%s) failed: %s", ask.cluster_name, ask.cluster_id, exc)
-            return _json({"reason": str(exc)}, status=500)
-        except Exception:
-            log.exception("identity for %s (%s) failed", ask.cluster_name, ask.cluster_id)
-            return _json({"reason": "the provider failed to issue an identity (its logs say why)"}, status=500)
+        except Exception as exc:
+            if ticket is not None:
+                # Nothing was made for the consumer: its token enrols it when it tries again.
+                try:
+                    await enrolments.restore(ticket)
+                except Exception:
+                    log.exception("could not record enrolment token %s again", ticket.id)
+            return _failed(request, exc, cluster_name=cluster_name, ask=ask)
         answer = IdentityResponse(
             cluster_id=cluster_id,
             cluster_name=cluster_name,
@@ -179,7 +244,7 @@ def auth_app(
             ask.cluster_name,
             ask.cluster_id,
             fingerprint,
-            "enrolled with the token" if needs_token else "known key",
+            f"enrolled with token {ticket.id}" if ticket else "known key",
             ask.network,
             request.remote,
             issued.namespace,

@@ -10,7 +10,8 @@ ForeignCluster this cluster made for it — when:
 - its ForeignCluster says ``incomingPeeringEnabled: No``: the admin revoked it. The ForeignCluster stays —
   it is the record that keeps the consumer refused, key pinned, until the admin allows it again;
 - it never engaged: a tenant made for a handshake whose consumer never sent a request within
-  :data:`ABANDONED_AFTER`. Without this, anyone holding the token could fill the cluster with tenants.
+  :data:`ABANDONED_AFTER`. Without this, every token used would leave a tenant behind for good (and count
+  against the cap on pending tenants, :mod:`liqo.peering.enrolment`).
 
 The decision is a pure function of the cached objects and the time (:func:`verdict`), so a restart in
 between changes nothing.
@@ -25,6 +26,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
+from liqo.api.peerings import wants_outgoing
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -33,7 +35,6 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.kube.timefmt import parse_time
-from liqo.peering.outgoing import wants_outgoing
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """What ``liqoctl peer``, ``unpeer``, ``info`` and friends do, as functions over API clients.
 
 The CLI is a thin shell over these. Peering only declares intent — a ForeignCluster with
-``outgoingPeeringEnabled: Yes`` and the provider's token — and then waits, with a deadline, for the
-managers to converge, reporting which step it is waiting for. Every wait is bounded and every failure names
-the condition that did not come true and its message.
+``outgoingPeeringEnabled: Yes`` and the enrolment token the provider minted for it — and then waits, with a
+deadline, for the managers to converge, reporting which step it is waiting for. Every wait is bounded and
+every failure names the condition that did not come true and its message.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.timefmt import format_micro_time, parse_time
 from liqo.kube.waiting import WaitTimeout, poll_until
-from liqo.peering import authclient
+from liqo.peering import authclient, enrolment
 from liqo.peering.outgoing import PEERING_REQUESTED
 from liqo.peering.tenants import tenant_namespace_manifest
-from liqo.peering.tokens import new_token, token_of, token_secret
+from liqo.peering.tokens import DEFAULT_VALIDITY, PEER_VALIDITY, EnrolmentToken
 
 Progress = Callable[[str], None]
 
@@ -56,6 +56,8 @@ class PeerCommand:
     cluster_id: str
     key_fingerprint: str
     token: str
+    enrolment: EnrolmentToken | None = None
+    """The provider's record of ``token`` when it was just minted (its ID and expiry, to tell the operator)."""
 
     def render(self) -> str:
         """The command line to run on the consumer."""
@@ -75,23 +77,19 @@ async def installed(client: KubeClient, *, role: str) -> ClusterIdentity:
     return identity
 
 
-async def peer_command(client: KubeClient, *, rotate_token: bool = False) -> PeerCommand:
-    """The out-of-band peer command for this (provider) cluster: its identity, its key and its token.
+async def peer_command(client: KubeClient, *, valid_for: datetime.timedelta = DEFAULT_VALIDITY) -> PeerCommand:
+    """The out-of-band peer command for this (provider) cluster: its identity, its key and a new token.
 
-    ``rotate_token`` first replaces the token: the commands printed before no longer enrol anyone, while
-    every consumer already enrolled keeps renewing with its key.
+    The token is minted for this command alone: it enrols one cluster, once, within ``valid_for``
+    (:mod:`liqo.peering.tokens`); every consumer already enrolled renews with its key and needs none.
     """
     identity = await installed(client, role="provider")
     if not identity.key_fingerprint:
         raise PeeringError("this cluster has no cluster key yet: run `liqoctl install` again to create it")
-    if rotate_token:
-        await client.apply(SECRETS, token_secret(new_token()))
-    token = token_of(await client.get(SECRETS, names.AUTH_TOKEN_SECRET, namespace=names.LIQO_NAMESPACE))
-    if not token:
-        raise PeeringError(
-            f"Secret {names.LIQO_NAMESPACE}/{names.AUTH_TOKEN_SECRET} holds no token: run `liqoctl install`"
-        )
-    return PeerCommand(identity.cluster_name, identity.auth_url, identity.cluster_id, identity.key_fingerprint, token)
+    token, recorded = await enrolment.mint(client, valid_for=valid_for)
+    return PeerCommand(
+        identity.cluster_name, identity.auth_url, identity.cluster_id, identity.key_fingerprint, token, recorded
+    )
 
 
 async def peer_out_of_band(
@@ -195,12 +193,20 @@ async def peer(
     timeout: float = PEER_TIMEOUT,
     progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
-    """Peer ``consumer`` → ``provider`` with both at hand; return the accepted offer once there is one."""
-    command = await peer_command(provider)
+    """Peer ``consumer`` → ``provider`` with both at hand; return the accepted offer once there is one.
+
+    The consumer gets a token of its own, as out of band. Once the peering stands the token is revoked if
+    the enrolment left it (the provider knew the consumer's key already), so none outlives its use.
+    """
+    command = await peer_command(provider, valid_for=PEER_VALIDITY)
     progress(f"peering with {command.name} ({command.cluster_id})")
     asked = datetime.datetime.now(datetime.UTC)
     await peer_out_of_band(consumer, command, offer_policy=offer_policy)
-    return await wait_established(consumer, command.cluster_id, timeout=timeout, progress=progress, since=asked)
+    offer = await wait_established(consumer, command.cluster_id, timeout=timeout, progress=progress, since=asked)
+    if command.enrolment is not None:
+        with contextlib.suppress(enrolment.TokenError):
+            await enrolment.revoke(provider, [command.enrolment.id])
+    return offer
 
 
 async def wait_established(
@@ -350,8 +356,8 @@ async def revoke(client: KubeClient, fc: dict[str, Any], *, timeout: float, prog
 async def allow(client: KubeClient, name: str, *, forget_key: bool = False) -> dict[str, Any]:
     """Provider side: let a revoked (or refused) consumer peer again; ``forget_key`` also unpins its key.
 
-    Forgetting the key is for a consumer that really changed it (a re-installed cluster): the next holder of
-    the token to claim its cluster ID pins a new one.
+    Forgetting the key is for a consumer that really changed it (a re-installed cluster): it enrols again
+    with a new peer command's token, and the first to do so for its cluster ID pins a new key.
     """
     fc = await _find(client, name)
     spec: dict[str, Any] = {"incomingPeeringEnabled": "Auto"}

@@ -2,7 +2,7 @@
 
 Keyed by the provider's cluster ID. While its ForeignCluster says ``outgoingPeeringEnabled: Yes`` the
 reconcile makes sure that the tenant namespace exists, that a valid identity is stored (a handshake signed
-with this cluster's key, carrying the token's HMAC, when missing or due for renewal; the answer must be
+with this cluster's key, and with the enrolment token's, when missing or due for renewal; the answer must be
 signed by the provider key the ForeignCluster's ``keyFingerprint`` names) and that the ResourceRequest
 exists; it comes back when the identity is due. A provider's refusal (401, 403) is reported as a Denied
 authentication and tried again after a while, not hammered: it changes only when someone acts.
@@ -34,6 +34,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, network_patch, recorded_network
+from liqo.api.peerings import wants_outgoing
 from liqo.api.peers import PeerClients, UntrustedIdentity, identity_access
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
@@ -72,13 +73,6 @@ def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, A
         },
         "spec": {"consumerClusterID": local.cluster_id, "consumerClusterName": local.cluster_name},
     }
-
-
-def wants_outgoing(foreign_cluster: dict[str, Any] | None) -> bool:
-    """Whether this ForeignCluster asks us to consume from the peer."""
-    if foreign_cluster is None or terminating(foreign_cluster):
-        return False
-    return bool(foreign_cluster.get("spec", {}).get("outgoingPeeringEnabled") == "Yes")
 
 
 class OutgoingPeering(Component):

@@ -1,7 +1,7 @@
 """What a provider creates for an authenticated consumer, and how it gets the consumer's certificate signed.
 
 First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
-fingerprint of the consumer's cluster key. The first consumer to prove the token for a cluster ID pins its
+fingerprint of the consumer's cluster key. The first consumer to prove a token for a cluster ID pins its
 key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
 win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, its quota
 of object counts (:mod:`liqo.api.bounds`: how many requests, maps, NetworkConfigs and Leases it may make there),
@@ -351,7 +351,7 @@ class KubeProvisioner:
             return await self._issuer.sign(
                 csr_object(consumer_id=consumer_id, csr_pem=csr_pem, ttl=self._ttl),
                 reason="LiqoPeerAuthenticated",
-                message=f"peer {consumer_id} proved it holds this cluster's liqo token",
+                message=f"peer {consumer_id} authenticated with its cluster key",
             )
         except csr.SigningError as exc:
             raise ProvisioningError(str(exc)) from None

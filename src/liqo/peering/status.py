@@ -28,6 +28,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
+from liqo.api.peerings import wants_outgoing
 from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.client import KubeClient
@@ -42,7 +43,6 @@ from liqo.peering import metrics
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
 from liqo.peering.observations import FORBIDDEN, Observation, Observations
-from liqo.peering.outgoing import wants_outgoing
 
 PROBE_INTERVAL = 10.0
 NETWORK_STATUS = "NetworkStatus"

@@ -75,6 +75,11 @@ class PodSecurity:
     """Whether the pods may use PersistentVolumeClaims and generic ephemeral volumes."""
     max_grace_seconds: int = DEFAULT_MAX_GRACE_SECONDS
     """The longest termination grace period the pods get."""
+    allowed_label_keys: tuple[str, ...] = ()
+    """Label keys the pods may carry beyond the built-in few (``liqo.offloading.podsecurity.LABEL_KEYS``):
+    keys, or ``prefix/*``."""
+    allowed_annotation_keys: tuple[str, ...] = ()
+    """Annotation keys the pods may carry beyond the built-in few (``ANNOTATION_KEYS`` there)."""
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> PodSecurity:
@@ -85,6 +90,30 @@ class PodSecurity:
             tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
             share_storage=bool(spec.get("shareStorage", False)),
             max_grace_seconds=int(spec.get("maxTerminationGracePeriodSeconds", DEFAULT_MAX_GRACE_SECONDS)),
+            allowed_label_keys=tuple(spec.get("allowedLabelKeys") or ()),
+            allowed_annotation_keys=tuple(spec.get("allowedAnnotationKeys") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class IngressOffer:
+    """What a provider lets one consumer's Ingresses say (a SharingPolicy's ``ingress``; absent: nothing)."""
+
+    classes: tuple[str, ...] = ()
+    """The IngressClasses they may name; none: no Ingress of the consumer's is accepted."""
+    hosts: tuple[str, ...] = ()
+    """The hosts they may name: exact, or ``*.`` and a domain for any name under it."""
+    annotations: tuple[str, ...] = ()
+    """The annotation keys they may carry beyond the built-in few."""
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> IngressOffer:
+        """The ``ingress`` of a SharingPolicy ``spec`` (absent: nothing offered)."""
+        spec = spec or {}
+        return cls(
+            classes=tuple(spec.get("classes") or ()),
+            hosts=tuple(spec.get("hosts") or ()),
+            annotations=tuple(spec.get("annotations") or ()),
         )
 
 
@@ -120,6 +149,8 @@ class Policy:
     pod_network: PodNetwork = field(default_factory=PodNetwork)
     """Where the consumer's pods may connect, and from where they may be reached, besides their own pods, the
     cluster DNS and their gateway (every twin's NetworkPolicy); nothing by default."""
+    ingress: IngressOffer = field(default_factory=IngressOffer)
+    """What the consumer's Ingresses may say here."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -145,6 +176,7 @@ class Policy:
             count_limits=bool(spec.get("countLimits", True)),
             allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
             pod_network=PodNetwork.from_spec(spec.get("podNetwork")),
+            ingress=IngressOffer.from_spec(spec.get("ingress")),
         )
 
 

@@ -21,6 +21,7 @@ from liqo.api.networks import (
     network_patch,
     overlaps,
     parse_cidr,
+    pods_seen_at,
     recorded_network,
     translate,
 )
@@ -352,6 +353,38 @@ def test_any_ipv4_address_gets_an_answer(value: int) -> None:
     address = _address(ipaddress.ip_network("0.0.0.0/0"), value)
     result = translate(str(address), owner=MILAN, reader=ROME, owner_name="milan")
     assert isinstance(result, Unchanged) == (address in MILAN.pod_cidr)
+
+
+@given(networks, networks, st.data())
+def test_the_block_pods_are_seen_at_holds_exactly_what_translation_gives(
+    owner: ClusterNetwork, reader: ClusterNetwork, data: st.DataObject
+) -> None:
+    """What the provider admits (the block) and what the consumer writes (translations) never disagree."""
+    pods = owner.pod_cidr
+    remap = data.draw(
+        st.none()
+        | st.just(reader.pod_cidr)
+        | st.builds(lambda n: type(pods)((n, pods.prefixlen), strict=False), st.integers(0, 2**pods.max_prefixlen - 1))
+    )
+    block = pods_seen_at(owner=owner, reader=reader, remapped_pod_cidr=remap)
+    address = data.draw(_pod_address(owner))
+    result = translate(address, owner=owner, reader=reader, owner_name="o", remapped_pod_cidr=remap)
+    if block is None:
+        assert isinstance(result, Refused)
+        return
+    assert not isinstance(result, Refused)
+    assert result.address in block
+    assert block.num_addresses == pods.num_addresses  # one address in the block per pod address, no more
+
+
+def test_no_block_is_known_without_both_networks_or_with_clashing_pod_cidrs() -> None:
+    assert pods_seen_at(owner=None, reader=MILAN) is None
+    assert pods_seen_at(owner=ROME, reader=None) is None
+    assert pods_seen_at(owner=TWIN, reader=ROME) is None  # the same pod CIDR, not remapped
+    assert pods_seen_at(owner=ROME, reader=MILAN) == ROME.pod_cidr
+    remapped = ipaddress.ip_network("10.71.0.0/16")
+    assert pods_seen_at(owner=TWIN, reader=ROME, remapped_pod_cidr=remapped) == remapped
+    assert pods_seen_at(owner=ROME, reader=MILAN, remapped_pod_cidr=ipaddress.ip_network("10.71.0.0/24")) is None
 
 
 def test_a_foreign_cluster_is_patched_only_when_its_record_differs() -> None:

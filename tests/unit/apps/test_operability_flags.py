@@ -1,14 +1,17 @@
-"""Both components take the same operability flags: metrics address (empty: off) and log format."""
+"""Both components take the same operability flags: metrics address (empty: off) and log format; and the three
+that name or route peers' pods (manager, gateway, node agent) take the same ``--peer-pools``."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import socket
 from collections.abc import Callable
 
 import pytest
 
-from liqo.apps import manager, operability, virtualkubelet
+from liqo.apps import gateway, manager, networkagent, operability, virtualkubelet
+from liqo.network import ipam
 
 PARSERS = [manager.parse_args, virtualkubelet.parse_args]
 
@@ -43,3 +46,23 @@ async def test_a_port_taken_leaves_the_component_running_without_metrics(caplog:
         args = manager.parse_args([f"--metrics-address=127.0.0.1:{port}"])
         assert await operability.start_metrics(args, ready=lambda: True) is None
     assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
+
+
+POOL_PARSERS = [
+    manager.parse_args,
+    lambda argv: gateway.parse_args(["--local-id=milan", "--peer-id=rome", *argv]),
+    lambda argv: networkagent.parse_args(["--node-name=n1", *argv]),
+]
+
+
+@pytest.mark.parametrize("parse", POOL_PARSERS)
+def test_peer_pools_default_to_the_private_ranges_and_refuse_what_is_no_ipv4_network(
+    parse: Callable[[list[str]], argparse.Namespace], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parse([]).peer_pools == ipam.DEFAULT_POOLS
+    assert parse(["--peer-pools=100.64.0.0/10"]).peer_pools == (ipaddress.IPv4Network("100.64.0.0/10"),)
+    for bad in ("--peer-pools=10.0.0.1/8", "--peer-pools=fd00::/8"):
+        with pytest.raises(SystemExit) as exited:
+            parse([bad])
+        assert exited.value.code == 2
+        assert "--peer-pools" in capsys.readouterr().err

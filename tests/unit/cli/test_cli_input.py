@@ -63,6 +63,8 @@ def test_the_manager_refuses_a_bad_reserved_namespace_flag(capsys: pytest.Captur
         (["--pod-cidr", "10.244.0.1/16"], "Invalid value for --pod-cidr: '--pod-cidr': '10.244.0.1/16' is not written"),
         (["--service-cidr", "ten"], "Invalid value for --service-cidr: '--service-cidr': 'ten' is not a CIDR"),
         (["--pod-cidr", "fd00::%eth0/64"], "IPv6 zone"),
+        (["--peer-pools", "10.0.0.0/8,10.1.0.1/16"], "Invalid value for --peer-pools: '--peer-pools': '10.1.0.1/16'"),
+        (["--peer-pools", "fd00::/8"], "Invalid value for --peer-pools: '--peer-pools': fd00::/8 is IPv6"),
     ],
 )
 def test_install_refuses_a_malformed_cidr_before_talking_to_any_cluster(
@@ -101,3 +103,30 @@ def test_the_global_options_never_name_the_remote_cluster(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert "home" not in output  # the remote's own current context was used: the error is about reaching it
     assert "127.0.0.1:9" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["generate", "peer-command", "--valid-for", "31d"], "31d is longer than 30 days"),
+        (["generate", "peer-command", "--valid-for", "soon"], "'soon' is not a duration such as 30m, 24h or 7d"),
+        (["token", "revoke"], "name the tokens to revoke, or --all"),
+        (["token", "revoke", "0123456789abcdef", "--all"], "name the tokens to revoke, or --all"),
+        (["install", "--max-pending-tenants", "-1"], "Invalid value for '--max-pending-tenants'"),
+    ],
+)
+def test_token_and_cap_flags_are_refused_before_talking_to_any_cluster(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    nowhere = tmp_path / "no.kubeconfig"  # never read: the flags are checked first
+    result = CliRunner().invoke(app, [*args, "--kubeconfig", str(nowhere)])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.replace("│", " ").split())
+
+
+def test_the_manager_takes_caps_of_zero_or_more() -> None:
+    assert (parse_args([]).max_tenants, parse_args([]).max_pending_tenants) == (100, 10)
+    assert parse_args(["--max-tenants=0", "--max-pending-tenants=3"]).max_tenants == 0
+    for bad in ("-1", "x", "²"):
+        with pytest.raises(SystemExit):
+            parse_args([f"--max-pending-tenants={bad}"])

@@ -7,6 +7,7 @@ from typing import Any
 
 from liqo.api import bounds, names
 from liqo.install import fabric, manifests
+from liqo.install.installer import _admission_policies
 from liqo.offloading.twins import twin_rules, twin_writer_rules
 from liqo.peering.provisioning import peer_rules
 from tests.helpers import install_manifests
@@ -138,3 +139,23 @@ def test_the_quotas_reach_the_managers_deployment_and_read_back_over_the_default
     [tenant] = [a.removeprefix("--tenant-quota=") for a in args if a.startswith("--tenant-quota=")]
     assert bounds.parse_quota(twin, flag="--twin-quota", defaults={}) == dict(bounds.DEFAULT_TWIN_QUOTA) | quota
     assert bounds.parse_quota(tenant, flag="--tenant-quota", defaults={}) == bounds.DEFAULT_TENANT_QUOTA
+
+
+def test_every_admission_policy_is_bound_and_removed_by_uninstall_bindings_first() -> None:
+    """Uninstall deletes what ``rights()`` renders: a policy left out would outlive liqo."""
+    items = manifests.rights()
+    policies = {i["metadata"]["name"] for i in items if i["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = {i["spec"]["policyName"] for i in items if i["kind"] == "ValidatingAdmissionPolicyBinding"}
+    assert policies == bindings
+    assert {
+        manifests.PEER_ENDPOINT_SLICES_POLICY,
+        manifests.PEER_INGRESSES_POLICY,
+        manifests.PEER_TENANT_WRITES_POLICY,
+        manifests.PEER_SECRETS_POLICY,
+        manifests.MANAGER_PEER_BOUNDS_POLICY,
+    } <= policies
+    removed = _admission_policies()
+    kinds = [resource.kind for resource, _ in removed]
+    assert kinds == sorted(kinds, key=lambda kind: kind != "ValidatingAdmissionPolicyBinding")
+    assert {name for _, name in removed} == policies
+    assert len(removed) == 2 * len(policies)

@@ -13,15 +13,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api.networks import IPNetwork
+from liqo.network.ipam import DEFAULT_POOLS
 from liqo.network.rules import (
     ROUTE_PROTO,
+    SHOW_ALL_ROUTES,
     SHOW_ROUTES,
     RouteParseError,
     RouteSpec,
+    foreign_routes,
     gateway_ruleset,
     node_ruleset,
     parse_routes,
     route_commands,
+    route_refusal,
 )
 from tests.unit.network.sandbox import needs, netns, run_in
 
@@ -328,3 +332,130 @@ def test_the_real_ip_converges_and_lists_liqos_routes_only() -> None:
         with pytest.raises(subprocess.CalledProcessError, match="exit status 2"):
             converge([route("10.79.0.0/16", "10.1.0.5")])
         assert "10.79.0.0/16 via 10.1.0.9 dev d0 proto static" in run_in(namespace, "ip", "route", "show")
+
+
+# -- which routes liqo may make at all ------------------------------------------------------------------
+
+ALL_JSON = json.dumps(
+    [
+        {"dst": "default", "gateway": "192.168.1.1", "dev": "eth0", "flags": []},
+        {"dst": "10.0.0.0/16", "gateway": "10.244.0.7", "dev": "cni0", "protocol": "76", "flags": []},
+        {"dst": "192.168.1.0/24", "dev": "eth0", "protocol": "kernel", "scope": "link", "flags": []},
+        {"dst": "10.244.0.0/24", "dev": "cni0", "protocol": "kernel", "scope": "link", "flags": []},
+        {"dst": "10.8.0.0/24", "dev": "tun0", "protocol": "static", "flags": []},
+        {"dst": "172.20.0.0/16", "gateway": "10.9.0.1", "table": "100", "protocol": "76", "flags": []},
+        {"type": "local", "dst": "192.168.1.10", "dev": "eth0", "table": "local", "protocol": "kernel", "flags": []},
+        {"type": "broadcast", "dst": "192.168.1.255", "dev": "eth0", "table": "local", "flags": []},
+        {"type": "unreachable", "dst": "default", "table": "200", "flags": []},
+    ]
+)
+"""As ``ip -4 -j route show table all`` prints (iproute2 6.1): the main table's routes name no table."""
+
+
+def test_foreign_routes_are_every_route_but_liqos_and_the_default() -> None:
+    assert SHOW_ALL_ROUTES == ("ip", "-4", "-j", "route", "show", "table", "all")
+    assert foreign_routes(ALL_JSON) == [
+        net("192.168.1.0/24"),
+        net("10.244.0.0/24"),
+        net("10.8.0.0/24"),
+        net("172.20.0.0/16"),  # protocol 76, but in a table liqo never writes: someone else's
+        net("192.168.1.10/32"),
+        net("192.168.1.255/32"),
+    ]
+    assert foreign_routes("[]") == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "not the JSON of ip -j route"),
+        ('{"dst": "10.71.0.0/16"}', "not the JSON of ip -j route"),
+        ("[1]", "not a route"),
+        ('[{"dev": "eth0"}]', "not a route to an IPv4 network"),
+        ('[{"dst": "fd00::/64", "dev": "eth0"}]', "not a route to an IPv4 network"),
+    ],
+)
+def test_a_route_listing_that_cannot_be_read_is_an_error_not_an_empty_node(text: str, message: str) -> None:
+    with pytest.raises(RouteParseError, match=message):
+        foreign_routes(text)
+
+
+NODE = foreign_routes(ALL_JSON)
+
+
+@pytest.mark.parametrize(
+    ("destination", "reason"),
+    [
+        ("10.0.0.0/16", None),
+        ("172.16.0.0/16", None),
+        (
+            "8.8.0.0/16",
+            "8.8.0.0/16 is outside the peer pools (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16): a peer's pods are only"
+            " ever named inside them, and a route there would send this node's own traffic to the peer",
+        ),
+        ("100.64.0.0/16", "100.64.0.0/16 is outside the peer pools"),
+        ("10.0.0.0/7", "10.0.0.0/7 is outside the peer pools"),  # covers a pool, is not inside one
+        ("fd00::/64", "fd00::/64 is outside the peer pools"),
+        (
+            "192.168.0.0/16",
+            "192.168.0.0/16 overlaps this node's routes to 192.168.1.0/24, 192.168.1.10/32, 192.168.1.255/32, which"
+            " are not liqo's: that traffic would go to the peer",
+        ),
+        (
+            "10.8.0.0/16",
+            "10.8.0.0/16 overlaps this node's route to 10.8.0.0/24, which is not liqo's: that traffic would go to the"
+            " peer",
+        ),
+        ("10.8.1.0/24", None),
+        ("172.20.0.0/16", "172.20.0.0/16 overlaps this node's route to 172.20.0.0/16"),
+    ],
+)
+def test_a_route_is_refused_outside_the_pools_or_over_the_nodes_own_routes(
+    destination: str, reason: str | None
+) -> None:
+    found = route_refusal(ipaddress.ip_network(destination), pools=DEFAULT_POOLS, foreign=NODE)
+    if reason is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert found.startswith(reason), found
+
+
+def test_without_the_nodes_routes_only_the_pools_count() -> None:
+    assert route_refusal(net("192.168.0.0/16"), pools=DEFAULT_POOLS) is None
+    assert route_refusal(net("100.64.0.0/10"), pools=[net("100.64.0.0/10")]) is None
+    assert route_refusal(net("10.0.0.0/16"), pools=[net("100.64.0.0/10")]) is not None
+
+
+BLOCKS = st.builds(
+    lambda address, prefix: IPv4Network((address, prefix), strict=False),
+    st.integers(0, 2**32 - 1),
+    st.integers(4, 32),
+)
+
+
+@given(BLOCKS, st.lists(BLOCKS, max_size=3), st.lists(BLOCKS, max_size=5))
+def test_an_allowed_route_is_inside_a_pool_and_overlaps_no_foreign_route(
+    destination: IPv4Network, pools: list[IPv4Network], foreign: list[IPv4Network]
+) -> None:
+    allowed = route_refusal(destination, pools=pools, foreign=foreign) is None
+    assert allowed == (
+        any(destination.subnet_of(pool) for pool in pools) and not any(destination.overlaps(r) for r in foreign)
+    )
+
+
+@needs()
+def test_the_real_ip_lists_every_route_but_liqos_as_foreign() -> None:
+    with netns() as namespace:
+        run_in(namespace, "ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1")
+        for link in ("d0", "d1"):
+            run_in(namespace, "ip", "link", "set", link, "up")
+        run_in(namespace, "ip", "addr", "add", "10.1.0.1/24", "dev", "d0")
+        run_in(namespace, "ip", "route", "add", "default", "via", "10.1.0.254")
+        run_in(namespace, "ip", "route", "add", "10.79.0.0/16", "via", "10.1.0.9", "proto", "static")
+        run_in(namespace, "ip", "route", "add", "10.71.0.0/16", "via", "10.1.0.5", "proto", ROUTE_PROTO)
+        run_in(namespace, "ip", "route", "add", "10.72.0.0/16", "via", "10.1.0.5", "proto", ROUTE_PROTO, "table", "7")
+        found = foreign_routes(run_in(namespace, *SHOW_ALL_ROUTES))
+        assert net("10.71.0.0/16") not in found
+        assert {net("10.1.0.0/24"), net("10.79.0.0/16"), net("10.72.0.0/16"), net("10.1.0.1/32")} <= set(found)
+        assert all(network.prefixlen for network in found)

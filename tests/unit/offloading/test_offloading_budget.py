@@ -285,12 +285,10 @@ def test_the_ledger_never_admits_beyond_the_budget_whatever_the_order_of_events(
             ledger.release(key)
             held.pop(key, None)
             continue
-        before = ledger.in_use("rome")
+        held.pop(key, None)  # admitted for a pod about to be made: the key's previous pod is gone
         missing = ledger.admit(key, consumer="rome", uid=f"uid-{index}", usage=usage, budget=limit)
-        if key in held:
-            assert missing is None  # admitted once: admitted again, without taking more
-            continue
-        assert (missing is None) == (shortfall(limit, before, usage) is None)
+        # Checked on its own every time, beside what the other keys hold, whatever the key held before.
+        assert (missing is None) == (shortfall(limit, summed(list(held.values())), usage) is None)
         if missing is None:
             held[key] = usage
             assert key not in ledger.waiting("rome")
@@ -348,6 +346,25 @@ def test_a_namesake_is_a_new_pod_with_its_own_admission() -> None:
     assert holding is not None
     assert holding.uid == "new"
     assert ledger.in_use("rome").requests == {"cpu": Decimal(1), "pods": Decimal(2)}
+
+
+def test_a_pod_made_again_is_checked_again_from_its_spec_as_it_is_now() -> None:
+    # The same ShadowPod (same UID), its spec raised from 10m to 7 CPU after admission, its pod gone: the
+    # next one is measured as it is now, and does not fit beside the other 7 CPU of an 8-CPU offer.
+    ledger = Ledger()
+    limit = budget(cpu="8", pods="10")
+    small, seven = (pod_usage(spec(container(requests={"cpu": cpu}))) for cpu in ("10m", "7"))
+    assert ledger.admit("a/big", consumer="rome", uid="b", usage=seven, budget=limit) is None
+    assert ledger.admit("a/small", consumer="rome", uid="s", usage=small, budget=limit) is None
+    missing = ledger.admit("a/small", consumer="rome", uid="s", usage=seven, budget=limit)
+    assert missing is not None
+    assert missing.message.startswith("cpu requests: the pod requests 7,")
+    assert ledger.holding("a/small") is None
+    assert ledger.waiting("rome") == ["a/small"]
+    assert ledger.in_use("rome").requests == {"cpu": Decimal(7), "pods": Decimal(1)}
+    # Under a budget that shrank, a pod made again waits like a new one, whatever its first one held.
+    assert ledger.admit("a/big", consumer="rome", uid="b", usage=seven, budget=budget(cpu="6", pods="10")) is not None
+    assert ledger.in_use("rome") == Usage()
 
 
 def test_pods_found_running_are_counted_even_beyond_a_smaller_budget() -> None:

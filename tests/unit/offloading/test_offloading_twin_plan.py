@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pytest
@@ -25,7 +26,15 @@ from liqo.offloading.namespacemaps import (
     twins_of,
     valid_name,
 )
-from liqo.offloading.twins import is_twin_of, pod_security_labels, pod_security_patch, twin_namespace_manifest
+from liqo.offloading.twins import (
+    TWIN_ANNOTATIONS,
+    is_twin_of,
+    pod_security_labels,
+    twin_annotations,
+    twin_namespace_manifest,
+    twin_patch,
+)
+from liqo.sharing.policy import IngressOffer
 
 Obj = dict[str, Any]
 ROME = "rome0000-1111-2222-3333-444455556666"
@@ -345,11 +354,11 @@ def test_twins_carry_the_psa_labels_of_the_level_and_a_change_is_one_patch() -> 
     for mode in ("enforce", "warn", "audit"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "baseline"
         assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
-    assert pod_security_patch(baseline, level="baseline") is None
-    patch = pod_security_patch(baseline, level="restricted")
+    assert twin_patch(baseline, level="baseline", annotations={}) is None
+    patch = twin_patch(baseline, level="restricted", annotations={})
     assert patch == {"metadata": {"labels": pod_security_labels("restricted")}}
     patched = namespace("web-rome", labels | patch["metadata"]["labels"])
-    assert pod_security_patch(patched, level="restricted") is None
+    assert twin_patch(patched, level="restricted", annotations={}) is None
     assert is_twin_of(patched, consumer_id=ROME)  # the twin labels are left alone
 
 
@@ -403,3 +412,46 @@ def test_a_twin_name_neither_given_by_this_cluster_nor_allowed_is_never_created_
                 assert name in deleted or ours["metadata"].get("deletionTimestamp")
         else:
             assert not why
+
+
+OFFER = IngressOffer(classes=("public", "internal"), hosts=("*.rome.example.com",), annotations=("a.io/b",))
+
+
+def test_a_twin_tells_its_admission_the_block_and_the_ingress_offer_and_nothing_when_there_is_none() -> None:
+    block = ipaddress.ip_network("10.244.0.0/16")
+    assert twin_annotations(peer_pods=block, ingress=OFFER) == {
+        names.PEER_PODS: "10.244.0.0/16",
+        names.INGRESS_CLASSES: "public,internal",
+        names.INGRESS_HOSTS: "*.rome.example.com",
+        names.INGRESS_ANNOTATIONS: "a.io/b",
+    }
+    # Nothing known, nothing offered: no annotation at all (the policies read an absent one as "none").
+    assert twin_annotations(peer_pods=None, ingress=IngressOffer()) == {}
+    made = twin_namespace_manifest(
+        name="web-rome", consumer_id=ROME, home_namespace="web", level="baseline", annotations={names.PEER_PODS: "x"}
+    )
+    assert made["metadata"]["annotations"] == {names.PEER_PODS: "x"}
+
+
+annotation_values = st.dictionaries(st.sampled_from(TWIN_ANNOTATIONS), st.sampled_from(["a", "b,c", "10.0.0.0/8"]))
+
+
+@given(annotation_values, annotation_values, st.dictionaries(st.sampled_from(["other", "team"]), st.just("v")))
+def test_a_twin_patch_brings_our_annotations_to_the_wanted_ones_and_leaves_others_alone(
+    current: dict[str, str], wanted: dict[str, str], others: dict[str, str]
+) -> None:
+    made = twin("web-rome", home="web")
+    made["metadata"]["annotations"] = current | others
+    patch = twin_patch(made, level="baseline", annotations=wanted)
+    if current == wanted:
+        assert patch is None
+        return
+    assert patch is not None
+    merged = dict(made["metadata"]["annotations"])
+    for key, value in patch["metadata"]["annotations"].items():  # a merge patch: null removes
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    assert merged == wanted | others
+    assert "labels" not in patch["metadata"]

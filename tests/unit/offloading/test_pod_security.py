@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from liqo.api import names
@@ -47,6 +47,72 @@ def restricted_context() -> Object:
     }
 
 
+ALLOWED_VOLUMES: list[Object] = [
+    {"name": "cfg", "configMap": {"name": "cfg"}},
+    {"name": "sec", "secret": {"secretName": "s"}},
+    {"name": "tmp", "emptyDir": {}},
+    {"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
+    {"name": "labels", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+    {
+        "name": "info",
+        "projected": {
+            "sources": [{"downwardAPI": {"items": []}}, {"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
+        },
+    },
+    {"name": "plain"},  # no source: the API server makes it an emptyDir
+]
+"""Every volume type a pod may use on a provider that shares no storage (docs/security.md)."""
+VOLUME_TYPES = ("configMap", "secret", "emptyDir", "downwardAPI", "projected")
+STORAGE_VOLUME_TYPES = ("persistentVolumeClaim", "ephemeral")
+NOT_ALLOWED_VOLUME_TYPES = (
+    "hostPath",
+    "nfs",
+    "iscsi",
+    "fc",
+    "csi",
+    "gitRepo",
+    "cephfs",
+    "rbd",
+    "glusterfs",
+    "flocker",
+    "azureFile",
+    "azureDisk",
+    "awsElasticBlockStore",
+    "gcePersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+    "photonPersistentDisk",
+    "flexVolume",
+    "cinder",
+    "image",
+)
+"""Kubernetes' other volume types: what the node mounts or fetches with its own identity and credentials."""
+volume_types_off_the_list = st.sampled_from(NOT_ALLOWED_VOLUME_TYPES) | st.text(min_size=1, max_size=12).filter(
+    lambda kind: kind not in (*VOLUME_TYPES, *STORAGE_VOLUME_TYPES, "name")
+)
+volume_sources = st.dictionaries(st.text(max_size=8), st.text(max_size=8) | st.booleans(), max_size=3)
+
+
+TWIN = "web-rome"
+"""The namespace the pods are judged in (their twin)."""
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+HOOKS = ("postStart", "preStop")
+handlers = st.sampled_from(
+    [
+        {"httpGet": {"path": "/healthz", "port": 8080}},
+        {"httpGet": {"port": "http", "host": "", "httpHeaders": [{"name": "Host", "value": "example.com"}]}},
+        {"tcpSocket": {"port": 5432}},
+        {"exec": {"command": ["true"]}},
+        {"grpc": {"port": 9000}},
+        {"sleep": {"seconds": 1}},
+    ]
+)
+"""Probes and lifecycle hooks on the pod's own address (an empty host is the pod's)."""
+
+
 @st.composite
 def containers(draw: st.DrawFn, *, restricted: bool) -> Object:
     container: Object = {"name": draw(st.sampled_from(["web", "side"])), "image": "nginx"}
@@ -65,7 +131,33 @@ def containers(draw: st.DrawFn, *, restricted: bool) -> Object:
         context["runAsUser"] = draw(st.integers(1, 65535))
     if context:
         container["securityContext"] = context
+    for probe in draw(st.lists(st.sampled_from(PROBES), unique=True, max_size=3)):
+        container[probe] = copy.deepcopy(draw(handlers))  # tests change the pods they draw
+    hooks = draw(st.lists(st.sampled_from(HOOKS), unique=True, max_size=2))
+    if hooks:
+        container["lifecycle"] = {hook: copy.deepcopy(draw(handlers)) for hook in hooks}
     return container
+
+
+@st.composite
+def pod_affinity(draw: st.DrawFn) -> Object:
+    """Affinity to the pod's own namespace, as Deployments use it: no namespaces named, or only its own."""
+
+    def term() -> Object:
+        found: Object = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+        if draw(st.booleans()):
+            found["namespaces"] = draw(st.sampled_from([[], [TWIN], [TWIN, TWIN]]))
+        return found
+
+    affinity: Object = {"nodeAffinity": {}}
+    for kind in draw(st.lists(st.sampled_from(["podAffinity", "podAntiAffinity"]), unique=True, max_size=2)):
+        affinity[kind] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [term() for _ in range(draw(st.integers(0, 2)))],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": term()} for _ in range(draw(st.integers(0, 2)))
+            ],
+        }
+    return affinity
 
 
 @st.composite
@@ -73,18 +165,13 @@ def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
     spec: Object = {"containers": draw(st.lists(containers(restricted=restricted), min_size=1, max_size=2))}
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers(restricted=restricted))]
-    volumes: list[Object] = [
-        {"name": "cfg", "configMap": {"name": "cfg"}},
-        {"name": "sec", "secret": {"secretName": "s"}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "info", "projected": {"sources": [{"downwardAPI": {"items": []}}, {"configMap": {"name": "c"}}]}},
-    ]
-    spec["volumes"] = draw(st.lists(st.sampled_from(volumes), max_size=4, unique_by=lambda v: str(v["name"])))
+    volumes = draw(st.lists(st.sampled_from(ALLOWED_VOLUMES), max_size=5, unique_by=lambda v: str(v["name"])))
+    spec["volumes"] = copy.deepcopy(volumes)  # tests change the pods they draw
     if draw(st.booleans()):
         spec["tolerations"] = [dict(ALLOWED_TOLERATION)]
     if draw(st.booleans()):
         spec["nodeSelector"] = {"disk": "ssd"}
-        spec["affinity"] = {"podAntiAffinity": {}}
+        spec["affinity"] = draw(pod_affinity())
     if draw(st.booleans()):
         spec["terminationGracePeriodSeconds"] = draw(st.integers(0, 120))
     if draw(st.booleans()):
@@ -99,18 +186,23 @@ def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
     return spec
 
 
+def judge(spec: Any, policy: PodSecurity, *, labels: Any = None, annotations: Any = None) -> Verdict:
+    """The verdict on pod ``spec`` in :data:`TWIN`, with the ShadowPod's ``labels`` and ``annotations``."""
+    return pod_verdict(spec, labels=labels, annotations=annotations, own_namespace=TWIN, policy=policy)
+
+
 def paths(verdict: Verdict) -> set[str]:
     return {v.path for v in verdict.violations}
 
 
 @given(allowed_pods())
 def test_a_pod_of_allowed_pieces_passes_baseline(spec: Object) -> None:
-    assert pod_verdict(spec, annotations={}, policy=BASELINE).violations == ()
+    assert judge(spec, BASELINE).violations == ()
 
 
 @given(allowed_pods(restricted=True))
 def test_a_pod_of_allowed_pieces_passes_restricted(spec: Object) -> None:
-    assert pod_verdict(spec, annotations={}, policy=RESTRICTED).violations == ()
+    assert judge(spec, RESTRICTED).violations == ()
 
 
 Mutation = Callable[[Object], None]
@@ -136,6 +228,37 @@ def set_pod_context(field: str, value: Any) -> Mutation:
     return lambda spec: spec.setdefault("securityContext", {}).__setitem__(field, value)
 
 
+def add_affinity_term(kind: str, term: Object, *, preferred: bool = False) -> Mutation:
+    """One more (required or preferred) term of pod ``kind`` affinity, its ``term`` fields over a plain one."""
+    full = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", **term}
+
+    def mutate(spec: Object) -> None:
+        rules = spec.setdefault("affinity", {}).setdefault(kind, {})
+        if preferred:
+            rules.setdefault(PREFERRED, []).append({"weight": 10, "podAffinityTerm": full})
+        else:
+            rules.setdefault(REQUIRED, []).append(full)
+
+    return mutate
+
+
+def set_handler(at: str, action: str) -> Mutation:
+    """The first container's probe or hook ``at`` (``lifecycle.preStop``) dialling the metadata service."""
+
+    def mutate(spec: Object) -> None:
+        node = spec["containers"][0]
+        *parents, leaf = at.split(".")
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = {action: {"host": METADATA, "port": 80}}
+
+    return mutate
+
+
+METADATA = "169.254.169.254"
+AFFINITY = "spec.pod.affinity"
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 C0 = "spec.pod.containers[0]"
 SC0 = f"{C0}.securityContext"
 # (name, mutation, the path its violation must name); every mutation adds one forbidden piece.
@@ -199,6 +322,14 @@ BASELINE_BREACHES: list[tuple[str, Mutation, str]] = [
     ),
     ("PVC", add_volume({"persistentVolumeClaim": {"claimName": "data"}}), "spec.pod.volumes[-].persistentVolumeClaim"),
     ("generic ephemeral", add_volume({"ephemeral": {"volumeClaimTemplate": {}}}), "spec.pod.volumes[-].ephemeral"),
+    ("nfs volume", add_volume({"nfs": {"server": "x", "path": "/"}}), "spec.pod.volumes[-].nfs"),
+    ("inline csi volume", add_volume({"csi": {"driver": "secrets-store.csi.k8s.io"}}), "spec.pod.volumes[-].csi"),
+    ("gitRepo volume", add_volume({"gitRepo": {"repository": "https://x/y.git"}}), "spec.pod.volumes[-].gitRepo"),
+    (
+        "cluster trust bundle",
+        add_volume({"projected": {"sources": [{"clusterTrustBundle": {"signerName": "x/y", "path": "ca.pem"}}]}}),
+        "spec.pod.volumes[-].projected.sources[0].clusterTrustBundle",
+    ),
     ("resourceClaims", set_field("resourceClaims", [{"name": "gpu"}]), "spec.pod.resourceClaims"),
     ("schedulingGates", set_field("schedulingGates", [{"name": "wait"}]), "spec.pod.schedulingGates"),
     ("ephemeralContainers", set_field("ephemeralContainers", [{"name": "debug"}]), "spec.pod.ephemeralContainers"),
@@ -208,6 +339,49 @@ BASELINE_BREACHES: list[tuple[str, Mutation, str]] = [
         "spec.pod.terminationGracePeriodSeconds",
     ),
     ("container not an object", lambda spec: spec["containers"].append("sh"), "spec.pod.containers[-]"),
+    ("schedulerName", set_field("schedulerName", "my-scheduler"), "spec.pod.schedulerName"),
+    (
+        "affinity to another namespace",
+        add_affinity_term("podAffinity", {"namespaces": ["kube-system"]}),
+        f"{AFFINITY}.podAffinity.{REQUIRED}[-].namespaces",
+    ),
+    (
+        "affinity to its own namespace and another",
+        add_affinity_term("podAffinity", {"namespaces": [TWIN, "default"]}),
+        f"{AFFINITY}.podAffinity.{REQUIRED}[-].namespaces",
+    ),
+    (
+        "anti-affinity to every namespace",
+        add_affinity_term("podAntiAffinity", {"namespaceSelector": {}}, preferred=True),
+        f"{AFFINITY}.podAntiAffinity.{PREFERRED}[-].podAffinityTerm.namespaceSelector",
+    ),
+    (
+        "anti-affinity to labelled namespaces",
+        add_affinity_term("podAntiAffinity", {"namespaceSelector": {"matchLabels": {"team": "db"}}}),
+        f"{AFFINITY}.podAntiAffinity.{REQUIRED}[-].namespaceSelector",
+    ),
+    (
+        "affinity namespaces not a list",
+        add_affinity_term("podAffinity", {"namespaces": "kube-system"}),
+        f"{AFFINITY}.podAffinity.{REQUIRED}[-].namespaces",
+    ),
+    *[
+        (f"{probe} {action} host", set_handler(probe, action), f"{C0}.{probe}.{action}.host")
+        for probe in PROBES
+        for action in ("httpGet", "tcpSocket")
+    ],
+    *[
+        (f"{hook} {action} host", set_handler(f"lifecycle.{hook}", action), f"{C0}.lifecycle.{hook}.{action}.host")
+        for hook in HOOKS
+        for action in ("httpGet", "tcpSocket")
+    ],
+    (
+        "init container startupProbe host",
+        lambda spec: spec.setdefault("initContainers", []).append(
+            {"name": "init", "image": "x", "startupProbe": {"httpGet": {"host": METADATA, "port": 80}}}
+        ),
+        "spec.pod.initContainers[-].startupProbe.httpGet.host",
+    ),
 ]
 RESTRICTED_BREACHES: list[tuple[str, Mutation, str]] = [
     ("runAsUser 0", set_context("runAsUser", 0), f"{SC0}.runAsUser"),
@@ -217,7 +391,6 @@ RESTRICTED_BREACHES: list[tuple[str, Mutation, str]] = [
     ("no seccomp", lambda spec: container_context()(spec).pop("seccompProfile"), f"{SC0}.seccompProfile"),
     ("capabilities kept", set_context("capabilities", {"drop": ["NET_RAW"]}), f"{SC0}.capabilities.drop"),
     ("CHOWN added", set_context("capabilities", {"drop": ["ALL"], "add": ["CHOWN"]}), f"{SC0}.capabilities.add"),
-    ("nfs volume", add_volume({"nfs": {"server": "x", "path": "/"}}), "spec.pod.volumes[-].nfs"),
 ]
 
 
@@ -241,7 +414,7 @@ def test_one_forbidden_piece_is_named_by_its_path(
     for policy, restricted in ((BASELINE, False), (RESTRICTED, True)):
         spec = copy.deepcopy(data.draw(allowed_pods(restricted=restricted)))
         mutation(spec)
-        verdict = pod_verdict(spec, annotations={}, policy=policy)
+        verdict = judge(spec, policy)
         assert resolved(path, spec) in paths(verdict), (name, verdict.violations)
         assert resolved(path, spec) in verdict.message()
 
@@ -252,9 +425,39 @@ def test_one_forbidden_piece_is_named_by_its_path(
 def test_restricted_refuses_what_baseline_allows(name: str, mutation: Mutation, path: str, data: st.DataObject) -> None:
     spec = copy.deepcopy(data.draw(allowed_pods(restricted=True)))
     mutation(spec)
-    assert resolved(path, spec) in paths(pod_verdict(spec, annotations={}, policy=RESTRICTED)), name
+    assert resolved(path, spec) in paths(judge(spec, RESTRICTED)), name
     if name not in ("runAsUser 0", "pod runAsUser 0"):  # runAsUser 0 is baseline-legal, the rest too:
-        assert pod_verdict(spec, annotations={}, policy=BASELINE).violations == (), name
+        assert judge(spec, BASELINE).violations == (), name
+
+
+@given(data=st.data(), kind=volume_types_off_the_list, source=volume_sources, share_storage=st.booleans())
+def test_a_volume_of_any_type_off_the_list_is_refused_naming_its_path(
+    data: st.DataObject, kind: str, source: Object, share_storage: bool
+) -> None:
+    """Volume types are an allowlist at every level: anything else, known to Kubernetes or not, is named."""
+    for level in ("baseline", "restricted"):
+        spec = copy.deepcopy(data.draw(allowed_pods(restricted=level == "restricted")))
+        volumes = spec.setdefault("volumes", [])
+        index = data.draw(st.integers(0, len(volumes)))
+        volumes.insert(index, {"name": "extra", kind: source})
+        policy = PodSecurity(level=level, share_storage=share_storage, tolerations=BASELINE.tolerations)
+        verdict = judge(spec, policy)
+        assert paths(verdict) == {f"spec.pod.volumes[{index}].{kind}"}, verdict.violations
+        assert f"spec.pod.volumes[{index}].{kind}" in verdict.message()
+
+
+@given(data=st.data(), kind=st.text(min_size=1, max_size=20), source=volume_sources)
+def test_a_projected_source_off_the_list_is_refused_naming_its_path(
+    data: st.DataObject, kind: str, source: Object
+) -> None:
+    spec = copy.deepcopy(data.draw(allowed_pods()))
+    sources: list[Object] = [{"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
+    index = data.draw(st.integers(0, len(sources)))
+    sources.insert(index, {kind: source})
+    spec.setdefault("volumes", []).append({"name": "extra", "projected": {"sources": sources}})
+    found = paths(judge(spec, BASELINE))
+    at = f"spec.pod.volumes[{len(spec['volumes']) - 1}].projected.sources[{index}].{kind}"
+    assert found == (set() if kind in ("configMap", "secret", "downwardAPI") else {at})
 
 
 def test_storage_is_allowed_when_the_policy_shares_it() -> None:
@@ -265,8 +468,8 @@ def test_storage_is_allowed_when_the_policy_shares_it() -> None:
             {"name": "e", "ephemeral": {"volumeClaimTemplate": {}}},
         ],
     }
-    assert pod_verdict(spec, annotations={}, policy=STORAGE).violations == ()
-    assert paths(pod_verdict(spec, annotations={}, policy=PodSecurity())) == {
+    assert judge(spec, STORAGE).violations == ()
+    assert paths(judge(spec, PodSecurity())) == {
         "spec.pod.volumes[0].persistentVolumeClaim",
         "spec.pod.volumes[1].ephemeral",
     }
@@ -278,8 +481,166 @@ def test_storage_is_allowed_when_the_policy_shares_it() -> None:
 )
 def test_apparmor_annotations_must_stay_confined(profile: str, refused: bool) -> None:
     key = "container.apparmor.security.beta.kubernetes.io/web"
-    verdict = pod_verdict({"containers": [{"name": "web", "image": "x"}]}, annotations={key: profile}, policy=BASELINE)
+    verdict = judge({"containers": [{"name": "web", "image": "x"}]}, BASELINE, annotations={key: profile})
     assert paths(verdict) == ({f"metadata.annotations[{key}]"} if refused else set())
+
+
+# -- labels and annotations: the ShadowPod's become the real pod's --------------------------------------------
+
+KEY_NAMES = st.from_regex(r"\A[A-Za-z0-9]([-A-Za-z0-9_.]{0,20}[A-Za-z0-9])?\Z")
+KEY_PREFIXES = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?){0,3}\Z")
+ACCEPTED_LABEL_KEYS = (
+    "app.kubernetes.io/name",
+    names.MANAGED_BY,
+    "statefulset.kubernetes.io/pod-name",
+    "apps.kubernetes.io/pod-index",
+    "batch.kubernetes.io/job-name",
+    "batch.kubernetes.io/controller-uid",
+    "batch.kubernetes.io/job-completion-index",
+    names.REMOTE_CLUSTER_ID,
+    names.SHADOW_POD,
+)
+ACCEPTED_ANNOTATION_KEYS = (
+    "kubectl.kubernetes.io/restartedAt",
+    "kubectl.kubernetes.io/default-container",
+    "batch.kubernetes.io/job-completion-index",
+    names.GRACE_PERIOD,
+    names.HOME_POD_UID,
+)
+ACCEPTED_PREFIXES = {"labels": ("app.kubernetes.io",), "annotations": ("kubectl.kubernetes.io",)}
+"""What every provider accepts besides keys without a prefix (docs/security.md), written out by hand."""
+KEYS_OTHERS_ACT_ON = (
+    "k8s.v1.cni.cncf.io/networks",
+    "cni.projectcalico.org/ipAddrs",
+    "cni.projectcalico.org/ipv4pools",
+    "cni.projectcalico.org/floatingIPs",
+    "sidecar.istio.io/inject",
+    "sidecar.istio.io/userVolume",
+    "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+    "istio.io/rev",
+    "linkerd.io/inject",
+    "config.linkerd.io/skip-outbound-ports",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict",
+    "kubernetes.io/egress-bandwidth",
+    "seccomp.security.alpha.kubernetes.io/pod",
+    "k8s.io/anything",
+    "prometheus.io/scrape",
+    names.TENANT,
+    names.ORIGIN,
+    "app.kubernetes.io.example.com/name",
+)
+"""Keys the Multus, Calico, Istio, Linkerd, the cluster autoscaler, the kubelet, Prometheus or liqo act on."""
+
+
+def accepted_everywhere(where: str, key: str) -> bool:
+    prefix, _, _ = key.rpartition("/")
+    exact = ACCEPTED_LABEL_KEYS if where == "labels" else ACCEPTED_ANNOTATION_KEYS
+    return not prefix or key in exact or prefix in ACCEPTED_PREFIXES[where]
+
+
+keys_off_the_list = st.sampled_from(KEYS_OTHERS_ACT_ON) | st.builds("{}/{}".format, KEY_PREFIXES, KEY_NAMES)
+
+
+@st.composite
+def accepted_metadata(draw: st.DrawFn) -> tuple[Object, Object]:
+    """Labels and annotations any provider accepts: the user's own keys, Kubernetes' and kubectl's, liqo's."""
+    values = st.text(max_size=8)
+    labels = draw(st.dictionaries(KEY_NAMES | st.sampled_from(ACCEPTED_LABEL_KEYS), values, max_size=4))
+    annotations = draw(st.dictionaries(KEY_NAMES | st.sampled_from(ACCEPTED_ANNOTATION_KEYS), values, max_size=4))
+    if draw(st.booleans()):
+        annotations["container.apparmor.security.beta.kubernetes.io/web"] = "runtime/default"
+    return labels, annotations
+
+
+@given(allowed_pods(), accepted_metadata())
+def test_the_keys_every_provider_accepts_pass(spec: Object, metadata: tuple[Object, Object]) -> None:
+    labels, annotations = metadata
+    assert judge(spec, BASELINE, labels=labels, annotations=annotations).violations == ()
+
+
+@given(
+    allowed_pods(),
+    accepted_metadata(),
+    st.sampled_from(["labels", "annotations"]),
+    keys_off_the_list,
+    st.text(max_size=8),
+)
+def test_a_key_off_the_list_is_refused_naming_it_until_the_providers_policy_lists_it(
+    spec: Object, metadata: tuple[Object, Object], where: str, key: str, value: str
+) -> None:
+    """Keys other components act on never reach the provider's pod unless the provider says so (by key or prefix)."""
+    assume(not accepted_everywhere(where, key))
+    labels, annotations = metadata
+    (labels if where == "labels" else annotations)[key] = value
+    verdict = judge(spec, BASELINE, labels=labels, annotations=annotations)
+    assert paths(verdict) == {f"metadata.{where}[{key}]"}
+    assert f"metadata.{where}[{key}]" in verdict.message()
+    other = "annotations" if where == "labels" else "labels"
+    for listed in (key, f"{key.rpartition('/')[0]}/*"):
+        allowing = keys_policy(where, ("example.org/x", listed))
+        assert judge(spec, allowing, labels=labels, annotations=annotations).violations == ()
+        elsewhere = keys_policy(other, (listed,))
+        assert paths(judge(spec, elsewhere, labels=labels, annotations=annotations)) == {f"metadata.{where}[{key}]"}
+
+
+def keys_policy(where: str, patterns: tuple[str, ...]) -> PodSecurity:
+    """The test's baseline policy, accepting ``patterns`` as label or annotation keys."""
+    if where == "labels":
+        return PodSecurity(tolerations=BASELINE.tolerations, allowed_label_keys=patterns)
+    return PodSecurity(tolerations=BASELINE.tolerations, allowed_annotation_keys=patterns)
+
+
+@pytest.mark.parametrize(
+    ("key", "allowed"),
+    [
+        ("prometheus.io/scrape", True),
+        ("prometheus.io/port", True),
+        ("x.prometheus.io/scrape", False),
+        ("prometheus.iox/scrape", False),
+        ("example.com/team", True),
+        ("example.com/team2", False),
+        ("example.com/tea", False),
+    ],
+)
+def test_a_pattern_covers_its_key_or_its_own_prefix_only(key: str, allowed: bool) -> None:
+    policy = PodSecurity(allowed_annotation_keys=("prometheus.io/*", "example.com/team"))
+    verdict = judge({"containers": [{"name": "c", "image": "x"}]}, policy, annotations={key: "1"})
+    assert verdict.allowed is allowed
+
+
+@pytest.mark.parametrize("value", ["app=web", ["app"], 1])
+def test_labels_that_are_no_object_are_a_violation(value: Any) -> None:
+    assert paths(judge({"containers": [{"name": "c", "image": "x"}]}, BASELINE, labels=value)) == {"metadata.labels"}
+
+
+def test_an_update_judges_the_keys_it_adds_or_changes_not_those_admitted_before() -> None:
+    """A key a policy accepted when the ShadowPod was made stays through its later writes.
+
+    The virtual kubelet writes a grace period before a deletion; the pod is judged whole when made again, by
+    the ShadowPod controller.
+    """
+    pod = {"containers": [{"name": "c", "image": "x"}]}
+    admitted = shadow(pod, **{"prometheus.io/scrape": "true"})
+    tightened = PodSecurity()
+    assert paths(shadow_pod_verdict(admitted, namespace=twin(), policy_of=lambda _: tightened)) == {
+        "metadata.annotations[prometheus.io/scrape]"
+    }
+    graced = shadow(pod, **{"prometheus.io/scrape": "true", names.GRACE_PERIOD: "5"})
+    assert shadow_pod_verdict(graced, namespace=twin(), policy_of=lambda _: tightened, before=admitted).allowed
+    changed = shadow(pod, **{"prometheus.io/scrape": "false"})
+    verdict = shadow_pod_verdict(changed, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
+    assert paths(verdict) == {"metadata.annotations[prometheus.io/scrape]"}
+    added = shadow(pod, **{"prometheus.io/scrape": "true", "linkerd.io/inject": "enabled"})
+    verdict = shadow_pod_verdict(added, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
+    assert paths(verdict) == {"metadata.annotations[linkerd.io/inject]"}
+    labelled = copy.deepcopy(admitted)
+    labelled["metadata"]["labels"] = {"sidecar.istio.io/inject": "true"}
+    verdict = shadow_pod_verdict(labelled, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
+    assert paths(verdict) == {"metadata.labels[sidecar.istio.io/inject]"}
+    # The pod is judged whole at every write all the same.
+    hostile = shadow({**pod, "hostPID": True}, **{"prometheus.io/scrape": "true"})
+    verdict = shadow_pod_verdict(hostile, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
+    assert paths(verdict) == {"spec.pod.hostPID"}
 
 
 @given(allowed_pods(), st.integers(0, 600), st.integers(0, 300))
@@ -287,12 +648,12 @@ def test_resets_cap_the_grace_period_unmount_the_token_and_are_idempotent(spec: 
     spec["terminationGracePeriodSeconds"] = grace
     spec["automountServiceAccountToken"] = True
     policy = PodSecurity(max_grace_seconds=cap, tolerations=BASELINE.tolerations)
-    verdict = pod_verdict(spec, annotations={}, policy=policy)
+    verdict = judge(spec, policy)
     assert verdict.allowed
     secured = apply_resets(spec, verdict.resets)
     assert secured["automountServiceAccountToken"] is False
     assert secured["terminationGracePeriodSeconds"] == min(grace, cap)
-    again = pod_verdict(secured, annotations={}, policy=policy)
+    again = judge(secured, policy)
     assert again.resets == ()
     assert again.allowed
     assert apply_resets(secured, verdict.resets) == secured
@@ -300,15 +661,15 @@ def test_resets_cap_the_grace_period_unmount_the_token_and_are_idempotent(spec: 
 
 def test_an_absent_grace_period_counts_as_kubernetes_default() -> None:
     spec = {"containers": [{"name": "a", "image": "x"}], "automountServiceAccountToken": False}
-    assert pod_verdict(spec, annotations={}, policy=PodSecurity(max_grace_seconds=30)).resets == ()
-    short = pod_verdict(spec, annotations={}, policy=PodSecurity(max_grace_seconds=10))
+    assert judge(spec, PodSecurity(max_grace_seconds=30)).resets == ()
+    short = judge(spec, PodSecurity(max_grace_seconds=10))
     assert apply_resets(spec, short.resets)["terminationGracePeriodSeconds"] == 10
 
 
-@given(json_values, json_values)
-def test_the_verdict_never_raises_on_arbitrary_json(spec: Any, annotations: Any) -> None:
+@given(json_values, json_values, json_values)
+def test_the_verdict_never_raises_on_arbitrary_json(spec: Any, labels: Any, annotations: Any) -> None:
     for policy in (BASELINE, RESTRICTED):
-        verdict = pod_verdict(spec, annotations=annotations, policy=policy)
+        verdict = judge(spec, policy, labels=labels, annotations=annotations)
         if not isinstance(spec, dict):
             assert not verdict.allowed
 
@@ -333,13 +694,13 @@ def test_arbitrary_json_anywhere_in_a_pod_never_raises(spec: Object, data: st.Da
     parent, key = data.draw(st.sampled_from(spots))
     parent[key] = data.draw(json_values)
     for policy in (BASELINE, RESTRICTED):
-        pod_verdict(spec, annotations=data.draw(json_values), policy=policy)
+        judge(spec, policy, labels=data.draw(json_values), annotations=data.draw(json_values))
 
 
 @pytest.mark.parametrize("value", ["true", 1, [True], {"on": True}])
 def test_a_wrong_type_is_a_violation_not_an_exception(value: Any) -> None:
     spec = {"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": value}}], "hostPID": value}
-    assert paths(pod_verdict(spec, annotations={}, policy=BASELINE)) == {
+    assert paths(judge(spec, BASELINE)) == {
         "spec.pod.hostPID",
         "spec.pod.containers[0].securityContext.privileged",
     }
@@ -376,16 +737,32 @@ def test_the_consumer_is_the_namespaces_and_outside_twins_nothing_passes() -> No
     assert asked == ["rome-id"]
 
 
-@given(json_values)
-def test_a_shadow_pod_of_any_shape_gets_a_verdict(value: Any) -> None:
+@given(json_values, json_values)
+def test_a_shadow_pod_of_any_shape_gets_a_verdict(value: Any, before: Any) -> None:
     shadow_pod_verdict(value, namespace=twin(), policy_of=lambda _: BASELINE)
     shadow_pod_verdict({"metadata": value, "spec": value}, namespace=twin(), policy_of=lambda _: BASELINE)
+    shadow_pod_verdict(
+        {"metadata": {"labels": value, "annotations": value}, "spec": {"pod": {}}},
+        namespace=twin(),
+        policy_of=lambda _: BASELINE,
+        before={"metadata": {"labels": before, "annotations": before}},
+    )
+    shadow_pod_verdict(value, namespace=twin(), policy_of=lambda _: BASELINE, before=before)
 
 
 def test_the_shadow_pod_of_a_plain_deployment_pod_passes_baseline() -> None:
-    """``kubectl create deployment nginx --image=nginx``, as the home API server stores its pods."""
+    """``kubectl create deployment nginx --image=nginx``, as the home API server stores its pods.
+
+    After a ``kubectl rollout restart``, and as the virtual kubelet marks its ShadowPod on deletion.
+    """
     home_pod = {
-        "metadata": {"name": "nginx-7d9b8-abcde", "namespace": "demo", "uid": "u1", "labels": {"app": "nginx"}},
+        "metadata": {
+            "name": "nginx-7d9b8c6f5-abcde",
+            "namespace": "demo",
+            "uid": "u1",
+            "labels": {"app": "nginx", "pod-template-hash": "7d9b8c6f5"},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"},
+        },
         "spec": {
             "containers": [
                 {
@@ -439,7 +816,13 @@ def test_the_shadow_pod_of_a_plain_deployment_pod_passes_baseline() -> None:
             ],
         },
     }
-    made = forge_pods.shadow_pod(home_pod, namespace="demo-rome", home_cluster_id="rome-id")
+    made = forge_pods.shadow_pod(home_pod, namespace="web-rome", home_cluster_id="rome-id")
     verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: PodSecurity())
     assert verdict.violations == ()
     assert "runtimeClassName" not in made["spec"]["pod"]
+    assert "schedulerName" not in made["spec"]["pod"]  # the provider's default scheduler places it
+    assert made["metadata"]["labels"]["pod-template-hash"] == "7d9b8c6f5"
+    deleted = copy.deepcopy(made)
+    deleted["metadata"]["annotations"][names.GRACE_PERIOD] = "5"
+    assert shadow_pod_verdict(deleted, namespace=twin(), policy_of=lambda _: PodSecurity(), before=made).allowed
+    assert shadow_pod_verdict(deleted, namespace=twin(), policy_of=lambda _: PodSecurity()).allowed

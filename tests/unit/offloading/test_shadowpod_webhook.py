@@ -17,7 +17,7 @@ import pytest
 from liqo.api import names
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, Resource
-from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook
+from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook, unchanged
 from liqo.offloading.webhook import PodReview
 from liqo.sharing.policy import PodSecurity, select_policy
 
@@ -63,9 +63,17 @@ def select(policies: Sequence[Mapping[str, Any]], consumer: str) -> PodSecurity:
     return select_policy(policies, peer_id=consumer).pod_security
 
 
-def review(namespace: str, pod: Object, *, operation: str = "CREATE", old_pod: Object | None = None) -> PodReview:
-    def shadow(spec: Object) -> Object:
-        return {"metadata": {"name": "p", "namespace": namespace, "labels": {}}, "spec": {"pod": spec}}
+def review(
+    namespace: str,
+    pod: Object,
+    *,
+    operation: str = "CREATE",
+    old_pod: Object | None = None,
+    labels: Object | None = None,
+    old_labels: Object | None = None,
+) -> PodReview:
+    def shadow(spec: Object, labels: Object | None) -> Object:
+        return {"metadata": {"name": "p", "namespace": namespace, "labels": labels or {}}, "spec": {"pod": spec}}
 
     return PodReview(
         uid="u1",
@@ -74,8 +82,8 @@ def review(namespace: str, pod: Object, *, operation: str = "CREATE", old_pod: O
         kind="ShadowPod",
         group="virtualkubelet.liqo.io",
         sub_resource="",
-        obj=shadow(pod),
-        old_obj=shadow(old_pod) if old_pod is not None else None,
+        obj=shadow(pod, labels),
+        old_obj=shadow(old_pod, old_labels) if old_pod is not None else None,
     )
 
 
@@ -146,6 +154,28 @@ async def test_an_update_that_leaves_the_pod_alone_passes_whatever_the_policy_sa
     # A ShadowPod admitted before naples' policy tightened: its finalizer can still be written and removed.
     assert answer(await hook.review(review("web-naples", ROOT, operation="UPDATE", old_pod=ROOT)))[0]
     assert not answer(await hook.review(review("web-naples", ROOT, operation="UPDATE", old_pod=PLAIN)))[0]
+
+
+async def test_an_update_adding_a_label_key_off_the_list_is_judged(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
+    """A label reaches the pod made again later: a key other components act on is refused when added, not only
+    at creation; the user's own keys change freely (the registration does not even send those: its CEL)."""
+    hook, api = webhook
+    await synced(hook, api)
+    istio = {"app": "web", "sidecar.istio.io/inject": "true"}
+    allowed, code, message = answer(
+        await hook.review(review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels=istio))
+    )
+    assert (allowed, code) == (False, 403)
+    assert "metadata.labels[sidecar.istio.io/inject]" in message
+    assert not unchanged(review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels=istio))
+    tier = review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels={"tier": "web"}, old_labels={"app": "x"})
+    assert unchanged(tier)
+    assert answer(await hook.review(tier))[0]
+    # Admitted before, kept as it was: the ShadowPod's other writes go through.
+    kept = review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels=istio | {"tier": "a"}, old_labels=istio)
+    assert unchanged(kept)
+    changed = review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels=istio, old_labels={"app": "web"})
+    assert not unchanged(changed)
 
 
 async def test_other_requests_pass(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:

@@ -1,4 +1,4 @@
-"""The pure half of authentication: key signatures and token HMACs, nonces, message fields and the CSR checks."""
+"""The pure half of authentication: key and token signatures, nonces, message fields and the CSR checks."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.peering.authprotocol import (
+    ENROLMENT_KEY,
     KEY_SIGNATURE,
     SIGNATURE,
     TOKEN_SIGNATURE,
@@ -25,17 +26,18 @@ from liqo.peering.authprotocol import (
     IdentityResponse,
     InvalidMessage,
     NonceStore,
+    UnprovenToken,
     canonical,
     check_csr,
+    enrolment_fingerprint,
     make_csr,
     parse_json,
     sign_answer,
     sign_request,
-    token_signature,
     verify_answer,
     verify_request,
-    verify_token,
 )
+from liqo.peering.tokens import enrolment_key
 
 TOKEN = "c2VjcmV0LXRva2VuLW9mLTMyLWJ5dGVzLWxvbmctLS0"
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
@@ -60,19 +62,44 @@ def request_message(**overrides: Any) -> dict[str, Any]:
 # -- signatures ------------------------------------------------------------------------------------------
 
 
+def proves(token: str, message: dict[str, Any]) -> bool:
+    """Whether ``message`` proves ``token``: signed by the key the token is the seed of, which it presents."""
+    try:
+        return enrolment_fingerprint(message) == enrolment_key(token).fingerprint
+    except UnprovenToken:
+        return False
+
+
 def test_a_request_signed_with_its_key_and_the_token_verifies_both_ways() -> None:
     signed = sign_request(request_message(), key=KEY, token=TOKEN)
     assert verify_request(signed, public_key=KEY.public_pem)
-    assert verify_token(TOKEN, signed)
+    assert proves(TOKEN, signed)
     assert not verify_request(signed, public_key=OTHER_KEY.public_pem)
-    assert not verify_token(TOKEN + "x", signed)
+    assert not proves(TOKEN + "x", signed)
+    assert TOKEN not in str(signed)  # the token never crosses the wire: its public key and a signature do
 
 
 def test_a_request_without_a_token_carries_no_token_signature() -> None:
     signed = sign_request(request_message(), key=KEY, token=None)
     assert TOKEN_SIGNATURE not in signed
+    assert ENROLMENT_KEY not in signed
     assert verify_request(signed, public_key=KEY.public_pem)
-    assert not verify_token(TOKEN, signed)
+    with pytest.raises(UnprovenToken, match="enrolling needs a token"):
+        enrolment_fingerprint(signed)
+
+
+def test_a_token_signature_under_another_tokens_key_is_unproven() -> None:
+    """Presenting the public key of a token one does not hold, with a signature by one's own: refused."""
+    signed = sign_request(request_message(), key=KEY, token=TOKEN)
+    swapped = signed | {ENROLMENT_KEY: enrolment_key("the-token-of-someone-else").public_pem}
+    with pytest.raises(UnprovenToken, match="bad token signature"):
+        enrolment_fingerprint(swapped)
+
+
+def test_a_token_is_the_seed_of_one_key_whatever_the_string() -> None:
+    assert enrolment_key(TOKEN).fingerprint == enrolment_key(TOKEN).fingerprint
+    assert enrolment_key(TOKEN).fingerprint != enrolment_key(TOKEN + "x").fingerprint
+    assert enrolment_key("é \x00 not base64").fingerprint.startswith("sha256:")
 
 
 def test_canonical_json_is_compact_sorted_and_leaves_every_signature_out() -> None:
@@ -81,30 +108,37 @@ def test_canonical_json_is_compact_sorted_and_leaves_every_signature_out() -> No
     assert canonical(message, nonce="n") == b'{"a":{"c":"x","d":[1,2]},"b":1}n'
 
 
-@pytest.mark.parametrize("field", ["clusterID", "clusterName", "authURL", "nonce", "csr", "publicKey"])
+@pytest.mark.parametrize("field", ["clusterID", "clusterName", "authURL", "nonce", "csr", "publicKey", ENROLMENT_KEY])
 def test_changing_or_removing_any_field_breaks_both_signatures(field: str) -> None:
     signed = sign_request(request_message(), key=KEY, token=TOKEN)
     for altered in (signed | {field: signed[field] + "x"}, {k: v for k, v in signed.items() if k != field}):
         assert not verify_request(altered, public_key=KEY.public_pem)
-        assert not verify_token(TOKEN, altered)
+        assert not proves(TOKEN, altered)
 
 
 def test_adding_a_field_breaks_both_signatures() -> None:
     signed = sign_request(request_message(), key=KEY, token=TOKEN) | {"extra": "x"}
     assert not verify_request(signed, public_key=KEY.public_pem)
-    assert not verify_token(TOKEN, signed)
+    assert not proves(TOKEN, signed)
 
 
 @pytest.mark.parametrize("signature", [None, 42, ["x"], "", "not base64 at all", "é", "A" * 200])
 def test_malformed_signatures_never_verify(signature: object) -> None:
     message = request_message() | {KEY_SIGNATURE: signature, TOKEN_SIGNATURE: signature}
     assert not verify_request(message, public_key=KEY.public_pem)
-    assert not verify_token(TOKEN, message)
+    assert not proves(TOKEN, message | {ENROLMENT_KEY: enrolment_key(TOKEN).public_pem})
 
 
-def test_an_empty_token_verifies_nothing() -> None:
-    message = request_message()
-    assert not verify_token("", message | {TOKEN_SIGNATURE: token_signature("", message)})
+@pytest.mark.parametrize("public_key", [None, 42, "", "not a key", OTHER_KEY.public_pem + "x", "A" * 5000])
+def test_a_malformed_enrolment_key_never_verifies(public_key: object) -> None:
+    signed = sign_request(request_message(), key=KEY, token=TOKEN) | {ENROLMENT_KEY: public_key}
+    with pytest.raises(UnprovenToken, match="bad token signature"):
+        enrolment_fingerprint(signed)
+
+
+def test_an_empty_token_signs_nothing() -> None:
+    signed = sign_request(request_message(), key=KEY, token="")
+    assert TOKEN_SIGNATURE not in signed
 
 
 def test_an_answer_is_bound_to_its_key_and_to_the_nonce_of_its_request() -> None:
@@ -115,10 +149,10 @@ def test_an_answer_is_bound_to_its_key_and_to_the_nonce_of_its_request() -> None
     assert not verify_answer(answer | {"certificate": "other"}, public_key=KEY.public_pem, nonce="nonce-1")
 
 
-def test_a_token_hmac_is_no_answer_signature() -> None:
-    # A token holder can compute HMACs over anything; an answer must carry the provider's key signature.
+def test_a_token_signature_is_no_answer_signature() -> None:
+    # A token holder can sign anything with the token's key; an answer must carry the provider's key signature.
     answer = {"clusterID": "provider", "certificate": "pem"}
-    forged = answer | {SIGNATURE: token_signature(TOKEN, answer)}
+    forged = answer | {SIGNATURE: enrolment_key(TOKEN).sign(canonical(answer))}
     assert not verify_answer(forged, public_key=KEY.public_pem, nonce="")
 
 
@@ -128,7 +162,7 @@ json_values = st.recursive(
     max_leaves=10,
 )
 messages = st.dictionaries(
-    st.text(max_size=8).filter(lambda k: k not in (SIGNATURE, KEY_SIGNATURE, TOKEN_SIGNATURE)),
+    st.text(max_size=8).filter(lambda k: k not in (SIGNATURE, KEY_SIGNATURE, TOKEN_SIGNATURE, ENROLMENT_KEY)),
     json_values,
     min_size=1,
     max_size=6,
@@ -141,7 +175,7 @@ def test_any_change_to_any_field_is_detected(message: dict[str, Any], data: st.D
     key = data.draw(st.sampled_from(sorted(message)))
     replacement = data.draw(json_values.filter(lambda v: v != message[key] or type(v) is not type(message[key])))
     assert not verify_request(signed | {key: replacement}, public_key=KEY.public_pem)
-    assert not verify_token(TOKEN, signed | {key: replacement})
+    assert not proves(TOKEN, signed | {key: replacement})
 
 
 @given(message=messages, nonce=st.text(max_size=10))

@@ -42,10 +42,13 @@ from liqo.peering.authprotocol import (
     sign_request,
 )
 from liqo.peering.authserver import auth_app
+from liqo.peering.enrolment import Refusal
+from liqo.peering.tokens import UNKNOWN_TOKEN, EnrolmentToken, enrolment_key, token_id
 
 TOKEN = "dG9rZW4tb2YtdGhlLXByb3ZpZGVyLTMyLWJ5dGVzLS0tLQ"
 PROVIDER = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 CONSUMER = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+OTHER_CONSUMER = "b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 PROVIDER_KEY = ClusterKey.generate()
 CONSUMER_KEY = ClusterKey.generate()
 INTRUDER_KEY = ClusterKey.generate()
@@ -115,12 +118,60 @@ class FakeProvisioner:
 
 
 @dataclass
+class FakeEnrolments:
+    """The provider's tokens in memory, used up as the real ones are; what the endpoint asked, recorded."""
+
+    tokens: dict[str, EnrolmentToken] = field(default_factory=dict)
+    full: Refusal | None = None
+    error: Exception | None = None
+    reads: list[str] = field(default_factory=list)
+    counts: int = 0
+    consumed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    lose_races: bool = False
+
+    def mint(self, token: str, *, expires_at: datetime.datetime | None = None) -> EnrolmentToken:
+        fingerprint = enrolment_key(token).fingerprint
+        expiry = expires_at or datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+        recorded = EnrolmentToken(
+            id=token_id(fingerprint), fingerprint=fingerprint, expires_at=expiry, created_at=None, uid="u"
+        )
+        self.tokens[fingerprint] = recorded
+        return recorded
+
+    async def find(self, fingerprint: str) -> EnrolmentToken | None:
+        self.reads.append(fingerprint)
+        if self.error:
+            raise self.error
+        return self.tokens.get(fingerprint)
+
+    async def refusal(self) -> Refusal | None:
+        self.counts += 1
+        return self.full
+
+    async def consume(self, token: EnrolmentToken) -> bool:
+        if self.lose_races or self.tokens.pop(token.fingerprint, None) is None:
+            return False
+        self.consumed.append(token.id)
+        return True
+
+    async def restore(self, token: EnrolmentToken) -> None:
+        self.tokens[token.fingerprint] = token
+        self.restored.append(token.id)
+
+
+def enrolments_with(token: str = TOKEN) -> FakeEnrolments:
+    enrolments = FakeEnrolments()
+    enrolments.mint(token)
+    return enrolments
+
+
+@dataclass
 class Server:
     url: str
     provisioner: FakeProvisioner
     nonces: NonceStore
-    token: list[str | None]
-    token_reads: list[int]
+    enrolments: FakeEnrolments
     session: aiohttp.ClientSession
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -135,14 +186,20 @@ class Server:
         return str(answer["nonce"])
 
     async def signed(
-        self, *, token: str | None = TOKEN, key: ClusterKey = CONSUMER_KEY, csr: str | None = None, **overrides: Any
+        self,
+        *,
+        token: str | None = TOKEN,
+        key: ClusterKey = CONSUMER_KEY,
+        csr: str | None = None,
+        consumer: str = CONSUMER,
+        **overrides: Any,
     ) -> dict[str, Any]:
         """A request for /identity, signed with ``key`` (and ``token``) after ``overrides`` are applied."""
         message = {
-            "clusterID": CONSUMER,
+            "clusterID": consumer,
             "clusterName": "consumer",
             "nonce": await self.nonce(),
-            "csr": csr or make_csr(CONSUMER)[1],
+            "csr": csr or make_csr(consumer)[1],
             "publicKey": key.public_pem,
             "network": CONSUMER_NETWORK.to_message(),
         } | overrides
@@ -163,25 +220,17 @@ async def serve(app: web.Application, *, ssl_context: ssl.SSLContext | None = No
 def make_app(
     provisioner: FakeProvisioner,
     nonces: NonceStore,
-    token: list[str | None],
+    enrolments: FakeEnrolments,
     middlewares: tuple[Middleware, ...] = (),
     *,
     key: ClusterKey = PROVIDER_KEY,
-    token_reads: list[int] | None = None,
 ) -> web.Application:
-    async def token_source() -> str:
-        if token_reads is not None:
-            token_reads.append(1)
-        if token[0] is None:
-            raise RuntimeError("Secret liqo-auth-token not found")
-        return token[0]
-
     app = auth_app(
         cluster_id=PROVIDER,
         cluster_name="provider",
         key=key,
         network=PROVIDER_NETWORK,
-        token_source=token_source,
+        enrolments=enrolments,
         provisioner=provisioner,
         nonces=nonces,
     )
@@ -204,12 +253,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def server(clock: Clock) -> AsyncIterator[Server]:
-    provisioner, nonces = FakeProvisioner(), NonceStore(clock=clock)
-    token: list[str | None] = [TOKEN]
-    reads: list[int] = []
-    runner, url = await serve(make_app(provisioner, nonces, token, token_reads=reads))
+    provisioner, nonces, enrolments = FakeProvisioner(), NonceStore(clock=clock), enrolments_with(TOKEN)
+    runner, url = await serve(make_app(provisioner, nonces, enrolments))
     async with aiohttp.ClientSession() as session:
-        yield Server(url, provisioner, nonces, token, reads, session)
+        yield Server(url, provisioner, nonces, enrolments, session)
     await runner.cleanup()
 
 
@@ -220,12 +267,13 @@ async def handshake(
     key: ClusterKey = CONSUMER_KEY,
     expected: str = PROVIDER,
     fingerprint: str = PROVIDER_KEY.fingerprint,
+    consumer: str = CONSUMER,
 ) -> authclient.Identity:
     return await authclient.request_identity(
         auth_url=url,
         key=key,
         token=token,
-        consumer_id=CONSUMER,
+        consumer_id=consumer,
         consumer_name="consumer",
         consumer_network=CONSUMER_NETWORK,
         consumer_auth_url="https://consumer.example:8443",
@@ -266,24 +314,89 @@ async def test_a_consumer_with_the_token_gets_an_identity(server: Server) -> Non
 
 
 async def test_an_enrolled_consumer_renews_with_its_key_alone(server: Server) -> None:
-    """The token can be rotated (or lost) without breaking a peering: a known key needs no token."""
+    """Its token is used up by its enrolment: a known key needs none, and nothing about tokens is even read."""
     await handshake(server.url)
-    server.token[0] = "a-rotated-token"
-    reads = len(server.token_reads)
+    assert server.enrolments.consumed == [token_id(enrolment_key(TOKEN).fingerprint)]
     await handshake(server.url, token=None)
-    await handshake(server.url, token="the-old-token")
-    assert len(server.provisioner.calls) == 3
-    assert len(server.token_reads) == reads  # a known key: the token is not even read
+    await handshake(server.url, token=TOKEN)  # still carried, used up: no matter
+    await handshake(server.url, token="some-other-token")
+    assert len(server.provisioner.calls) == 4
+    assert (len(server.enrolments.reads), server.enrolments.counts) == (1, 1)
 
 
-async def test_a_new_consumer_needs_the_token(server: Server) -> None:
-    for token in (None, "not-the-token"):
-        with pytest.raises(authclient.AuthRejected) as caught:
-            await handshake(server.url, token=token)
-        assert caught.value.status == 401
-        assert "bad token signature" in caught.value.reason
+async def test_a_new_consumer_needs_a_token(server: Server) -> None:
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url, token=None)
+    assert caught.value.status == 401
+    assert "enrolling needs a token" in caught.value.reason
+    assert server.enrolments.reads == []  # no token, no read
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url, token="not-the-token")
+    assert caught.value.status == 401
+    assert caught.value.reason == UNKNOWN_TOKEN
+    assert (len(server.enrolments.reads), server.enrolments.counts) == (1, 0)  # one read by name, no count
     assert server.provisioner.calls == []
     assert CONSUMER not in server.provisioner.records
+    assert server.enrolments.consumed == []
+
+
+async def test_a_token_enrols_one_cluster_once(server: Server) -> None:
+    await handshake(server.url)
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url, consumer=OTHER_CONSUMER, key=INTRUDER_KEY)
+    assert (caught.value.status, caught.value.reason) == (401, UNKNOWN_TOKEN)
+    assert "already used" in caught.value.reason
+    assert [call["consumer_id"] for call in server.provisioner.calls] == [CONSUMER]
+
+
+async def test_an_expired_token_is_401_saying_when_and_is_not_used_up(server: Server) -> None:
+    expired = server.enrolments.mint(
+        "an-old-token", expires_at=datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    )
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url, token="an-old-token")
+    assert caught.value.status == 401
+    assert "the enrolment token expired at 2025-01-02T03:04:05Z" in caught.value.reason
+    assert (server.provisioner.calls, server.enrolments.consumed, server.enrolments.counts) == ([], [], 0)
+    assert server.enrolments.tokens[expired.fingerprint] == expired
+
+
+@pytest.mark.parametrize("status", [429, 403])
+async def test_over_a_cap_the_consumer_is_told_why_and_nothing_is_done(server: Server, status: int) -> None:
+    server.enrolments.full = Refusal(status, "this cluster has 3 consumer(s) enrolled that have not accepted")
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url)
+    assert (caught.value.status, caught.value.reason) == (status, server.enrolments.full.reason)
+    assert (server.provisioner.calls, server.enrolments.consumed) == ([], [])
+    server.enrolments.full = None
+    await handshake(server.url)  # its token still enrols it once there is room
+
+
+async def test_of_two_enrolments_racing_with_one_token_the_loser_is_401(server: Server) -> None:
+    server.enrolments.lose_races = True
+    with pytest.raises(authclient.AuthRejected) as caught:
+        await handshake(server.url)
+    assert (caught.value.status, caught.value.reason) == (401, UNKNOWN_TOKEN)
+    assert server.provisioner.calls == []
+
+
+@pytest.mark.parametrize("error", [ProvisioningError("no certificate within 30 s"), PeerDenied("a policy")])
+async def test_a_failed_enrolment_gives_its_token_back(server: Server, error: Exception) -> None:
+    server.provisioner.error = error
+    with pytest.raises(authclient.AuthRejected):
+        await handshake(server.url)
+    assert server.enrolments.restored == server.enrolments.consumed == [token_id(enrolment_key(TOKEN).fingerprint)]
+    server.provisioner.error = None
+    await handshake(server.url)
+
+
+async def test_tokens_that_cannot_be_read_are_503_and_enrolled_consumers_go_on(server: Server) -> None:
+    await handshake(server.url)
+    server.enrolments.error = RuntimeError("the API server is away")
+    await handshake(server.url)
+    status, answer = await server.post("/identity", await server.signed(consumer=OTHER_CONSUMER))
+    assert (status, answer["reason"]) == (503, "the provider cannot check enrolment tokens right now; retry later")
+    assert len(server.provisioner.calls) == 2
 
 
 async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tmp_path: Path) -> None:
@@ -292,7 +405,7 @@ async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tm
     pki.write_private(tmp_path / "tls.pem", leaf.cert + leaf.key)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "tls.pem")
-    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN]), ssl_context=context)
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), enrolments_with(TOKEN)), ssl_context=context)
     try:
         assert url.startswith("https://")
         assert (await handshake(url)).provider_id == PROVIDER
@@ -373,8 +486,8 @@ async def test_a_tampered_csr_is_401_not_400(server: Server) -> None:
     assert status == 401
 
 
-async def test_a_token_hmac_over_a_tampered_request_is_401(server: Server) -> None:
-    """Signed by the key after a field changed, with the token's HMAC of the original: an altered request."""
+async def test_a_token_signature_over_a_tampered_request_is_401(server: Server) -> None:
+    """Signed by the key after a field changed, with the token's signature of the original: an altered request."""
     original = await server.signed()
     altered = sign_request(
         {k: v for k, v in original.items() if k not in (KEY_SIGNATURE, TOKEN_SIGNATURE)} | {"clusterName": "x"},
@@ -492,7 +605,7 @@ async def test_the_client_refuses_a_signed_answer_with_a_malformed_network() -> 
             return web.json_response(sign_answer(answer, key=PROVIDER_KEY, nonce=nonce))
         return response
 
-    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (lie,)))
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), enrolments_with(TOKEN), (lie,)))
     try:
         with pytest.raises(
             authclient.BadAnswer, match=r"'network\.podCIDR': 127\.0\.0\.0/8 overlaps the special-purpose"
@@ -533,17 +646,6 @@ async def test_provisioning_errors_are_500_and_only_safe_ones_are_told(server: S
         await handshake(server.url)
     assert caught.value.status == 500
     assert "internal detail" not in caught.value.reason
-
-
-@pytest.mark.parametrize("token", ["", None])
-async def test_without_a_token_new_consumers_get_503_and_enrolled_ones_go_on(server: Server, token: str | None) -> None:
-    await handshake(server.url)
-    server.token[0] = token
-    await handshake(server.url)
-    server.provisioner.records.clear()
-    status, answer = await server.post("/identity", await server.signed())
-    assert (status, answer["reason"]) == (503, "this cluster has no authentication token yet")
-    assert len(server.provisioner.calls) == 2
 
 
 async def test_the_provisioner_gets_the_csr_as_checked_and_nothing_else(server: Server) -> None:
@@ -595,7 +697,7 @@ def _body(response: web.Response) -> bytes:
 
 
 async def test_the_client_refuses_a_tampered_answer() -> None:
-    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (tamper,)))
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), enrolments_with(TOKEN), (tamper,)))
     try:
         with pytest.raises(authclient.ProviderNotAuthenticated, match="not signed by the provider's key"):
             await handshake(url)
@@ -615,7 +717,7 @@ async def test_the_client_refuses_an_answer_to_another_request() -> None:
             return web.Response(body=recorded[0], content_type="application/json")
         return response
 
-    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], (replay,)))
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), enrolments_with(TOKEN), (replay,)))
     try:
         await handshake(url)
         with pytest.raises(authclient.ProviderNotAuthenticated, match="not signed by the provider's key"):
@@ -630,9 +732,9 @@ async def test_the_client_refuses_an_answer_from_another_provider(server: Server
 
 
 async def test_a_fake_provider_holding_the_token_is_refused() -> None:
-    """Anyone with the token can run an endpoint that answers well-formed, HMAC'd answers: not signed by
-    the provider's key, they are refused, and the consumer never trusts its API server."""
-    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), [TOKEN], key=INTRUDER_KEY))
+    """Anyone with the token can run an endpoint that answers well-formed answers: not signed by the
+    provider's key, they are refused, and the consumer never trusts its API server."""
+    runner, url = await serve(make_app(FakeProvisioner(), NonceStore(), enrolments_with(TOKEN), key=INTRUDER_KEY))
     try:
         with pytest.raises(authclient.ProviderNotAuthenticated, match="not the provider's"):
             await handshake(url)

@@ -13,6 +13,7 @@ from liqo.kube.timefmt import parse_time
 from liqo.sharing.policy import (
     BUILT_IN_DEFAULT,
     REPUBLISH_SECONDS,
+    PodSecurity,
     Policy,
     PolicySelection,
     compute_offer,
@@ -94,6 +95,7 @@ def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
         prices={"cpu": "50m", "nvidia.com/gpu": 2},
         labels={"liqo.io/provider": "milan"},
         allowedTwinNames=["payments", "team-a-*"],
+        podSecurity={"allowedLabelKeys": ["example.com/team"], "allowedAnnotationKeys": ["prometheus.io/*"]},
     )
     assert Policy.from_object(obj) == Policy(
         name="gpu",
@@ -107,6 +109,9 @@ def test_a_policy_is_parsed_with_the_crds_defaults() -> None:
         refresh_threshold_percent=10,
         offer_ttl_seconds=300,
         allowed_twin_names=("payments", "team-a-*"),
+        pod_security=PodSecurity(
+            allowed_label_keys=("example.com/team",), allowed_annotation_keys=("prometheus.io/*",)
+        ),
     )
 
 

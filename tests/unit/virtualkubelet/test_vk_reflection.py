@@ -21,10 +21,10 @@ from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.apps.virtualkubelet import parse_args
 from liqo.install.manifests import virtual_kubelet_rules
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError
+from liqo.kube.errors import ApiError, ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
-from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, SERVICES, Resource
+from liqo.kube.resources import CONFIGMAPS, EVENTS, INGRESSES, PODS, SECRETS, SERVICES, Resource
 from liqo.virtualkubelet.forge import common, configdata
 from liqo.virtualkubelet.forge import events as forge_events
 from liqo.virtualkubelet.forge import pods as forge_pods
@@ -348,6 +348,8 @@ class FakeApi:
         self.version = 0
         self.existing: set[tuple[str, str]] = set()
         """``(plural, name)`` a create conflicts on (made but not listed)."""
+        self.refusing: dict[str, ApiError] = {}
+        """Plurals whose creates this API refuses, and how (its admission)."""
         for resource, obj in objects:
             self.put(resource, obj)
 
@@ -402,6 +404,8 @@ class FakeApi:
 
     async def create(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
         self.calls.append(("create", resource.plural, obj))
+        if resource.plural in self.refusing:
+            raise self.refusing[resource.plural]
         if (resource.plural, obj["metadata"]["name"]) in self.existing:
             raise ConflictError(409, "AlreadyExists", "already exists")
         return obj
@@ -577,6 +581,50 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
         assert provider.calls[-1] == ("delete", "configmaps", "demo-rome/gone")
         await made.copies.reconcile(("secrets", "demo", "creds"))  # the policy says None: the old copy goes
         assert provider.calls[-1] == ("delete", "secrets", "demo-rome/creds")
+
+
+async def test_what_is_not_copied_is_said_at_home_once_and_a_refused_copy_is_retried() -> None:
+    alias = {
+        "metadata": {"name": "alias", "namespace": "demo", "uid": "s1"},
+        "spec": {"type": "ExternalName", "externalName": "db.example.com"},
+    }
+    site = {
+        "metadata": {"name": "site", "namespace": "demo", "uid": "i1"},
+        "spec": {"ingressClassName": "public", "rules": [{"host": "site.example.com"}]},
+    }
+    home = FakeApi((SERVICES, alias), (INGRESSES, site))
+    provider = FakeApi()
+    refusal = (
+        "ValidatingAdmissionPolicy denied request: spec.ingressClassName: public is not a class this cluster offers"
+    )
+    provider.refusing["ingresses"] = ApiError(403, "Forbidden", refusal)
+
+    def said(reason: str) -> list[str]:
+        return [c[2]["message"] for c in home.calls if c[0] == "create" and c[2].get("reason") == reason]
+
+    async with reflection(home, provider) as made:
+        for _ in range(2):
+            assert await made.copies.reconcile(("services", "demo", "alias")) is None
+        assert not provider.calls  # an ExternalName is never copied...
+        [not_reflected] = said("NotReflected")  # ...and said once, not at every look
+        assert "ExternalName" in not_reflected
+
+        first = await made.copies.reconcile(("ingresses", "demo", "site"))
+        second = await made.copies.reconcile(("ingresses", "demo", "site"))
+        assert said("ProviderRefused") == [refusal]  # the provider's own words, once
+        assert first is not None
+        assert second is not None
+        assert (first.requeue_after, second.requeue_after) == (1.0, 2.0)  # retried, backing off
+
+        del provider.refusing["ingresses"]  # the provider's policy now offers the class
+        assert await made.copies.reconcile(("ingresses", "demo", "site")) is None
+        assert provider.calls[-1][:2] == ("create", "ingresses")
+        later = "ValidatingAdmissionPolicy denied request: spec.rules[].host: site.example.com not within the hosts"
+        provider.refusing["ingresses"] = ApiError(403, "Forbidden", later)  # the policy tightened since
+        again = await made.copies.reconcile(("ingresses", "demo", "site"))
+        assert again is not None
+        assert again.requeue_after == 1.0  # a new refusal starts over
+        assert said("ProviderRefused") == [refusal, later]
 
 
 def remote_web_pod() -> Obj:

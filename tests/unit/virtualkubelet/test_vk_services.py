@@ -60,12 +60,21 @@ def test_a_copy_never_carries_home_addresses_nor_opens_the_providers_nodes(spec:
         assert field not in remote
     for field in ("healthCheckNodePort", "externalTrafficPolicy", "ipFamilies", "ipFamilyPolicy"):
         assert field not in remote
-    assert remote.get("type") in (None, "ClusterIP", "ExternalName")
+    assert remote.get("type") in (None, "ClusterIP")
+    assert "externalName" not in remote
     assert all("nodePort" not in port for port in remote.get("ports", []))
     # What the pods rely on is kept.
     assert remote.get("selector") == spec.get("selector")
     assert [p["port"] for p in remote.get("ports", [])] == [p["port"] for p in spec.get("ports", [])]
     assert remote.get("sessionAffinity") == spec.get("sessionAffinity")
+
+
+@given(home_specs)
+def test_an_external_name_is_never_copied_and_says_why(spec: Obj) -> None:
+    refusal = services.refusal(home_service(spec))
+    assert (refusal is not None) == (spec.get("type") == "ExternalName")
+    if refusal is not None:
+        assert "ExternalName" in refusal
 
 
 def test_the_kubernetes_service_and_copies_are_never_copied() -> None:
@@ -93,7 +102,7 @@ def test_a_copy_the_provider_filled_in_is_current_until_home_changes() -> None:
     assert services.must_replace(read, headless)  # a Service never turns headless in place
 
 
-def test_an_ingress_copy_maps_or_clears_its_class_and_drops_the_legacy_annotation() -> None:
+def test_an_ingress_copy_maps_or_keeps_its_class_and_drops_the_legacy_annotation() -> None:
     home: Obj = {
         "metadata": {
             "name": "site",
@@ -102,13 +111,21 @@ def test_an_ingress_copy_maps_or_clears_its_class_and_drops_the_legacy_annotatio
         },
         "spec": {"ingressClassName": "nginx", "rules": [{"host": "a.example.com"}]},
     }
-    cleared = ingresses.reflected_ingress(home, namespace="demo-rome", home_cluster_id=HOME_ID)
-    assert "ingressClassName" not in cleared["spec"]
-    assert cleared["metadata"]["annotations"] == {"team": "web"}
-    assert cleared["spec"]["rules"] == home["spec"]["rules"]
+    assert ingresses.refusal(home) is None
+    kept = ingresses.reflected_ingress(home, namespace="demo-rome", home_cluster_id=HOME_ID, classes={"a": "b"})
+    assert kept["spec"]["ingressClassName"] == "nginx"  # no entry in the table: the home class as it is
+    assert kept["metadata"]["annotations"] == {"team": "web"}
+    assert kept["spec"]["rules"] == home["spec"]["rules"]
     mapped = ingresses.reflected_ingress(
         home, namespace="demo-rome", home_cluster_id=HOME_ID, classes={"nginx": "provider-nginx"}
     )
     assert mapped["spec"]["ingressClassName"] == "provider-nginx"
     assert ingresses.ingress_is_current({"metadata": dict(mapped["metadata"]), "spec": mapped["spec"]}, mapped)
     assert not ingresses.ingress_is_current({"metadata": dict(mapped["metadata"]), "spec": {}}, mapped)
+
+
+def test_an_ingress_naming_no_class_is_not_copied_and_says_why() -> None:
+    for spec in ({"rules": [{"host": "a.example.com"}]}, {"ingressClassName": "", "rules": []}):
+        refusal = ingresses.refusal({"metadata": {"name": "site", "namespace": "demo"}, "spec": spec})
+        assert refusal is not None
+        assert "spec.ingressClassName" in refusal

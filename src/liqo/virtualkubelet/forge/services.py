@@ -9,6 +9,9 @@ ports. What the copy never carries:
 - anything that would open the provider's nodes or load balancers to the consumer: a ``NodePort`` or
   ``LoadBalancer`` Service becomes ``ClusterIP`` there, and ``externalIPs`` (which would let a consumer capture
   traffic to any address inside the provider, CVE-2020-8554) and the load-balancer fields are dropped.
+
+An ``ExternalName`` Service is not copied at all (:func:`refusal`, said at home with an Event): it is a DNS
+alias, inside the provider, of any name, and the provider's API server refuses it from peers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ _KEPT_SPEC = (
     "selector",
     "ports",
     "type",
-    "externalName",
     "sessionAffinity",
     "sessionAffinityConfig",
     "publishNotReadyAddresses",
@@ -33,7 +35,9 @@ _KEPT_SPEC = (
     "trafficDistribution",
 )
 """What a copy's spec may say; everything else is the home cluster's or the provider's business."""
-_PROVIDER_TYPES = {"NodePort": "ClusterIP", "LoadBalancer": "ClusterIP"}
+_PROVIDER_TYPES = {"NodePort": "ClusterIP", "LoadBalancer": "ClusterIP", "ExternalName": "ClusterIP"}
+"""What a copy's type becomes: only ``ClusterIP`` is a peer's on the provider (ExternalName copies never go)."""
+EXTERNAL_NAME = "ExternalName"
 _DROPPED_PORT_FIELDS = ("nodePort",)
 
 
@@ -41,6 +45,16 @@ def reflectable(service: Obj) -> bool:
     """Whether a home Service is ever copied: not opted out, not a copy itself, not the API server's (pure)."""
     meta = service["metadata"]
     return reflected_by_default(service) and not (meta["name"] == "kubernetes" and meta.get("namespace") == "default")
+
+
+def refusal(service: Obj) -> str | None:
+    """Why a reflectable home Service is not copied (for an Event at home); None when it is (pure)."""
+    if (service.get("spec") or {}).get("type") == EXTERNAL_NAME:
+        return (
+            "an ExternalName Service is not reflected: on the provider it would be a DNS alias of any name, which"
+            " providers refuse from their consumers"
+        )
+    return None
 
 
 def remote_spec(spec: Obj) -> Obj:

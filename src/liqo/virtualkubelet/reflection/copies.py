@@ -11,6 +11,12 @@ a restart converges from whatever it finds; nothing that does not carry our mark
 provider) is ever updated or deleted — it gets a ``ReflectionConflict`` Event on the home object instead.
 Copies are written with create and replace at the cached resourceVersion (:func:`converge_copy`), not
 server-side apply: a create fails on a namesake the cache has not shown yet, where an apply would take it over.
+
+What is not copied is said at home, never silently dropped (:class:`Refusals`): a home object of a kind we
+copy that we do not (an ``ExternalName`` Service, an Ingress without a class) gets a Warning Event
+``NotReflected``; a copy the provider's API server refuses (its admission: an Ingress on a class its policy
+does not offer us) gets ``ProviderRefused`` with the provider's message, and is written again with a capped
+backoff, as the provider's policy may change.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from typing import Any, Literal
 from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.errors import ApiError, ConflictError, NotFoundError
+from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
+from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
@@ -34,6 +42,50 @@ Obj = dict[str, Any]
 Mode = Literal["All", "None"]
 ObjectKey = tuple[str, str, str]
 """``(plural, home namespace, name)`` of a copied object."""
+NOT_REFLECTED = "NotReflected"
+PROVIDER_REFUSED = "ProviderRefused"
+REFUSED_FIRST_SECONDS = 1.0
+REFUSED_MAX_SECONDS = 60.0
+"""A write the provider refused is made again after 1 s, doubling up to this, never given up on: the provider's
+policy may change. Its backoff is cleared once the write goes through."""
+REFUSALS = (400, 403, 422)
+"""The provider's answers that are a verdict on what we wrote (its admission, its validation), not a failure."""
+
+
+class Refusals:
+    """Why objects were not written to the provider: each said once per change at home, retried with a backoff.
+
+    Keyed like the reflector's queue. A reason is said again only when it changes (not at every look), and
+    forgotten once the object is written, or no longer wanted.
+    """
+
+    def __init__(self, events: EventRecorder) -> None:
+        self._events = events
+        self._said: dict[Any, tuple[str, str]] = {}
+        self._backoff = ItemExponentialFailureRateLimiter(
+            base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
+        )
+
+    async def say(self, key: Any, about: Obj, *, reason: str, message: str) -> None:
+        """A Warning Event ``reason`` on home object ``about`` (with its ``apiVersion`` and ``kind``), if news."""
+        if self._said.get(key) == (reason, message):
+            return
+        self._said[key] = (reason, message)
+        await self._events.record(about, type="Warning", reason=reason, message=message)
+
+    def retry(self, key: Any) -> Result:
+        """When to write a refused object again."""
+        return Result(requeue_after=self._backoff.when(key))
+
+    def forget(self, key: Any) -> None:
+        """The object was written, or is no longer wanted: a later refusal is news again."""
+        self._said.pop(key, None)
+        self._backoff.forget(key)
+
+    def forget_where(self, dropped: Callable[[Any], bool]) -> None:
+        """Forget every key ``dropped`` says (a namespace no longer offloaded here)."""
+        for key in [key for key in self._said if dropped(key)]:
+            self.forget(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +99,7 @@ class CopiedKind:
         is_current: Whether the copy as read already says what the desired one says.
         must_replace: Whether the copy cannot be updated into the desired one (deleted and made anew).
         in_twin: The label selector of what the twin's cache of the kind holds (None: all).
+        refusal: Why a reflectable home object is not copied, said at home (None: it is).
     """
 
     resource: Resource
@@ -55,6 +108,7 @@ class CopiedKind:
     is_current: Callable[[Obj, Obj], bool]
     must_replace: Callable[[Obj, Obj], bool]
     in_twin: str | None = None
+    refusal: Callable[[Obj], str | None] = lambda _obj: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +140,7 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
             copy=services.reflected_service,
             is_current=services.service_is_current,
             must_replace=services.must_replace,
+            refusal=services.refusal,
         ),
         CopiedKind(
             resource=INGRESSES,
@@ -93,6 +148,7 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
             copy=lambda obj, **where: ingresses.reflected_ingress(obj, classes=policy.ingress_classes, **where),
             is_current=ingresses.ingress_is_current,
             must_replace=ingresses.must_replace,
+            refusal=ingresses.refusal,
         ),
     ]
 
@@ -139,6 +195,7 @@ class CopyReflector(Reflector):
         self._events = manager.events
         self._policy = policy
         self._kinds = {kind.resource.plural: kind for kind in kinds}
+        self._refusals = Refusals(manager.events)
         self.controller: Controller[ObjectKey] = Controller(
             name=f"copies {manager.node_name}", reconcile=self.reconcile, workers=3
         )
@@ -163,6 +220,10 @@ class CopyReflector(Reflector):
             for name in found:
                 self.controller.queue.add((plural, pair.home_namespace, name))
 
+    def stop_namespace(self, pair: NamespacePair) -> None:
+        """Forget what was said about the pair's objects."""
+        self._refusals.forget_where(lambda key: key[1] == pair.home_namespace)
+
     async def reconcile(self, key: ObjectKey) -> Result | None:
         """Bring the copy of one home object in line with it (or delete it)."""
         plural, namespace, name = key
@@ -174,31 +235,46 @@ class CopyReflector(Reflector):
         home = pair.home(resource).store.get(f"{namespace}/{name}")
         current = _in_twin(pair, kind).store.get(f"{pair.twin}/{name}")
         wanted = home is not None and self._policy.reflects(resource) and kind.reflectable(home)
+        refusal = kind.refusal(home) if wanted and home is not None else None
         if current is not None and not common.is_copy(current, origin=self._home_cluster_id):
             if wanted and home is not None:
                 message = f"the twin {pair.twin} on the provider has a {resource.kind} {name} liqo did not make"
                 await self._events.record(
-                    {"apiVersion": resource.api_version, "kind": resource.kind, **home},
-                    type="Warning",
-                    reason="ReflectionConflict",
-                    message=message,
+                    typed(resource, home), type="Warning", reason="ReflectionConflict", message=message
                 )
             return None  # never ours to change
-        if not wanted or home is None:
+        if not wanted or home is None or refusal is not None:
             if current is not None:
                 await delete_copy(self._provider, resource, current)
+            if refusal is not None and home is not None:
+                await self._refusals.say(key, typed(resource, home), reason=NOT_REFLECTED, message=refusal)
+            else:
+                self._refusals.forget(key)
             return None
         desired = kind.copy(home, namespace=pair.twin, home_cluster_id=self._home_cluster_id)
-        if await converge_copy(
-            self._provider,
-            resource,
-            current=current,
-            desired=desired,
-            is_current=kind.is_current,
-            must_replace=kind.must_replace,
-        ):
+        try:
+            written = await converge_copy(
+                self._provider,
+                resource,
+                current=current,
+                desired=desired,
+                is_current=kind.is_current,
+                must_replace=kind.must_replace,
+            )
+        except ApiError as exc:
+            if exc.status not in REFUSALS:
+                raise
+            await self._refusals.say(key, typed(resource, home), reason=PROVIDER_REFUSED, message=exc.message)
+            return self._refusals.retry(key)
+        self._refusals.forget(key)
+        if written:
             metrics.written(plural, self.controller, key)
         return None
+
+
+def typed(resource: Resource, obj: Obj) -> Obj:
+    """``obj`` as an Event's subject: a cached object carries no ``apiVersion`` and ``kind``."""
+    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
 
 
 async def converge_copy(

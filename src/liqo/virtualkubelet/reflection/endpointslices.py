@@ -9,7 +9,9 @@ their home pods, whose IPs the pod reflector sets to what home must dial.
 One key per home slice, ``(home namespace, slice name)``; the slice in the twin has the same name and is
 written like every copy (:func:`~liqo.virtualkubelet.reflection.copies.converge_copy`). Endpoints left out
 are reported once per change of reasons, as a Warning Event ``EndpointsNotReflected`` on the home Service:
-never silently wrong, and never an Event per reconcile.
+never silently wrong, and never an Event per reconcile. A slice the provider refuses (its admission accepts
+only the addresses it sees our pods at: until it knows where, none) is said the same way, ``ProviderRefused``
+with the provider's message, and written again with a capped backoff.
 """
 
 from __future__ import annotations
@@ -18,11 +20,20 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import ApiError
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import endpointslices as forge
 from liqo.virtualkubelet.forge import services
-from liqo.virtualkubelet.reflection.copies import ReflectionPolicy, converge_copy, delete_copy
+from liqo.virtualkubelet.reflection.copies import (
+    PROVIDER_REFUSED,
+    REFUSALS,
+    ReflectionPolicy,
+    Refusals,
+    converge_copy,
+    delete_copy,
+    typed,
+)
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 Obj = dict[str, Any]
@@ -51,6 +62,7 @@ class EndpointSliceReflector(Reflector):
         self._policy = policy
         self._virtual_nodes = virtual_nodes
         self._reported: dict[SliceKey, tuple[str, ...]] = {}
+        self._refusals = Refusals(manager.events)
         self.controller: Controller[SliceKey] = Controller(
             name=f"endpointslices {manager.node_name}", reconcile=self.reconcile, workers=4
         )
@@ -80,6 +92,7 @@ class EndpointSliceReflector(Reflector):
         """Forget what was reported about the pair's slices."""
         for key in [k for k in self._reported if k[0] == pair.home_namespace]:
             del self._reported[key]
+        self._refusals.forget_where(lambda key: key[0] == pair.home_namespace)
 
     def network_changed(self) -> None:
         """Every address is translated anew."""
@@ -132,18 +145,28 @@ class EndpointSliceReflector(Reflector):
             await self._report(key, service, reflected.refused)
         else:
             self._reported.pop(key, None)
-        if desired is None:
+        if desired is None or service is None:
+            self._refusals.forget(key)
             if current is not None:
                 await delete_copy(self._provider, ENDPOINT_SLICES, current)
             return None
-        if await converge_copy(
-            self._provider,
-            ENDPOINT_SLICES,
-            current=current,
-            desired=desired,
-            is_current=forge.slice_is_current,
-            must_replace=forge.must_replace,
-        ):
+        try:
+            written = await converge_copy(
+                self._provider,
+                ENDPOINT_SLICES,
+                current=current,
+                desired=desired,
+                is_current=forge.slice_is_current,
+                must_replace=forge.must_replace,
+            )
+        except ApiError as exc:
+            if exc.status not in REFUSALS:
+                raise
+            message = f"EndpointSlice {name}: {exc.message}"
+            await self._refusals.say(key, typed(SERVICES, service), reason=PROVIDER_REFUSED, message=message)
+            return self._refusals.retry(key)
+        self._refusals.forget(key)
+        if written:
             metrics.written(ENDPOINT_SLICES.plural, self.controller, key)
         return None
 
@@ -160,6 +183,4 @@ class EndpointSliceReflector(Reflector):
             f"{count} endpoint{'s' if count > 1 else ''} of EndpointSlice {key[1]} not reflected to"
             f" {self._provider_name}: {'; '.join(reasons)}"
         )
-        await self._events.record(
-            {"apiVersion": "v1", "kind": "Service", **service}, type="Warning", reason=NOT_REFLECTED, message=message
-        )
+        await self._events.record(typed(SERVICES, service), type="Warning", reason=NOT_REFLECTED, message=message)

@@ -49,7 +49,7 @@ from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
-from liqo.virtualkubelet.reflection.copies import converge_copy
+from liqo.virtualkubelet.reflection.copies import REFUSALS, REFUSED_FIRST_SECONDS, REFUSED_MAX_SECONDS, converge_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,6 @@ POD_IP_NOT_REACHABLE = "PodIPNotReachable"
 """The Warning Event on a home pod whose provider IP home cannot dial (overlapping pod CIDRs, before the fabric)."""
 RETRY_REFUSED_SECONDS = 30.0
 """A namespace not yet offloaded here is looked at again this often."""
-REFUSED_FIRST_SECONDS = 1.0
-REFUSED_MAX_SECONDS = 60.0
-"""A ShadowPod the provider refused to take is written again after 1 s, doubling up to this, never given up
-on: the provider's policy may change. Its backoff is cleared once the write goes through."""
 
 
 REMOTE_POD_FIELDS = keep("metadata", "status")
@@ -215,7 +211,7 @@ class PodReflector(Reflector):
                     must_replace=lambda _current, _desired: False,
                 )
             except ApiError as exc:
-                if exc.status not in (400, 403, 422):
+                if exc.status not in REFUSALS:
                     raise
                 await self._refused(home, reason=forge.PROVIDER_REFUSED, message=exc.message)
                 return Result(requeue_after=self._refusals.when(key))

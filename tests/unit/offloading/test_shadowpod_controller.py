@@ -1,0 +1,219 @@
+"""The provider's ShadowPod controller keeps every pod it makes within the budget, whatever its cache lags.
+
+Its caches are seeded as a list would fill them and its API is a fake holding the pods that "really" exist,
+so that a test can hold the cache behind the API server: a pod created but not shown yet, one whose creation
+timed out. Real clusters: ``tests/integration/test_budget.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from liqo.api import names
+from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
+from liqo.kube.cache import SharedInformers
+from liqo.kube.client import KubeClient
+from liqo.kube.errors import ConflictError, NotFoundError, UnreachableError
+from liqo.kube.events import EventRecorder
+from liqo.kube.informer import Informer
+from liqo.kube.resources import PODS, Resource, object_key
+from liqo.offloading.shadowpods import ShadowPods
+from liqo.sharing.policy import PodSecurity
+
+Obj = dict[str, Any]
+TWIN = "web-rome"
+CONSUMER = "rome-id"
+PROVIDER = "milan-id"
+
+
+@dataclass(frozen=True)
+class Policy:
+    count_limits: bool = True
+    pod_security: PodSecurity = field(default_factory=PodSecurity)
+
+
+class FakeApi:
+    """Pods as the API server has them; every other write is recorded or ignored."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Obj] = {}
+        self.creations: list[str] = []
+        self.gets: list[str] = []
+        self.statuses: dict[str, Obj] = {}
+        self.failure: Exception | None = None
+        """Raised by the next pod creation, after the pod is made (a timeout that hid a success)."""
+
+    async def create(self, resource: Resource, body: Obj, **_: Any) -> Obj:
+        if resource != PODS:
+            return body  # Events
+        key = object_key(body)
+        if key in self.pods:
+            raise ConflictError(409, "AlreadyExists", f"pods {key} already exists")
+        self.pods[key] = body | {"metadata": body["metadata"] | {"uid": f"pod-{len(self.creations)}"}}
+        self.creations.append(key)
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        return body
+
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
+        assert resource == PODS
+        key = f"{namespace}/{name}"
+        self.gets.append(key)
+        if key not in self.pods:
+            raise NotFoundError(404, "NotFound", f"pods {key} not found")
+        return self.pods[key]
+
+    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any) -> Obj:
+        key = f"{namespace}/{name}"
+        self.pods[key]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return self.pods[key]
+
+    async def apply_status(self, resource: Resource, *, name: str, namespace: str, status: Obj, **_: Any) -> Obj:
+        self.statuses[f"{namespace}/{name}"] = status
+        return {}
+
+    async def patch(self, *_: Any, **__: Any) -> Obj:
+        return {}
+
+
+def put(informer: Informer, obj: Obj) -> None:
+    """What the informer's list or watch would put in its cache."""
+    informer._cache[object_key(obj)] = obj
+
+
+def drop(informer: Informer, key: str) -> None:
+    informer._cache.pop(key, None)
+
+
+def shadow(name: str, *, cpu: str, uid: str | None = None) -> Obj:
+    container = {"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}
+    return {
+        "apiVersion": SHADOW_PODS.api_version,
+        "kind": SHADOW_PODS.kind,
+        "metadata": {
+            "name": name,
+            "namespace": TWIN,
+            "uid": uid or f"uid-{name}",
+            "labels": names.peer_labels(CONSUMER),
+            "finalizers": [names.FINALIZER],
+        },
+        "spec": {"pod": {"automountServiceAccountToken": False, "containers": [container]}},
+    }
+
+
+def controller(api: FakeApi, *, cpu: str = "8", phase: str = "Accepted") -> ShadowPods:
+    client = cast(KubeClient, api)
+    made = ShadowPods(
+        client=client,
+        informers=SharedInformers(client),
+        events=EventRecorder(client=client, component="test"),
+        local_id=PROVIDER,
+        select=lambda _policies, _consumer: Policy(),
+    )
+    labels = {names.REMOTE_CLUSTER_ID: CONSUMER, names.ORIGIN_NAMESPACE: "web"}
+    put(made.namespaces, {"metadata": {"name": TWIN, "labels": labels}})
+    set_offer(made, cpu=cpu, phase=phase)
+    return made
+
+
+def set_offer(made: ShadowPods, *, cpu: str = "8", phase: str) -> None:
+    offer = {
+        "apiVersion": RESOURCE_OFFERS.api_version,
+        "kind": RESOURCE_OFFERS.kind,
+        "metadata": {"name": PROVIDER, "namespace": names.tenant_namespace(CONSUMER), "resourceVersion": phase},
+        "spec": {"resources": {"cpu": cpu, "pods": "10"}},
+        "status": {"phase": phase},
+    }
+    put(made.offers, offer)
+
+
+def cpu_of(api: FakeApi, key: str) -> str:
+    return str(api.pods[key]["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+
+
+async def test_a_spec_raised_after_admission_is_checked_when_the_pod_is_made_again() -> None:
+    api = FakeApi()
+    shadow_pods = controller(api)
+    for name, cpu in (("big", "7"), ("small", "10m")):
+        put(shadow_pods.shadows, shadow(name, cpu=cpu))
+        await shadow_pods.reconcile(f"{TWIN}/{name}")
+        put(shadow_pods.pods, api.pods[f"{TWIN}/{name}"])
+    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
+
+    # The peer raises small to 7 CPU; its pod runs on as it was admitted.
+    put(shadow_pods.shadows, shadow("small", cpu="7"))
+    await shadow_pods.reconcile(f"{TWIN}/small")
+    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
+    assert cpu_of(api, f"{TWIN}/small") == "10m"
+
+    # Its pod gone (a drain): the next one would be 7 CPU beside big's 7 of 8, so it waits.
+    del api.pods[f"{TWIN}/small"]
+    drop(shadow_pods.pods, f"{TWIN}/small")
+    await shadow_pods.reconcile(f"{TWIN}/small")
+    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
+    status = api.statuses[f"{TWIN}/small"]
+    assert (status["phase"], status["reason"]) == ("Waiting", "OverBudget")
+    assert status["message"].startswith("cpu requests: the pod requests 7,")
+    assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
+
+
+async def test_a_pod_the_cache_has_not_shown_yet_is_neither_made_twice_nor_let_go() -> None:
+    api = FakeApi()
+    shadow_pods = controller(api)
+    put(shadow_pods.shadows, shadow("first", cpu="7"))
+    await shadow_pods.reconcile(f"{TWIN}/first")
+    assert api.creations == [f"{TWIN}/first"]
+
+    # Before the pod's event, the peer lowers the spec and the ShadowPod's event comes first: the API server
+    # is asked, the pod found, its 7 CPU still held; nothing is made again.
+    put(shadow_pods.shadows, shadow("first", cpu="10m"))
+    await shadow_pods.reconcile(f"{TWIN}/first")
+    assert api.creations == [f"{TWIN}/first"]
+    assert api.gets == [f"{TWIN}/first"]
+    put(shadow_pods.shadows, shadow("second", cpu="7"))
+    await shadow_pods.reconcile(f"{TWIN}/second")
+    assert api.creations == [f"{TWIN}/first"]
+    assert api.statuses[f"{TWIN}/second"]["reason"] == "OverBudget"
+
+    # The phase flipped away and back before the cache showed the pod: its room is not let go while it runs.
+    set_offer(shadow_pods, phase="Refused")
+    await shadow_pods.reconcile(f"{TWIN}/first")
+    assert api.pods[f"{TWIN}/first"]["metadata"].get("deletionTimestamp")  # stopped, still terminating
+    set_offer(shadow_pods, phase="Accepted")
+    await shadow_pods.reconcile(f"{TWIN}/second")
+    assert api.creations == [f"{TWIN}/first"]
+    assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
+
+    # Once the cache has shown the pod, it is not asked for again; gone, its room is free: first is made
+    # again as its spec says now (10m), and second fits beside it.
+    put(shadow_pods.pods, api.pods[f"{TWIN}/first"])
+    await shadow_pods.reconcile(f"{TWIN}/first")
+    asked = len(api.gets)
+    del api.pods[f"{TWIN}/first"]
+    drop(shadow_pods.pods, f"{TWIN}/first")
+    await shadow_pods.reconcile(f"{TWIN}/first")
+    await shadow_pods.reconcile(f"{TWIN}/second")
+    assert len(api.gets) == asked
+    assert api.creations == [f"{TWIN}/first", f"{TWIN}/first", f"{TWIN}/second"]
+    assert cpu_of(api, f"{TWIN}/first") == "10m"
+
+
+async def test_a_creation_without_an_answer_keeps_its_room_until_the_pod_is_known_absent() -> None:
+    api = FakeApi()
+    shadow_pods = controller(api)
+    api.failure = UnreachableError("milan: timed out")  # the pod was made all the same
+    put(shadow_pods.shadows, shadow("first", cpu="7"))
+    result = await shadow_pods.reconcile(f"{TWIN}/first")
+    assert result is not None  # tried again later
+    put(shadow_pods.shadows, shadow("second", cpu="7"))
+    await shadow_pods.reconcile(f"{TWIN}/second")
+    assert api.creations == [f"{TWIN}/first"]  # second waits: first may run
+
+    await shadow_pods.reconcile(f"{TWIN}/first")  # found: counted, not made again
+    assert api.creations == [f"{TWIN}/first"]
+    del api.pods[f"{TWIN}/first"]  # gone before the cache ever showed it
+    await shadow_pods.reconcile(f"{TWIN}/first")  # known absent: admitted afresh, made again
+    assert api.creations == [f"{TWIN}/first", f"{TWIN}/first"]
+    assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7

@@ -6,7 +6,11 @@ released — RBAC and NamespaceMap (the map's finalizer holds it until its twin 
 unless this cluster also consumes from that peer its tenant namespace (offers and replicas inside) and the
 ForeignCluster this cluster made for it — when:
 
-- an engaged consumer's request is gone: it unpeered (withdrawal);
+- an engaged consumer's request is gone: it unpeered (withdrawal). If this cluster still consumes from it,
+  only the consumer's part goes and the namespace says the consumer *left*; once this cluster no longer
+  consumes from it either (``outgoingPeeringEnabled: No`` with the record kept: ``liqoctl unpeer`` keeps it
+  when it sees the peer's request, which may be the instant before the peer withdraws it), the rest goes too,
+  at once, rather than waiting for a consumer that is not coming back;
 - its ForeignCluster says ``incomingPeeringEnabled: No``: the admin revoked it. The ForeignCluster stays —
   it is the record that keeps the consumer refused, key pinned, until the admin allows it again;
 - it never engaged: a tenant made for a handshake whose consumer never sent a request within
@@ -39,6 +43,10 @@ from liqo.kube.timefmt import parse_time
 log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
+"""On a tenant namespace: :data:`ENGAGED` once the consumer's request showed up, :data:`LEFT` once it went while
+this cluster still consumed from that peer."""
+ENGAGED = "true"
+LEFT = "left"
 ABANDONED_AFTER = datetime.timedelta(minutes=10)
 """A consumer sends its request seconds after its handshake; one that has not after this never will."""
 
@@ -72,7 +80,8 @@ def verdict(
     """What to do about a consumer's incoming side, from what the caches hold (pure)."""
     if tenant is None or terminating(tenant):
         return Verdict.NOTHING
-    engaged = REQUESTED in (tenant["metadata"].get("annotations") or {})
+    mark = (tenant["metadata"].get("annotations") or {}).get(REQUESTED)
+    engaged = mark == ENGAGED
     if refused(foreign_cluster):
         # With a peering of ours the other way, the namespace is ours too: release only the consumer's part.
         has_incoming = engaged or request is not None or not wants_outgoing(foreign_cluster)
@@ -83,6 +92,8 @@ def verdict(
         return Verdict.RELEASE
     if wants_outgoing(foreign_cluster):
         return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
+    if mark == LEFT:
+        return Verdict.RELEASE  # the consumer left while we consumed from it; now nothing keeps the tenant
     created = tenant["metadata"].get("creationTimestamp")
     if created and now - parse_time(created) >= abandoned_after:
         return Verdict.RELEASE
@@ -127,7 +138,7 @@ class IncomingPeering(Component):
             abandoned_after=self._abandoned_after,
         )
         if decision is Verdict.MARK_ENGAGED:
-            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: "true"}}})
+            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: ENGAGED}}})
         elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:
@@ -150,7 +161,8 @@ class IncomingPeering(Component):
             ):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(resource, name, namespace=namespace)
-            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: None}}})
+            # Left, not forgotten: once we stop consuming from it too, the tenant goes at once (verdict).
+            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: LEFT}}})
             return
         if fc is not None and not keep_record:
             with contextlib.suppress(NotFoundError):

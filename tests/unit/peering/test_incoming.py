@@ -9,16 +9,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liqo.peering.incoming import ABANDONED_AFTER, REQUESTED, Verdict, verdict
+from liqo.peering.incoming import ABANDONED_AFTER, ENGAGED, LEFT, REQUESTED, Verdict, verdict
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
 Obj = dict[str, Any]
 
 
-def tenant(*, age: datetime.timedelta = datetime.timedelta(0), engaged: bool = False, deleting: bool = False) -> Obj:
+def tenant(
+    *,
+    age: datetime.timedelta = datetime.timedelta(0),
+    engaged: bool = False,
+    left: bool = False,
+    deleting: bool = False,
+) -> Obj:
     meta: Obj = {"name": "liqo-tenant-x", "creationTimestamp": (NOW - age).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    if engaged:
-        meta["annotations"] = {REQUESTED: "true"}
+    if engaged or left:
+        meta["annotations"] = {REQUESTED: ENGAGED if engaged else LEFT}
     if deleting:
         meta["deletionTimestamp"] = "2030-01-01T11:00:00Z"
     return {"metadata": meta}
@@ -59,6 +65,11 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
             {"tenant": tenant(), "request": REQUEST, "foreign_cluster": fc(incoming="No", outgoing="Yes")},
             Verdict.RELEASE_REFUSED,
         ),
+        ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(outgoing="Yes")}, Verdict.NOTHING),
+        ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc()}, Verdict.RELEASE),
+        ({"tenant": tenant(left=True), "request": None, "foreign_cluster": None}, Verdict.RELEASE),
+        ({"tenant": tenant(left=True), "request": REQUEST, "foreign_cluster": fc()}, Verdict.MARK_ENGAGED),
+        ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(incoming="No")}, Verdict.RELEASE_REFUSED),
     ],
     ids=[
         "no tenant",
@@ -74,6 +85,11 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
         "revoked before its request",
         "refused, but we consume from it: nothing of theirs",
         "refused, we consume from it, their request",
+        "left while we consume from it",
+        "left, and we no longer consume from it",
+        "left, and our record of it gone",
+        "left, and back",
+        "left, then refused",
     ],
 )
 def test_the_verdict(arguments: dict[str, Any], expected: Verdict) -> None:

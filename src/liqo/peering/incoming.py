@@ -17,6 +17,10 @@ ForeignCluster this cluster made for it — when:
   :data:`ABANDONED_AFTER`. Without this, every token used would leave a tenant behind for good (and count
   against the cap on pending tenants, :mod:`liqo.peering.enrolment`).
 
+When the record still carries our own side's finalizer (we consumed from that peer), only the record is
+deleted: our outgoing teardown then withdraws our request from the peer and deletes the tenant namespace
+itself, in that order, since our identity on the peer lives in that namespace until the peer has seen us go.
+
 The decision is a pure function of the cached objects and the time (:func:`verdict`), so a restart in
 between changes nothing.
 """
@@ -37,6 +41,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
+from liqo.kube.finalizers import has_finalizer
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.kube.timefmt import parse_time
 
@@ -60,6 +65,10 @@ class Verdict(enum.Enum):
     MARK_ENGAGED = "mark"
     RELEASE = "release"
     RELEASE_REFUSED = "release-refused"
+    RELEASE_RECORD = "release-record"
+    """Delete our record only: our own side's teardown (its finalizer holds the record) deletes the tenant
+    namespace itself once the peer has seen our request withdrawn; our identity on the peer is in there until
+    then, and deleting the namespace first would take it away before the peer knew we had left."""
     WAIT = "wait"
     """Not engaged yet: look again when it would count as abandoned."""
 
@@ -89,15 +98,22 @@ def verdict(
     if request is not None:
         return Verdict.NOTHING if engaged else Verdict.MARK_ENGAGED
     if engaged:
-        return Verdict.RELEASE
+        return _released(foreign_cluster)
     if wants_outgoing(foreign_cluster):
         return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
     if mark == LEFT:
-        return Verdict.RELEASE  # the consumer left while we consumed from it; now nothing keeps the tenant
+        return _released(foreign_cluster)  # the consumer left while we consumed from it; now nothing keeps it
     created = tenant["metadata"].get("creationTimestamp")
     if created and now - parse_time(created) >= abandoned_after:
-        return Verdict.RELEASE
+        return _released(foreign_cluster)
     return Verdict.WAIT
+
+
+def _released(foreign_cluster: Obj | None) -> Verdict:
+    """A release, of the record alone while our own side's teardown holds it (its finalizer; pure)."""
+    if foreign_cluster is not None and has_finalizer(foreign_cluster, finalizer=names.FINALIZER):
+        return Verdict.NOTHING if terminating(foreign_cluster) else Verdict.RELEASE_RECORD
+    return Verdict.RELEASE
 
 
 class IncomingPeering(Component):
@@ -139,6 +155,10 @@ class IncomingPeering(Component):
         )
         if decision is Verdict.MARK_ENGAGED:
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: ENGAGED}}})
+        elif decision is Verdict.RELEASE_RECORD and fc is not None:
+            log.info("consumer %s left: deleting our record of it, whose teardown releases the tenant", peer_id)
+            with contextlib.suppress(NotFoundError):
+                await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], uid=fc["metadata"].get("uid"))
         elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:

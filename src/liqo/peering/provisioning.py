@@ -8,10 +8,9 @@ the consumer's cluster key: the first consumer to prove a token for a cluster ID
 or an update conditioned on the resourceVersion, so two racing claimants cannot both win); from then on only
 that key speaks for that cluster ID. Then a RoleBinding in the tenant namespace giving its user the installed
 ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests and NamespaceMaps, read ResourceOffers, nothing
-else). Everything is idempotent (a renewal runs the same
-steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
-it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
-leaves nothing behind.
+else). Everything is idempotent (a renewal runs the same steps) and labelled with the consumer's ID so that
+unpeer finds it; and an attempt that fails removes what it created itself — the record it made, the pin it
+set, the namespace it made — so a failed handshake leaves nothing behind.
 
 The consumer's network, from its signed request, is recorded on its ForeignCluster (``spec.network``): in the
 record a new consumer's ForeignCluster is created with, or patched into an existing one once its certificate

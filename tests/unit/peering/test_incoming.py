@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.api import names
 from liqo.peering.incoming import ABANDONED_AFTER, ENGAGED, LEFT, REQUESTED, Verdict, verdict
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
@@ -30,8 +31,14 @@ def tenant(
     return {"metadata": meta}
 
 
-def fc(*, incoming: str = "Auto", outgoing: str = "No") -> Obj:
-    return {"metadata": {"name": "x"}, "spec": {"incomingPeeringEnabled": incoming, "outgoingPeeringEnabled": outgoing}}
+def fc(*, incoming: str = "Auto", outgoing: str = "No", ours: bool = False, deleting: bool = False) -> Obj:
+    """A record; ``ours``: our own side's finalizer on it (we consumed from the peer, its teardown runs)."""
+    meta: Obj = {"name": "x"}
+    if ours:
+        meta["finalizers"] = [names.FINALIZER]
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T11:00:00Z"
+    return {"metadata": meta, "spec": {"incomingPeeringEnabled": incoming, "outgoingPeeringEnabled": outgoing}}
 
 
 REQUEST: Obj = {"metadata": {"name": "x"}}
@@ -70,6 +77,16 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
         ({"tenant": tenant(left=True), "request": None, "foreign_cluster": None}, Verdict.RELEASE),
         ({"tenant": tenant(left=True), "request": REQUEST, "foreign_cluster": fc()}, Verdict.MARK_ENGAGED),
         ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(incoming="No")}, Verdict.RELEASE_REFUSED),
+        ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(ours=True)}, Verdict.RELEASE_RECORD),
+        ({"tenant": tenant(engaged=True), "request": None, "foreign_cluster": fc(ours=True)}, Verdict.RELEASE_RECORD),
+        (
+            {"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(ours=True, deleting=True)},
+            Verdict.NOTHING,
+        ),
+        (
+            {"tenant": tenant(age=ABANDONED_AFTER), "request": None, "foreign_cluster": fc(ours=True)},
+            Verdict.RELEASE_RECORD,
+        ),
     ],
     ids=[
         "no tenant",
@@ -90,6 +107,10 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
         "left, and our record of it gone",
         "left, and back",
         "left, then refused",
+        "left, and our side's teardown to run: the record first",
+        "withdrawn, our side's teardown to run: the record first",
+        "left, our side's teardown running",
+        "abandoned, our side's teardown to run: the record first",
     ],
 )
 def test_the_verdict(arguments: dict[str, Any], expected: Verdict) -> None:

@@ -110,10 +110,14 @@ def verdict(
 
 
 def _released(foreign_cluster: Obj | None) -> Verdict:
-    """A release, of the record alone while our own side's teardown holds it (its finalizer; pure)."""
-    if foreign_cluster is not None and has_finalizer(foreign_cluster, finalizer=names.FINALIZER):
-        return Verdict.NOTHING if terminating(foreign_cluster) else Verdict.RELEASE_RECORD
-    return Verdict.RELEASE
+    """A release; of the record alone while our own side's teardown is still to run (its finalizer; pure).
+
+    While we consume from the peer the release is of the consumer's part only (:meth:`IncomingPeering._release`).
+    """
+    ours = foreign_cluster is not None and has_finalizer(foreign_cluster, finalizer=names.FINALIZER)
+    if foreign_cluster is None or not ours or wants_outgoing(foreign_cluster):
+        return Verdict.RELEASE
+    return Verdict.NOTHING if terminating(foreign_cluster) else Verdict.RELEASE_RECORD
 
 
 class IncomingPeering(Component):

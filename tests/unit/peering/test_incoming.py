@@ -80,6 +80,10 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
         ({"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(ours=True)}, Verdict.RELEASE_RECORD),
         ({"tenant": tenant(engaged=True), "request": None, "foreign_cluster": fc(ours=True)}, Verdict.RELEASE_RECORD),
         (
+            {"tenant": tenant(engaged=True), "request": None, "foreign_cluster": fc(outgoing="Yes", ours=True)},
+            Verdict.RELEASE,
+        ),
+        (
             {"tenant": tenant(left=True), "request": None, "foreign_cluster": fc(ours=True, deleting=True)},
             Verdict.NOTHING,
         ),
@@ -109,6 +113,7 @@ REQUEST: Obj = {"metadata": {"name": "x"}}
         "left, then refused",
         "left, and our side's teardown to run: the record first",
         "withdrawn, our side's teardown to run: the record first",
+        "withdrawn while we consume from it: its part only",
         "left, our side's teardown running",
         "abandoned, our side's teardown to run: the record first",
     ],
@@ -129,3 +134,20 @@ def test_a_refused_consumer_is_never_kept_and_an_engaged_one_never_waits(
         assert outcome in (Verdict.NOTHING, Verdict.MARK_ENGAGED, Verdict.RELEASE)
     else:
         assert outcome is (Verdict.RELEASE if age >= ABANDONED_AFTER.total_seconds() else Verdict.WAIT)
+
+
+@given(
+    mark=st.sampled_from(["engaged", "left", None]),
+    has_request=st.booleans(),
+    ours=st.booleans(),
+    incoming=st.sampled_from(["Auto", "No"]),
+    age=st.integers(min_value=0, max_value=10_000),
+)
+def test_our_record_is_never_deleted_while_we_consume_from_the_peer(
+    mark: str | None, has_request: bool, ours: bool, incoming: str, age: int
+) -> None:
+    ns = tenant(age=datetime.timedelta(seconds=age), engaged=mark == "engaged", left=mark == "left")
+    record = fc(incoming=incoming, outgoing="Yes", ours=ours)
+    outcome = verdict(tenant=ns, request=REQUEST if has_request else None, foreign_cluster=record, now=NOW)
+    # RELEASE and RELEASE_REFUSED release the consumer's part only while we consume (IncomingPeering._release).
+    assert outcome is not Verdict.RELEASE_RECORD

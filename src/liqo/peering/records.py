@@ -10,7 +10,8 @@ then reads one of and tears down one of.
 
 So before making a record, a writer claims its name on the one object named after the peer's ID that both
 writers make first anyway, the peer's tenant namespace: annotation :data:`CLAIM`, written with the namespace's
-resourceVersion as precondition, so of two claims one wins and the other reads it. Whoever comes second makes,
+resourceVersion as precondition, so of two claims one wins and the other reads it (the peer itself cannot
+write it: its rights are inside that namespace, not on it). Whoever comes second makes,
 or finds, the claimed name: a create that conflicts means the other writer made it (the next look finds it),
 or another peer took the name meanwhile (claimed anew). A record or tenant namespace being deleted (an unpeer
 finishing) is neither reused nor doubled: the writer is told to try again once it is gone. What to do is a

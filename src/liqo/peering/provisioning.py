@@ -1,15 +1,17 @@
 """What a provider creates for an authenticated consumer, and how it gets the consumer's certificate signed.
 
-First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
-fingerprint of the consumer's cluster key. The first consumer to prove a token for a cluster ID pins its
-key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
-win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, its quota
-of object counts (:mod:`liqo.api.bounds`: how many requests, maps, NetworkConfigs and Leases it may make there),
-and a RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
-and NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same
-steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
-it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
-leaves nothing behind.
+First the consumer's tenant namespace, then its record: its ForeignCluster here, the one there is (the
+admin's, or our own peering with it) or one made under the name claimed on that namespace, never a second
+one for one cluster ID nor one beside a record being deleted (:mod:`liqo.peering.records`: ``liqoctl peer``
+may be declaring our peering with that very cluster at the same moment). The record holds the fingerprint of
+the consumer's cluster key: the first consumer to prove a token for a cluster ID pins its key there (a create,
+or an update conditioned on the resourceVersion, so two racing claimants cannot both win); from then on only
+that key speaks for that cluster ID. Then the tenant namespace's quota of object counts (:mod:`liqo.api.bounds`:
+how many requests, maps, NetworkConfigs and Leases the consumer may make there), and a RoleBinding there giving
+its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests and NamespaceMaps, read
+ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same steps) and labelled with the
+consumer's ID so that unpeer finds it; and an attempt that fails removes what it created itself — the record it
+made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
 
 The consumer's network, from its signed request, is recorded on its ForeignCluster (``spec.network``): in the
 record a new consumer's ForeignCluster is created with, or patched into an existing one once its certificate
@@ -41,6 +43,7 @@ from liqo.kube import csr
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import NAMESPACES, RESOURCE_QUOTAS, ROLE_BINDINGS, terminating
+from liqo.peering import records
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -207,6 +210,7 @@ class KubeProvisioner:
         """
         undo: list[Callable[[], Awaitable[Any]]] = []
         try:
+            namespace = await self._tenant(consumer_id, undo=undo)
             record = await self._pin(
                 consumer_id=consumer_id,
                 consumer_name=consumer_name,
@@ -215,7 +219,6 @@ class KubeProvisioner:
                 network=network,
                 undo=undo,
             )
-            namespace = await self._tenant(consumer_id, undo=undo)
             # Bounded before the consumer gets any right there: no moment when it writes unbounded.
             quota = object_quota(namespace=namespace, peer_id=consumer_id, hard=self._tenant_quota)
             await self._client.apply(RESOURCE_QUOTAS, quota)
@@ -260,23 +263,34 @@ class KubeProvisioner:
         """Make the consumer's ForeignCluster hold its key, or refuse; register how to undo what was done.
 
         An existing ForeignCluster is the admin's (or a peering the other way): only its empty
-        ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Returns the ForeignCluster.
+        ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Without one, one is made under the
+        name claimed on the tenant namespace (:func:`liqo.peering.records.ensure_record`); a record being
+        deleted is waited for (a retryable error). Returns the ForeignCluster.
         """
         for _ in range(_PIN_ATTEMPTS):
-            fc = await self._foreign_cluster(consumer_id)
-            if fc is None:
-                created = await self._create_foreign_cluster(
-                    consumer_id=consumer_id,
-                    consumer_name=consumer_name,
-                    auth_url=auth_url,
-                    key_fingerprint=key_fingerprint,
-                    network=network,
+            try:
+                fc, made = await records.ensure_record(
+                    self._client,
+                    peer_id=consumer_id,
+                    candidates=names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name),
+                    manifest=lambda name: consumer_foreign_cluster(
+                        name=name,
+                        consumer_id=consumer_id,
+                        consumer_name=consumer_name,
+                        auth_url=auth_url,
+                        key_fingerprint=key_fingerprint,
+                        network=network,
+                    ),
                 )
-                if created is not None:
-                    meta = created["metadata"]
-                    undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
-                    return created
-                continue  # every name was taken meanwhile: by a racing claimant of this ID, or others
+            except records.RecordError as exc:
+                raise ProvisioningError(str(exc)) from None
+            if made:
+                meta = fc["metadata"]
+                log.info(
+                    "created ForeignCluster %s for consumer %s (key %s)", meta["name"], consumer_id, key_fingerprint
+                )
+                undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
+                return fc
             record = record_of(fc)
             if record.refused:
                 raise PeerDenied(f"cluster {consumer_id} is refused here (incoming peering disabled)")
@@ -317,33 +331,6 @@ class KubeProvisioner:
             # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
             raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
         return namespace
-
-    async def _create_foreign_cluster(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> dict[str, Any] | None:
-        """Create the consumer's ForeignCluster under the first free name; None if every name is taken."""
-        for name in names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name):
-            manifest = consumer_foreign_cluster(
-                name=name,
-                consumer_id=consumer_id,
-                consumer_name=consumer_name,
-                auth_url=auth_url,
-                key_fingerprint=key_fingerprint,
-                network=network,
-            )
-            try:
-                created: dict[str, Any] = await self._client.create(FOREIGN_CLUSTERS, manifest)
-            except ConflictError:
-                continue  # that name belongs to another peer (or a concurrent handshake created ours)
-            log.info("created ForeignCluster %s for consumer %s (key %s)", name, consumer_id, key_fingerprint)
-            return created
-        return None
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:
         """Have the consumer's CSR signed (the request object is deleted whatever the outcome)."""

@@ -28,6 +28,7 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from benchmarks import apirequests
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
@@ -420,6 +421,35 @@ async def test_a_wrong_token_is_refused_and_creates_nothing(
             await handshake(provider, consumer_id, token=token)
         assert caught.value.status == 401
     assert await leftovers(kube, consumer_id) == []
+
+
+async def cluster_lists(kube: KubeClient) -> apirequests.Counts:
+    """The lists across the whole cluster the API server answered so far (any client's), by resource."""
+    metrics = (await kube.request_bytes("GET", "/metrics")).decode()
+    return {key: n for key, n in apirequests.request_counts(metrics, scope="cluster").items() if key[1] == "list"}
+
+
+async def test_a_handshake_lists_nothing_on_the_api_server(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    """Strangers, a wrong token, an enrolment and a renewal: the endpoint reads what it knows from its caches.
+
+    Counted by the API server itself (``apiserver_request_total``): lists across the cluster only, so that the
+    namespace controller emptying an earlier test's tenant (lists in that namespace) does not count.
+    """
+    before = await cluster_lists(kube)
+    for _ in range(5):  # anyone: a key of its own, a fresh nonce, no token
+        stranger = str(uuid.uuid4())
+        status, answer = await signed_identity_request(
+            provider.auth_url, consumer=stranger, key=ClusterKey.generate(), token=None
+        )
+        assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key")
+    with pytest.raises(authclient.AuthRejected):
+        await handshake(provider, consumer_id, token="not-the-token")
+    await handshake(provider, consumer_id)  # enrols
+    await handshake(provider, consumer_id, token=None)  # renews with its key
+    after = await cluster_lists(kube)
+    assert apirequests.delta(before, after) == {}
 
 
 MALFORMED_NETWORKS = {

@@ -36,12 +36,13 @@ from liqo.api.provisioner import Issued, PeerRecord
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.install import manifests
 from liqo.kube import pki
+from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, SECRETS
 from liqo.peering import authclient, enrolment, operations, tokens
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import auth_app
+from liqo.peering.authserver import RateLimit, auth_app
 from liqo.peering.enrolment import Refusal
 from liqo.peering.tokens import EnrolmentToken
 from tests.helpers import Site, eventually, expect_clean, from_address, signed_identity_request
@@ -229,6 +230,9 @@ class AttackersEnrolments:
     async def restore(self, token: EnrolmentToken) -> None:
         return None
 
+    async def settle(self, consumer_id: str, *, key_fingerprint: str) -> None:
+        return None
+
 
 @pytest.fixture
 async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operations.PeerCommand]:
@@ -241,7 +245,9 @@ async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operati
         network=ATTACKERS_NETWORK,
         enrolments=AttackersEnrolments(),
         provisioner=AttackersProvisioner(),
+        caches=SharedInformers(milan),  # none: the attacker knows nothing it would need to cache
         nonces=NonceStore(),
+        limiter=RateLimit().limiter(),
     )
 
     @web.middleware

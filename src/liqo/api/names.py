@@ -62,6 +62,8 @@ PEER_TWIN_ROLE = "liqo-peer-twin"
 PEER_BINDING = "liqo-peer"
 """Name of the RoleBinding of a consumer's user in its tenant namespace and in each of its twins."""
 
+MAX_CLUSTER_NAME = 253
+"""The longest cluster name a peer may claim (a DNS subdomain's length); printable text, as a name is shown."""
 
 _NAME_BASE_MAX = 48
 """A peer's name is cut to this, so that ``liqo-<name>-<8 ID characters>`` is a node name of at most 62."""

@@ -3,7 +3,11 @@
 First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
 fingerprint of the consumer's cluster key. The first consumer to prove a token for a cluster ID pins its
 key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
-win); from then on only that key speaks for that cluster ID. Then the consumer's tenant namespace, and a
+win); from then on only that key speaks for that cluster ID. Which ForeignCluster is the consumer's comes
+from the endpoint's cache (:class:`~liqo.peering.authcaches.AuthCaches`, indexed by cluster ID: never a list
+of them all); the decision is made on that one read again by name. A create that finds its name taken
+reads who took it: a concurrent handshake of the same cluster ID (whose record is then judged), or another
+peer (the next name is tried). Then the consumer's tenant namespace, and a
 RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
 and NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same
 steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
@@ -27,13 +31,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography import x509
 
 from liqo.api import names
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError, admission
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
@@ -159,16 +163,26 @@ def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
     )
 
 
+class Records(Protocol):
+    """Where the provisioner finds a consumer's ForeignCluster (:class:`~liqo.peering.authcaches.AuthCaches`)."""
+
+    def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
+        """The ForeignCluster of ``consumer_id`` as last seen; None if there was none."""
+        ...
+
+
 class KubeProvisioner:
     """The real :class:`~liqo.api.provisioner.Provisioner`: RBAC, ForeignCluster and a signed CSR.
 
-    ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it.
+    ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it;
+    ``records`` where it looks a consumer's ForeignCluster up.
     """
 
     def __init__(
         self,
         *,
         client: KubeClient,
+        records: Records,
         api_server_url: str,
         ca_pem: str,
         identity_ttl: int = DEFAULT_IDENTITY_TTL,
@@ -177,14 +191,15 @@ class KubeProvisioner:
         if identity_ttl < csr.MIN_EXPIRATION_SECONDS:
             raise ValueError(f"the identity TTL must be at least {csr.MIN_EXPIRATION_SECONDS} s, got {identity_ttl}")
         self._client = client
+        self._records = records
         self._issuer = csr.CsrIssuer(client=client, timeout=certificate_timeout)
         self._api_server_url = api_server_url
         self._ca_pem = ca_pem
         self._ttl = identity_ttl
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
-        """This cluster's record of ``consumer_id``: its ForeignCluster, if there is one."""
-        fc = await self._foreign_cluster(consumer_id)
+        """This cluster's record of ``consumer_id``: its ForeignCluster as last seen, if there is one (no API call)."""
+        fc = self._records.foreign_cluster(consumer_id)
         return record_of(fc) if fc is not None else None
 
     async def provision(
@@ -236,9 +251,13 @@ class KubeProvisioner:
             expires_at=expires_at,
         )
 
-    async def _foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
-        existing, _ = await self._client.list_all(FOREIGN_CLUSTERS)
-        return next((fc for fc in existing if (fc.get("spec") or {}).get("clusterID") == consumer_id), None)
+    async def _read(self, name: str, consumer_id: str) -> dict[str, Any] | None:
+        """ForeignCluster ``name`` as it is now, if it is ``consumer_id``'s."""
+        try:
+            fc: dict[str, Any] = await self._client.get(FOREIGN_CLUSTERS, name)
+        except NotFoundError:
+            return None
+        return fc if (fc.get("spec") or {}).get("clusterID") == consumer_id else None
 
     async def _pin(
         self,
@@ -255,28 +274,29 @@ class KubeProvisioner:
         An existing ForeignCluster is the admin's (or a peering the other way): only its empty
         ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Returns the ForeignCluster.
         """
+        seen = self._records.foreign_cluster(consumer_id)
+        name = seen["metadata"]["name"] if seen is not None else None
         for _ in range(_PIN_ATTEMPTS):
-            fc = await self._foreign_cluster(consumer_id)
+            fc = await self._read(name, consumer_id) if name is not None else None
             if fc is None:
-                created = await self._create_foreign_cluster(
+                created, fc = await self._create_foreign_cluster(
                     consumer_id=consumer_id,
                     consumer_name=consumer_name,
                     auth_url=auth_url,
                     key_fingerprint=key_fingerprint,
                     network=network,
                 )
-                if created is not None:
-                    meta = created["metadata"]
+                if created:
+                    meta = fc["metadata"]
                     undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
-                    return created
-                continue  # every name was taken meanwhile: by a racing claimant of this ID, or others
+                    return fc
+                name = fc["metadata"]["name"]  # a racing claimant of this ID made it: judged as any record
             record = record_of(fc)
-            if record.refused:
-                raise PeerDenied(f"cluster {consumer_id} is refused here (incoming peering disabled)")
-            if record.key_fingerprint == key_fingerprint:
-                return fc
-            if record.key_fingerprint:
-                raise PeerDenied(f"another key is registered for cluster ID {consumer_id}")
+            needs_token, refusal = admission(record, consumer_id=consumer_id, key_fingerprint=key_fingerprint)
+            if refusal:
+                raise PeerDenied(refusal)
+            if not needs_token:
+                return fc  # its key, pinned already
             meta = fc["metadata"]
             patch = {
                 "metadata": {"resourceVersion": meta["resourceVersion"]},
@@ -285,7 +305,7 @@ class KubeProvisioner:
             try:
                 pinned = await self._client.patch(FOREIGN_CLUSTERS, meta["name"], patch)
             except ConflictError:
-                continue  # changed meanwhile: look again
+                continue  # changed meanwhile: read it again
             log.info(
                 "pinned the key %s of consumer %s on ForeignCluster %s", key_fingerprint, consumer_id, meta["name"]
             )
@@ -319,8 +339,14 @@ class KubeProvisioner:
         auth_url: str | None,
         key_fingerprint: str,
         network: ClusterNetwork,
-    ) -> dict[str, Any] | None:
-        """Create the consumer's ForeignCluster under the first free name; None if every name is taken."""
+    ) -> tuple[bool, dict[str, Any]]:
+        """Create the consumer's ForeignCluster under the first free name: ``(True, it)``.
+
+        ``(False, it)`` when a concurrent handshake of the same cluster ID created one first.
+
+        Raises:
+            ProvisioningError: every name is another peer's.
+        """
         for name in names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name):
             manifest = consumer_foreign_cluster(
                 name=name,
@@ -333,10 +359,13 @@ class KubeProvisioner:
             try:
                 created: dict[str, Any] = await self._client.create(FOREIGN_CLUSTERS, manifest)
             except ConflictError:
-                continue  # that name belongs to another peer (or a concurrent handshake created ours)
+                ours = await self._read(name, consumer_id)
+                if ours is not None:
+                    return False, ours
+                continue  # that name belongs to another peer
             log.info("created ForeignCluster %s for consumer %s (key %s)", name, consumer_id, key_fingerprint)
-            return created
-        return None
+            return True, created
+        raise ProvisioningError(f"every name for the record of cluster {consumer_id} belongs to another peer")
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:
         """Have the consumer's CSR signed (the request object is deleted whatever the outcome)."""

@@ -153,19 +153,35 @@ def test_the_csr_object_asks_the_client_signer_for_the_ttl() -> None:
 def test_an_identity_ttl_below_ten_minutes_is_refused() -> None:
     client = KubeClient(access=Access(server="https://127.0.0.1:6443"))
     with pytest.raises(ValueError, match="at least 600"):
-        KubeProvisioner(client=client, api_server_url="https://x", ca_pem="", identity_ttl=599)
+        KubeProvisioner(
+            client=client, records=FakeKube(watch_events=[]), api_server_url="https://x", ca_pem="", identity_ttl=599
+        )
 
 
 class FakeKube:
-    """The few API calls the provisioner makes, against in-memory objects; the signer is scripted."""
+    """The few API calls the provisioner makes, against in-memory objects; the signer is scripted.
+
+    It is the provisioner's cache of ForeignClusters too (:meth:`foreign_cluster`), as the endpoint's would be
+    once synced: ``cached`` says what the cache shows when it lags behind the objects.
+    """
 
     def __init__(self, *, watch_events: list[dict[str, Any]], later: dict[str, Any] | None = None) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.cached: list[dict[str, Any]] | None = None
         self.watch_events = watch_events
         self.later = later  # what a GET of the CSR returns once the watch has ended
         self.deleted: list[str] = []
         self.patches: list[tuple[str, Any]] = []
+        self.reads: list[str] = []
         self.conflicts = 0  # conditional patches to refuse with a conflict first
+
+    def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
+        cached = (
+            self.cached
+            if self.cached is not None
+            else [o for (k, _), o in self.objects.items() if k == "ForeignCluster"]
+        )
+        return next((fc for fc in cached if fc["spec"].get("clusterID") == consumer_id), None)
 
     async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self.objects[(resource.kind, obj["metadata"]["name"])] = obj
@@ -181,9 +197,6 @@ class FakeKube:
         meta = current["metadata"] | {"resourceVersion": str(int(current["metadata"].get("resourceVersion", "1")) + 1)}
         self.objects[(resource.kind, name)] = current | {"metadata": meta, "spec": spec}
         return self.objects[(resource.kind, name)]
-
-    async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
-        return [o for (kind, _), o in self.objects.items() if kind == resource.kind], "1"
 
     async def request(self, method: str, path: str, *, body: dict[str, Any]) -> dict[str, Any]:
         assert (method, body["kind"]) == ("POST", "SelfSubjectReview")
@@ -211,6 +224,9 @@ class FakeKube:
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any]:
         if resource != CSRS:
+            self.reads.append(name)
+            if (resource.kind, name) not in self.objects:
+                raise NotFoundError(404, "NotFound", name)
             return self.objects[(resource.kind, name)]
         if self.later is None:
             raise NotFoundError(404, "NotFound", name)
@@ -223,7 +239,11 @@ class FakeKube:
 
 def provisioner(kube: FakeKube, *, timeout: float = 5.0) -> KubeProvisioner:
     return KubeProvisioner(
-        client=cast(KubeClient, kube), api_server_url="https://api", ca_pem="CA", certificate_timeout=timeout
+        client=cast(KubeClient, kube),
+        records=kube,
+        api_server_url="https://api",
+        ca_pem="CA",
+        certificate_timeout=timeout,
     )
 
 
@@ -339,7 +359,7 @@ async def test_a_renewal_records_the_network_only_when_it_changed() -> None:
     ("spec", "complaint"),
     [
         ({"keyFingerprint": OTHER_KEY}, "another key is registered"),
-        ({"keyFingerprint": KEY, "incomingPeeringEnabled": "No"}, "is refused here"),
+        ({"keyFingerprint": KEY, "incomingPeeringEnabled": "No"}, "does not accept cluster"),
     ],
 )
 async def test_a_record_found_refusing_at_provisioning_time_creates_nothing(
@@ -370,3 +390,28 @@ async def test_a_terminating_tenant_namespace_is_a_retryable_error() -> None:
     with pytest.raises(ProvisioningError, match="is being deleted"):
         await provision(provisioner(kube))
     assert kube.deleted == ["rome"]  # the ForeignCluster this attempt made; no CSR was ever created
+
+
+async def test_a_record_is_read_from_the_cache_and_the_decision_on_the_object_read_again_by_name() -> None:
+    """No list of every ForeignCluster, ever: the cache names the consumer's, one GET decides."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "admins")] = foreign_cluster("admins")
+    target = provisioner(kube)
+    assert await target.record(PEER) == PeerRecord(None, False)
+    assert kube.reads == []  # the record is the cache's
+    await provision(target)
+    assert kube.reads == ["admins"]
+    assert kube.objects[("ForeignCluster", "admins")]["spec"]["keyFingerprint"] == KEY
+
+
+async def test_a_record_the_cache_has_not_seen_yet_is_found_by_the_name_it_takes() -> None:
+    """A concurrent handshake of the same ID made ``rome`` an instant ago: its record is judged, no second one made."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=OTHER_KEY)
+    kube.cached = []
+    with pytest.raises(PeerDenied, match="another key is registered"):
+        await provision(target := provisioner(kube))
+    assert sorted(name for kind, name in kube.objects if kind == "ForeignCluster") == ["rome"]
+    kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=KEY)
+    await provision(target)
+    assert sorted(name for kind, name in kube.objects if kind == "ForeignCluster") == ["rome"]

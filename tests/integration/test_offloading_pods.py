@@ -177,8 +177,12 @@ async def test_pods_milan_refuses_stay_pending_with_its_reason(
     await eventually(refused, timeout=30, message="the home pod Pending with milan's refusal")
     home = await rome.get(PODS, "host-net", namespace=offloaded.namespace)
     assert home["status"]["phase"] == "Pending"
-    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
-    assert any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == "host-net" for e in events)
+
+    async def told() -> bool:  # the Event follows the status write: wait for it, as a user watching would
+        events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+        return any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == "host-net" for e in events)
+
+    await eventually(told, timeout=10, message="a ProviderRefused Event on the home pod")
     assert not (await milan.list_all(PODS, namespace=offloaded.twin))[0]  # nothing ran there
 
     # Larger than the whole offer: rome's scheduler keeps it Pending and says why.

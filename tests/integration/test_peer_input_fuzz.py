@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import ipaddress
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
@@ -50,11 +51,13 @@ pytestmark = pytest.mark.timeout(900)
 # One peering serves every example (the fixtures are the module's, by design); a failing example is printed
 # as found: shrinking one through real clusters would take longer than the whole suite.
 FUZZ = settings(
-    max_examples=40,
+    max_examples=int(os.environ.get("LIQO_FUZZ_EXAMPLES", "40")),
     suppress_health_check=[HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
-WRITES = settings(FUZZ, max_examples=12)
+WRITES = settings(FUZZ, max_examples=max(1, FUZZ.max_examples * 3 // 10))
+"""Examples that write (and wait for milan's controller) are slower: fewer of them. ``LIQO_FUZZ_EXAMPLES=400``
+runs ten times as many of each, for a longer hunt by hand."""
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(allow_nan=False) | st.text(max_size=24),

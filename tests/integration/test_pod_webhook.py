@@ -398,6 +398,15 @@ async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_po
         hold = {"metadata": {"finalizers": ["test.liqo.io/hold"], "labels": {"kept": "yes"}}}
         await kube.patch(SHADOW_PODS, name, hold, namespace=namespace)  # not sent: would fail like the spec change
         await kube.patch(SHADOW_PODS, name, {"metadata": {"finalizers": None}}, namespace=namespace)
+        # The virtual kubelet's grace period before a deletion: liqo's bookkeeping, not sent either; any
+        # other annotation is (the pod would carry it).
+        for grace in ("5", None):
+            annotations = {"metadata": {"annotations": {names.GRACE_PERIOD: grace}}}
+            await kube.patch(SHADOW_PODS, name, annotations, namespace=namespace)
+        restarted = {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}}}
+        with pytest.raises(ApiError) as caught:
+            await kube.patch(SHADOW_PODS, name, restarted, namespace=namespace)
+        assert webhook_down in caught.value.message
         assert webhook_down in await answer_to_a_spec_change()
     finally:
         await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)

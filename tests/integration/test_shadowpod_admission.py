@@ -28,7 +28,14 @@ from liqo.install.installer import InstallOptions, host_processes
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS
+from liqo.kube.resources import (
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
+)
 from liqo.local import clusters
 from liqo.local.components import WEBHOOK_CLIENT
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
@@ -257,29 +264,13 @@ async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_fie
         await nothing_left(milan, offloaded.twin, name)
 
     # runAsUser 0 passes baseline; under a restricted policy for rome it is refused.
-    policy: Object = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": unique("restricted-rome")},
-        "spec": {"action": "Share", "peers": [rome_id], "podSecurity": {"level": "restricted"}},
-    }
-    await milan.create(SHARING_POLICIES, policy)
-    try:
+    async with restricted(milan, rome_id, offloaded.twin):
         name = unique("root")
         body = shadow_pod(name, offloaded.twin, rome_id, containers=RESTRICTED_BUT_ROOT)
-        messages: list[str] = []
-
-        async def refused_as_root() -> bool:
-            try:
-                await rome_as_peer.create(SHADOW_PODS, body, dry_run=True)
-            except ApiError as exc:
-                messages.append(exc.message)
-                return True
-            return False
-
-        await eventually(refused_as_root, timeout=30, message="the webhook applying rome's restricted policy")
-        assert "spec.pod.containers[0].securityContext.runAsUser" in messages[-1]
-        assert "(restricted)" in messages[-1]
+        with pytest.raises(ApiError) as caught:
+            await rome_as_peer.create(SHADOW_PODS, body, dry_run=True)
+        assert "spec.pod.containers[0].securityContext.runAsUser" in caught.value.message
+        assert "(restricted)" in caught.value.message
         error = await refused(rome_as_peer, body)
         assert "runAsUser" in error.message
         await nothing_left(milan, offloaded.twin, name)
@@ -289,11 +280,36 @@ async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_fie
             return labels.get(ENFORCE) == "restricted"
 
         await eventually(twin_restricted, timeout=30, message="the twin's PSA labels following the policy")
+
+
+@contextlib.asynccontextmanager
+async def restricted(milan: KubeClient, rome_id: str, twin: str) -> AsyncIterator[None]:
+    """milan's SharingPolicy for rome at level restricted, from when milan's webhook applies it; after, the twin
+    back to baseline."""
+    policy: Object = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": unique("restricted-rome")},
+        "spec": {"action": "Share", "peers": [rome_id], "podSecurity": {"level": "restricted"}},
+    }
+    await milan.create(SHARING_POLICIES, policy)
+    try:
+        probe = shadow_pod(unique("probe"), twin, rome_id, containers=RESTRICTED_BUT_ROOT)
+
+        async def applied() -> bool:
+            try:
+                await milan.create(SHADOW_PODS, probe, dry_run=True)
+            except ApiError as exc:
+                return "(restricted)" in exc.message
+            return False
+
+        await eventually(applied, timeout=30, message="the webhook applying rome's restricted policy")
+        yield
     finally:
         await milan.delete(SHARING_POLICIES, policy["metadata"]["name"])
 
     async def twin_baseline() -> bool:
-        labels = (await milan.get(NAMESPACES, offloaded.twin))["metadata"].get("labels") or {}
+        labels = (await milan.get(NAMESPACES, twin))["metadata"].get("labels") or {}
         return all(labels.get(k) == v for k, v in pod_security_labels("baseline").items())
 
     await eventually(twin_baseline, timeout=30, message="the twin back to baseline once the policy is gone")
@@ -570,3 +586,150 @@ async def test_a_home_pod_milan_refuses_shows_the_refused_field_at_home(
     assert any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == name for e in events)
     await nothing_left(milan, offloaded.twin, name)
     await rome.delete(PODS, name, namespace=offloaded.namespace)
+
+
+# -- a deletion is never judged: the grace period a home pod's deletion hands on -----------------------------
+
+GRACE = 20
+"""The home pods' deletion grace period below: shorter than their own, so rome's virtual kubelet writes it on the
+ShadowPod before deleting it (``liqo.io/grace-period-seconds``), and the deadline for milan letting them go."""
+NOT_PASSED_ON = "GracePeriodNotPassedOn"
+
+
+async def home_pod_running_in_milan(rome: KubeClient, milan: KubeClient, offloaded: Offloaded, name: str) -> None:
+    """A pod of rome's, allowed at baseline but not restricted (it may run as root), running in milan."""
+    await rome.create(PODS, pod(name, offloaded.namespace, terminationGracePeriodSeconds=120))
+    await pod_made(milan, offloaded.twin, name)
+
+
+async def deleted_home_pod_goes_from_milan(
+    rome: KubeClient, milan: KubeClient, offloaded: Offloaded, name: str
+) -> None:
+    """The home pod deleted with a short grace period: its ShadowPod and milan's pod gone within it, then itself."""
+    await rome.delete(PODS, name, namespace=offloaded.namespace, grace_period_seconds=GRACE)
+
+    async def gone(client: KubeClient, resource: Any, namespace: str) -> bool:
+        try:
+            await client.get(resource, name, namespace=namespace)
+        except NotFoundError:
+            return True
+        return False
+
+    async def gone_from_milan() -> bool:
+        return all([await gone(milan, resource, offloaded.twin) for resource in (SHADOW_PODS, PODS)])
+
+    message = f"milan's ShadowPod and pod {name} gone within the home pod's grace period"
+    await eventually(gone_from_milan, timeout=GRACE, message=message)
+    await eventually(
+        lambda: gone(rome, PODS, offloaded.namespace), timeout=30, message=f"the home pod {name} finalised"
+    )
+
+
+async def test_a_pod_admitted_before_the_policy_tightened_goes_when_its_home_pod_goes(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """rome's virtual kubelet hands the grace period on (an update of the ShadowPod) under a policy refusing its pod."""
+    name = unique("tightened")
+    await home_pod_running_in_milan(rome, milan, offloaded, name)
+    async with restricted(milan, sites["rome"].cluster_id, offloaded.twin):
+        await deleted_home_pod_goes_from_milan(rome, milan, offloaded, name)
+    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+    assert not [e for e in events if e["reason"] == NOT_PASSED_ON and e["involvedObject"]["name"] == name]
+
+
+async def test_the_grace_annotation_alone_passes_a_policy_that_refuses_the_pod(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    """With rome's own identity: liqo's bookkeeping on a ShadowPod is not judged again; anything else still is."""
+    rome_id = sites["rome"].cluster_id
+    name = unique("bookkept")
+    await rome_as_peer.create(SHADOW_PODS, shadow_pod(name, offloaded.twin, rome_id))
+    try:
+        await pod_made(milan, offloaded.twin, name)
+        async with restricted(milan, rome_id, offloaded.twin):
+            grace = {"metadata": {"annotations": {names.GRACE_PERIOD: "7"}}}
+            await rome_as_peer.patch(SHADOW_PODS, name, grace, namespace=offloaded.twin)
+            stored = await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
+            assert stored["metadata"]["annotations"][names.GRACE_PERIOD] == "7"
+            restart = {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}}}
+            with pytest.raises(ApiError) as caught:
+                await rome_as_peer.patch(SHADOW_PODS, name, restart, namespace=offloaded.twin)
+            assert caught.value.status == 403
+            assert "runAsNonRoot" in caught.value.message
+            assert "(restricted)" in caught.value.message
+            stored = await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
+            assert "kubectl.kubernetes.io/restartedAt" not in stored["metadata"]["annotations"]
+    finally:
+        await released(rome_as_peer, milan, offloaded.twin, name)
+
+
+@contextlib.asynccontextmanager
+async def grace_refused(milan: KubeClient, twin: str) -> AsyncIterator[str]:
+    """milan's admin refuses any grace period on ShadowPods in ``twin`` (a ValidatingAdmissionPolicy of its own:
+    what a provider of an earlier liqo, judging the pod whole on every update, does under a tightened policy)."""
+    name = unique("no-grace")
+    expression = f"!has(object.metadata.annotations) || !('{names.GRACE_PERIOD}' in object.metadata.annotations)"
+    message = "milan takes no grace period from its peers"
+    rule = {
+        "apiGroups": [SHADOW_PODS.group],
+        "apiVersions": ["*"],
+        "operations": ["UPDATE"],
+        "resources": [SHADOW_PODS.plural],
+    }
+    await milan.create(
+        VALIDATING_ADMISSION_POLICIES,
+        {
+            "apiVersion": VALIDATING_ADMISSION_POLICIES.api_version,
+            "kind": VALIDATING_ADMISSION_POLICIES.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule]},
+                "validations": [{"expression": expression, "message": message}],
+            },
+        },
+    )
+    await milan.create(
+        VALIDATING_ADMISSION_POLICY_BINDINGS,
+        {
+            "apiVersion": VALIDATING_ADMISSION_POLICY_BINDINGS.api_version,
+            "kind": VALIDATING_ADMISSION_POLICY_BINDINGS.kind,
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": twin}}},
+            },
+        },
+    )
+    try:
+        yield message
+    finally:
+        await milan.delete(VALIDATING_ADMISSION_POLICY_BINDINGS, name)
+        await milan.delete(VALIDATING_ADMISSION_POLICIES, name)
+
+
+async def test_a_grace_period_the_provider_refuses_never_keeps_the_pod_running_there(
+    rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """The deletion is never judged: refused the grace period, rome's virtual kubelet deletes the ShadowPod anyway
+    (milan's pod then ends with its own grace period) and says so on the home pod."""
+    name = unique("refused-grace")
+    await home_pod_running_in_milan(rome, milan, offloaded, name)
+    async with grace_refused(milan, offloaded.twin) as refusal:
+        grace = {"metadata": {"annotations": {names.GRACE_PERIOD: "1"}}}
+
+        async def in_force() -> bool:
+            try:
+                await milan.patch(SHADOW_PODS, name, grace, namespace=offloaded.twin, dry_run=True)
+            except ApiError as exc:
+                return refusal in exc.message
+            return False
+
+        await eventually(in_force, timeout=30, message="milan's API server applying its admin's policy")
+        await deleted_home_pod_goes_from_milan(rome, milan, offloaded, name)
+    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+    [event] = [e for e in events if e["reason"] == NOT_PASSED_ON and e["involvedObject"]["name"] == name]
+    assert event["type"] == "Warning"
+    assert refusal in event["message"]
+    assert f"{GRACE}s" in event["message"]

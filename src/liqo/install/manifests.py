@@ -769,20 +769,31 @@ def _cel_key_accepted(key: str, patterns: Iterable[str]) -> str:
     return " || ".join(tests)
 
 
+def _cel_annotations_changed(keep_out: Iterable[str]) -> str:
+    """CEL: whether an annotation other than ``keep_out`` was added, changed or removed (an absent map is empty)."""
+    now = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
+    before = "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+    judged = f"!(k in [{', '.join(repr(k) for k in keep_out)}])"
+    return (
+        f"{now}.exists(k, {judged} && !(k in {before} && {before}[k] == {now}[k]))"
+        f" || {before}.exists(k, {judged} && !(k in {now}))"
+    )
+
+
 SHADOW_POD_JUDGED_CHANGE = (
     "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
     " || (has(object.spec) && object.spec != oldObject.spec)"
-    " || (has(object.metadata.annotations) ? object.metadata.annotations : {})"
-    " != (has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+    f" || {_cel_annotations_changed(podsecurity.BOOKKEEPING_ANNOTATIONS)}"
     " || (has(object.metadata.labels) && object.metadata.labels.exists(k,"
     f" !({_cel_key_accepted('k', podsecurity.LABEL_KEYS)})"
     " && !(has(oldObject.metadata.labels) && k in oldObject.metadata.labels"
     " && oldObject.metadata.labels[k] == object.metadata.labels[k])))"
 )
-"""The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, the
-annotations, a label key beyond those every provider accepts, added or changed: the pod carries them).
-:func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the webhook for the
-provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion) nor for the user's own labels,
+"""The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, an
+annotation other than liqo's bookkeeping, a label key beyond those every provider accepts, added or changed:
+the pod carries them). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call
+the webhook for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), for the
+consumer's (the grace period its virtual kubelet writes before deleting one), nor for the user's own labels,
 which then also succeed while the manager is down."""
 
 
@@ -792,7 +803,8 @@ def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manife
     Called for ShadowPod creations and updates in twin namespaces only (the labels only this cluster's
     manager writes), so nothing else in the cluster depends on the manager; ``Fail`` because a ShadowPod
     let through unchecked would be run by the provider (the controller checks again before making its pod).
-    An update that leaves the pod and the annotations as they were is not sent (:data:`SHADOW_POD_JUDGED_CHANGE`).
+    An update that leaves the pod and the annotations but liqo's bookkeeping as they were is not sent
+    (:data:`SHADOW_POD_JUDGED_CHANGE`).
     """
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",

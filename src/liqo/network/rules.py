@@ -258,13 +258,17 @@ def parse_routes(ip_json: str) -> list[RouteSpec]:
             protocol (no next hop, several, a metric): someone else uses the number, and guessing what to
             do with their route could delete it.
     """
+    return [_parse_route(entry) for entry in _route_entries(ip_json)]
+
+
+def _route_entries(ip_json: str) -> list[Any]:
     try:
         entries = json.loads(ip_json)
     except ValueError:
         raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}") from None
     if not isinstance(entries, list):
         raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}")
-    return [_parse_route(entry) for entry in entries]
+    return entries
 
 
 def _parse_route(entry: Any) -> RouteSpec:
@@ -294,14 +298,8 @@ def foreign_routes(ip_json: str) -> list[IPv4Network]:
         RouteParseError: the output is not iproute2's JSON, or a destination is not an IPv4 network: the
             node's routes are then unknown, and nothing is routed on a guess.
     """
-    try:
-        entries = json.loads(ip_json)
-    except ValueError:
-        raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}") from None
-    if not isinstance(entries, list):
-        raise RouteParseError(f"not the JSON of ip -j route: {ip_json[:200]!r}")
     found: list[IPv4Network] = []
-    for entry in entries:
+    for entry in _route_entries(ip_json):
         if not isinstance(entry, dict):
             raise RouteParseError(f"not a route: {json.dumps(entry)[:200]}")
         if entry.get("protocol") == ROUTE_PROTO and entry.get("table", "main") == "main":

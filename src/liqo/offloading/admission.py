@@ -10,10 +10,12 @@ never a label of the ShadowPod, which the consumer writes. Its policy is chosen 
 by a function the manager passes in (capabilities do not import each other). Every manager replica serves
 the webhook, so each runs its own informers of twin namespaces and SharingPolicies, outside leader election.
 
-An UPDATE that leaves the pod and the annotations as they were, and adds or changes no label key beyond
-those every provider accepts, is allowed whatever the policy says now: the provider's own writes (its
-finalizer, deletion) must never be refused because a policy tightened; the pod of such a ShadowPod was
-judged when it was made. The registration's match condition says the same in CEL
+An UPDATE that leaves the pod and the annotations as they were (but liqo's bookkeeping: the grace period the
+consumer's virtual kubelet writes just before it deletes the ShadowPod), and adds or changes no label key
+beyond those every provider accepts, is allowed whatever the policy says now: liqo's own writes (the
+provider's finalizer, the consumer's grace period before a deletion) must never be refused because a policy
+tightened, or a pod whose home pod is gone would keep running here; the pod of such a ShadowPod was judged
+when it was made. The registration's match condition says the same in CEL
 (:data:`liqo.install.manifests.SHADOW_POD_JUDGED_CHANGE`), so the API server does not send those; the check
 here stays for API servers that send them anyway. Any other UPDATE is judged with the ShadowPod as it was
 (labels and annotations kept as they were are not judged again: :func:`shadow_pod_verdict`).
@@ -34,6 +36,7 @@ from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.resources import NAMESPACES
 from liqo.offloading.podsecurity import (
+    BOOKKEEPING_ANNOTATIONS,
     LABEL_KEYS,
     PolicySelector,
     Verdict,
@@ -57,13 +60,19 @@ NOT_SYNCED = (
 def unchanged(review: PodReview) -> bool:
     """Whether ``review`` is an UPDATE leaving what the verdict judges as it was (pure).
 
-    That is the pod, the annotations, and every label whose key is not one of those every provider accepts.
+    That is the pod, the annotations but :data:`~liqo.offloading.podsecurity.BOOKKEEPING_ANNOTATIONS`, and
+    every label whose key is not one of those every provider accepts.
     """
     if review.operation != "UPDATE" or review.obj is None or review.old_obj is None:
         return False
 
     def judged(obj: Mapping[str, Any]) -> tuple[Any, Any]:
-        return obj.get("spec"), _metadata(obj).get("annotations")
+        annotations = _metadata(obj).get("annotations")
+        if annotations is None:
+            annotations = {}  # absent or empty: the same, as the registration's CEL sees it
+        if isinstance(annotations, Mapping):
+            annotations = {k: v for k, v in annotations.items() if k not in BOOKKEEPING_ANNOTATIONS}
+        return obj.get("spec"), annotations
 
     labels = changed_entries(_metadata(review.obj).get("labels") or {}, _metadata(review.old_obj).get("labels"))
     labelled = any(not key_accepted(str(key), LABEL_KEYS) for key in labels)

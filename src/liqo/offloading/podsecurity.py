@@ -156,6 +156,12 @@ ANNOTATION_KEYS = (
 restart, ``default-container``: read by kubectl only), an Indexed Job's index (its containers read it
 through the downward API), AppArmor's (judged: confined profiles only), liqo's grace period (read by this
 cluster, checked) and the one this cluster sets on the pod itself."""
+BOOKKEEPING_ANNOTATIONS = (names.GRACE_PERIOD,)
+"""Annotations liqo's own components write on a ShadowPod for their bookkeeping, never judged again once it is
+admitted: the grace period the consumer's virtual kubelet writes just before it deletes one (read by this
+cluster alone, checked there: :func:`liqo.offloading.shadowpods.grace_period`). A deletion is never judged;
+refusing its preamble because the consumer's policy tightened since the pod was made would keep that pod
+running here after its home pod is gone."""
 
 
 class SecurityPolicy(Protocol):

@@ -13,8 +13,8 @@ A cache is a little behind the API server. What this replica writes for a consum
 ForeignCluster pinning its key, the RoleBinding that makes it a tenant — is awaited in the caches before the
 consumer gets its answer (:meth:`AuthCaches.settled`), so the next request this replica serves (the
 consumer's renewal, another's enrolment against the caps) is judged with it. The authoritative read is
-provisioning's: it reads the consumer's ForeignCluster by name before it pins anything
-(:mod:`liqo.peering.provisioning`).
+provisioning's: it reads by name the consumer's ForeignCluster the cache names, and the one claimed on its
+tenant namespace, before it makes or pins anything (:mod:`liqo.peering.records`).
 """
 
 from __future__ import annotations
@@ -57,10 +57,18 @@ class AuthCaches:
         )
         self._changes = Changes(self.foreign_clusters, self.bindings)
 
+    def foreign_clusters_of(self, peer_id: str) -> list[dict[str, Any]]:
+        """This cluster's ForeignClusters of ``peer_id`` as last seen, by name (one, unless the admin made two)."""
+        found = (self.foreign_clusters.store.get(key) for key in sorted(self._by_cluster_id.keys(peer_id)))
+        return [fc for fc in found if fc is not None]
+
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
-        """This cluster's ForeignCluster of ``consumer_id`` as last seen (the first by name if the admin made two)."""
-        keys = sorted(self._by_cluster_id.keys(consumer_id))
-        return self.foreign_clusters.store.get(keys[0]) if keys else None
+        """This cluster's ForeignCluster of ``consumer_id`` as last seen (the first by name, as provisioning's)."""
+        return next(iter(self.foreign_clusters_of(consumer_id)), None)
+
+    def foreign_cluster_named(self, name: str) -> dict[str, Any] | None:
+        """ForeignCluster ``name`` as last seen, whoever's it is."""
+        return self.foreign_clusters.store.get(name)
 
     def bindings_and_offers(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The tenants' RoleBindings and this cluster's offers, as last seen."""

@@ -6,12 +6,20 @@ released — RBAC and NamespaceMap (the map's finalizer holds it until its twin 
 unless this cluster also consumes from that peer its tenant namespace (offers and replicas inside) and the
 ForeignCluster this cluster made for it — when:
 
-- an engaged consumer's request is gone: it unpeered (withdrawal);
+- an engaged consumer's request is gone: it unpeered (withdrawal). If this cluster still consumes from it,
+  only the consumer's part goes and the namespace says the consumer *left*; once this cluster no longer
+  consumes from it either (``outgoingPeeringEnabled: No`` with the record kept: ``liqoctl unpeer`` keeps it
+  when it sees the peer's request, which may be the instant before the peer withdraws it), the rest goes too,
+  at once, rather than waiting for a consumer that is not coming back;
 - its ForeignCluster says ``incomingPeeringEnabled: No``: the admin revoked it. The ForeignCluster stays —
   it is the record that keeps the consumer refused, key pinned, until the admin allows it again;
 - it never engaged: a tenant made for a handshake whose consumer never sent a request within
   :data:`ABANDONED_AFTER`. Without this, every token used would leave a tenant behind for good (and count
   against the cap on pending tenants, :mod:`liqo.peering.enrolment`).
+
+When the record still carries our own side's finalizer (we consumed from that peer), only the record is
+deleted: our outgoing teardown then withdraws our request from the peer and deletes the tenant namespace
+itself, in that order, since our identity on the peer lives in that namespace until the peer has seen us go.
 
 The decision is a pure function of the cached objects and the time (:func:`verdict`), so a restart in
 between changes nothing.
@@ -33,12 +41,17 @@ from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
+from liqo.kube.finalizers import has_finalizer
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.kube.timefmt import parse_time
 
 log = logging.getLogger(__name__)
 
 REQUESTED = "liqo.io/incoming-requested"
+"""On a tenant namespace: :data:`ENGAGED` once the consumer's request showed up, :data:`LEFT` once it went while
+this cluster still consumed from that peer."""
+ENGAGED = "true"
+LEFT = "left"
 ABANDONED_AFTER = datetime.timedelta(minutes=10)
 """A consumer sends its request seconds after its handshake; one that has not after this never will."""
 
@@ -52,6 +65,10 @@ class Verdict(enum.Enum):
     MARK_ENGAGED = "mark"
     RELEASE = "release"
     RELEASE_REFUSED = "release-refused"
+    RELEASE_RECORD = "release-record"
+    """Delete our record only: our own side's teardown (its finalizer holds the record) deletes the tenant
+    namespace itself once the peer has seen our request withdrawn; our identity on the peer is in there until
+    then, and deleting the namespace first would take it away before the peer knew we had left."""
     WAIT = "wait"
     """Not engaged yet: look again when it would count as abandoned."""
 
@@ -72,7 +89,8 @@ def verdict(
     """What to do about a consumer's incoming side, from what the caches hold (pure)."""
     if tenant is None or terminating(tenant):
         return Verdict.NOTHING
-    engaged = REQUESTED in (tenant["metadata"].get("annotations") or {})
+    mark = (tenant["metadata"].get("annotations") or {}).get(REQUESTED)
+    engaged = mark == ENGAGED
     if refused(foreign_cluster):
         # With a peering of ours the other way, the namespace is ours too: release only the consumer's part.
         has_incoming = engaged or request is not None or not wants_outgoing(foreign_cluster)
@@ -80,13 +98,26 @@ def verdict(
     if request is not None:
         return Verdict.NOTHING if engaged else Verdict.MARK_ENGAGED
     if engaged:
-        return Verdict.RELEASE
+        return _released(foreign_cluster)
     if wants_outgoing(foreign_cluster):
         return Verdict.NOTHING  # our own peering's namespace: the consumer side owns it
+    if mark == LEFT:
+        return _released(foreign_cluster)  # the consumer left while we consumed from it; now nothing keeps it
     created = tenant["metadata"].get("creationTimestamp")
     if created and now - parse_time(created) >= abandoned_after:
-        return Verdict.RELEASE
+        return _released(foreign_cluster)
     return Verdict.WAIT
+
+
+def _released(foreign_cluster: Obj | None) -> Verdict:
+    """A release; of the record alone while our own side's teardown is still to run (its finalizer; pure).
+
+    While we consume from the peer the release is of the consumer's part only (:meth:`IncomingPeering._release`).
+    """
+    ours = foreign_cluster is not None and has_finalizer(foreign_cluster, finalizer=names.FINALIZER)
+    if foreign_cluster is None or not ours or wants_outgoing(foreign_cluster):
+        return Verdict.RELEASE
+    return Verdict.NOTHING if terminating(foreign_cluster) else Verdict.RELEASE_RECORD
 
 
 class IncomingPeering(Component):
@@ -127,7 +158,11 @@ class IncomingPeering(Component):
             abandoned_after=self._abandoned_after,
         )
         if decision is Verdict.MARK_ENGAGED:
-            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: "true"}}})
+            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: ENGAGED}}})
+        elif decision is Verdict.RELEASE_RECORD and fc is not None:
+            log.info("consumer %s left: deleting our record of it, whose teardown releases the tenant", peer_id)
+            with contextlib.suppress(NotFoundError):
+                await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], uid=fc["metadata"].get("uid"))
         elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:
@@ -150,7 +185,8 @@ class IncomingPeering(Component):
             ):
                 with contextlib.suppress(NotFoundError):
                     await self._client.delete(resource, name, namespace=namespace)
-            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: None}}})
+            # Left, not forgotten: once we stop consuming from it too, the tenant goes at once (verdict).
+            await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: LEFT}}})
             return
         if fc is not None and not keep_record:
             with contextlib.suppress(NotFoundError):

@@ -32,7 +32,7 @@ from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.timefmt import format_micro_time, parse_time
 from liqo.kube.waiting import WaitTimeout, poll_until
-from liqo.peering import authclient, enrolment
+from liqo.peering import authclient, enrolment, records
 from liqo.peering.outgoing import PEERING_REQUESTED
 from liqo.peering.tenants import tenant_namespace_manifest
 from liqo.peering.tokens import DEFAULT_VALIDITY, PEER_VALIDITY, EnrolmentToken
@@ -122,7 +122,6 @@ async def peer_out_of_band(
             f"{command.auth_url} presents key {ids.key_fingerprint}, not {command.key_fingerprint}: check the"
             " command (or someone else answers at that address)"
         )
-    name = await _foreign_cluster_name(client, command)
     spec: dict[str, Any] = {
         "clusterID": command.cluster_id,
         "clusterName": command.name,
@@ -132,23 +131,39 @@ async def peer_out_of_band(
     }
     if offer_policy:
         spec["offerPolicy"] = offer_policy
-    body = {
-        "apiVersion": FOREIGN_CLUSTERS.api_version,
-        "kind": FOREIGN_CLUSTERS.kind,
-        "metadata": {
-            "name": name,
-            "labels": names.peer_labels(command.cluster_id),
-            # A change the manager sees even when nothing else changed: it tries again at once.
-            "annotations": {PEERING_REQUESTED: _now()},
-        },
-        "spec": spec,
-    }
-    # The ForeignCluster first: its manager must see the intent before the token it acts on.
+
+    def body(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": FOREIGN_CLUSTERS.api_version,
+            "kind": FOREIGN_CLUSTERS.kind,
+            "metadata": {
+                "name": name,
+                "labels": names.peer_labels(command.cluster_id),
+                # A change the manager sees even when nothing else changed: it tries again at once.
+                "annotations": {PEERING_REQUESTED: _now()},
+            },
+            "spec": spec,
+        }
+
+    # The tenant namespace first: the record's name is claimed there, so that this very cluster enrolling
+    # here as our consumer at the same moment (the provisioner) finds ours rather than making a second one.
+    await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
     try:
-        applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body)
+        record, _ = await records.ensure_record(
+            client,
+            peer_id=command.cluster_id,
+            candidates=names.foreign_cluster_names(cluster_id=command.cluster_id, cluster_name=command.name),
+            manifest=body,
+        )
+    except records.RecordError as exc:
+        raise PeeringError(f"no ForeignCluster for {command.cluster_id} now: {exc}") from exc
+    name = record["metadata"]["name"]
+    # Applied even over the record just made: what a later `liqoctl peer` leaves out (an offer policy) goes.
+    # The ForeignCluster before the token: its manager must see the intent before the token it acts on.
+    try:
+        applied: dict[str, Any] = await client.apply(FOREIGN_CLUSTERS, body(name))
     except InvalidError as exc:  # clusterID is immutable: another peer's ForeignCluster is never taken over
         raise PeeringError(f"ForeignCluster {name} was just created for another peer: try again ({exc})") from exc
-    await client.apply(NAMESPACES, tenant_namespace_manifest(command.cluster_id))
     await client.apply(
         SECRETS,
         {
@@ -164,25 +179,6 @@ async def peer_out_of_band(
         },
     )
     return applied
-
-
-async def _foreign_cluster_name(client: KubeClient, command: PeerCommand) -> str:
-    """The name of the provider's ForeignCluster: the existing one's, else the first free candidate.
-
-    The name is the provider's word (``Milan`` in its out-of-band command), so it is made a valid name and, if
-    another peer has it, suffixed with the provider's ID (:func:`liqo.api.names.foreign_cluster_names`); it
-    also names the provider's virtual node.
-    """
-    items, _ = await client.list_all(FOREIGN_CLUSTERS)
-    for fc in items:
-        if fc["spec"].get("clusterID") == command.cluster_id:
-            return str(fc["metadata"]["name"])
-    taken = {fc["metadata"]["name"] for fc in items}
-    candidates = names.foreign_cluster_names(cluster_id=command.cluster_id, cluster_name=command.name)
-    free = next((candidate for candidate in candidates if candidate not in taken), None)
-    if free is None:
-        raise PeeringError(f"every name for a ForeignCluster of {command.cluster_id} is taken: {', '.join(candidates)}")
-    return free
 
 
 async def peer(

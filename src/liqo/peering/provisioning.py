@@ -1,18 +1,19 @@
 """What a provider creates for an authenticated consumer, and how it gets the consumer's certificate signed.
 
-First the consumer's record: its ForeignCluster here, created if the admin has none yet, holding the
-fingerprint of the consumer's cluster key. The first consumer to prove a token for a cluster ID pins its
-key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
-win); from then on only that key speaks for that cluster ID. Which ForeignCluster is the consumer's comes
-from the endpoint's cache (:class:`~liqo.peering.authcaches.AuthCaches`, indexed by cluster ID: never a list
-of them all); the decision is made on that one read again by name. A create that finds its name taken
-reads who took it: a concurrent handshake of the same cluster ID (whose record is then judged), or another
-peer (the next name is tried). Then the consumer's tenant namespace, and a
-RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests
-and NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same
-steps) and labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what
-it created itself — the record it made, the pin it set, the namespace it made — so a failed handshake
-leaves nothing behind.
+First the consumer's tenant namespace, then its record: its ForeignCluster here, the one there is (the
+admin's, or our own peering with it) or one made under the name claimed on that namespace, never a second
+one for one cluster ID nor one beside a record being deleted (:mod:`liqo.peering.records`: ``liqoctl peer``
+may be declaring our peering with that very cluster at the same moment). Which ForeignCluster is the
+consumer's comes from the endpoint's cache (:class:`~liqo.peering.authcaches.AuthCaches`, indexed by cluster
+ID: never a list of them all), and the records the decision rests on — the one the cache names, the one
+claimed on the namespace, which a cache a little behind may not show yet — are read again by name. The record
+holds the fingerprint of the consumer's cluster key: the first consumer to prove a token for a cluster ID pins
+its key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
+win); from then on only that key speaks for that cluster ID. Then a RoleBinding in the tenant namespace giving
+its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests and NamespaceMaps, read
+ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same steps) and labelled with the
+consumer's ID so that unpeer finds it; and an attempt that fails removes what it created itself — the record
+it made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
 
 The consumer's network, from its signed request, is recorded on its ForeignCluster (``spec.network``): in the
 record a new consumer's ForeignCluster is created with, or patched into an existing one once its certificate
@@ -43,6 +44,7 @@ from liqo.kube import csr
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
+from liqo.peering import records
 from liqo.peering.tenants import tenant_namespace_manifest
 
 log = logging.getLogger(__name__)
@@ -163,7 +165,7 @@ def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
     )
 
 
-class Records(Protocol):
+class Records(records.Seen, Protocol):
     """Where the provisioner finds a consumer's ForeignCluster (:class:`~liqo.peering.authcaches.AuthCaches`)."""
 
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
@@ -218,6 +220,7 @@ class KubeProvisioner:
         """
         undo: list[Callable[[], Awaitable[Any]]] = []
         try:
+            namespace = await self._tenant(consumer_id, undo=undo)
             record = await self._pin(
                 consumer_id=consumer_id,
                 consumer_name=consumer_name,
@@ -226,7 +229,6 @@ class KubeProvisioner:
                 network=network,
                 undo=undo,
             )
-            namespace = await self._tenant(consumer_id, undo=undo)
             await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
             certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
             patch = network_patch(record, network)
@@ -251,14 +253,6 @@ class KubeProvisioner:
             expires_at=expires_at,
         )
 
-    async def _read(self, name: str, consumer_id: str) -> dict[str, Any] | None:
-        """ForeignCluster ``name`` as it is now, if it is ``consumer_id``'s."""
-        try:
-            fc: dict[str, Any] = await self._client.get(FOREIGN_CLUSTERS, name)
-        except NotFoundError:
-            return None
-        return fc if (fc.get("spec") or {}).get("clusterID") == consumer_id else None
-
     async def _pin(
         self,
         *,
@@ -272,25 +266,35 @@ class KubeProvisioner:
         """Make the consumer's ForeignCluster hold its key, or refuse; register how to undo what was done.
 
         An existing ForeignCluster is the admin's (or a peering the other way): only its empty
-        ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Returns the ForeignCluster.
+        ``keyFingerprint`` is filled in, conditioned on its resourceVersion. Without one, one is made under the
+        name claimed on the tenant namespace (:func:`liqo.peering.records.ensure_record`); a record being
+        deleted is waited for (a retryable error). Returns the ForeignCluster.
         """
-        seen = self._records.foreign_cluster(consumer_id)
-        name = seen["metadata"]["name"] if seen is not None else None
         for _ in range(_PIN_ATTEMPTS):
-            fc = await self._read(name, consumer_id) if name is not None else None
-            if fc is None:
-                created, fc = await self._create_foreign_cluster(
-                    consumer_id=consumer_id,
-                    consumer_name=consumer_name,
-                    auth_url=auth_url,
-                    key_fingerprint=key_fingerprint,
-                    network=network,
+            try:
+                fc, made = await records.ensure_record(
+                    self._client,
+                    peer_id=consumer_id,
+                    candidates=names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name),
+                    manifest=lambda name: consumer_foreign_cluster(
+                        name=name,
+                        consumer_id=consumer_id,
+                        consumer_name=consumer_name,
+                        auth_url=auth_url,
+                        key_fingerprint=key_fingerprint,
+                        network=network,
+                    ),
+                    seen=self._records,
                 )
-                if created:
-                    meta = fc["metadata"]
-                    undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
-                    return fc
-                name = fc["metadata"]["name"]  # a racing claimant of this ID made it: judged as any record
+            except records.RecordError as exc:
+                raise ProvisioningError(str(exc)) from None
+            if made:
+                meta = fc["metadata"]
+                log.info(
+                    "created ForeignCluster %s for consumer %s (key %s)", meta["name"], consumer_id, key_fingerprint
+                )
+                undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
+                return fc
             record = record_of(fc)
             needs_token, refusal = admission(record, consumer_id=consumer_id, key_fingerprint=key_fingerprint)
             if refusal:
@@ -330,42 +334,6 @@ class KubeProvisioner:
             # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
             raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
         return namespace
-
-    async def _create_foreign_cluster(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> tuple[bool, dict[str, Any]]:
-        """Create the consumer's ForeignCluster under the first free name: ``(True, it)``.
-
-        ``(False, it)`` when a concurrent handshake of the same cluster ID created one first.
-
-        Raises:
-            ProvisioningError: every name is another peer's.
-        """
-        for name in names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name):
-            manifest = consumer_foreign_cluster(
-                name=name,
-                consumer_id=consumer_id,
-                consumer_name=consumer_name,
-                auth_url=auth_url,
-                key_fingerprint=key_fingerprint,
-                network=network,
-            )
-            try:
-                created: dict[str, Any] = await self._client.create(FOREIGN_CLUSTERS, manifest)
-            except ConflictError:
-                ours = await self._read(name, consumer_id)
-                if ours is not None:
-                    return False, ours
-                continue  # that name belongs to another peer
-            log.info("created ForeignCluster %s for consumer %s (key %s)", name, consumer_id, key_fingerprint)
-            return True, created
-        raise ProvisioningError(f"every name for the record of cluster {consumer_id} belongs to another peer")
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:
         """Have the consumer's CSR signed (the request object is deleted whatever the outcome)."""

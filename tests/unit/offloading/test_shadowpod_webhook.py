@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.kube.errors import NotFoundError
@@ -71,9 +73,14 @@ def review(
     old_pod: Object | None = None,
     labels: Object | None = None,
     old_labels: Object | None = None,
+    annotations: Object | None = None,
+    old_annotations: Object | None = None,
 ) -> PodReview:
-    def shadow(spec: Object, labels: Object | None) -> Object:
-        return {"metadata": {"name": "p", "namespace": namespace, "labels": labels or {}}, "spec": {"pod": spec}}
+    def shadow(spec: Object, labels: Object | None, annotations: Object | None) -> Object:
+        meta = {"name": "p", "namespace": namespace, "labels": labels or {}}
+        if annotations is not None:
+            meta["annotations"] = annotations
+        return {"metadata": meta, "spec": {"pod": spec}}
 
     return PodReview(
         uid="u1",
@@ -82,8 +89,8 @@ def review(
         kind="ShadowPod",
         group="virtualkubelet.liqo.io",
         sub_resource="",
-        obj=shadow(pod, labels),
-        old_obj=shadow(old_pod, old_labels) if old_pod is not None else None,
+        obj=shadow(pod, labels, annotations),
+        old_obj=shadow(old_pod, old_labels, old_annotations) if old_pod is not None else None,
     )
 
 
@@ -176,6 +183,61 @@ async def test_an_update_adding_a_label_key_off_the_list_is_judged(webhook: tupl
     assert unchanged(kept)
     changed = review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, labels=istio, old_labels={"app": "web"})
     assert not unchanged(changed)
+
+
+GRACE = {names.GRACE_PERIOD: "5"}
+RESTARTED = {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({}, GRACE),  # the virtual kubelet's write before it deletes the ShadowPod
+        (GRACE, {names.GRACE_PERIOD: "1"}),
+        (GRACE, {}),
+        (RESTARTED, RESTARTED | GRACE),
+        (None, GRACE),
+    ],
+)
+async def test_an_update_of_liqos_bookkeeping_alone_passes_whatever_the_policy_says_now(
+    webhook: tuple[ShadowPodWebhook, FakeApi], before: Object | None, after: Object
+) -> None:
+    """ROOT was admitted before naples' policy tightened: its grace period must reach the provider all the same."""
+    hook, api = webhook
+    await synced(hook, api)
+    update = review("web-naples", ROOT, operation="UPDATE", old_pod=ROOT, annotations=after, old_annotations=before)
+    assert unchanged(update)
+    assert answer(await hook.review(update)) == (True, None, "")
+
+
+@pytest.mark.parametrize("after", [RESTARTED, RESTARTED | GRACE, {}])
+async def test_any_other_annotation_change_is_judged_with_the_pod(
+    webhook: tuple[ShadowPodWebhook, FakeApi], after: Object
+) -> None:
+    hook, api = webhook
+    await synced(hook, api)
+    before = {} if after else RESTARTED
+    update = review("web-naples", ROOT, operation="UPDATE", old_pod=ROOT, annotations=after, old_annotations=before)
+    assert not unchanged(update)
+    allowed, code, message = answer(await hook.review(update))
+    assert (allowed, code) == (False, 403)
+    assert "spec.pod.containers[0].securityContext.runAsUser" in message
+
+
+_KEYS = st.sampled_from(["app", "kubectl.kubernetes.io/restartedAt", "example.com/x", names.GRACE_PERIOD])
+_ANNOTATIONS = st.dictionaries(_KEYS, st.sampled_from(["", "1", "x"]), max_size=4)
+
+
+@given(before=_ANNOTATIONS, after=_ANNOTATIONS)
+def test_an_update_is_unchanged_exactly_when_nothing_but_bookkeeping_annotations_moved(
+    before: dict[str, str], after: dict[str, str]
+) -> None:
+    update = review("web-rome", PLAIN, operation="UPDATE", old_pod=PLAIN, annotations=after, old_annotations=before)
+
+    def judged(annotations: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in annotations.items() if k != names.GRACE_PERIOD}
+
+    assert unchanged(update) == (judged(before) == judged(after))
 
 
 async def test_other_requests_pass(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import pytest
@@ -16,10 +16,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.kubeconfig import Access
-from liqo.kube.resources import CSRS, Resource
+from liqo.kube.resources import CSRS, NAMESPACES, Resource
+from liqo.peering import records
 from liqo.peering.authprotocol import make_csr
 from liqo.peering.provisioning import (
     KubeProvisioner,
@@ -171,25 +173,46 @@ class FakeKube:
         self.watch_events = watch_events
         self.later = later  # what a GET of the CSR returns once the watch has ended
         self.deleted: list[str] = []
-        self.patches: list[tuple[str, Any]] = []
-        self.reads: list[str] = []
+        self.patches: list[tuple[str, Any]] = []  # of ForeignClusters
+        self.claims: list[str] = []  # record names claimed on tenant namespaces
+        self.reads: list[str] = []  # ForeignClusters read by name
         self.conflicts = 0  # conditional patches to refuse with a conflict first
+        self.meanwhile: Callable[[], None] | None = None
+
+    def _cache(self) -> list[dict[str, Any]]:
+        if self.cached is not None:
+            return self.cached
+        return sorted(
+            (o for (k, _), o in self.objects.items() if k == "ForeignCluster"), key=lambda o: o["metadata"]["name"]
+        )
+
+    def foreign_clusters_of(self, peer_id: str) -> list[dict[str, Any]]:
+        seen = [fc for fc in self._cache() if fc["spec"].get("clusterID") == peer_id]
+        if self.meanwhile is not None:  # another writer acts between this look and what follows it
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return seen
+
+    def foreign_cluster_named(self, name: str) -> dict[str, Any] | None:
+        return next((fc for fc in self._cache() if fc["metadata"]["name"] == name), None)
 
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
-        cached = (
-            self.cached
-            if self.cached is not None
-            else [o for (k, _), o in self.objects.items() if k == "ForeignCluster"]
-        )
-        return next((fc for fc in cached if fc["spec"].get("clusterID") == consumer_id), None)
+        return next((fc for fc in self._cache() if fc["spec"].get("clusterID") == consumer_id), None)
 
     async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self.objects[(resource.kind, obj["metadata"]["name"])] = obj
         return obj
 
     async def patch(self, resource: Resource, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        self.patches.append((name, patch))
         current = self.objects[(resource.kind, name)]
+        if resource == NAMESPACES:  # a claim, on the resourceVersion read
+            assert patch["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+            self.claims.append(patch["metadata"]["annotations"][records.CLAIM])
+            annotations = current["metadata"].get("annotations", {}) | patch["metadata"]["annotations"]
+            meta = current["metadata"] | {"annotations": annotations, "resourceVersion": "2"}
+            self.objects[(resource.kind, name)] = current | {"metadata": meta}
+            return self.objects[(resource.kind, name)]
+        self.patches.append((name, patch))
         if self.conflicts:
             self.conflicts -= 1
             raise ConflictError(409, "Conflict", name)
@@ -223,8 +246,9 @@ class FakeKube:
             await asyncio.Event().wait()  # a signer that never answers
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any]:
-        if resource != CSRS:
+        if resource == FOREIGN_CLUSTERS:
             self.reads.append(name)
+        if resource != CSRS:
             if (resource.kind, name) not in self.objects:
                 raise NotFoundError(404, "NotFound", name)
             return self.objects[(resource.kind, name)]
@@ -304,8 +328,8 @@ async def test_a_signer_that_never_signs_is_a_clear_error_and_leaves_nothing_beh
     kube = FakeKube(watch_events=[])
     with pytest.raises(ProvisioningError, match="signed no certificate within 0 s"):
         await provision(provisioner(kube, timeout=0.05))
-    # The CSR, then what this attempt created, newest first: the tenant namespace, the ForeignCluster.
-    assert kube.deleted == ["liqo-peer-abcde", names.tenant_namespace(PEER), "rome"]
+    # The CSR, then what this attempt created, newest first: the ForeignCluster, the tenant namespace.
+    assert kube.deleted == ["liqo-peer-abcde", "rome", names.tenant_namespace(PEER)]
     assert not [key for key in kube.objects if key[0] in ("ForeignCluster", "Namespace")]
 
 
@@ -389,7 +413,46 @@ async def test_a_terminating_tenant_namespace_is_a_retryable_error() -> None:
     }
     with pytest.raises(ProvisioningError, match="is being deleted"):
         await provision(provisioner(kube))
-    assert kube.deleted == ["rome"]  # the ForeignCluster this attempt made; no CSR was ever created
+    assert kube.deleted == []  # nothing was made: no ForeignCluster, no CSR
+    assert ("ForeignCluster", "rome") not in kube.objects
+
+
+async def test_a_record_being_deleted_is_waited_for_never_doubled() -> None:
+    """An unpeer finishing: the consumer tries again once its old record is gone, under the same name then."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    dying = foreign_cluster("rome", keyFingerprint=KEY)
+    dying["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    kube.objects[("ForeignCluster", "rome")] = dying
+    with pytest.raises(ProvisioningError, match=f"ForeignCluster rome of {PEER} is being deleted"):
+        await provision(provisioner(kube))
+    assert sorted(kube.objects) == [("ForeignCluster", "rome")]  # its tenant namespace made, then undone
+    assert kube.deleted == [names.tenant_namespace(PEER)]
+
+
+async def test_a_record_is_made_under_the_name_claimed_on_the_tenant_namespace() -> None:
+    """liqoctl peer, declaring our own peering with that cluster, claimed a name of the admin's choosing first."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    namespace = names.tenant_namespace(PEER)
+    tenant = {"metadata": {"name": namespace, "resourceVersion": "1", "annotations": {records.CLAIM: "by-admin"}}}
+    kube.objects[("Namespace", namespace)] = tenant
+    await provision(provisioner(kube))
+    assert [name for kind, name in kube.objects if kind == "ForeignCluster"] == ["by-admin"]
+    assert kube.claims == []  # claimed already
+
+
+async def test_a_record_made_between_our_look_and_our_create_is_reused() -> None:
+    """The other writer made the peer's record under the very name we were about to: found, pinned, not doubled."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+
+    def meanwhile() -> None:  # liqoctl peer's record for the same cluster, our pin missing
+        kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", outgoingPeeringEnabled="Yes")
+
+    kube.meanwhile = meanwhile
+    await provision(provisioner(kube))
+    [(kind, name)] = [key for key in kube.objects if key[0] == "ForeignCluster"]
+    assert name == "rome"
+    spec = kube.objects[(kind, name)]["spec"]
+    assert (spec["keyFingerprint"], spec["outgoingPeeringEnabled"]) == (KEY, "Yes")
 
 
 async def test_a_record_is_read_from_the_cache_and_the_decision_on_the_object_read_again_by_name() -> None:
@@ -405,7 +468,8 @@ async def test_a_record_is_read_from_the_cache_and_the_decision_on_the_object_re
 
 
 async def test_a_record_the_cache_has_not_seen_yet_is_found_by_the_name_it_takes() -> None:
-    """A concurrent handshake of the same ID made ``rome`` an instant ago: its record is judged, no second one made."""
+    """A concurrent handshake of the same ID made ``rome`` an instant ago: the create that conflicts is followed by a
+    read of the record under the claim, judged, no second one made."""
     kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
     kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=OTHER_KEY)
     kube.cached = []
@@ -415,3 +479,18 @@ async def test_a_record_the_cache_has_not_seen_yet_is_found_by_the_name_it_takes
     kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=KEY)
     await provision(target)
     assert sorted(name for kind, name in kube.objects if kind == "ForeignCluster") == ["rome"]
+
+
+async def test_the_record_claimed_on_the_tenant_namespace_wins_over_a_cache_that_has_not_seen_it() -> None:
+    """liqoctl peer made its record an instant ago, under its claim: read by that name and pinned, never doubled."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    namespace = names.tenant_namespace(PEER)
+    tenant = {"metadata": {"name": namespace, "resourceVersion": "1", "annotations": {records.CLAIM: "by-admin"}}}
+    kube.objects[("Namespace", namespace)] = tenant
+    kube.objects[("ForeignCluster", "by-admin")] = foreign_cluster("by-admin", outgoingPeeringEnabled="Yes")
+    kube.cached = []
+    await provision(provisioner(kube))
+    assert [name for kind, name in kube.objects if kind == "ForeignCluster"] == ["by-admin"]
+    spec = kube.objects[("ForeignCluster", "by-admin")]["spec"]
+    assert (spec["keyFingerprint"], spec["outgoingPeeringEnabled"]) == (KEY, "Yes")
+    assert (kube.claims, kube.reads) == ([], ["by-admin"])

@@ -20,7 +20,10 @@ manager, either API server) converges from whatever state it finds, without dupl
 - no remote pod and a ShadowPod the provider holds back (over the consumer's budget, no accepted offer) or
   refused → Pending with the provider's reason;
 - home pod deleted → ShadowPod deleted, annotated first with the home grace period if it is shorter than the
-  pod's own → remote pod gone → home pod finalised;
+  pod's own → remote pod gone → home pod finalised. A deletion is never the provider's to judge, its
+  preamble may be: a provider refusing the annotation (an older one, judging the pod whole under a policy
+  tightened since it was made) gets the ShadowPod deleted all the same, its pod ending with its own grace
+  period, and the home pod a Warning Event (``GracePeriodNotPassedOn``) saying so;
 - ShadowPod deleted on the provider while the home pod lives → home pod deleted (its controller replaces it);
 - provider not answering (the virtual node's probe) → the home pod not Ready (``ProviderUnreachable``),
   everything else as last known, so that its Services' endpoints at home turn not-ready rather than vanish;
@@ -55,6 +58,8 @@ from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionMana
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+GRACE_NOT_PASSED_ON = "GracePeriodNotPassedOn"
+"""The Warning Event on a deleted home pod whose grace period the provider refused to take (it was deleted anyway)."""
 POD_IP_NOT_REACHABLE = "PodIPNotReachable"
 """The Warning Event on a home pod whose provider IP home cannot dial (overlapping pod CIDRs, before the fabric)."""
 RETRY_REFUSED_SECONDS = 30.0
@@ -178,11 +183,11 @@ class PodReflector(Reflector):
         shadow = _shadows(pair, home_cluster_id=self._home_cluster_id).store.get(f"{twin_name}/{name}")
         remote = remote_pods(pair).store.get(f"{twin_name}/{name}")
         if shadow is not None and home is not None and shadow["spec"].get("homePodUID") != home["metadata"]["uid"]:
-            await self._delete_shadow(shadow, grace=None)  # a previous namesake's; the deletion re-queues us
+            await self._delete_shadow(shadow)  # a previous namesake's; the deletion re-queues us
             return None
         if home is None:
             if shadow is not None and not terminating(shadow):
-                await self._delete_shadow(shadow, grace=None)
+                await self._delete_shadow(shadow)
             return None
         if terminating(home):
             await self._finalise(home, shadow, remote)
@@ -248,19 +253,41 @@ class PodReflector(Reflector):
     async def _finalise(self, home: Obj, shadow: Obj | None, remote: Obj | None) -> None:
         if shadow is not None:
             if not terminating(shadow):
-                await self._delete_shadow(shadow, grace=forge.shadow_grace(home))
+                await self._pass_grace(home, shadow)
+                await self._delete_shadow(shadow)
             return  # the provider deletes the pod, then lets the ShadowPod go: both re-queue us
         if remote is None:
             await self._delete_home(home, grace=0)
 
-    async def _delete_shadow(self, shadow: Obj, *, grace: int | None) -> None:
+    async def _pass_grace(self, home: Obj, shadow: Obj) -> None:
+        """Write the home pod's grace period on its ShadowPod, if shorter than the pod's own; a refusal is told.
+
+        The deletion that follows is never judged: refused, the ShadowPod goes all the same (its pod with its
+        own grace period), rather than the provider keeping a pod whose home pod is gone.
+        """
+        grace = forge.shadow_grace(home)
+        if grace is None:
+            return
+        meta = shadow["metadata"]
+        annotations = {names.GRACE_PERIOD: str(grace)}
+        try:
+            await self._provider.patch(
+                SHADOW_PODS, meta["name"], {"metadata": {"annotations": annotations}}, namespace=meta["namespace"]
+            )
+        except NotFoundError:
+            return
+        except ApiError as exc:
+            if exc.status not in REFUSALS:
+                raise
+            message = (
+                f"the provider refused the grace period of {grace}s ({exc.message}): the ShadowPod is deleted"
+                " all the same, and the pod there ends with its own grace period"
+            )
+            await self._events.record(home, type="Warning", reason=GRACE_NOT_PASSED_ON, message=message)
+
+    async def _delete_shadow(self, shadow: Obj) -> None:
         meta = shadow["metadata"]
         with contextlib.suppress(NotFoundError):
-            if grace is not None:
-                annotations = {names.GRACE_PERIOD: str(grace)}
-                await self._provider.patch(
-                    SHADOW_PODS, meta["name"], {"metadata": {"annotations": annotations}}, namespace=meta["namespace"]
-                )
             await self._provider.delete(SHADOW_PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
 
     async def _delete_home(self, home: Obj, *, grace: int) -> None:

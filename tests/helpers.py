@@ -282,16 +282,27 @@ def install_manifests(*, webhook_client_config: Any = None, placement_policy: bo
     )
 
 
+def from_address(source: str | None) -> aiohttp.ClientSession:
+    """A session whose connections come from the loopback address ``source`` (None: the system's choice).
+
+    Every local cluster's endpoints listen on 127.0.0.1, where every client looks alike; a client bound to
+    another address of 127.0.0.0/8 is another source to them, as another host would be.
+    """
+    local_addr = (source, 0) if source else None
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False, local_addr=local_addr))
+
+
 async def signed_identity_request(
-    auth_url: str, *, consumer: str, key: ClusterKey, token: str | None, **fields: Any
+    auth_url: str, *, consumer: str, key: ClusterKey, token: str | None, source: str | None = None, **fields: Any
 ) -> tuple[int, dict[str, Any]]:
     """``POST /identity`` as a peer holding ``key`` (and ``token``) can send it, whatever ``fields`` say.
 
     The request is well signed — by the key it presents, and by the token's key — so only the provider's own
-    checks of ``fields`` stand between it and provisioning. Returns the status and the decoded answer.
+    checks of ``fields`` stand between it and provisioning. ``source``: the loopback address it comes from
+    (:func:`from_address`). Returns the status and the decoded answer.
     """
     network = ClusterNetwork.parse(pod_cidr="10.80.0.0/16", service_cidr="10.81.0.0/16")
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as session:
+    async with from_address(source) as session:
         async with session.post(f"{auth_url}/nonce") as response:
             nonce = (await response.json())["nonce"]
         message = {

@@ -28,11 +28,14 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from benchmarks import apirequests
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import ProvisioningError
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.apps.manager import build_auth_endpoint
 from liqo.install.manifests import manager_rules, peer_cluster_roles
 from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
@@ -55,9 +58,10 @@ from liqo.network import gateways
 from liqo.network.configs import NetworkConfigs
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, enrolment, tokens
-from liqo.peering.authprotocol import NonceStore, make_csr
-from liqo.peering.authserver import auth_app
-from liqo.peering.enrolment import KubeEnrolments, TenantLimits, TokenCollector
+from liqo.peering.authcaches import AuthCaches
+from liqo.peering.authprotocol import make_csr
+from liqo.peering.authserver import RateLimit
+from liqo.peering.enrolment import TenantLimits, TokenCollector
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
 from tests.helpers import LocalCluster, eventually, signed_identity_request, stopped, unique
@@ -79,8 +83,9 @@ def key_of(consumer: str) -> ClusterKey:
 class Provider:
     cluster_id: str
     auth_url: str
-    provisioner: KubeProvisioner
     admin: KubeClient
+    caches: AuthCaches
+    """What the endpoint knows of consumers: a test that wrote behind its back waits until it shows."""
     minted: list[str] = field(default_factory=list)
 
     async def mint(self, *, valid_for: datetime.timedelta = datetime.timedelta(hours=1)) -> str:
@@ -141,29 +146,39 @@ async def liqo_namespace(kube: KubeClient) -> None:
 async def auth_endpoint(
     kube: KubeClient, manager: KubeClient, tmp_path: Path, *, limits: TenantLimits | None = None
 ) -> AsyncIterator[Provider]:
-    """The authentication endpoint of the session cluster over HTTPS on loopback, wired as the manager wires it."""
+    """The authentication endpoint of the session cluster over HTTPS on loopback, as the manager serves it.
+
+    Ready once its caches have listed (until then it answers "retry later").
+    """
     provider_id = str(uuid.uuid4())
     tls = pki.issue(pki.make_ca("auth-ca"), common_name="auth", ip_addresses=["127.0.0.1"], server=True)
     pki.write_private(tmp_path / "auth.pem", tls.cert + tls.key)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(tmp_path / "auth.pem")
-    provisioner = KubeProvisioner(
-        client=manager, api_server_url=kube.server, ca_pem=kube.access.ca_pem or "", identity_ttl=TTL
-    )
-    app = auth_app(
+    local = ClusterIdentity(
         cluster_id=provider_id,
         cluster_name="provider",
-        key=PROVIDER_KEY,
-        network=PROVIDER_NETWORK,
-        enrolments=KubeEnrolments(client=manager, local_id=provider_id, limits=limits or TenantLimits()),
-        provisioner=provisioner,
-        nonces=NonceStore(),
+        api_server_url=kube.server,
+        auth_url="",
+        cluster_labels={},
     )
-    runner = web.AppRunner(app)
+    endpoint = build_auth_endpoint(
+        manager,
+        local=local,
+        network=PROVIDER_NETWORK,
+        key=PROVIDER_KEY,
+        ca_pem=kube.access.ca_pem or "",
+        identity_ttl=TTL,
+        limits=limits or TenantLimits(),
+        rate_limit=RateLimit(),
+    )
+    runner = web.AppRunner(endpoint.app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-    provider = Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", provisioner, kube)
+    provider = Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", kube, endpoint.caches)
+
     try:
+        assert await endpoint.informers.wait_synced(30), "the endpoint's caches have listed"
         yield provider
     finally:
         await runner.cleanup()
@@ -422,6 +437,35 @@ async def test_a_wrong_token_is_refused_and_creates_nothing(
     assert await leftovers(kube, consumer_id) == []
 
 
+async def cluster_lists(kube: KubeClient) -> apirequests.Counts:
+    """The lists across the whole cluster the API server answered so far (any client's), by resource."""
+    metrics = (await kube.request_bytes("GET", "/metrics")).decode()
+    return {key: n for key, n in apirequests.request_counts(metrics, scope="cluster").items() if key[1] == "list"}
+
+
+async def test_a_handshake_lists_nothing_on_the_api_server(
+    kube: KubeClient, provider: Provider, consumer_id: str
+) -> None:
+    """Strangers, a wrong token, an enrolment and a renewal: the endpoint reads what it knows from its caches.
+
+    Counted by the API server itself (``apiserver_request_total``): lists across the cluster only, so that the
+    namespace controller emptying an earlier test's tenant (lists in that namespace) does not count.
+    """
+    before = await cluster_lists(kube)
+    for _ in range(5):  # anyone: a key of its own, a fresh nonce, no token
+        stranger = str(uuid.uuid4())
+        status, answer = await signed_identity_request(
+            provider.auth_url, consumer=stranger, key=ClusterKey.generate(), token=None
+        )
+        assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key")
+    with pytest.raises(authclient.AuthRejected):
+        await handshake(provider, consumer_id, token="not-the-token")
+    await handshake(provider, consumer_id)  # enrols
+    await handshake(provider, consumer_id, token=None)  # renews with its key
+    after = await cluster_lists(kube)
+    assert apirequests.delta(before, after) == {}
+
+
 MALFORMED_NETWORKS = {
     "missing": None,
     "not an object": "10.244.0.0/16",
@@ -542,8 +586,9 @@ async def test_a_failed_signature_leaves_nothing_behind(
     slow the machine: a timeout alone races with a signer that answers first.
     """
     consumer = str(uuid.uuid4())
+    records = AuthCaches(SharedInformers(manager), local_id=str(uuid.uuid4()))  # not run: it knows no one
     provisioner = KubeProvisioner(
-        client=manager, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=1
+        client=manager, records=records, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=1
     )
     async with stopped(cluster, "kube-controller-manager"):
         with pytest.raises(ProvisioningError, match="signed no certificate"):
@@ -572,6 +617,11 @@ async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_a
             "spec": spec,
         },
     )
+
+    async def seen() -> bool:  # the endpoint knows consumers from its caches: made this instant, it waits for them
+        return provider.caches.foreign_cluster(consumer_id) is not None
+
+    await eventually(seen, timeout=30, message="the endpoint's cache holds the admin's ForeignCluster")
     first = await handshake(provider, consumer_id)
     second = await handshake(provider, consumer_id)
     assert first.cert_pem != second.cert_pem
@@ -744,6 +794,14 @@ async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_
             # One of them accepts our offer: room for one more, and the same token enrols the third.
             await kube.create(RESOURCE_OFFERS, our_offer(provider, consumers[0]))
             await accept(first, provider)
+
+            async def accepted() -> bool:  # counted from the endpoint's caches: once their watch brings it
+                offer = provider.caches.offers.store.get(
+                    f"{names.tenant_namespace(consumers[0])}/{provider.cluster_id}"
+                )
+                return offer is not None and (offer.get("status") or {}).get("phase") == "Accepted"
+
+            await eventually(accepted, timeout=30, message="the endpoint's cache holds the accepted offer")
             third = await handshake(provider, consumers[2], token=token)
             assert third.namespace == names.tenant_namespace(consumers[2])
         finally:

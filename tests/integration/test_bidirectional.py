@@ -21,11 +21,13 @@ from liqo.api import names
 from liqo.api.identity import read_identity
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.install import manifests
+from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, Resource
 from liqo.peering import operations
+from liqo.peering.authcaches import AuthCaches
 from liqo.peering.authprotocol import make_csr
 from liqo.peering.incoming import REQUESTED
 from liqo.peering.provisioning import KubeProvisioner
@@ -96,25 +98,38 @@ async def test_either_unpeer_order_leaves_nothing_and_never_two_records_of_one_p
 
 
 class Interleaved:
-    """``client``, except that its first list of ForeignClusters lets another writer act before it returns.
+    """``client``, except that the last read of its caller's look lets another writer act before it returns.
 
-    The list is made first, so its caller goes on from what it saw before the other writer's work: the
-    interleaving that, left to chance, happens once in a while when two writers start together.
+    The read is made first, so its caller goes on from what it saw before the other writer's work: the
+    interleaving that, left to chance, happens once in a while when two writers start together. ``liqoctl
+    peer`` looks with a list of ForeignClusters after reading the tenant namespace; the provisioner reads the
+    tenant namespace, then its cache (here one that has seen nothing, so that what it sees is the namespace).
     """
 
-    def __init__(self, client: KubeClient, meanwhile: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(
+        self, client: KubeClient, meanwhile: Callable[[], Awaitable[Any]], *, looks_at: Resource = FOREIGN_CLUSTERS
+    ) -> None:
         self._client = client
         self._meanwhile: Callable[[], Awaitable[Any]] | None = meanwhile
+        self._looks_at = looks_at
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    async def list_all(self, resource: Resource, **options: Any) -> tuple[list[Obj], str]:
-        listed = await self._client.list_all(resource, **options)
-        if resource == FOREIGN_CLUSTERS and self._meanwhile is not None:
+    async def _after(self, resource: Resource) -> None:
+        if resource == self._looks_at and self._meanwhile is not None:
             meanwhile, self._meanwhile = self._meanwhile, None
             await meanwhile()
+
+    async def list_all(self, resource: Resource, **options: Any) -> tuple[list[Obj], str]:
+        listed = await self._client.list_all(resource, **options)
+        await self._after(resource)
         return listed
+
+    async def get(self, resource: Resource, name: str, **options: Any) -> Obj:
+        got: Obj = await self._client.get(resource, name, **options)
+        await self._after(resource)
+        return got
 
 
 @pytest.mark.parametrize("who_looks_first", ["provisioner", "liqoctl"])
@@ -137,8 +152,10 @@ async def test_a_consumer_enrolling_while_we_declare_our_peering_with_it_gets_on
     command = await operations.peer_command(rome)
 
     def provisioner(client: KubeClient) -> KubeProvisioner:
+        # Its cache of ForeignClusters, never run: it has not seen the other writer's record (nor any).
+        seen = AuthCaches(SharedInformers(client), local_id=milan_id)
         return KubeProvisioner(
-            client=client, api_server_url=milan.server, ca_pem=milan.access.ca_pem or "", identity_ttl=600
+            client=client, records=seen, api_server_url=milan.server, ca_pem=milan.access.ca_pem or "", identity_ttl=600
         )
 
     async def enrol(client: KubeClient) -> None:
@@ -155,7 +172,7 @@ async def test_a_consumer_enrolling_while_we_declare_our_peering_with_it_gets_on
         async with stopped(sites["milan"], manifests.MANAGER):
             if who_looks_first == "provisioner":
                 declare = lambda: operations.peer_out_of_band(milan, command)  # noqa: E731
-                await enrol(cast(KubeClient, Interleaved(milan, declare)))
+                await enrol(cast(KubeClient, Interleaved(milan, declare, looks_at=NAMESPACES)))
             else:
                 ours = dataclasses.replace(command, name="rome-by-milans-admin")
                 enrolling = Interleaved(milan, lambda: enrol(milan))

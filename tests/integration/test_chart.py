@@ -17,6 +17,7 @@ import yaml
 
 from liqo.install import manifests
 from liqo.install.values import Values
+from liqo.peering.authserver import RateLimit
 from tests.helpers import helm_binary
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "liqo"
@@ -33,6 +34,7 @@ CASES = {
         reserved_namespaces=("cert-manager", "team-*"),
         manager_replicas=1,
         identity_ttl=900,
+        auth_rate_limit=RateLimit(burst=5, per_second=0.5),
         image="registry.example.com/liqo:1.2.3",
         image_pull_policy="Always",
     ),

@@ -157,6 +157,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     )
     cluster_scoped.append((SHARING_POLICIES, sp["metadata"]["name"]))
     rr = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="consumer"))
+    named = await kube.create(RESOURCE_REQUESTS, resource_request(namespace, consumerClusterName="Milano città 1"))
     ro = await kube.create(RESOURCE_OFFERS, resource_offer(namespace, prices={"cpu": "0.05"}, labels={"zone": "a"}))
     vn = await kube.create(VIRTUAL_NODES, virtual_node(namespace, "liqo-provider", offer=ro["metadata"]["name"]))
     pod = {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": False}, "ports": [{"x": 1}]}]}
@@ -176,6 +177,7 @@ async def test_valid_objects_of_every_kind_are_accepted_and_defaulted(
     assert sp["spec"]["podSecurity"]["allowedAnnotationKeys"] == ["prometheus.io/*"]
     assert ro["spec"]["resources"] == {"cpu": "4", "memory": "8Gi", "pods": 110, "nvidia.com/gpu": 1}
     assert rr["spec"]["consumerClusterName"] == "consumer"
+    assert named["spec"]["consumerClusterName"] == "Milano città 1"  # printable is not ASCII
     assert vn["spec"]["kubeconfigSecretRef"] == {"name": "liqo-identity"}
     assert shp["spec"]["pod"]["containers"][0]["ports"] == [{"x": 1}]  # the pod spec is kept whole
     assert shp["spec"]["pod"]["nodeSelector"] == {"a": "b"}
@@ -375,6 +377,23 @@ INVALID: dict[str, tuple[Callable[[str], tuple[Resource, Obj]], tuple[str, ...]]
     "namespace-map-long-twin": (
         lambda ns: (NAMESPACE_MAPS, namespace_map(ns, {"shop": "a" * 64})),
         ("spec.mappings.shop: Too long: may not be more than 63",),
+    ),
+    # Names a peer claims are shown (kubectl's columns, logs): printable text, bounded.
+    "cluster-name-newline": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), clusterName="evil\n2026-01-01 INFO forged")),
+        ("spec.clusterName: Invalid value", "should match"),
+    ),
+    "cluster-name-too-long": (
+        lambda _ns: (FOREIGN_CLUSTERS, foreign_cluster(unique("fc"), clusterName="n" * 254)),
+        ("spec.clusterName: Too long: may not be more than 253",),
+    ),
+    "consumer-name-escape": (
+        lambda ns: (RESOURCE_REQUESTS, resource_request(ns, consumerClusterName="rome\x1b[2J")),
+        ("spec.consumerClusterName: Invalid value", "should match"),
+    ),
+    "provider-name-bidi-override": (
+        lambda ns: (RESOURCE_OFFERS, resource_offer(ns, providerClusterName="nalim\u202e")),
+        ("spec.providerClusterName: Invalid value", "should match"),
     ),
     "offloading-name": (
         lambda ns: (NAMESPACE_OFFLOADINGS, namespace_offloading(ns, "mine")),

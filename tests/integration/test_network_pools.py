@@ -2,7 +2,9 @@
 
 The attacker is a consumer that is nothing but a cluster key and the provider's token. It declares at its
 handshake the pod CIDR of its choosing, then enrols as any consumer does: its ResourceRequest and its
-NetworkConfig, written with the identity the handshake gave it. Were its CIDR taken as the name of its
+NetworkConfig, written with the identity the handshake gave it, and its acceptance of the offer the provider
+makes it (the phase on the offer's status: a provider makes a gateway and its word only for a consumer that
+accepted its offer, and an attacker accepts it as readily as anyone). Were its CIDR taken as the name of its
 pods, every node of the provider would route that range into its tunnel: the provider's traffic to
 ``8.8.0.0/16`` (a DNS upstream) or ``100.64.0.0/16`` (the shared address space clouds run their own
 services in) would go to the peer.
@@ -26,10 +28,10 @@ from typing import Any
 import orjson
 import pytest
 
-from liqo.api import names
+from liqo.api import names, peerings
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_REQUESTS
+from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install import fabric as install_fabric
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -78,7 +80,7 @@ class Stranger:
 
 
 async def enrol(provider: Side, pod_cidr: str) -> Stranger:
-    """Handshake declaring ``pod_cidr``, then the consumer's ResourceRequest and word, with its own identity."""
+    """Handshake declaring ``pod_cidr``, then the consumer's request, word and yes to the offer, with its identity."""
     async with provider.client() as admin:
         command = await operations.peer_command(admin)
     consumer_id = str(uuid.uuid4())
@@ -112,7 +114,23 @@ async def enrol(provider: Side, pod_cidr: str) -> Stranger:
     async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="stranger") as peer:
         await peer.create(RESOURCE_REQUESTS, request)
         await peer.create(NETWORK_CONFIGS, word)
+        await accept_offer(peer, provider_id=command.cluster_id, namespace=namespace)
     return Stranger(consumer_id, pod_cidr, namespace)
+
+
+async def accept_offer(peer: KubeClient, *, provider_id: str, namespace: str) -> None:
+    """Once the provider offers (its answer to the ResourceRequest), accept, as ``operations.manual_decision`` does."""
+
+    async def offered() -> bool:
+        try:
+            await peer.get(RESOURCE_OFFERS, provider_id, namespace=namespace)
+        except NotFoundError:
+            return False
+        return True
+
+    await eventually(offered, timeout=60, message=f"the provider's offer in {namespace}", every=0.5)
+    verdict = {"status": {"phase": peerings.ACCEPTED, "reason": "approved"}}
+    await peer.patch(RESOURCE_OFFERS, provider_id, verdict, namespace=namespace, subresource="status")
 
 
 async def providers_word(provider: Side, stranger: Stranger) -> Obj | None:

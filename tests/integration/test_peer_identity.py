@@ -34,16 +34,18 @@ from liqo.api.identity import read_cluster_key
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerRecord
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES
+from liqo.install import manifests
 from liqo.kube import pki
+from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, SECRETS
 from liqo.peering import authclient, enrolment, operations, tokens
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import auth_app
+from liqo.peering.authserver import RateLimit, auth_app
 from liqo.peering.enrolment import Refusal
 from liqo.peering.tokens import EnrolmentToken
-from tests.helpers import Site, eventually, expect_clean
+from tests.helpers import Site, eventually, expect_clean, from_address, signed_identity_request
 from tests.integration.conftest import RUN_ID
 
 ATTACKERS_NETWORK = ClusterNetwork.parse(pod_cidr="10.66.0.0/16", service_cidr="10.67.0.0/16")
@@ -228,6 +230,9 @@ class AttackersEnrolments:
     async def restore(self, token: EnrolmentToken) -> None:
         return None
 
+    async def settle(self, consumer_id: str, *, key_fingerprint: str) -> None:
+        return None
+
 
 @pytest.fixture
 async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operations.PeerCommand]:
@@ -240,7 +245,9 @@ async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operati
         network=ATTACKERS_NETWORK,
         enrolments=AttackersEnrolments(),
         provisioner=AttackersProvisioner(),
+        caches=SharedInformers(milan),  # none: the attacker knows nothing it would need to cache
         nonces=NonceStore(),
+        limiter=RateLimit().limiter(),
     )
 
     @web.middleware
@@ -423,8 +430,13 @@ async def test_over_the_pending_cap_liqoctl_peer_fails_at_once_with_the_provider
     command = await operations.peer_command(milan)
     naples_kc = f"--kubeconfig={sites['naples'].cluster.kubeconfig}"
     try:
-        for filler in fillers:
-            await attack(await operations.peer_command(milan), claim=filler, key=ClusterKey.generate(), name="filler")
+        for number, filler in enumerate(fillers, start=1):  # each a cluster of its own, at an address of its own
+            filler_command = await operations.peer_command(milan)
+            status, answer = await signed_identity_request(
+                command.auth_url, consumer=filler, key=ClusterKey.generate(), token=filler_command.token,
+                source=f"127.0.1.{number}",
+            )  # fmt: skip
+            assert status == 200, answer
         started = time.monotonic()
         done = await asyncio.to_thread(
             liqoctl,
@@ -447,3 +459,71 @@ async def test_over_the_pending_cap_liqoctl_peer_fails_at_once_with_the_provider
             with contextlib.suppress(NotFoundError):
                 await milan.delete(NAMESPACES, names.tenant_namespace(filler))
     await expect_clean(naples, milan)
+
+
+async def test_a_flood_from_one_address_is_throttled_and_another_address_is_still_served(
+    sites: dict[str, Site], milan: KubeClient
+) -> None:
+    """No token, no key: a stranger at 127.0.0.2 asks milan's real endpoint for nonces as fast as it can.
+
+    Past its burst it is answered 429 with Retry-After and the reason, before anything else is looked at (a
+    malformed identity request is not even parsed), while 127.0.0.3 is served as usual.
+    """
+    auth_url = (await operations.installed(milan, role="provider")).auth_url
+    async with from_address("127.0.0.2") as flooder, from_address("127.0.0.3") as other:
+        served, throttled = 0, None
+        for _ in range(200):
+            async with flooder.post(f"{auth_url}/nonce") as response:
+                if response.status != 200:
+                    throttled = (response.status, response.headers.get("Retry-After"), await response.json())
+                    break
+                served += 1
+        assert throttled is not None, f"{served} nonces served to one address in a row, none refused"
+        status, retry_after, answer = throttled
+        assert status == 429
+        assert retry_after is not None
+        assert retry_after.isdigit(), retry_after
+        assert int(retry_after) >= 1
+        assert answer["reason"].startswith("too many requests from 127.0.0.2"), answer
+        assert served >= 20  # the default burst
+        async with flooder.post(f"{auth_url}/identity", data=b"not json") as response:
+            assert response.status == 429  # refused before the body is read
+        async with other.post(f"{auth_url}/nonce") as response:
+            assert response.status == 200
+        async with other.post(f"{auth_url}/identity", data=b"not json") as response:
+            assert (response.status, (await response.json())["reason"]) == (400, "the body is not valid JSON")
+
+
+async def test_a_cluster_name_with_control_characters_is_refused_naming_the_field_and_forges_no_log_line(
+    sites: dict[str, Site], milan: KubeClient
+) -> None:
+    """A peer command's token and a key of its own: the name it claims would write a line of its own in milan's
+    log (and clear the terminal of whoever reads it). 400 naming the field, nothing made, the token not used up."""
+    command = await operations.peer_command(milan)
+    consumer = str(uuid.uuid4())
+    forged = "2026-01-01 00:00:00,000 INFO liqo.manager forged line"
+    try:
+        status, answer = await signed_identity_request(
+            command.auth_url,
+            consumer=consumer,
+            key=ClusterKey.generate(),
+            token=command.token,
+            clusterName=f"evil\n{forged}\x1b[2J",
+        )
+        assert status == 400, answer
+        assert answer["reason"].startswith("'clusterName' "), answer
+        assert "control character" in answer["reason"], answer
+        assert await provider_side(milan, consumer) == {"foreign clusters": [], "csrs": [], "tenant": None}
+        assert command.enrolment is not None
+        assert command.enrolment.id in {token.id for token in await enrolment.outstanding(milan)}
+        log = (sites["milan"].cluster.dir.logs / f"{manifests.MANAGER}.log").read_text(errors="replace")
+        assert f"refused (400): {answer['reason']}" in log  # the refusal was logged: the request was handled
+        assert not [line for line in log.splitlines() if line.startswith(forged)]
+        assert "\x1b" not in log
+    finally:
+        await forget(milan, consumer)
+        with contextlib.suppress(NotFoundError):
+            await milan.delete(NAMESPACES, names.tenant_namespace(consumer))
+        with contextlib.suppress(NotFoundError):
+            assert command.enrolment is not None
+            await milan.delete(SECRETS, tokens.secret_name(command.enrolment.id), namespace=names.LIQO_NAMESPACE)

@@ -25,6 +25,7 @@ from liqo.api.resources import (
     SHARING_POLICIES,
     VIRTUAL_NODES,
 )
+from liqo.kube import printable
 from liqo.kube.resources import CRDS, Resource
 
 Schema = dict[str, Any]
@@ -84,6 +85,9 @@ TOLERATION_OPERATORS = ("Exists", "Equal")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 DEFAULT_MAX_GRACE_SECONDS = 120
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_SUBDOMAIN_MAX_LENGTH = 253
+MAX_REASON_LENGTH = 1024
+"""A consumer's reason for its verdict on an offer: a sentence (it is shown by kubectl, and logged)."""
 HOST_PATTERN_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 ANNOTATION_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -119,6 +123,11 @@ WIREGUARD_KEY_PATTERN = r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
 def _string(description: str, **constraints: Any) -> Schema:
     """A string, with optional OpenAPI constraints (``pattern``, ``format``, ``minLength``...)."""
     return {"type": "string", "description": description, **constraints}
+
+
+def _name(description: str) -> Schema:
+    """A cluster's name as a peer claims it: printable text (it is shown in tables and logs), bounded."""
+    return _string(description, maxLength=names.MAX_CLUSTER_NAME, pattern=printable.PATTERN)
 
 
 def _enum(description: str, values: tuple[str, ...], *, default: str | None = None) -> Schema:
@@ -335,7 +344,7 @@ def foreign_cluster_crd() -> dict[str, Any]:
             "clusterID": _cluster_id(
                 "The peer's cluster ID (its liqo-cluster-identity); never changes.", immutable=True
             ),
-            "clusterName": _string("The peer's human-readable name."),
+            "clusterName": _name("The peer's human-readable name."),
             "authURL": _string("The peer's authentication endpoint.", pattern="^https://"),
             "outgoingPeeringEnabled": _enum(
                 "Whether this cluster consumes the peer's resources.", PEERING_ENABLED, default="Auto"
@@ -412,7 +421,7 @@ def resource_request_crd() -> dict[str, Any]:
         "The consumer asking for an offer.",
         {
             "consumerClusterID": _cluster_id("The consumer's cluster ID."),
-            "consumerClusterName": _string("The consumer's human-readable name."),
+            "consumerClusterName": _name("The consumer's human-readable name."),
             "withdrawalTimestamp": _timestamp("Set when the consumer wants out of the peering."),
         },
         required=("consumerClusterID",),
@@ -444,7 +453,7 @@ def resource_offer_crd() -> dict[str, Any]:
         "What the provider offers.",
         {
             "providerClusterID": _cluster_id("The provider's cluster ID."),
-            "providerClusterName": _string("The provider's human-readable name."),
+            "providerClusterName": _name("The provider's human-readable name."),
             "resources": _quantity_map("The resources offered: cpu, memory, pods, extended resources..."),
             "largestSlots": _slots(
                 "The largest pods the provider can still place on one of its nodes, largest CPU first: a pod"
@@ -461,8 +470,14 @@ def resource_offer_crd() -> dict[str, Any]:
         "The consumer's decision.",
         {
             "phase": _enum("The consumer's verdict on the offer.", OFFER_PHASES),
-            "reason": _string("Why the offer is in this phase."),
-            "virtualNode": _string("The VirtualNode standing for the accepted offer."),
+            "reason": _string(
+                "Why the offer is in this phase.", maxLength=MAX_REASON_LENGTH, pattern=printable.PATTERN
+            ),
+            "virtualNode": _string(
+                "The VirtualNode standing for the accepted offer.",
+                maxLength=DNS_SUBDOMAIN_MAX_LENGTH,
+                pattern=DNS_SUBDOMAIN_PATTERN,
+            ),
         },
     )
     return _crd(

@@ -72,6 +72,8 @@ PEER_QUOTA = "liqo-peer-objects"
 PEER_NETWORK_POLICY = "liqo-peer-traffic"
 """Name of the NetworkPolicy of every twin: where the consumer's pods there may connect, and who may reach them."""
 
+MAX_CLUSTER_NAME = 253
+"""The longest cluster name a peer may claim (a DNS subdomain's length); printable text, as a name is shown."""
 
 _NAME_BASE_MAX = 48
 """A peer's name is cut to this, so that ``liqo-<name>-<8 ID characters>`` is a node name of at most 62."""

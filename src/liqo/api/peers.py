@@ -31,6 +31,7 @@ from liqo.api import names
 from liqo.api.crds import CLUSTER_UUID_PATTERN
 from liqo.kube.client import KubeClient
 from liqo.kube.kubeconfig import Access, KubeconfigError, load_sealed
+from liqo.kube.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def identity_access(secret: Mapping[str, Any]) -> tuple[str, Access]:
 def describe(secret: Mapping[str, Any]) -> str:
     """``namespace/name`` of a Secret for a log line, printable whatever a peer named it (pure)."""
     meta = secret.get("metadata") or {}
-    return ascii(f"{meta.get('namespace', '')}/{meta.get('name', '')}")[1:-1][:300]
+    return printable(f"{meta.get('namespace', '')}/{meta.get('name', '')}", limit=300)
 
 
 class PeerClientSource(Protocol):

@@ -39,6 +39,31 @@ class PeerRecord:
     """The admin refuses it (``incomingPeeringEnabled: No``): revoked, or never allowed."""
 
 
+def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: str) -> tuple[bool, str | None]:
+    """Whether the consumer needs the token, or why it is refused, from this cluster's record (pure).
+
+    The endpoint judges the record it has cached; the provisioner judges the record again as it reads it
+    before it pins anything, with the same words.
+
+    Returns:
+        ``(needs_token, refusal)``: a refusal is final for this request (403); otherwise the consumer must
+        also prove the token unless its key is the one pinned for its cluster ID.
+    """
+    if record is not None and record.refused:
+        return False, (
+            f"this cluster does not accept cluster {consumer_id} as a consumer (revoked, or incoming peering"
+            " disabled by its admin)"
+        )
+    if record is not None and record.key_fingerprint:
+        if record.key_fingerprint != key_fingerprint:
+            return False, (
+                f"another key is registered for cluster ID {consumer_id}: this request is not signed by it"
+                " (if the cluster really changed its key, the provider's admin clears spec.keyFingerprint)"
+            )
+        return False, None
+    return True, None
+
+
 class PeerDenied(Exception):
     """This provider refuses the consumer (revoked, another key, a policy): the answer is 403 with ``reason``."""
 

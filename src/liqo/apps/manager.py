@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import secrets
 import signal
@@ -21,6 +22,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Network
 
 from aiohttp import web
@@ -31,6 +33,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
+from liqo.api.resources import SHARING_POLICIES
 from liqo.apps import operability, peerpools
 from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
@@ -54,8 +57,9 @@ from liqo.offloading.namespacemaps import NamespaceMapController, parse_reserved
 from liqo.offloading.namespaces import NamespaceOffloadings
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
+from liqo.peering.authcaches import AuthCaches
 from liqo.peering.authprotocol import NonceStore
-from liqo.peering.authserver import auth_app
+from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit, auth_app
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.enrolment import (
     DEFAULT_MAX_PENDING_TENANTS,
@@ -111,6 +115,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="consumers enrolled without an accepted offer, at most: enrolments beyond are refused (429)",
     )
     parser.add_argument(
+        "--auth-burst",
+        type=_positive_count,
+        default=DEFAULT_BURST,
+        help="requests to /nonce and /identity one address may make at once; beyond, 429 until it slows down",
+    )
+    parser.add_argument(
+        "--auth-rate",
+        type=_rate,
+        default=DEFAULT_RATE,
+        help="requests a second to /nonce and /identity one address may make, sustained",
+    )
+    parser.add_argument(
         "--reserved-namespaces",
         type=_reserved_namespaces,
         default=(),
@@ -149,6 +165,22 @@ def _count(text: str) -> int:
     if not text.isascii() or not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a count (0 or more)")
     return int(text)
+
+
+def _positive_count(text: str) -> int:
+    if _count(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of 1 or more")
+    return int(text)
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not 0 < rate < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return rate
 
 
 def _reserved_namespaces(text: str) -> tuple[str, ...]:
@@ -285,30 +317,71 @@ async def _serve_auth(
     tls: ssl.SSLContext,
 ) -> web.AppRunner:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
-
-    provisioner = KubeProvisioner(
-        client=client,
-        api_server_url=local.api_server_url,
+    endpoint = build_auth_endpoint(
+        client,
+        local=local,
+        network=network,
+        key=key,
         ca_pem=root_ca["data"]["ca.crt"],
         identity_ttl=args.identity_ttl,
+        limits=TenantLimits(max_tenants=args.max_tenants, max_pending=args.max_pending_tenants),
+        rate_limit=RateLimit(burst=args.auth_burst, per_second=args.auth_rate),
         tenant_quota=args.tenant_quota,
+    )
+    runner = await _start(endpoint.app, args.auth_address, tls)
+    log.info("authentication endpoint on https://%s", args.auth_address)
+    return runner
+
+
+@dataclass(frozen=True)
+class AuthEndpoint:
+    """The authentication endpoint's application, and the caches it answers from (they run with it)."""
+
+    app: web.Application
+    informers: SharedInformers
+    caches: AuthCaches
+
+
+def build_auth_endpoint(
+    client: KubeClient,
+    *,
+    local: ClusterIdentity,
+    network: ClusterNetwork,
+    key: ClusterKey,
+    ca_pem: str,
+    identity_ttl: int,
+    limits: TenantLimits,
+    rate_limit: RateLimit,
+    tenant_quota: Mapping[str, int] = DEFAULT_TENANT_QUOTA,
+) -> AuthEndpoint:
+    """The authentication endpoint as every replica serves it, with caches of its own (``client``: the manager's).
+
+    Peering authenticates and provisions, sharing's gate refuses the peers a SharingPolicy denies; each reads
+    what it knows from the endpoint's informers, which run with the application.
+    """
+    informers = SharedInformers(client)
+    caches = AuthCaches(informers, local_id=local.cluster_id)
+    policies = informers.informer(SHARING_POLICIES)
+    provisioner = KubeProvisioner(
+        client=client,
+        records=caches,
+        api_server_url=local.api_server_url,
+        ca_pem=ca_pem,
+        identity_ttl=identity_ttl,
+        tenant_quota=tenant_quota,
     )
     app = auth_app(
         cluster_id=local.cluster_id,
         cluster_name=local.cluster_name,
         key=key,
         network=network,
-        enrolments=KubeEnrolments(
-            client=client,
-            local_id=local.cluster_id,
-            limits=TenantLimits(max_tenants=args.max_tenants, max_pending=args.max_pending_tenants),
-        ),
-        provisioner=PolicyGate(client=client, provisioner=provisioner),
+        enrolments=KubeEnrolments(client=client, caches=caches, limits=limits),
+        provisioner=PolicyGate(policies=policies.store.list, provisioner=provisioner),
+        caches=informers,
         nonces=NonceStore(),
+        limiter=rate_limit.limiter(),
     )
-    runner = await _start(app, args.auth_address, tls)
-    log.info("authentication endpoint on https://%s", args.auth_address)
-    return runner
+    return AuthEndpoint(app=app, informers=informers, caches=caches)
 
 
 async def _serve_webhooks(

@@ -9,14 +9,17 @@ from typing import Annotated
 import typer
 import yaml
 
+from liqo.api.names import MAX_CLUSTER_NAME
 from liqo.api.networks import InvalidNetwork, IPNetwork, parse_cidr
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
 from liqo.install.installer import InstallOptions, install, plan, uninstall
+from liqo.kube.printable import describe, unprintable
 from liqo.local.spec import parse_labels
 from liqo.network import ipam
 from liqo.offloading.namespacemaps import parse_reserved
+from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit
 from liqo.peering.enrolment import DEFAULT_MAX_PENDING_TENANTS, DEFAULT_MAX_TENANTS, TenantLimits
 
 
@@ -37,6 +40,13 @@ def install_command(
         int,
         typer.Option(help="Consumers enrolled without an accepted offer at most; further ones are refused.", min=0),
     ] = DEFAULT_MAX_PENDING_TENANTS,
+    auth_burst: Annotated[
+        int, typer.Option(help="Requests to the authentication endpoint one address may make at once.", min=1)
+    ] = DEFAULT_BURST,
+    auth_rate: Annotated[
+        float,
+        typer.Option(help="Requests a second to the authentication endpoint one address may make, sustained.", min=0),
+    ] = DEFAULT_RATE,
     reserved_namespaces: Annotated[
         str,
         typer.Option(
@@ -82,6 +92,14 @@ def install_command(
         if identity_ttl < 600:
             raise typer.BadParameter("--identity-ttl must be at least 600 seconds (the CSR API's minimum)")
         try:
+            rate_limit = RateLimit(burst=auth_burst, per_second=auth_rate)
+        except ValueError:
+            raise typer.BadParameter("must be a positive number", param_hint="--auth-rate") from None
+        if cluster_name is not None and (char := unprintable(cluster_name)):
+            raise typer.BadParameter(f"must be printable text: it holds {describe(char)}", param_hint="--cluster-name")
+        if cluster_name is not None and len(cluster_name) > MAX_CLUSTER_NAME:
+            raise typer.BadParameter(f"must be at most {MAX_CLUSTER_NAME} characters", param_hint="--cluster-name")
+        try:
             reserved = parse_reserved(reserved_namespaces)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--reserved-namespaces") from None
@@ -102,6 +120,7 @@ def install_command(
             auth_url=auth_url,
             identity_ttl=identity_ttl,
             tenant_limits=TenantLimits(max_tenants=max_tenants, max_pending=max_pending_tenants),
+            auth_rate_limit=rate_limit,
             reserved_namespaces=reserved,
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),

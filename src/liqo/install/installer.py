@@ -83,6 +83,7 @@ from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.registration import REGISTRATIONS
+from liqo.peering.authserver import RateLimit
 from liqo.peering.enrolment import TenantLimits
 
 Progress = Callable[[str], None]
@@ -140,6 +141,7 @@ class InstallOptions:
     image: str | None = None
     identity_ttl: int = 7200
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    auth_rate_limit: RateLimit = field(default_factory=RateLimit)
     reserved_namespaces: tuple[str, ...] = ()
     pod_cidr: IPNetwork | None = None
     service_cidr: IPNetwork | None = None
@@ -268,6 +270,7 @@ class HostProcesses:
     kubelet_metrics_port: int
     identity_ttl: int = 7200
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    auth_rate_limit: RateLimit = field(default_factory=RateLimit)
     reserved_namespaces: tuple[str, ...] = ()
 
     @property
@@ -306,6 +309,7 @@ class HostProcesses:
                 *manifests.manager_flags(
                     identity_ttl=self.identity_ttl,
                     tenant_limits=self.tenant_limits,
+                    rate_limit=self.auth_rate_limit,
                     reserved_namespaces=self.reserved_namespaces,
                 ),
             ],
@@ -397,6 +401,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         manager_replicas=options.replicas,
         identity_ttl=options.identity_ttl,
         tenant_limits=options.tenant_limits,
+        auth_rate_limit=options.auth_rate_limit,
         reserved_namespaces=options.reserved_namespaces,
         peer_pools=options.peer_pools,
     )
@@ -625,6 +630,7 @@ def host_processes(name: str, options: InstallOptions) -> HostProcesses:
         kubelet_metrics_port=kubelet_metrics or next(fresh),
         identity_ttl=options.identity_ttl,
         tenant_limits=options.tenant_limits,
+        auth_rate_limit=options.auth_rate_limit,
         reserved_namespaces=options.reserved_namespaces,
     )
 

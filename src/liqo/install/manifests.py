@@ -26,6 +26,7 @@ from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import placementpolicy, podsecurity, registration
 from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_rules, twin_writer_rules
+from liqo.peering.authserver import RateLimit
 from liqo.peering.enrolment import TenantLimits
 from liqo.peering.provisioning import peer_rules
 
@@ -582,6 +583,7 @@ def manager_flags(
     *,
     identity_ttl: int,
     tenant_limits: TenantLimits,
+    rate_limit: RateLimit,
     reserved_namespaces: tuple[str, ...] = (),
     reserved_subnets: tuple[str, ...] = (),
     peer_pools: tuple[str, ...] = (),
@@ -593,6 +595,8 @@ def manager_flags(
         f"--identity-ttl={identity_ttl}",
         f"--max-tenants={tenant_limits.max_tenants}",
         f"--max-pending-tenants={tenant_limits.max_pending}",
+        f"--auth-burst={rate_limit.burst}",
+        f"--auth-rate={rate_limit.per_second:g}",  # as Helm prints a number
     ]
     if reserved_namespaces:
         flags.append(f"--reserved-namespaces={','.join(reserved_namespaces)}")
@@ -693,6 +697,7 @@ def manager_workload(values: Values) -> list[Manifest]:
             *manager_flags(
                 identity_ttl=values.identity_ttl,
                 tenant_limits=values.tenant_limits,
+                rate_limit=values.auth_rate_limit,
                 reserved_namespaces=values.reserved_namespaces,
                 reserved_subnets=values.reserved_subnets,
                 peer_pools=values.peer_pools,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA
+from liqo.peering.authserver import RateLimit
 from liqo.peering.enrolment import TenantLimits
 
 DEFAULT_IMAGE = "ghcr.io/liqo-python/liqo:0.1.0"
@@ -65,6 +66,9 @@ class Values:
     """``auth.service.type``: how peers reach the endpoint."""
     auth_node_port: int | None = None
     """``auth.service.nodePort``: a fixed node port for it (the auth URL must be known before install)."""
+    auth_rate_limit: RateLimit = field(default_factory=RateLimit)
+    """``auth.rateLimit.burst``, ``auth.rateLimit.perSecond``: the requests to ``/nonce`` and ``/identity`` each
+    source address may make at once, and a second after that (beyond, 429 with ``Retry-After``)."""
     image: str = DEFAULT_IMAGE
     """``image.ref``: one image for every component."""
     image_pull_policy: str = "IfNotPresent"
@@ -107,6 +111,7 @@ class Values:
             "auth": {
                 "url": self.auth_url,
                 "service": {"type": self.auth_service_type, "nodePort": self.auth_node_port},
+                "rateLimit": {"burst": self.auth_rate_limit.burst, "perSecond": self.auth_rate_limit.per_second},
             },
             "network": {
                 "podCIDR": self.pod_cidr,

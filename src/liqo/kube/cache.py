@@ -77,6 +77,11 @@ class SharedInformers:
         results = await asyncio.gather(*(i.wait_synced(timeout) for i in self._informers.values()))
         return all(results)
 
+    @property
+    def has_synced(self) -> bool:
+        """Whether every informer requested so far completed its first list."""
+        return all(informer.has_synced for informer in self._informers.values())
+
 
 class InformerGroup:
     """Informers run together as one background task, started and stopped as a unit.
@@ -166,6 +171,39 @@ class Index(Generic[V]):
         keys.discard(key)
         if not keys:
             del self._keys[value]
+
+
+class Changes:
+    """Wakes its waiters at every change of some informers' caches: a condition of them awaited without polling.
+
+    For a caller that just wrote through the API server and must not go on before its own caches show the
+    write (the next request it serves would be judged without it). Register it before the informers run.
+    """
+
+    def __init__(self, *informers: Informer) -> None:
+        self._next: asyncio.Future[None] | None = None
+        for informer in informers:
+            informer.add_handler(
+                HandlerFuncs(add=self._changed, update=lambda _old, new: self._changed(new), delete=self._changed)
+            )
+
+    def _changed(self, _: dict[str, Any]) -> None:
+        if self._next is not None and not self._next.done():
+            self._next.set_result(None)
+        self._next = None
+
+    async def until(self, condition: Callable[[], bool], *, timeout: float) -> bool:
+        """Whether ``condition`` holds within ``timeout`` seconds: checked now, then after every change."""
+        try:
+            async with asyncio.timeout(timeout):
+                while not condition():
+                    if self._next is None:
+                        self._next = asyncio.get_running_loop().create_future()
+                    # Not the future itself: a waiter cancelled (its timeout) must not cancel the others' wake-up.
+                    await asyncio.wait([self._next])
+        except TimeoutError:
+            return False
+        return True
 
 
 Version = tuple[str, str] | None

@@ -7,6 +7,8 @@ repeat of the same event (same object, type, reason and message) within ten minu
 
 An Event is a courtesy to humans, never part of a reconcile's outcome: every failure here is logged and
 swallowed. The Event body is built by a pure function (:func:`build_event`) so its shape is testable alone.
+Its message often names what a peer named, and ``kubectl describe`` prints it to a terminal: it goes through
+:func:`~liqo.kube.printable.printable` like every log line (docs/security.md, "Logs").
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from liqo.kube.errors import NotFoundError
+from liqo.kube.printable import printable
 from liqo.kube.resources import EVENTS, Resource
 from liqo.kube.timefmt import format_time
 
@@ -88,7 +91,7 @@ def build_event(
         obj: The object the event is about (needs ``metadata.name``).
         type: ``Normal`` or ``Warning``.
         reason: A short UpperCamelCase cause, e.g. ``PeeringEstablished``.
-        message: A human-readable description (truncated to :data:`MAX_MESSAGE_LENGTH`).
+        message: A human-readable description (escaped, and cut to :data:`MAX_MESSAGE_LENGTH`).
         component: The reporting component, e.g. ``liqo-manager``.
         host: The reporting instance (host or pod name); may be empty.
         now: The time of the occurrence.
@@ -112,7 +115,7 @@ def build_event(
         "involvedObject": involved,
         "type": type,
         "reason": reason,
-        "message": message[:MAX_MESSAGE_LENGTH],
+        "message": printable(message, limit=MAX_MESSAGE_LENGTH),
         "source": {"component": component, **({"host": host} if host else {})},
         "reportingComponent": component,
         "firstTimestamp": stamp,
@@ -169,10 +172,10 @@ class EventRecorder:
             obj: The object the event is about.
             type: ``Normal`` or ``Warning``.
             reason: A short UpperCamelCase cause.
-            message: A human-readable description (truncated to :data:`MAX_MESSAGE_LENGTH`).
+            message: A human-readable description (escaped, and cut to :data:`MAX_MESSAGE_LENGTH`).
         """
         try:
-            await self._record(obj, type=type, reason=reason, message=message[:MAX_MESSAGE_LENGTH])
+            await self._record(obj, type=type, reason=reason, message=printable(message, limit=MAX_MESSAGE_LENGTH))
         except Exception:
             meta = obj.get("metadata") or {}
             where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")

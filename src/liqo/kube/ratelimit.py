@@ -8,13 +8,18 @@ reason not to.
 
 Limiters only compute delays; the work queue does the waiting. They are not thread-safe, by design: the
 whole runtime lives on one event loop.
+
+:class:`SourceLimiter` is the same bucket turned the other way: one per client address of an endpoint that
+strangers reach (the authentication endpoint), answering whether a request may go on at all.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -62,33 +67,71 @@ class ItemExponentialFailureRateLimiter:
         return self._failures.get(item, 0)
 
 
+def check_bucket(*, rate: float, burst: int) -> None:
+    """Refuse a bucket that is no bucket: a rate that is not a positive number, a burst under 1."""
+    if not rate > 0 or math.isinf(rate):
+        raise ValueError(f"the rate must be a positive number, got {rate}")
+    if burst < 1:
+        raise ValueError(f"burst must be at least 1, got {burst}")
+
+
+class TokenBucket:
+    """``burst`` tokens, refilled at ``rate`` per second up to ``burst``; the time is the caller's (pure state).
+
+    Two ways to draw: :meth:`reserve` always takes a token, borrowing from the future when the bucket is empty
+    (``golang.org/x/time/rate``'s ``Reserve``: later callers queue up behind earlier ones), for work that will
+    be done anyway, later; :meth:`take` takes one only if there is one (``Allow``), for requests refused
+    when there is none, which must not push the next token further away.
+    """
+
+    def __init__(self, *, rate: float, burst: int, now: float) -> None:
+        check_bucket(rate=rate, burst=burst)
+        self._rate = rate
+        self._burst = burst
+        self._tokens = float(burst)
+        self._last = now
+
+    def _refill(self, now: float) -> None:
+        # A clock that stepped back refills nothing rather than draining the bucket.
+        self._tokens = min(float(self._burst), self._tokens + max(0.0, now - self._last) * self._rate)
+        self._last = max(self._last, now)
+
+    def reserve(self, now: float) -> float:
+        """Take a token and return the seconds until it exists (0 while the bucket has tokens)."""
+        self._refill(now)
+        self._tokens -= 1.0
+        return -self._tokens / self._rate if self._tokens < 0 else 0.0
+
+    def take(self, now: float) -> float:
+        """Take a token if there is one and return 0; else take nothing and return the seconds until one exists."""
+        self._refill(now)
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+    def full(self, now: float) -> bool:
+        """Whether the bucket holds ``burst`` tokens: then it is as good as a new one."""
+        self._refill(now)
+        return self._tokens >= self._burst
+
+
 class BucketRateLimiter:
     """A token bucket shared by all items: ``burst`` retries at once, then ``qps`` per second.
 
-    Like ``golang.org/x/time/rate``'s ``Reserve``, :meth:`when` always takes a token, borrowing from the future
-    when the bucket is empty, and returns how long until that token exists. Later callers therefore queue
-    up behind earlier ones instead of all waiting for the same token.
+    :meth:`when` always takes a token (:meth:`TokenBucket.reserve`) and returns how long until that token
+    exists.
     """
 
     def __init__(self, *, qps: float = 10.0, burst: int = 100, clock: Callable[[], float] = time.monotonic) -> None:
         if qps <= 0:
             raise ValueError(f"qps must be positive, got {qps}")
-        if burst < 1:
-            raise ValueError(f"burst must be at least 1, got {burst}")
-        self._qps = qps
-        self._burst = burst
         self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
+        self._bucket = TokenBucket(rate=qps, burst=burst, now=clock())
 
     def when(self, item: Hashable) -> float:
         """Reserve a token and return the seconds until it is available (0 while the bucket has tokens)."""
-        now = self._clock()
-        # A clock that stepped back refills nothing rather than draining the bucket.
-        elapsed = max(0.0, now - self._last)
-        self._last = now
-        self._tokens = min(float(self._burst), self._tokens + elapsed * self._qps) - 1.0
-        return -self._tokens / self._qps if self._tokens < 0 else 0.0
+        return self._bucket.reserve(self._clock())
 
     def forget(self, item: Hashable) -> None:
         """Nothing to forget: the bucket keeps no per-item state."""
@@ -96,6 +139,64 @@ class BucketRateLimiter:
     def num_requeues(self, item: Hashable) -> int:
         """Always 0: the bucket keeps no per-item state."""
         return 0
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A :class:`SourceLimiter`'s answer: how long the source must wait (0: admitted), and if it just started to."""
+
+    wait: float
+    first_refusal: bool
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the request may go on."""
+        return self.wait == 0.0
+
+
+class SourceLimiter:
+    """A token bucket per source (a client's address): each may make ``burst`` requests at once, ``rate`` a second.
+
+    Memory is bounded: at most ``max_sources`` buckets are kept, and the least recently seen source is
+    forgotten first. A source not seen for ``burst / rate`` seconds has a full bucket, which is what a new one
+    holds, so forgetting it loses nothing; only more than ``max_sources`` sources within that time can make a
+    source that emptied its bucket start again with a full one.
+    """
+
+    def __init__(
+        self, *, rate: float, burst: int, max_sources: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if max_sources < 1:
+            raise ValueError(f"max_sources must be at least 1, got {max_sources}")
+        check_bucket(rate=rate, burst=burst)  # now, not at the first request
+        self.rate = rate
+        self.burst = burst
+        self._max_sources = max_sources
+        self._clock = clock
+        self._buckets: OrderedDict[Hashable, TokenBucket] = OrderedDict()
+        self._refusing: set[Hashable] = set()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def admit(self, source: Hashable) -> Admission:
+        """Whether ``source`` may make one more request now (it then used a token), or how long it must wait."""
+        now = self._clock()
+        bucket = self._buckets.get(source)
+        if bucket is None:
+            bucket = self._buckets[source] = TokenBucket(rate=self.rate, burst=self.burst, now=now)
+            while len(self._buckets) > self._max_sources:
+                forgotten, _ = self._buckets.popitem(last=False)
+                self._refusing.discard(forgotten)
+        else:
+            self._buckets.move_to_end(source)
+        wait = bucket.take(now)
+        if wait == 0.0:
+            self._refusing.discard(source)
+            return Admission(0.0, first_refusal=False)
+        first = source not in self._refusing
+        self._refusing.add(source)
+        return Admission(wait, first_refusal=first)
 
 
 class MaxOfRateLimiter:

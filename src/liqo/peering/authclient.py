@@ -36,6 +36,7 @@ from liqo.peering.authprotocol import (
     IdentityRequest,
     IdentityResponse,
     InvalidMessage,
+    check_line,
     make_csr,
     parse_json,
     sign_request,
@@ -173,6 +174,10 @@ async def fetch_ids(auth_url: str, *, timeout: float = 10.0) -> Ids:
     fields = [answer.get(k) for k in ("clusterID", "clusterName", "keyFingerprint")]
     if not all(isinstance(f, str) for f in fields) or not fields[0]:
         raise BadAnswer(f"{auth_url}/ids: 'clusterID', 'clusterName' and 'keyFingerprint' must be strings")
+    try:
+        check_line("clusterName", fields[1])
+    except InvalidMessage as exc:
+        raise BadAnswer(f"{auth_url}/ids: {exc}") from None
     return Ids(*fields)
 
 

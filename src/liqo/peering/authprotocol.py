@@ -48,6 +48,7 @@ from liqo.api import clusterkey, names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import NETWORK, ClusterNetwork, InvalidNetwork
 from liqo.kube.csr import make_request
+from liqo.kube.printable import describe, unprintable
 from liqo.kube.timefmt import format_time, parse_time
 from liqo.peering.tokens import enrolment_key
 
@@ -69,7 +70,6 @@ MIN_RSA_BITS = 2048
 CLUSTER_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """A cluster ID is the UID of its ``kube-system`` namespace: a lowercase UUID, never a name (a peer chooses
 its name freely, so nothing that decides may ever match one)."""
-_MAX_NAME = 253
 _MAX_URL = 2048
 _MAX_NONCE = 128
 
@@ -217,6 +217,22 @@ def _string(message: Mapping[str, Any], key: str, *, max_length: int = MAX_BODY)
     return value
 
 
+def check_line(key: str, value: str) -> str:
+    """``value`` of field ``key`` if it holds no unprintable character (a name, a URL: what logs and tables show).
+
+    Raises:
+        InvalidMessage: it does, naming the field and the first such character (never echoing the value).
+    """
+    char = unprintable(value)
+    if char is not None:
+        raise InvalidMessage(f"{key!r} must be printable text: it holds {describe(char)}")
+    return value
+
+
+def _line(message: Mapping[str, Any], key: str, *, max_length: int) -> str:
+    return check_line(key, _string(message, key, max_length=max_length))
+
+
 def check_cluster_id(cluster_id: str) -> str:
     """``cluster_id`` if it is a cluster ID: a lowercase UUID (which also keeps ``liqo-tenant-<ID>`` a DNS label)."""
     if not CLUSTER_ID.fullmatch(cluster_id):
@@ -290,9 +306,9 @@ class IdentityRequest:
         has_auth_url = message.get("authURL") is not None
         return cls(
             cluster_id=check_cluster_id(_string(message, "clusterID")),
-            cluster_name=_string(message, "clusterName", max_length=_MAX_NAME),
-            auth_url=_check_url("authURL", _string(message, "authURL", max_length=_MAX_URL)) if has_auth_url else None,
-            nonce=_string(message, "nonce", max_length=_MAX_NONCE),
+            cluster_name=_line(message, "clusterName", max_length=names.MAX_CLUSTER_NAME),
+            auth_url=_check_url("authURL", _line(message, "authURL", max_length=_MAX_URL)) if has_auth_url else None,
+            nonce=_line(message, "nonce", max_length=_MAX_NONCE),
             csr=_string(message, "csr"),
             public_key=_public_key(message),
             network=_network(message),
@@ -338,11 +354,11 @@ class IdentityResponse:
             raise InvalidMessage("'ca' must be a string")
         return cls(
             cluster_id=_string(message, "clusterID"),
-            cluster_name=_string(message, "clusterName", max_length=_MAX_NAME),
-            api_server_url=_check_url("apiServerURL", _string(message, "apiServerURL", max_length=_MAX_URL)),
+            cluster_name=_line(message, "clusterName", max_length=names.MAX_CLUSTER_NAME),
+            api_server_url=_check_url("apiServerURL", _line(message, "apiServerURL", max_length=_MAX_URL)),
             ca=ca,
             certificate=_string(message, "certificate"),
-            namespace=_string(message, "namespace", max_length=63),
+            namespace=_line(message, "namespace", max_length=63),
             expires_at=_time(message, "expiresAt"),
             public_key=_public_key(message),
             network=_network(message),

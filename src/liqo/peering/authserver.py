@@ -4,10 +4,13 @@
 nonce, ``POST /identity`` turns a signed request with a CSR into a short-lived client certificate confined
 to the consumer's tenant namespace (see docs/peering.md, "Authentication"); ``GET /healthz`` answers probes.
 
-The order of the checks is the security of the endpoint. Everything that needs no API call comes first:
-the message's shape, the CSR, the consumer's signature with the key it presents, the single-use nonce. Only
-then does the endpoint look at what this cluster knows of the consumer (a
-:class:`~liqo.api.provisioner.PeerRecord`): a refused consumer stays refused; a known consumer must present
+The order of the checks is the security of the endpoint. First the source: each address may make a burst
+of requests to ``/nonce`` and ``/identity``, then a few a second (:class:`~liqo.kube.ratelimit.SourceLimiter`);
+past that it is answered 429 with ``Retry-After`` before its request is even read. Then everything that needs
+no API call: the message's shape (names must be printable: they reach logs), the CSR, the consumer's
+signature with the key it presents, the single-use nonce. Only then does the endpoint look at what this
+cluster knows of the consumer (a :class:`~liqo.api.provisioner.PeerRecord`), in caches of its own: a refused
+consumer stays refused; a known consumer must present
 the key pinned for its cluster ID and needs no token. An unknown one must also prove an enrolment token
 (:mod:`liqo.peering.tokens`): its signature is checked first, then the one Secret of that token is read by
 name — a wrong token costs that read, no more —, then the caps on tenants, and only then is the token used
@@ -17,6 +20,11 @@ if it fails, the token is recorded again. A forged, replayed or wrongly keyed re
 provider a signature check and creates nothing. Logs name the peer and the outcome, never the token, a
 signature, a nonce or a certificate.
 
+Nothing a request does lists the cluster: what the endpoint knows of consumers (their ForeignClusters, who is
+enrolled and who accepted an offer, the SharingPolicies) comes from informers it runs itself — every replica
+serves the endpoint, leader or not — and until they have listed it answers 503 "retry later" rather than
+guess. A request costs the API server at most the one token read, and then the writes that provisioning makes.
+
 The provisioner is a Protocol (in :mod:`liqo.api.provisioner`, as sharing's policy gate implements it too)
 so that the HTTP behaviour is tested with a fake over real sockets, and the Kubernetes side
 (:mod:`liqo.peering.provisioning`) on a real cluster, each on its own.
@@ -24,17 +32,24 @@ so that the HTTP behaviour is tested with a fake over real sockets, and the Kube
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import ipaddress
 import logging
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from cryptography.hazmat.primitives import serialization
 
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import PeerDenied, PeerRecord, Provisioner, ProvisioningError
+from liqo.api.provisioner import PeerDenied, Provisioner, ProvisioningError, admission
+from liqo.kube.ratelimit import SourceLimiter, check_bucket
 from liqo.peering.authprotocol import (
     MAX_BODY,
     IdentityRequest,
@@ -73,27 +88,70 @@ class Enrolments(Protocol):
         """Record ``token`` again after a failed enrolment."""
         ...
 
+    async def settle(self, consumer_id: str, *, key_fingerprint: str) -> None:
+        """Return once what the endpoint reads counts ``consumer_id``, just enrolled with that key (or after a bound).
 
-def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: str) -> tuple[bool, str | None]:
-    """Whether the consumer needs the token, or why it is refused, from this cluster's record (pure).
+        So that this replica's next answer — the consumer's renewal, another's enrolment against the caps —
+        is judged with it.
+        """
+        ...
 
-    Returns:
-        ``(needs_token, refusal)``: a refusal is final for this request (403); otherwise the consumer must
-        also prove the token unless its key is the one pinned for its cluster ID.
+
+class Caches(Protocol):
+    """The informers the provisioner and enrolments read: run while the endpoint serves, listed once before use."""
+
+    @property
+    def has_synced(self) -> bool:
+        """Whether every one has listed."""
+        ...
+
+    async def run(self) -> None:
+        """Run them until cancelled."""
+        ...
+
+
+DEFAULT_BURST = 20
+"""Requests one address may make at once: a handshake is two, a peer command tried a few times a handful."""
+DEFAULT_RATE = 2.0
+"""Requests a second one address may make, sustained: a consumer renews every 80 minutes."""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """What each source address may ask of ``/nonce`` and ``/identity``: ``burst`` at once, ``per_second`` after."""
+
+    burst: int = DEFAULT_BURST
+    per_second: float = DEFAULT_RATE
+
+    def __post_init__(self) -> None:
+        check_bucket(rate=self.per_second, burst=self.burst)
+
+    def limiter(self) -> SourceLimiter:
+        """A fresh limiter applying it, one bucket per source."""
+        return SourceLimiter(rate=self.per_second, burst=self.burst)
+
+
+LIMITED = frozenset({"/nonce", "/identity"})
+"""The paths a source is limited on: those that cost the provider work (``/ids`` and ``/healthz`` are static)."""
+_IPV6_SOURCE_PREFIX = 64
+
+
+def source_of(remote: str | None) -> str:
+    """The source a request is counted against: its peer's address; for IPv6, the /64 it is in (pure).
+
+    A host is given a whole /64 and picks addresses in it at will: counted one by one, an IPv6 host would
+    have as many buckets as it likes. An IPv4-mapped address is its IPv4 address; no address (a Unix socket)
+    or an unparsable one is one source, ``unknown``.
     """
-    if record is not None and record.refused:
-        return False, (
-            f"this cluster does not accept cluster {consumer_id} as a consumer (revoked, or incoming peering"
-            " disabled by its admin)"
-        )
-    if record is not None and record.key_fingerprint:
-        if record.key_fingerprint != key_fingerprint:
-            return False, (
-                f"another key is registered for cluster ID {consumer_id}: this request is not signed by it"
-                " (if the cluster really changed its key, the provider's admin clears spec.keyFingerprint)"
-            )
-        return False, None
-    return True, None
+    try:
+        address = ipaddress.ip_address((remote or "").split("%", 1)[0])
+    except ValueError:
+        return "unknown"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, _IPV6_SOURCE_PREFIX), strict=False))
+    return str(address)
 
 
 def _json(body: dict[str, Any], *, status: int = 200) -> web.Response:
@@ -103,6 +161,34 @@ def _json(body: dict[str, Any], *, status: int = 200) -> web.Response:
 def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
     log.info("%s %s from %s refused (%d): %s", request.method, request.path, request.remote, status, reason)
     return _json({"reason": reason}, status=status)
+
+
+NOT_SYNCED = "the provider is starting and has not loaded what it knows of its consumers yet; retry later"
+
+
+def _throttle(limiter: SourceLimiter) -> Middleware:
+    """The middleware answering 429 to a source past its rate on :data:`LIMITED` paths, before anything else."""
+
+    @web.middleware
+    async def throttle(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in LIMITED:
+            return await handler(request)
+        source = source_of(request.remote)
+        verdict = limiter.admit(source)
+        if verdict.admitted:
+            return await handler(request)
+        retry_after = max(1, math.ceil(verdict.wait))
+        reason = (
+            f"too many requests from {source}: at most {limiter.burst} at once and {limiter.rate:g} a second from"
+            f" one address; retry in {retry_after} s"
+        )
+        # Once per flood, not once per request: a flood must not become one of the logs.
+        (log.info if verdict.first_refusal else log.debug)("%s %s: %s", request.method, request.path, reason)
+        response = _json({"reason": reason}, status=429)
+        response.headers["Retry-After"] = str(retry_after)
+        return response
+
+    return throttle
 
 
 def _failed(request: web.Request, exc: Exception, *, cluster_name: str, ask: IdentityRequest) -> web.Response:
@@ -149,6 +235,18 @@ async def _enrol(
     return token if used else _refuse(request, 401, UNKNOWN_TOKEN)
 
 
+def _running(caches: Caches) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The cleanup context running ``caches`` for as long as the application runs."""
+
+    async def running(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(caches.run(), name="authentication endpoint caches")
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    return running
+
+
 def auth_app(
     *,
     cluster_id: str,
@@ -157,12 +255,15 @@ def auth_app(
     network: ClusterNetwork,
     enrolments: Enrolments,
     provisioner: Provisioner,
+    caches: Caches,
     nonces: NonceStore,
+    limiter: SourceLimiter,
 ) -> web.Application:
     """The authentication endpoint of cluster ``cluster_id``, ready for an ``AppRunner``.
 
     ``key`` signs the answers, which tell consumers this cluster's ``network``. ``enrolments`` is asked
-    only for consumers this cluster has no key for.
+    only for consumers this cluster has no key for. ``caches`` — what ``provisioner`` and ``enrolments``
+    read — run as long as the application does; ``limiter`` says how much each source may ask.
     """
 
     async def ids(_: web.Request) -> web.Response:
@@ -193,6 +294,8 @@ def auth_app(
         if not nonces.consume(ask.nonce):
             return _refuse(request, 401, "unknown, expired or already used nonce")
         # 2. What this cluster knows of the consumer; the token only for a consumer it has no key for.
+        if not caches.has_synced:
+            return _json({"reason": NOT_SYNCED}, status=503)
         fingerprint = ask.key_fingerprint
         try:
             record = await provisioner.record(ask.cluster_id)
@@ -228,6 +331,8 @@ def auth_app(
                 except Exception:
                     log.exception("could not record enrolment token %s again", ticket.id)
             return _failed(request, exc, cluster_name=cluster_name, ask=ask)
+        if ticket is not None:
+            await enrolments.settle(ask.cluster_id, key_fingerprint=fingerprint)
         answer = IdentityResponse(
             cluster_id=cluster_id,
             cluster_name=cluster_name,
@@ -252,7 +357,8 @@ def auth_app(
         )
         return _json(sign_answer(answer, key=key, nonce=ask.nonce))
 
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[_throttle(limiter)])
+    app.cleanup_ctx.append(_running(caches))
     app.router.add_get("/ids", ids)
     app.router.add_get("/healthz", healthz)
     app.router.add_post("/nonce", nonce)

@@ -11,9 +11,10 @@ Even with a token, an enrolment is refused while this cluster holds as many cons
 ClusterRole ``liqo-peer-tenant`` in their tenant namespace, which the manager alone writes), *pending* ones
 those of them without an accepted offer of ours. Pending tenants cost a namespace, RBAC and a record each and
 bring nothing; a token holder's enrolments must not be able to crowd out the consumers that do share. Over
-a cap the answer says which, and nothing is created or used up. The counts are two lists filtered by name on
-the API server, made only once a request has proven a valid, unexpired token: a stranger never causes
-them.
+a cap the answer says which, and nothing is created or used up. The counts are read from the endpoint's own
+caches of those bindings and offers (:class:`~liqo.peering.authcaches.AuthCaches`), only once a request
+has proven a valid, unexpired token; an enrolment's answer waits until they show it, so the next one this
+replica judges counts it.
 
 The collector (:class:`TokenCollector`, run by the leader) deletes tokens once expired; the endpoint refuses
 them whether collected yet or not.
@@ -30,13 +31,13 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.peerings import offer_accepted
-from liqo.api.resources import RESOURCE_OFFERS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
-from liqo.kube.resources import ROLE_BINDINGS, SECRETS
+from liqo.kube.resources import SECRETS
+from liqo.peering.authcaches import AuthCaches
 from liqo.peering.incoming import ABANDONED_AFTER
 from liqo.peering.tokens import (
     ENROLMENT_TOKEN,
@@ -195,11 +196,11 @@ def cap_refusal(occupancy: Occupancy, limits: TenantLimits) -> Refusal | None:
 
 
 class KubeEnrolments:
-    """The endpoint's tokens and caps, on the provider's API server (``client``: the manager's)."""
+    """The endpoint's tokens, on the provider's API server (``client``: the manager's), and caps, on ``caches``."""
 
-    def __init__(self, *, client: KubeClient, local_id: str, limits: TenantLimits) -> None:
+    def __init__(self, *, client: KubeClient, caches: AuthCaches, limits: TenantLimits) -> None:
         self._client = client
-        self._local_id = local_id
+        self._caches = caches
         self._limits = limits
 
     async def find(self, fingerprint: str) -> EnrolmentToken | None:
@@ -211,10 +212,9 @@ class KubeEnrolments:
         return parse_token(secret)
 
     async def refusal(self) -> Refusal | None:
-        """Why no new consumer may enrol now (a cap reached), or None."""
-        bindings, _ = await self._client.list_all(ROLE_BINDINGS, field_selector=f"metadata.name={names.PEER_BINDING}")
-        offers, _ = await self._client.list_all(RESOURCE_OFFERS, field_selector=f"metadata.name={self._local_id}")
-        return cap_refusal(occupancy(bindings=bindings, offers=offers, local_id=self._local_id), self._limits)
+        """Why no new consumer may enrol now (a cap reached), or None: from the caches, no API call."""
+        bindings, offers = self._caches.bindings_and_offers()
+        return cap_refusal(occupancy(bindings=bindings, offers=offers, local_id=self._caches.local_id), self._limits)
 
     async def consume(self, token: EnrolmentToken) -> bool:
         """Use ``token`` up (delete its Secret, that very one); False if another enrolment did first."""
@@ -228,6 +228,15 @@ class KubeEnrolments:
         """Record ``token`` again, as it was: the enrolment that used it up created nothing."""
         with contextlib.suppress(ConflictError):
             await self._client.create(SECRETS, token_secret(fingerprint=token.fingerprint, expires_at=token.expires_at))
+
+    async def settle(self, consumer_id: str, *, key_fingerprint: str) -> None:
+        """Return once the caches count ``consumer_id`` as enrolled with that key, or after a bound (logged)."""
+        if not await self._caches.settled(consumer_id, key_fingerprint=key_fingerprint):
+            log.warning(
+                "the caches of the authentication endpoint do not show the enrolment of %s yet: the next"
+                " enrolments may be counted without it",
+                consumer_id,
+            )
 
 
 # -- collection --------------------------------------------------------------------------------------------

@@ -3,15 +3,18 @@
 First the consumer's tenant namespace, then its record: its ForeignCluster here, the one there is (the
 admin's, or our own peering with it) or one made under the name claimed on that namespace, never a second
 one for one cluster ID nor one beside a record being deleted (:mod:`liqo.peering.records`: ``liqoctl peer``
-may be declaring our peering with that very cluster at the same moment). The record holds the fingerprint of
-the consumer's cluster key: the first consumer to prove a token for a cluster ID pins its key there (a create,
-or an update conditioned on the resourceVersion, so two racing claimants cannot both win); from then on only
-that key speaks for that cluster ID. Then the tenant namespace's quota of object counts (:mod:`liqo.api.bounds`:
-how many requests, maps, NetworkConfigs and Leases the consumer may make there), and a RoleBinding there giving
-its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests and NamespaceMaps, read
-ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same steps) and labelled with the
-consumer's ID so that unpeer finds it; and an attempt that fails removes what it created itself — the record it
-made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
+may be declaring our peering with that very cluster at the same moment). Which ForeignCluster is the
+consumer's comes from the endpoint's cache (:class:`~liqo.peering.authcaches.AuthCaches`, indexed by cluster
+ID: never a list of them all), and the records the decision rests on — the one the cache names, the one
+claimed on the namespace, which a cache a little behind may not show yet — are read again by name. The record
+holds the fingerprint of the consumer's cluster key: the first consumer to prove a token for a cluster ID pins
+its key there (a create, or an update conditioned on the resourceVersion, so two racing claimants cannot both
+win); from then on only that key speaks for that cluster ID. Then the tenant namespace's quota of object counts
+(:mod:`liqo.api.bounds`: how many requests, maps, NetworkConfigs and Leases the consumer may make there), and a
+RoleBinding there giving its user the installed ClusterRole ``liqo-peer-tenant`` (touch ResourceRequests and
+NamespaceMaps, read ResourceOffers, nothing else). Everything is idempotent (a renewal runs the same steps) and
+labelled with the consumer's ID so that unpeer finds it; and an attempt that fails removes what it created
+itself — the record it made, the pin it set, the namespace it made — so a failed handshake leaves nothing behind.
 
 The consumer's network, from its signed request, is recorded on its ForeignCluster (``spec.network``): in the
 record a new consumer's ForeignCluster is created with, or patched into an existing one once its certificate
@@ -30,14 +33,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography import x509
 
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, object_quota
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError, admission
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
@@ -164,16 +167,26 @@ def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
     )
 
 
+class Records(records.Seen, Protocol):
+    """Where the provisioner finds a consumer's ForeignCluster (:class:`~liqo.peering.authcaches.AuthCaches`)."""
+
+    def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
+        """The ForeignCluster of ``consumer_id`` as last seen; None if there was none."""
+        ...
+
+
 class KubeProvisioner:
     """The real :class:`~liqo.api.provisioner.Provisioner`: RBAC, ForeignCluster and a signed CSR.
 
-    ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it.
+    ``api_server_url`` and ``ca_pem`` are this cluster's API server as its consumers reach and verify it;
+    ``records`` where it looks a consumer's ForeignCluster up.
     """
 
     def __init__(
         self,
         *,
         client: KubeClient,
+        records: Records,
         api_server_url: str,
         ca_pem: str,
         identity_ttl: int = DEFAULT_IDENTITY_TTL,
@@ -183,6 +196,7 @@ class KubeProvisioner:
         if identity_ttl < csr.MIN_EXPIRATION_SECONDS:
             raise ValueError(f"the identity TTL must be at least {csr.MIN_EXPIRATION_SECONDS} s, got {identity_ttl}")
         self._client = client
+        self._records = records
         self._issuer = csr.CsrIssuer(client=client, timeout=certificate_timeout)
         self._api_server_url = api_server_url
         self._ca_pem = ca_pem
@@ -190,8 +204,8 @@ class KubeProvisioner:
         self._tenant_quota = dict(tenant_quota)
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
-        """This cluster's record of ``consumer_id``: its ForeignCluster, if there is one."""
-        fc = await self._foreign_cluster(consumer_id)
+        """This cluster's record of ``consumer_id``: its ForeignCluster as last seen, if there is one (no API call)."""
+        fc = self._records.foreign_cluster(consumer_id)
         return record_of(fc) if fc is not None else None
 
     async def provision(
@@ -246,10 +260,6 @@ class KubeProvisioner:
             expires_at=expires_at,
         )
 
-    async def _foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
-        existing, _ = await self._client.list_all(FOREIGN_CLUSTERS)
-        return next((fc for fc in existing if (fc.get("spec") or {}).get("clusterID") == consumer_id), None)
-
     async def _pin(
         self,
         *,
@@ -281,6 +291,7 @@ class KubeProvisioner:
                         key_fingerprint=key_fingerprint,
                         network=network,
                     ),
+                    seen=self._records,
                 )
             except records.RecordError as exc:
                 raise ProvisioningError(str(exc)) from None
@@ -292,12 +303,11 @@ class KubeProvisioner:
                 undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
                 return fc
             record = record_of(fc)
-            if record.refused:
-                raise PeerDenied(f"cluster {consumer_id} is refused here (incoming peering disabled)")
-            if record.key_fingerprint == key_fingerprint:
-                return fc
-            if record.key_fingerprint:
-                raise PeerDenied(f"another key is registered for cluster ID {consumer_id}")
+            needs_token, refusal = admission(record, consumer_id=consumer_id, key_fingerprint=key_fingerprint)
+            if refusal:
+                raise PeerDenied(refusal)
+            if not needs_token:
+                return fc  # its key, pinned already
             meta = fc["metadata"]
             patch = {
                 "metadata": {"resourceVersion": meta["resourceVersion"]},
@@ -306,7 +316,7 @@ class KubeProvisioner:
             try:
                 pinned = await self._client.patch(FOREIGN_CLUSTERS, meta["name"], patch)
             except ConflictError:
-                continue  # changed meanwhile: look again
+                continue  # changed meanwhile: read it again
             log.info(
                 "pinned the key %s of consumer %s on ForeignCluster %s", key_fingerprint, consumer_id, meta["name"]
             )

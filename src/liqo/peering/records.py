@@ -17,15 +17,23 @@ or another peer took the name meanwhile (claimed anew). A record or tenant names
 finishing) is neither reused nor doubled: the writer is told to try again once it is gone. What to do is a
 pure function of what was read (:func:`decide`).
 
+Where a writer reads the ForeignClusters from: ``liqoctl peer``, run once, lists them. The provisioner serves an
+endpoint anyone can reach and lists nothing per request (:mod:`liqo.peering.authcaches`): its cache says which
+records are the peer's and which names other peers hold, and the records the decision rests on — the peer's
+as the cache names them, and the claimed one — are read again by name. The claim is what makes that enough: a
+record the other writer made an instant ago is one the cache may not show yet, but never one the tenant
+namespace does not name; and a name the cache wrongly shows free costs a create that conflicts, then a look
+that reads it under the claim.
+
 A record an admin makes by hand bypasses the claim; one that exists before either writer looks is found, as
-any other.
+any other (by the provisioner once its cache shows it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS
@@ -40,6 +48,18 @@ ATTEMPTS = 5
 
 Obj = dict[str, Any]
 _RETRY = "retry once it is gone"
+
+
+class Seen(Protocol):
+    """ForeignClusters as an informer last saw them (the endpoint's :class:`~liqo.peering.authcaches.AuthCaches`)."""
+
+    def foreign_clusters_of(self, peer_id: str) -> list[Obj]:
+        """Every ForeignCluster of ``peer_id`` as last seen, by name."""
+        ...
+
+    def foreign_cluster_named(self, name: str) -> Obj | None:
+        """ForeignCluster ``name`` as last seen, whoever's it is."""
+        ...
 
 
 class RecordError(RuntimeError):
@@ -122,13 +142,42 @@ def decide(
     return Make(free, claim=True)
 
 
+async def _foreign_clusters(
+    client: KubeClient, seen: Seen | None, *, peer_id: str, claimed: str | None, candidates: Sequence[str]
+) -> list[Obj]:
+    """What :func:`decide` needs: every ForeignCluster (a list), or from ``seen`` what bears on ``peer_id``'s record.
+
+    From ``seen``: the peer's records and the claimed one read by name (the one chosen is judged and written
+    as it is now), the candidates other peers hold as last seen (the cache only says which names are taken).
+    """
+    if seen is None:
+        listed, _ = await client.list_all(FOREIGN_CLUSTERS)
+        return listed
+    read = {str(fc["metadata"]["name"]) for fc in seen.foreign_clusters_of(peer_id)}
+    if claimed is not None:
+        read.add(claimed)
+    now: list[Obj] = []
+    for name in sorted(read):
+        try:
+            now.append(await client.get(FOREIGN_CLUSTERS, name))
+        except NotFoundError:
+            continue  # gone since the cache saw it, or the claimed record not made yet
+    held = (seen.foreign_cluster_named(name) for name in candidates if name not in read)
+    return now + [fc for fc in held if fc is not None and (fc.get("spec") or {}).get("clusterID") != peer_id]
+
+
 async def ensure_record(
-    client: KubeClient, *, peer_id: str, candidates: Sequence[str], manifest: Callable[[str], Obj]
+    client: KubeClient,
+    *,
+    peer_id: str,
+    candidates: Sequence[str],
+    manifest: Callable[[str], Obj],
+    seen: Seen | None = None,
 ) -> tuple[Obj, bool]:
     """``peer_id``'s ForeignCluster, and whether it was made here.
 
     The one there is, or ``manifest(name)`` created under the name claimed on the peer's tenant namespace,
-    which the caller made first.
+    which the caller made first. ``seen``: a cache of the ForeignClusters to read them from (None: a list).
 
     Raises:
         RecordBusy: the record or the tenant namespace is being deleted, or kept changing.
@@ -136,11 +185,16 @@ async def ensure_record(
     """
     namespace = names.tenant_namespace(peer_id)
     for _ in range(ATTEMPTS):
-        foreign_clusters, _ = await client.list_all(FOREIGN_CLUSTERS)
+        # The namespace first: a claim made before this read names the record to read; one made after it makes
+        # our own claim conflict.
         try:
             tenant: Obj | None = await client.get(NAMESPACES, namespace)
         except NotFoundError:
             tenant = None
+        claimed = claim_of(tenant) if tenant is not None else None
+        foreign_clusters = await _foreign_clusters(
+            client, seen, peer_id=peer_id, claimed=claimed, candidates=candidates
+        )
         decision = decide(peer_id=peer_id, foreign_clusters=foreign_clusters, tenant=tenant, candidates=candidates)
         match decision:
             case Existing(record):

@@ -8,33 +8,28 @@ or certificate behind. It belongs to sharing because the decision is the Sharing
 :mod:`liqo.api.provisioner`, since capabilities do not import one another; the manager chains the two.
 
 The consumer is judged by the cluster ID the endpoint authenticated, never by the name it claims. Policies
-are read from the API server at each request rather than from a cache: the endpoint runs, stateless, in
-every replica of the manager, and identities are asked for rarely.
+are read from a cache the endpoint runs (every replica runs its own), never listed per request: a request
+must not cost the API server in proportion to the cluster. The manager passes the cache's reader in.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, Provisioner
-from liqo.api.resources import SHARING_POLICIES
-from liqo.kube.resources import Resource
 from liqo.sharing.policy import select_policy
 
-
-class PolicyReader(Protocol):
-    """The client call the gate makes; :class:`~liqo.kube.client.KubeClient` provides it."""
-
-    async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
-        """Every object of a collection, and the list's resourceVersion."""
+PolicyReader = Callable[[], Sequence[Mapping[str, Any]]]
+"""The SharingPolicies as last seen (an informer's ``store.list``)."""
 
 
 class PolicyGate:
     """Refuses identities to peers a SharingPolicy denies; hands every other one to ``provisioner``."""
 
-    def __init__(self, *, client: PolicyReader, provisioner: Provisioner) -> None:
-        self._client = client
+    def __init__(self, *, policies: PolicyReader, provisioner: Provisioner) -> None:
+        self._policies = policies
         self._provisioner = provisioner
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
@@ -57,8 +52,7 @@ class PolicyGate:
             PeerDenied: the policy applying to ``consumer_id`` denies it; or the provisioner refuses it.
             ProvisioningError: the provisioner failed.
         """
-        policies, _ = await self._client.list_all(SHARING_POLICIES)
-        if select_policy(policies, peer_id=consumer_id).action == "Deny":
+        if select_policy(self._policies(), peer_id=consumer_id).action == "Deny":
             raise PeerDenied("this cluster's sharing policy denies peering with you")
         return await self._provisioner.provision(
             consumer_id=consumer_id,

@@ -10,8 +10,16 @@ from typing import Any
 import pytest
 
 from liqo.api import names
-from liqo.api.crds import CLUSTER_ID_PATTERN, NAME_OR_PREFIX_PATTERN, QUANTITY_PATTERN, all_crds, crd_name
+from liqo.api.crds import (
+    CLUSTER_ID_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    NAME_OR_PREFIX_PATTERN,
+    QUANTITY_PATTERN,
+    all_crds,
+    crd_name,
+)
 from liqo.api.resources import ALL, FOREIGN_CLUSTERS, VIRTUAL_NODES
+from liqo.kube import printable
 from liqo.kube.resources import Resource
 
 Schema = dict[str, Any]
@@ -144,6 +152,27 @@ def test_cluster_id_is_immutable(resource: Resource) -> None:
     assert "clusterID" in spec["required"]
     rules = spec["properties"]["clusterID"]["x-kubernetes-validations"]
     assert rules == [{"rule": "self == oldSelf", "message": "clusterID is immutable"}]
+
+
+@pytest.mark.parametrize(
+    ("kind", "json_path"),
+    [
+        ("ForeignCluster", ".spec.clusterName"),
+        ("ResourceRequest", ".spec.consumerClusterName"),
+        ("ResourceOffer", ".spec.providerClusterName"),
+        ("ResourceOffer", ".status.reason"),
+    ],
+)
+def test_a_name_or_reason_a_peer_writes_is_printable_and_bounded(kind: str, json_path: str) -> None:
+    """Shown by kubectl's columns and in logs: no control, format or separator character, a bounded length."""
+    field = resolve(root(CRDS[kind]), json_path)
+    assert field["pattern"] == printable.PATTERN
+    assert field["maxLength"] <= 1024
+
+
+def test_the_virtual_node_an_offer_names_is_a_name() -> None:
+    field = resolve(root(CRDS["ResourceOffer"]), ".status.virtualNode")
+    assert (field["pattern"], field["maxLength"]) == (DNS_SUBDOMAIN_PATTERN, 253)
 
 
 def test_sharing_policy_bounds_and_defaults() -> None:

@@ -3,9 +3,18 @@ from __future__ import annotations
 from benchmarks.apirequests import delta, median_counts, per_pod, request_counts, table, workload_writes, writes
 
 
-def sample(*, resource: str, verb: str, value: str, subresource: str = "", group: str = "", code: str = "200") -> str:
+def sample(
+    *,
+    resource: str,
+    verb: str,
+    value: str,
+    subresource: str = "",
+    group: str = "",
+    code: str = "200",
+    scope: str = "resource",
+) -> str:
     labels = (
-        f'code="{code}",component="apiserver",dry_run="",group="{group}",resource="{resource}",scope="resource",'
+        f'code="{code}",component="apiserver",dry_run="",group="{group}",resource="{resource}",scope="{scope}",'
         f'subresource="{subresource}",verb="{verb}",version="v1"'
     )
     return f"apiserver_request_total{{{labels}}} {value}"
@@ -33,6 +42,19 @@ def test_requests_are_counted_by_resource_and_verb_across_codes() -> None:
         ("shadowpods", "apply"): 3,
         ("pods", "watch"): 1,
     }
+
+
+def test_requests_are_kept_by_scope_when_asked() -> None:
+    metrics = "\n".join(
+        [
+            sample(resource="foreignclusters", verb="LIST", value="4", scope="cluster"),
+            sample(resource="rolebindings", verb="LIST", value="2", scope="namespace"),
+            sample(resource="rolebindings", verb="LIST", value="1", scope="cluster"),
+            sample(resource="secrets", verb="GET", value="5"),
+        ]
+    )
+    assert request_counts(metrics, scope="cluster") == {("foreignclusters", "list"): 4, ("rolebindings", "list"): 1}
+    assert request_counts(metrics)[("rolebindings", "list")] == 3
 
 
 def test_a_run_costs_the_difference_per_pod_and_repeats_take_the_median() -> None:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from liqo.kube.cache import Index
+from liqo.kube.cache import Changes, Index
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import EVENTS, Resource
 from tests.helpers import eventually
@@ -74,6 +74,29 @@ async def test_an_index_made_on_a_synced_informer_holds_its_objects() -> None:
     try:
         assert await informer.wait_synced(5)
         assert Index(informer, by=_about).keys("web-1") == ["t/a"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_changes_wake_a_waiter_once_its_condition_holds_and_a_bound_ends_the_wait() -> None:
+    """Read-your-writes: a caller that wrote waits for its cache to show the write, event by event, no polling."""
+    api = FakeWatch(event("a", "web-1"))
+    informer = Informer(client=api, resource=EVENTS, namespace="t")
+    changes = Changes(informer)
+    task = asyncio.create_task(informer.run())
+    try:
+        assert await informer.wait_synced(5)
+        assert await changes.until(lambda: "t/a" in informer.store, timeout=0)  # holds already: no wait at all
+        waiting = asyncio.create_task(changes.until(lambda: "t/c" in informer.store, timeout=5))
+        api.queue.put_nowait({"type": "ADDED", "object": event("b", "web-1", version="2")})  # not yet
+        api.queue.put_nowait({"type": "ADDED", "object": event("c", "web-1", version="3")})
+        assert await waiting
+        assert not await changes.until(lambda: "t/never" in informer.store, timeout=0.05)
+        # A waiter that gave up takes no one's wake-up with it.
+        late = asyncio.create_task(changes.until(lambda: "t/d" in informer.store, timeout=5))
+        api.queue.put_nowait({"type": "ADDED", "object": event("d", "web-1", version="4")})
+        assert await late
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -72,7 +72,15 @@ def test_build_event_truncates_the_message() -> None:
     event = build_event(
         POD, type="Normal", reason="R", message="x" * 5000, component="c", host="", now=NOW, name_suffix="1"
     )
-    assert event["message"] == "x" * MAX_MESSAGE_LENGTH
+    assert event["message"] == "x" * (MAX_MESSAGE_LENGTH - 1) + "…"
+
+
+def test_a_message_naming_what_a_peer_named_is_one_printable_line() -> None:
+    message = "twin evil\n2026-01-01 INFO forged\x1b[2J refused"
+    event = build_event(
+        POD, type="Warning", reason="R", message=message, component="c", host="", now=NOW, name_suffix="1"
+    )
+    assert event["message"] == "twin evil\\n2026-01-01 INFO forged\\x1b[2J refused"
 
 
 def test_build_event_needs_a_name() -> None:

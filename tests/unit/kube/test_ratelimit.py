@@ -7,6 +7,8 @@ from liqo.kube.ratelimit import (
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
+    SourceLimiter,
+    TokenBucket,
     default_controller_rate_limiter,
 )
 
@@ -124,3 +126,78 @@ def test_default_controller_rate_limiter_matches_client_go() -> None:
         delay = limiter.when("a")
     assert delay == 1000.0
     assert limiter.num_requeues("a") == 33
+
+
+def test_a_bucket_taken_from_refuses_when_empty_without_pushing_the_next_token_further() -> None:
+    bucket = TokenBucket(rate=2.0, burst=3, now=0.0)
+    assert [bucket.take(0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert [bucket.take(0.0) for _ in range(5)] == pytest.approx([0.5] * 5)  # refusals cost nothing
+    assert bucket.take(0.25) == pytest.approx(0.25)
+    assert bucket.take(0.5) == 0.0
+    assert not bucket.full(0.5)
+    assert bucket.full(2.0)
+
+
+@given(
+    rate=st.floats(0.1, 50.0),
+    burst=st.integers(1, 50),
+    steps=st.lists(st.tuples(st.floats(0.0, 5.0), st.integers(0, 30)), max_size=30),
+)
+def test_a_bucket_never_admits_more_than_its_burst_and_its_rate_allow(
+    rate: float, burst: int, steps: list[tuple[float, int]]
+) -> None:
+    bucket, now, admitted = TokenBucket(rate=rate, burst=burst, now=0.0), 0.0, 0
+    for advance, requests in steps:
+        now += advance
+        for _ in range(requests):
+            wait = bucket.take(now)
+            assert wait >= 0.0
+            admitted += wait == 0.0
+        assert admitted <= burst + rate * now + 1e-6
+
+
+@given(rate=st.floats(0.1, 50.0), burst=st.integers(1, 50), idle=st.floats(0.0, 100.0))
+def test_a_refused_request_is_told_how_long_until_one_would_be_admitted(rate: float, burst: int, idle: float) -> None:
+    bucket = TokenBucket(rate=rate, burst=burst, now=0.0)
+    while bucket.take(idle) == 0.0:
+        pass
+    wait = bucket.take(idle)
+    assert bucket.take(idle + wait * 0.99) > 0.0
+    assert bucket.take(idle + wait + 1e-9) == 0.0
+
+
+def test_each_source_has_its_own_bucket_and_is_told_once_it_starts_being_refused() -> None:
+    clock = FakeTime()
+    limiter = SourceLimiter(rate=1.0, burst=2, clock=clock)
+    assert [limiter.admit("a").admitted for _ in range(2)] == [True, True]
+    first, again = limiter.admit("a"), limiter.admit("a")
+    assert (first.admitted, first.first_refusal, again.first_refusal) == (False, True, False)
+    assert first.wait == pytest.approx(1.0)
+    assert limiter.admit("b").admitted  # another source
+    clock.now += 1.0
+    assert limiter.admit("a").admitted
+    assert limiter.admit("a").first_refusal  # a new flood, a new first refusal
+
+
+@given(sources=st.lists(st.integers(0, 200), max_size=300), cap=st.integers(1, 20))
+def test_a_limiter_remembers_at_most_its_cap_of_sources(sources: list[int], cap: int) -> None:
+    limiter = SourceLimiter(rate=1.0, burst=1, max_sources=cap, clock=FakeTime())
+    for source in sources:
+        limiter.admit(source)
+        assert len(limiter) <= cap
+
+
+def test_the_source_forgotten_is_the_one_seen_least_recently() -> None:
+    limiter = SourceLimiter(rate=1.0, burst=1, max_sources=2, clock=FakeTime())
+    limiter.admit("old")
+    limiter.admit("busy")
+    assert not limiter.admit("old").admitted  # seen again: now the most recent
+    limiter.admit("new")  # one too many: "busy" goes, "old" stays refused
+    assert not limiter.admit("old").admitted
+    assert limiter.admit("busy").admitted  # forgotten: a full bucket, as it would have refilled
+
+
+@pytest.mark.parametrize(("rate", "burst", "cap"), [(0.0, 1, 1), (float("inf"), 1, 1), (1.0, 0, 1), (1.0, 1, 0)])
+def test_a_source_limiter_refuses_nonsense(rate: float, burst: int, cap: int) -> None:
+    with pytest.raises(ValueError, match=r"rate|burst|max_sources"):
+        SourceLimiter(rate=rate, burst=burst, max_sources=cap)

@@ -7,6 +7,7 @@ the Kubernetes side of pinning is tested on a real cluster (tests/integration/te
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import ssl
@@ -31,6 +32,7 @@ from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
+from liqo.kube.ratelimit import SourceLimiter
 from liqo.peering import authclient
 from liqo.peering.authprotocol import (
     KEY_SIGNATURE,
@@ -41,7 +43,7 @@ from liqo.peering.authprotocol import (
     sign_answer,
     sign_request,
 )
-from liqo.peering.authserver import auth_app
+from liqo.peering.authserver import NOT_SYNCED, RateLimit, auth_app, source_of
 from liqo.peering.enrolment import Refusal
 from liqo.peering.tokens import UNKNOWN_TOKEN, EnrolmentToken, enrolment_key, token_id
 
@@ -128,6 +130,7 @@ class FakeEnrolments:
     counts: int = 0
     consumed: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
+    settled: list[tuple[str, str]] = field(default_factory=list)
     lose_races: bool = False
 
     def mint(self, token: str, *, expires_at: datetime.datetime | None = None) -> EnrolmentToken:
@@ -159,6 +162,24 @@ class FakeEnrolments:
         self.tokens[token.fingerprint] = token
         self.restored.append(token.id)
 
+    async def settle(self, consumer_id: str, *, key_fingerprint: str) -> None:
+        self.settled.append((consumer_id, key_fingerprint))
+
+
+@dataclass
+class FakeCaches:
+    """What the provisioner and enrolments read, listed (or not yet); run while the app runs."""
+
+    has_synced: bool = True
+    running: bool = False
+
+    async def run(self) -> None:
+        self.running = True
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self.running = False
+
 
 def enrolments_with(token: str = TOKEN) -> FakeEnrolments:
     enrolments = FakeEnrolments()
@@ -172,6 +193,7 @@ class Server:
     provisioner: FakeProvisioner
     nonces: NonceStore
     enrolments: FakeEnrolments
+    caches: FakeCaches
     session: aiohttp.ClientSession
 
     async def post(self, path: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -217,6 +239,10 @@ async def serve(app: web.Application, *, ssl_context: ssl.SSLContext | None = No
     return runner, f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
 
 
+GENEROUS = RateLimit(burst=10_000, per_second=1_000.0)
+"""A limit no test but those of the limit itself reaches."""
+
+
 def make_app(
     provisioner: FakeProvisioner,
     nonces: NonceStore,
@@ -224,6 +250,8 @@ def make_app(
     middlewares: tuple[Middleware, ...] = (),
     *,
     key: ClusterKey = PROVIDER_KEY,
+    caches: FakeCaches | None = None,
+    limiter: SourceLimiter | None = None,
 ) -> web.Application:
     app = auth_app(
         cluster_id=PROVIDER,
@@ -232,7 +260,9 @@ def make_app(
         network=PROVIDER_NETWORK,
         enrolments=enrolments,
         provisioner=provisioner,
+        caches=FakeCaches() if caches is None else caches,
         nonces=nonces,
+        limiter=GENEROUS.limiter() if limiter is None else limiter,
     )
     app.middlewares.extend(middlewares)
     return app
@@ -253,10 +283,15 @@ def clock() -> Clock:
 
 @pytest.fixture
 async def server(clock: Clock) -> AsyncIterator[Server]:
-    provisioner, nonces, enrolments = FakeProvisioner(), NonceStore(clock=clock), enrolments_with(TOKEN)
-    runner, url = await serve(make_app(provisioner, nonces, enrolments))
+    provisioner, nonces, enrolments, caches = (
+        FakeProvisioner(),
+        NonceStore(clock=clock),
+        enrolments_with(TOKEN),
+        FakeCaches(),
+    )
+    runner, url = await serve(make_app(provisioner, nonces, enrolments, caches=caches))
     async with aiohttp.ClientSession() as session:
-        yield Server(url, provisioner, nonces, enrolments, session)
+        yield Server(url, provisioner, nonces, enrolments, caches, session)
     await runner.cleanup()
 
 
@@ -397,6 +432,29 @@ async def test_tokens_that_cannot_be_read_are_503_and_enrolled_consumers_go_on(s
     status, answer = await server.post("/identity", await server.signed(consumer=OTHER_CONSUMER))
     assert (status, answer["reason"]) == (503, "the provider cannot check enrolment tokens right now; retry later")
     assert len(server.provisioner.calls) == 2
+
+
+async def test_an_enrolment_is_answered_once_the_caches_count_it_and_a_renewal_waits_for_nothing(
+    server: Server,
+) -> None:
+    await handshake(server.url)
+    assert server.enrolments.settled == [(CONSUMER, CONSUMER_KEY.fingerprint)]
+    await handshake(server.url, token=None)
+    assert server.enrolments.settled == [(CONSUMER, CONSUMER_KEY.fingerprint)]
+
+
+async def test_until_the_caches_have_listed_a_handshake_is_503_after_the_cheap_checks(server: Server) -> None:
+    """What the provider knows of consumers is not loaded yet: it says so rather than guess (no API call instead)."""
+    assert server.caches.running  # run for as long as the endpoint serves
+    server.caches.has_synced = False
+    status, answer = await server.post("/identity", await server.signed())
+    assert (status, answer["reason"]) == (503, NOT_SYNCED)
+    forged = await server.signed()
+    status, _ = await server.post("/identity", forged | {"clusterName": "tampered"})
+    assert status == 401  # a stranger is refused as ever
+    assert (server.provisioner.lookups, server.enrolments.reads, server.provisioner.calls) == ([], [], [])
+    server.caches.has_synced = True
+    await handshake(server.url)
 
 
 async def test_the_client_does_not_need_to_trust_the_auth_servers_certificate(tmp_path: Path) -> None:
@@ -571,6 +629,45 @@ async def test_a_signed_request_missing_a_field_is_400_and_names_it(server: Serv
 
 
 @pytest.mark.parametrize(
+    "name",
+    [
+        "evil\n2026-01-01 INFO forged line\x1b[2J",
+        "\x1b]0;owned\x07",
+        "rome\r",
+        "rome\x85",  # C1: NEL
+        "emor\u202e",  # right-to-left override
+        "rome\u2028milan",  # line separator
+        "rome\u200b",  # zero width space
+    ],
+)
+async def test_a_name_with_unprintable_characters_is_400_naming_the_field_and_nothing_is_looked_up(
+    server: Server, name: str
+) -> None:
+    """It would write a line of its own in the provider's log, or move the terminal of whoever reads it."""
+    status, answer = await server.post("/identity", await server.signed(clusterName=name))
+    assert status == 400
+    assert answer["reason"].startswith("'clusterName' must be printable text: it holds U+"), answer
+    assert name not in answer["reason"]
+    assert (server.provisioner.lookups, server.enrolments.reads) == ([], [])
+
+
+async def test_a_name_in_any_script_with_spaces_is_a_name() -> None:
+    """Printable is not ASCII: a cluster may be called ``Milano città`` or ``東京 1``."""
+    provisioner, enrolments = FakeProvisioner(), enrolments_with(TOKEN)
+    runner, url = await serve(make_app(provisioner, NonceStore(), enrolments))
+    try:
+        async with aiohttp.ClientSession() as session:
+            server = Server(url, provisioner, NonceStore(), enrolments, FakeCaches(), session)
+            for name in ("Milano città", "東京 1", "rome\u00a0east"):
+                status, _ = await server.post("/identity", await server.signed(clusterName=name))
+                assert status == 200
+                enrolments.mint(TOKEN)
+    finally:
+        await runner.cleanup()
+    assert [call["consumer_name"] for call in provisioner.calls] == ["Milano città", "東京 1", "rome\u00a0east"]
+
+
+@pytest.mark.parametrize(
     ("network", "complaint"),
     [
         (None, "'network' must be an object with 'podCIDR' and 'serviceCIDR'"),
@@ -675,6 +772,72 @@ async def test_logs_carry_no_secrets(server: Server, caplog: pytest.LogCaptureFi
     secrets += [message["csr"].splitlines()[1], answer["certificate"].splitlines()[1]]
     for secret in secrets:
         assert secret not in caplog.text
+
+
+# -- how much a source may ask -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def throttled(clock: Clock) -> AsyncIterator[tuple[str, FakeProvisioner, NonceStore]]:
+    """An endpoint letting each source make 3 requests at once, then one every 2 s (the clock is the test's)."""
+    provisioner, nonces = FakeProvisioner(), NonceStore(clock=clock)
+    limiter = SourceLimiter(rate=0.5, burst=3, clock=clock)
+    runner, url = await serve(make_app(provisioner, nonces, enrolments_with(TOKEN), limiter=limiter))
+    yield url, provisioner, nonces
+    await runner.cleanup()
+
+
+def from_address(source: str) -> aiohttp.ClientSession:
+    """A client at another loopback address: another source to a server on 127.0.0.1."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=(source, 0)))
+
+
+async def test_past_its_burst_a_source_is_429_before_anything_else_and_other_sources_are_served(
+    throttled: tuple[str, FakeProvisioner, NonceStore], clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    url, provisioner, nonces = throttled
+    caplog.set_level(logging.DEBUG, logger="liqo.peering.authserver")
+    async with from_address("127.0.0.2") as flooder, from_address("127.0.0.3") as other:
+        for _ in range(3):
+            async with flooder.post(f"{url}/nonce") as response:
+                assert response.status == 200
+        for path, body in (("/nonce", b""), ("/identity", b"not json"), ("/identity", b"x" * (MAX_BODY + 1))):
+            async with flooder.post(url + path, data=body) as response:
+                assert response.status == 429  # not 400, not 413: nothing of the request was read
+                assert response.headers["Retry-After"] == "2"
+                assert (await response.json())["reason"] == (
+                    "too many requests from 127.0.0.2: at most 3 at once and 0.5 a second from one address;"
+                    " retry in 2 s"
+                )
+        assert len(nonces) == 3  # the refused asked for none
+        assert provisioner.lookups == []
+        async with flooder.get(f"{url}/ids") as response:
+            assert response.status == 200  # what costs nothing is not limited
+        async with other.post(f"{url}/nonce") as response:
+            assert response.status == 200
+        async with other.post(f"{url}/identity", data=b"not json") as response:
+            assert response.status == 400
+        clock.now += 2.0  # a token more for each
+        async with flooder.post(f"{url}/nonce") as response:
+            assert response.status == 200
+    refusals = [r for r in caplog.records if "too many requests" in r.getMessage()]
+    assert [r.levelno for r in refusals] == [logging.INFO, logging.DEBUG, logging.DEBUG]  # one line per flood
+
+
+@pytest.mark.parametrize(
+    ("remote", "source"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),  # the same host, another address of its /64
+        ("fe80::1%eth0", "fe80::/64"),
+        (None, "unknown"),
+        ("not an address", "unknown"),
+    ],
+)
+def test_a_source_is_an_address_and_an_ipv6_host_is_its_64(remote: str | None, source: str) -> None:
+    assert source_of(remote) == source
 
 
 # -- what the client refuses -------------------------------------------------------------------------------

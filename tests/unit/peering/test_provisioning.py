@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.kubeconfig import Access
@@ -154,21 +155,49 @@ def test_the_csr_object_asks_the_client_signer_for_the_ttl() -> None:
 def test_an_identity_ttl_below_ten_minutes_is_refused() -> None:
     client = KubeClient(access=Access(server="https://127.0.0.1:6443"))
     with pytest.raises(ValueError, match="at least 600"):
-        KubeProvisioner(client=client, api_server_url="https://x", ca_pem="", identity_ttl=599)
+        KubeProvisioner(
+            client=client, records=FakeKube(watch_events=[]), api_server_url="https://x", ca_pem="", identity_ttl=599
+        )
 
 
 class FakeKube:
-    """The few API calls the provisioner makes, against in-memory objects; the signer is scripted."""
+    """The few API calls the provisioner makes, against in-memory objects; the signer is scripted.
+
+    It is the provisioner's cache of ForeignClusters too (:meth:`foreign_cluster`), as the endpoint's would be
+    once synced: ``cached`` says what the cache shows when it lags behind the objects.
+    """
 
     def __init__(self, *, watch_events: list[dict[str, Any]], later: dict[str, Any] | None = None) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.cached: list[dict[str, Any]] | None = None
         self.watch_events = watch_events
         self.later = later  # what a GET of the CSR returns once the watch has ended
         self.deleted: list[str] = []
         self.patches: list[tuple[str, Any]] = []  # of ForeignClusters
         self.claims: list[str] = []  # record names claimed on tenant namespaces
+        self.reads: list[str] = []  # ForeignClusters read by name
         self.conflicts = 0  # conditional patches to refuse with a conflict first
         self.meanwhile: Callable[[], None] | None = None
+
+    def _cache(self) -> list[dict[str, Any]]:
+        if self.cached is not None:
+            return self.cached
+        return sorted(
+            (o for (k, _), o in self.objects.items() if k == "ForeignCluster"), key=lambda o: o["metadata"]["name"]
+        )
+
+    def foreign_clusters_of(self, peer_id: str) -> list[dict[str, Any]]:
+        seen = [fc for fc in self._cache() if fc["spec"].get("clusterID") == peer_id]
+        if self.meanwhile is not None:  # another writer acts between this look and what follows it
+            meanwhile, self.meanwhile = self.meanwhile, None
+            meanwhile()
+        return seen
+
+    def foreign_cluster_named(self, name: str) -> dict[str, Any] | None:
+        return next((fc for fc in self._cache() if fc["metadata"]["name"] == name), None)
+
+    def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
+        return next((fc for fc in self._cache() if fc["spec"].get("clusterID") == consumer_id), None)
 
     async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self.objects[(resource.kind, obj["metadata"]["name"])] = obj
@@ -191,13 +220,6 @@ class FakeKube:
         meta = current["metadata"] | {"resourceVersion": str(int(current["metadata"].get("resourceVersion", "1")) + 1)}
         self.objects[(resource.kind, name)] = current | {"metadata": meta, "spec": spec}
         return self.objects[(resource.kind, name)]
-
-    async def list_all(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
-        listed = [o for (kind, _), o in self.objects.items() if kind == resource.kind]
-        if self.meanwhile is not None:  # another writer acts between this look and what follows it
-            meanwhile, self.meanwhile = self.meanwhile, None
-            meanwhile()
-        return listed, "1"
 
     async def request(self, method: str, path: str, *, body: dict[str, Any]) -> dict[str, Any]:
         assert (method, body["kind"]) == ("POST", "SelfSubjectReview")
@@ -224,6 +246,8 @@ class FakeKube:
             await asyncio.Event().wait()  # a signer that never answers
 
     async def get(self, resource: Resource, name: str) -> dict[str, Any]:
+        if resource == FOREIGN_CLUSTERS:
+            self.reads.append(name)
         if resource != CSRS:
             if (resource.kind, name) not in self.objects:
                 raise NotFoundError(404, "NotFound", name)
@@ -239,7 +263,11 @@ class FakeKube:
 
 def provisioner(kube: FakeKube, *, timeout: float = 5.0) -> KubeProvisioner:
     return KubeProvisioner(
-        client=cast(KubeClient, kube), api_server_url="https://api", ca_pem="CA", certificate_timeout=timeout
+        client=cast(KubeClient, kube),
+        records=kube,
+        api_server_url="https://api",
+        ca_pem="CA",
+        certificate_timeout=timeout,
     )
 
 
@@ -355,7 +383,7 @@ async def test_a_renewal_records_the_network_only_when_it_changed() -> None:
     ("spec", "complaint"),
     [
         ({"keyFingerprint": OTHER_KEY}, "another key is registered"),
-        ({"keyFingerprint": KEY, "incomingPeeringEnabled": "No"}, "is refused here"),
+        ({"keyFingerprint": KEY, "incomingPeeringEnabled": "No"}, "does not accept cluster"),
     ],
 )
 async def test_a_record_found_refusing_at_provisioning_time_creates_nothing(
@@ -425,3 +453,44 @@ async def test_a_record_made_between_our_look_and_our_create_is_reused() -> None
     assert name == "rome"
     spec = kube.objects[(kind, name)]["spec"]
     assert (spec["keyFingerprint"], spec["outgoingPeeringEnabled"]) == (KEY, "Yes")
+
+
+async def test_a_record_is_read_from_the_cache_and_the_decision_on_the_object_read_again_by_name() -> None:
+    """No list of every ForeignCluster, ever: the cache names the consumer's, one GET decides."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "admins")] = foreign_cluster("admins")
+    target = provisioner(kube)
+    assert await target.record(PEER) == PeerRecord(None, False)
+    assert kube.reads == []  # the record is the cache's
+    await provision(target)
+    assert kube.reads == ["admins"]
+    assert kube.objects[("ForeignCluster", "admins")]["spec"]["keyFingerprint"] == KEY
+
+
+async def test_a_record_the_cache_has_not_seen_yet_is_found_by_the_name_it_takes() -> None:
+    """A concurrent handshake of the same ID made ``rome`` an instant ago: the create that conflicts is followed by a
+    read of the record under the claim, judged, no second one made."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=OTHER_KEY)
+    kube.cached = []
+    with pytest.raises(PeerDenied, match="another key is registered"):
+        await provision(target := provisioner(kube))
+    assert sorted(name for kind, name in kube.objects if kind == "ForeignCluster") == ["rome"]
+    kube.objects[("ForeignCluster", "rome")] = foreign_cluster("rome", keyFingerprint=KEY)
+    await provision(target)
+    assert sorted(name for kind, name in kube.objects if kind == "ForeignCluster") == ["rome"]
+
+
+async def test_the_record_claimed_on_the_tenant_namespace_wins_over_a_cache_that_has_not_seen_it() -> None:
+    """liqoctl peer made its record an instant ago, under its claim: read by that name and pinned, never doubled."""
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    namespace = names.tenant_namespace(PEER)
+    tenant = {"metadata": {"name": namespace, "resourceVersion": "1", "annotations": {records.CLAIM: "by-admin"}}}
+    kube.objects[("Namespace", namespace)] = tenant
+    kube.objects[("ForeignCluster", "by-admin")] = foreign_cluster("by-admin", outgoingPeeringEnabled="Yes")
+    kube.cached = []
+    await provision(provisioner(kube))
+    assert [name for kind, name in kube.objects if kind == "ForeignCluster"] == ["by-admin"]
+    spec = kube.objects[("ForeignCluster", "by-admin")]["spec"]
+    assert (spec["keyFingerprint"], spec["outgoingPeeringEnabled"]) == (KEY, "Yes")
+    assert (kube.claims, kube.reads) == ([], ["by-admin"])

@@ -8,7 +8,6 @@ import pytest
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import SHARING_POLICIES
-from liqo.kube.resources import Resource
 from liqo.sharing.gate import PolicyGate
 
 Object = dict[str, Any]
@@ -42,13 +41,15 @@ def policy(name: str, *, action: str, peers: list[str] | None = None) -> Object:
 
 
 class Policies:
+    """The SharingPolicies as an informer's cache holds them; how often they were read."""
+
     def __init__(self, *items: Object) -> None:
         self.items = list(items)
-        self.lists: list[Resource] = []
+        self.reads = 0
 
-    async def list_all(self, resource: Resource) -> tuple[list[Object], str]:
-        self.lists.append(resource)
-        return self.items, "1"
+    def __call__(self) -> list[Object]:
+        self.reads += 1
+        return self.items
 
 
 class FakeProvisioner:
@@ -95,9 +96,9 @@ class FakeProvisioner:
 )
 async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Object]) -> None:
     reader, provisioner = Policies(*policies), FakeProvisioner()
-    assert await PolicyGate(client=reader, provisioner=provisioner).provision(**ASK) == ISSUED
+    assert await PolicyGate(policies=reader, provisioner=provisioner).provision(**ASK) == ISSUED
     assert provisioner.asked == [ASK]
-    assert reader.lists == [SHARING_POLICIES]
+    assert reader.reads == 1
 
 
 @pytest.mark.parametrize(
@@ -110,17 +111,17 @@ async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Object]) ->
 async def test_a_denied_peer_is_refused_before_anything_is_provisioned(policies: list[Object]) -> None:
     provisioner = FakeProvisioner()
     with pytest.raises(PeerDenied, match="sharing policy denies peering with you"):
-        await PolicyGate(client=Policies(*policies), provisioner=provisioner).provision(**ASK)
+        await PolicyGate(policies=Policies(*policies), provisioner=provisioner).provision(**ASK)
     assert provisioner.asked == []
 
 
 async def test_the_provisioners_refusals_and_failures_pass_through() -> None:
     for error in (PeerDenied("another key is registered"), ProvisioningError("namespace is being deleted")):
         with pytest.raises(type(error), match=str(error)):
-            await PolicyGate(client=Policies(), provisioner=FakeProvisioner(error)).provision(**ASK)
+            await PolicyGate(policies=Policies(), provisioner=FakeProvisioner(error)).provision(**ASK)
 
 
 async def test_records_are_the_provisioners() -> None:
-    gate = PolicyGate(client=Policies(policy("default", action="Deny")), provisioner=FakeProvisioner())
+    gate = PolicyGate(policies=Policies(policy("default", action="Deny")), provisioner=FakeProvisioner())
     assert await gate.record(CONSUMER) == PeerRecord(key_fingerprint="sha256:abc", refused=False)
     assert await gate.record("someone-else") is None

@@ -76,6 +76,13 @@ class ProvisioningError(Exception):
     """Provisioning failed for a reason safe to tell the consumer (the answer is 500 with it)."""
 
 
+class ProvisioningBusy(ProvisioningError):
+    """Provisioning cannot happen yet, and will by itself (an earlier peering still being released).
+
+    The answer is 503 with ``Retry-After``: the consumer asks again soon instead of as after a failure.
+    """
+
+
 class Provisioner(Protocol):
     """Knows the consumers, creates what an authenticated one needs and signs its CSR."""
 

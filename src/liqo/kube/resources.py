@@ -152,3 +152,21 @@ def split_namespaced_key(key: str) -> tuple[str, str]:
 def terminating(obj: Mapping[str, Any] | None) -> bool:
     """Whether ``obj`` exists and is being deleted (its ``metadata.deletionTimestamp`` is set)."""
     return obj is not None and bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+_BOOKKEEPING = frozenset({"resourceVersion", "managedFields"})
+"""Metadata the API server rewrites on every write, status writes included."""
+
+
+def changed_beyond_status(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether an update changed more than the object's status (pure): an update predicate for ``Controller.watch``.
+
+    A reconciler that writes the status of the very object it watches, and reads nothing of it, would
+    otherwise wake itself with its own write: a loop, at the pace of the API server.
+    """
+
+    def beyond_status(obj: Mapping[str, Any]) -> dict[str, Any]:
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _BOOKKEEPING}
+        return {**{k: v for k, v in obj.items() if k != "status"}, "metadata": meta}
+
+    return beyond_status(old) != beyond_status(new)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,34 @@ class AuthRejected(AuthError):
         super().__init__(f"the provider refused ({status}): {reason}")
         self.status = status
         self.reason = reason
+
+
+class ProviderBusy(AuthRejected):
+    """The provider cannot answer right now (429 throttled, 503: starting, or releasing an earlier peering).
+
+    Not a verdict on us: asked again after ``retry_after`` seconds, the provider's ``Retry-After``. A 429 or
+    503 without one is a refusal like any other (a cap on consumers is 429 too, and lasts).
+    """
+
+    def __init__(self, status: int, reason: str, *, retry_after: float) -> None:
+        super().__init__(status, reason)
+        self.retry_after = retry_after
+
+
+BUSY_STATUSES = frozenset({429, 503})
+MAX_RETRY_AFTER = 300.0
+"""A provider's ``Retry-After`` is followed up to this many seconds: it must not park a peering for days."""
+
+
+def retry_after(header: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header in seconds asks for, within [1, :data:`MAX_RETRY_AFTER`] (pure).
+
+    None when absent or not a number of seconds (the HTTP-date form is not used by liqo's auth server).
+    """
+    seconds = (header or "").strip()
+    if not re.fullmatch(r"[0-9]{1,9}", seconds):  # ASCII digits only: str.isdigit takes '²'
+        return None
+    return min(max(1.0, float(seconds)), MAX_RETRY_AFTER)
 
 
 class BadAnswer(AuthError):
@@ -135,6 +164,7 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, body: dic
     try:
         async with session.request(method, url, data=data, headers=headers, allow_redirects=False) as response:
             status = response.status
+            wait = retry_after(response.headers.get("Retry-After"))
             raw = b""
             while chunk := await response.content.read(_MAX_ANSWER + 1 - len(raw)):
                 raw += chunk
@@ -147,6 +177,8 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, body: dic
             reason = str(parse_json(raw).get("reason") or "")
         except InvalidMessage:
             reason = raw.decode("utf-8", "replace")[:200]
+        if status in BUSY_STATUSES and wait is not None:
+            raise ProviderBusy(status, reason or f"HTTP {status}", retry_after=wait)
         raise AuthRejected(status, reason or f"HTTP {status}")
     try:
         return parse_json(raw)

@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives import serialization
 
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import PeerDenied, Provisioner, ProvisioningError, admission
+from liqo.api.provisioner import PeerDenied, Provisioner, ProvisioningBusy, ProvisioningError, admission
 from liqo.kube.ratelimit import SourceLimiter, check_bucket
 from liqo.peering.authprotocol import (
     MAX_BODY,
@@ -158,6 +158,17 @@ def _json(body: dict[str, Any], *, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
 
 
+BUSY_RETRY_AFTER = 2
+"""Seconds a consumer is asked to wait on a 503 (what passes by itself): a namespace deletes in seconds."""
+
+
+def _busy(reason: str) -> web.Response:
+    """503 for what will pass by itself (starting, an API server hiccup, a release under way): retry soon."""
+    response = _json({"reason": reason}, status=503)
+    response.headers["Retry-After"] = str(BUSY_RETRY_AFTER)
+    return response
+
+
 def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
     log.info("%s %s from %s refused (%d): %s", request.method, request.path, request.remote, status, reason)
     return _json({"reason": reason}, status=status)
@@ -195,6 +206,9 @@ def _failed(request: web.Request, exc: Exception, *, cluster_name: str, ask: Ide
     """The answer to a provisioning that raised ``exc``: the reason if it may be told, else a pointer to the logs."""
     if isinstance(exc, PeerDenied):
         return _refuse(request, 403, f"{cluster_name} refuses {ask.cluster_name}: {exc.reason}")
+    if isinstance(exc, ProvisioningBusy):
+        log.info("identity for %s (%s) not yet: %s", ask.cluster_name, ask.cluster_id, exc)
+        return _busy(str(exc))
     if isinstance(exc, ProvisioningError):
         log.error("identity for %s (%s) failed: %s", ask.cluster_name, ask.cluster_id, exc)
         return _json({"reason": str(exc)}, status=500)
@@ -214,7 +228,7 @@ async def _enrol(
         token = await enrolments.find(fingerprint)
     except Exception:
         log.exception("cannot read enrolment token %s", token_id(fingerprint))
-        return _json({"reason": "the provider cannot check enrolment tokens right now; retry later"}, status=503)
+        return _busy("the provider cannot check enrolment tokens right now; retry later")
     refusal = token_refusal(token, fingerprint=fingerprint, now=datetime.datetime.now(datetime.UTC))
     if refusal:
         return _refuse(request, 401, refusal)
@@ -223,14 +237,14 @@ async def _enrol(
         full = await enrolments.refusal()
     except Exception:
         log.exception("cannot count this cluster's tenants")
-        return _json({"reason": "the provider cannot count its consumers right now; retry later"}, status=503)
+        return _busy("the provider cannot count its consumers right now; retry later")
     if full is not None:
         return _refuse(request, full.status, full.reason)
     try:
         used = await enrolments.consume(token)
     except Exception:
         log.exception("cannot use up enrolment token %s", token.id)
-        return _json({"reason": "the provider cannot check enrolment tokens right now; retry later"}, status=503)
+        return _busy("the provider cannot check enrolment tokens right now; retry later")
     # Another enrolment with the same token got past the delete first.
     return token if used else _refuse(request, 401, UNKNOWN_TOKEN)
 
@@ -295,13 +309,13 @@ def auth_app(
             return _refuse(request, 401, "unknown, expired or already used nonce")
         # 2. What this cluster knows of the consumer; the token only for a consumer it has no key for.
         if not caches.has_synced:
-            return _json({"reason": NOT_SYNCED}, status=503)
+            return _busy(NOT_SYNCED)
         fingerprint = ask.key_fingerprint
         try:
             record = await provisioner.record(ask.cluster_id)
         except Exception:
             log.exception("cannot read this cluster's record of %s", ask.cluster_id)
-            return _json({"reason": "the provider cannot check who you are right now; retry later"}, status=503)
+            return _busy("the provider cannot check who you are right now; retry later")
         needs_token, refusal = admission(record, consumer_id=ask.cluster_id, key_fingerprint=fingerprint)
         if refusal:
             return _refuse(request, 403, refusal)

@@ -41,10 +41,11 @@ from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUE
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
+from liqo.kube.csr import renewal_time
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
-from liqo.kube.resources import NAMESPACES, SECRETS, object_key, terminating
+from liqo.kube.resources import NAMESPACES, SECRETS, changed_beyond_status, object_key, terminating
 from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
@@ -104,7 +105,11 @@ class OutgoingPeering(Component):
         self.offers = caches.offers
         self.virtual_nodes = caches.virtual_nodes
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
-        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        # Not on status updates: ForeignClusterStatus writes what the handshakes observed, and a refused or busy
+        # handshake waking the next one at once would flood the provider (its rate limit then answers 429).
+        self.controller.watch(
+            self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]], changed=changed_beyond_status
+        )
         for informer in caches.secrets:
             self.controller.watch(informer, names.tenant_peer)
         self.look_alikes: Controller[str] = Controller(name="identity-look-alikes", reconcile=self.refuse, workers=1)
@@ -140,9 +145,10 @@ class OutgoingPeering(Component):
         now = datetime.datetime.now(datetime.UTC)
         due = renewal_due(self.caches.identity(peer_id))
         if due is None or due <= now or not _knows_network(fc) or self._refused_by_provider(fc):
-            due = await self._authenticate(fc, now=now)
-            if due is None:
-                return Result(requeue_after=RETRY_REFUSED_SECONDS)
+            renewal = await self._authenticate(fc, now=now)
+            if isinstance(renewal, Result):
+                return renewal
+            due = renewal
         await self._client.apply(RESOURCE_REQUESTS, resource_request(local=self._local, provider_id=peer_id))
         return Result(requeue_after=max(1.0, (due - now).total_seconds()))
 
@@ -167,8 +173,8 @@ class OutgoingPeering(Component):
         self._forced[peer_id] = (now, asked)
         return True
 
-    async def _authenticate(self, fc: dict[str, Any], *, now: datetime.datetime) -> datetime.datetime | None:
-        """Run the handshake and store the identity; the renewal time, or None if it cannot run yet."""
+    async def _authenticate(self, fc: dict[str, Any], *, now: datetime.datetime) -> datetime.datetime | Result:
+        """Run the handshake and store the identity; the renewal time, or when to try again if it did not."""
         peer_id = fc["spec"]["clusterID"]
         token = token_of(self.caches.peer_token(peer_id))
         auth_url = fc["spec"].get("authURL")
@@ -188,7 +194,7 @@ class OutgoingPeering(Component):
                 peer_id,
                 Observation(False, "MissingCredentials", "no " + ", no ".join(missing)),
             )
-            return None
+            return Result(requeue_after=RETRY_REFUSED_SECONDS)
         try:
             identity = await authclient.request_identity(
                 auth_url=auth_url,
@@ -201,6 +207,11 @@ class OutgoingPeering(Component):
                 expected_provider_id=peer_id,
                 expected_fingerprint=fingerprint,
             )
+        except authclient.ProviderBusy as exc:
+            # Not a verdict: the provider is starting, throttling us, or still releasing our last peering.
+            busy = Observation(False, "ProviderBusy", f"{exc}; asking again in {exc.retry_after:g} s", at=now)
+            self._observations.report(self._observations.authentication, peer_id, busy)
+            return Result(requeue_after=exc.retry_after)
         except (authclient.AuthRejected, authclient.ProviderNotAuthenticated) as exc:
             # Final until someone acts (a new token, the provider's admin, the right fingerprint): reported,
             # tried again after a while, never hammered.
@@ -208,7 +219,7 @@ class OutgoingPeering(Component):
             refusal = Observation(False, reason, str(exc), at=datetime.datetime.now(datetime.UTC))
             self._observations.report(self._observations.authentication, peer_id, refusal)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
-            return None
+            return Result(requeue_after=RETRY_REFUSED_SECONDS)
         except authclient.AuthError as exc:
             failure = Observation(False, "HandshakeFailed", str(exc), at=datetime.datetime.now(datetime.UTC))
             self._observations.report(self._observations.authentication, peer_id, failure)
@@ -229,7 +240,7 @@ class OutgoingPeering(Component):
             reason="Authenticated",
             message=f"identity valid until {format_time(identity.expires_at)}",
         )
-        return renewal_due(secret)
+        return renewal_time(not_before=now, not_after=identity.expires_at)
 
     def _has_outgoing_state(self, peer_id: str, fc: dict[str, Any]) -> bool:
         """Whether anything of ours exists for this peer (a provider-only peer has nothing to tear down)."""

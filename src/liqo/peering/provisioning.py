@@ -40,7 +40,7 @@ from cryptography import x509
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, object_quota
 from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError, admission
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningBusy, ProvisioningError, admission
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
@@ -293,6 +293,8 @@ class KubeProvisioner:
                     ),
                     seen=self._records,
                 )
+            except records.RecordBusy as exc:
+                raise ProvisioningBusy(str(exc)) from None
             except records.RecordError as exc:
                 raise ProvisioningError(str(exc)) from None
             if made:
@@ -326,7 +328,7 @@ class KubeProvisioner:
             }
             undo.append(partial(self._client.patch, FOREIGN_CLUSTERS, meta["name"], unpin))
             return pinned
-        raise ProvisioningError(f"the record of cluster {consumer_id} kept changing while registering its key; retry")
+        raise ProvisioningBusy(f"the record of cluster {consumer_id} kept changing while registering its key; retry")
 
     async def _tenant(self, consumer_id: str, *, undo: list[Callable[[], Awaitable[Any]]]) -> str:
         """Ensure the tenant namespace (registering its deletion if this attempt made it)."""
@@ -339,7 +341,7 @@ class KubeProvisioner:
             undo.append(partial(self._client.delete, NAMESPACES, namespace, uid=tenant["metadata"]["uid"]))
         if terminating(tenant):
             # Nothing can be created in it until it is gone; the consumer's next attempt starts afresh.
-            raise ProvisioningError(f"namespace {namespace} is being deleted (an unpeer); retry later")
+            raise ProvisioningBusy(f"namespace {namespace} is being deleted (an unpeer); retry later")
         return namespace
 
     async def _sign(self, *, consumer_id: str, csr_pem: str) -> str:

@@ -120,9 +120,12 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     kind = "AuthenticationStatus"
     if outgoing:
         if state.authentication is not None and not state.authentication.ok:
-            # Missing credentials are usually about to arrive (the token follows the ForeignCluster); a
-            # refusal is the provider's answer, which stays until someone acts.
-            severity = {"MissingCredentials": "Pending", "Refused": "Denied"}.get(state.authentication.reason, "Error")
+            # Missing credentials are usually about to arrive (the token follows the ForeignCluster), a busy
+            # provider answers in seconds (an unpeer still releasing); a refusal is the provider's answer,
+            # which stays until someone acts.
+            severity = {"MissingCredentials": "Pending", "ProviderBusy": "Pending", "Refused": "Denied"}.get(
+                state.authentication.reason, "Error"
+            )
             condition = _condition(kind, severity, state.authentication.reason, state.authentication.message)
             if state.authentication.at is not None:
                 # When the handshake was tried: tells `liqoctl peer` a verdict on its request from an older one.

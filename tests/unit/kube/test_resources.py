@@ -1,3 +1,5 @@
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -6,6 +8,7 @@ from liqo.kube.resources import (
     CONFIGMAPS,
     DEPLOYMENTS,
     NODES,
+    changed_beyond_status,
     object_key,
     split_key,
     split_namespaced_key,
@@ -64,3 +67,35 @@ def test_nothing_is_not_terminating() -> None:
     assert terminating(None) is False
     assert terminating({}) is False
     assert terminating({"metadata": None}) is False
+
+
+META: dict[str, Any] = {"name": "milan", "resourceVersion": "7", "annotations": {"a": "1"}}
+FC: dict[str, Any] = {
+    "metadata": META,
+    "spec": {"clusterID": "x"},
+    "status": {"conditions": []},
+}
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(status=_json, version=st.text(max_size=5))
+def test_a_status_write_is_no_change_beyond_status(status: object, version: str) -> None:
+    written = {**FC, "status": status, "metadata": {**META, "resourceVersion": version}}
+    assert not changed_beyond_status(FC, written)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"spec": {"clusterID": "y"}},
+        {"metadata": {**META, "annotations": {"a": "2"}}},
+        {"metadata": {**META, "deletionTimestamp": "2030-01-01T00:00:00Z"}},
+        {"metadata": {**META, "finalizers": ["liqo.io/peering"]}},
+    ],
+)
+def test_spec_annotations_finalizers_and_deletion_are_changes(edit: dict[str, object]) -> None:
+    assert changed_beyond_status(FC, {**FC, **edit})

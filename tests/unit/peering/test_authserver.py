@@ -29,7 +29,7 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningBusy, ProvisioningError
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
 from liqo.kube.ratelimit import SourceLimiter
@@ -402,6 +402,7 @@ async def test_over_a_cap_the_consumer_is_told_why_and_nothing_is_done(server: S
     with pytest.raises(authclient.AuthRejected) as caught:
         await handshake(server.url)
     assert (caught.value.status, caught.value.reason) == (status, server.enrolments.full.reason)
+    assert not isinstance(caught.value, authclient.ProviderBusy)  # a cap lasts: a verdict, not a wait
     assert (server.provisioner.calls, server.enrolments.consumed) == ([], [])
     server.enrolments.full = None
     await handshake(server.url)  # its token still enrols it once there is room
@@ -743,6 +744,27 @@ async def test_provisioning_errors_are_500_and_only_safe_ones_are_told(server: S
         await handshake(server.url)
     assert caught.value.status == 500
     assert "internal detail" not in caught.value.reason
+
+
+async def test_what_passes_by_itself_is_503_with_retry_after_and_the_client_waits_not_gives_up(server: Server) -> None:
+    """An unpeer still releasing the tenant namespace is no refusal: the consumer asks again in seconds."""
+    server.provisioner.error = ProvisioningBusy("namespace liqo-tenant-x is being deleted (an unpeer); retry later")
+    with pytest.raises(authclient.ProviderBusy, match=r"\(503\): namespace liqo-tenant-x is being deleted") as caught:
+        await handshake(server.url)
+    assert caught.value.retry_after == 2.0
+    server.provisioner.error = None
+    await handshake(server.url)
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        *[("2", 2.0), (" 7 ", 7.0), ("0", 1.0), ("86400", authclient.MAX_RETRY_AFTER), (None, None), ("", None)],
+        *[("²", None), ("1.5", None), ("-3", None), ("Wed, 21 Oct 2015 07:28:00 GMT", None), ("9" * 40, None)],
+    ],
+)
+def test_retry_after_is_ascii_seconds_within_bounds(header: str | None, seconds: float | None) -> None:
+    assert authclient.retry_after(header) == seconds
 
 
 async def test_the_provisioner_gets_the_csr_as_checked_and_nothing_else(server: Server) -> None:

@@ -395,7 +395,9 @@ async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_po
             return webhook_down in await answer_to_a_spec_change()
 
         await eventually(sent_to_the_webhook, timeout=30, message="a ShadowPod spec change sent to the stopped webhook")
-        hold = {"metadata": {"finalizers": ["test.liqo.io/hold"], "labels": {"kept": "yes"}}}
+        # Labels, whatever their keys (one off the allowlist is left off the pod, not refused): not sent.
+        labels = {"kept": "yes", "sidecar.istio.io/inject": "true"}
+        hold = {"metadata": {"finalizers": ["test.liqo.io/hold"], "labels": labels}}
         await kube.patch(SHADOW_PODS, name, hold, namespace=namespace)  # not sent: would fail like the spec change
         await kube.patch(SHADOW_PODS, name, {"metadata": {"finalizers": None}}, namespace=namespace)
         # The virtual kubelet's grace period before a deletion: liqo's bookkeeping, not sent either; any

@@ -4,9 +4,10 @@ rome is peered with milan and has a namespace offloaded there; each attack write
 twin on milan with rome's identity kubeconfig on milan, while rome's manager and virtual kubelet are
 stopped (nothing of ours on the consumer side helps or interferes). Milan's API server calls milan's
 ShadowPod webhook, which refuses with a message naming the field; afterwards neither a ShadowPod nor a pod
-exists. The rest: a ShadowPod outside a twin, the twin's Pod Security Admission labels (Kubernetes itself
-refusing a pod there), the grace period cut to the cap, and the webhook listener that only the API server
-can talk to.
+exists. Labels and annotations other components of a provider act on are not refused but left behind: the
+real pod milan makes never carries them, and milan's Event names them. The rest: a ShadowPod outside a twin,
+the twin's Pod Security Admission labels (Kubernetes itself refusing a pod there), the grace period cut to
+the cap, and the webhook listener that only the API server can talk to.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from liqo.local.components import WEBHOOK_CLIENT
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
 from liqo.offloading.twins import pod_security_labels
 from liqo.peering import operations
-from tests.helpers import Offloaded, Site, eventually, pod, unique
+from tests.helpers import Offloaded, Site, eventually, pod, running, unique
 
 Object = dict[str, Any]
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -315,8 +316,8 @@ async def restricted(milan: KubeClient, rome_id: str, twin: str) -> AsyncIterato
     await eventually(twin_baseline, timeout=30, message="the twin back to baseline once the policy is gone")
 
 
-# (name, labels, annotations, the key the refusal must name): keys that other components of a provider act
-# on when they find them on a pod. The real pod carries the ShadowPod's labels and annotations.
+# (name, labels, annotations, the key as the Event names it): keys that other components of a provider act on
+# when they find them on a pod. The ShadowPod carrying them is accepted; the real pod made of it never carries them.
 METADATA_ATTACKS: list[tuple[str, dict[str, str], dict[str, str], str]] = [
     (
         "Multus network on a host interface",
@@ -361,6 +362,8 @@ METADATA_ATTACKS: list[tuple[str, dict[str, str], dict[str, str], str]] = [
         {"kubernetes.io/egress-bandwidth": "10G"},
         "metadata.annotations[kubernetes.io/egress-bandwidth]",
     ),
+    ("a Helm chart's pod", {"helm.sh/chart": "shop-1.0.0"}, {}, "metadata.labels[helm.sh/chart]"),
+    ("liqoctl test network's probe", {"liqo.io/netcheck": "remote"}, {}, "metadata.labels[liqo.io/netcheck]"),
 ]
 SAME_NAMESPACE_ANTI_AFFINITY = {
     "podAntiAffinity": {
@@ -372,83 +375,213 @@ SAME_NAMESPACE_ANTI_AFFINITY = {
         ]
     }
 }
+KEYS_NOT_COPIED = "KeysNotCopied"
 
 
-async def test_labels_and_annotations_the_provider_acts_on_are_refused_from_the_peer_itself(
+def keys_of(obj: Object) -> tuple[dict[str, str], dict[str, str]]:
+    """``obj``'s labels and annotations."""
+    meta = obj["metadata"]
+    return meta.get("labels") or {}, meta.get("annotations") or {}
+
+
+async def keys_not_copied(
+    milan: KubeClient, namespace: str, name: str, *, naming: str, not_naming: str | None = None
+) -> Object:
+    """milan's Event on ShadowPod ``name`` naming the keys it did not copy, once one names ``naming`` (and not
+    ``not_naming``)."""
+    found: list[Object] = []
+
+    async def recorded() -> bool:
+        events, _ = await milan.list_all(EVENTS, namespace=namespace)
+        found[:] = [
+            e
+            for e in events
+            if e["reason"] == KEYS_NOT_COPIED
+            and e["involvedObject"]["kind"] == SHADOW_PODS.kind
+            and e["involvedObject"]["name"] == name
+            and naming in e["message"]
+            and (not_naming is None or not_naming not in e["message"])
+        ]
+        return bool(found)
+
+    await eventually(recorded, timeout=30, message=f"milan's {KEYS_NOT_COPIED} Event on {name} naming {naming}")
+    return found[-1]
+
+
+async def made_again(milan: KubeClient, namespace: str, name: str, *, until: Any) -> Object:
+    """ShadowPod ``name``'s pod deleted by milan's admin (a drain) until the one milan makes again passes ``until``."""
+    made: list[Object] = []
+
+    async def remade() -> bool:
+        try:
+            made.append(await milan.get(PODS, name, namespace=namespace))
+        except NotFoundError:
+            return False
+        if until(made[-1]):
+            return True
+        if "deletionTimestamp" not in made[-1]["metadata"]:
+            with contextlib.suppress(NotFoundError):
+                await milan.delete(PODS, name, namespace=namespace, grace_period_seconds=0)
+        return False
+
+    await eventually(remade, timeout=30, message=f"milan making the pod of {name} again")
+    return made[-1]
+
+
+async def test_keys_the_provider_acts_on_never_reach_the_real_pod_from_the_peer_itself(
     sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
 ) -> None:
-    """A plain Deployment's pod passes the allowlist of keys; CNI, mesh and autoscaler keys do not, created or added."""
+    """The ShadowPod is accepted and its pod runs; the pod carries the user's keys and the allowlist's, never the CNI,
+    mesh, autoscaler or bandwidth keys (created or added later), and milan's Event names the keys it left behind."""
     rome_id = sites["rome"].cluster_id
-    for attack, labels, notes, key in METADATA_ATTACKS:
-        name = unique("meta")
-        body = shadow_pod(name, offloaded.twin, rome_id)
-        body["metadata"]["labels"] |= labels
-        body["metadata"]["annotations"] = notes
-        error = await refused(rome_as_peer, body)
-        assert error.status == 403, (attack, error)
-        assert key in error.message, (attack, error.message)
-        await nothing_left(milan, offloaded.twin, name)
-
-    # kubectl create deployment nginx --image=nginx, restarted with kubectl rollout restart, anti-affine to itself.
-    name = unique("nginx")
+    # kubectl create deployment nginx --image=nginx, restarted with kubectl rollout restart, anti-affine to itself,
+    # packaged by Helm, carrying every key of the attacks above.
+    name = unique("meta")
     body = shadow_pod(name, offloaded.twin, rome_id, affinity=SAME_NAMESPACE_ANTI_AFFINITY)
-    body["metadata"]["labels"] |= {"app": "nginx", "pod-template-hash": "7d9b8c6f5"}
+    user_labels = {"app": "nginx", "pod-template-hash": "7d9b8c6f5", "app.kubernetes.io/name": "shop"}
+    body["metadata"]["labels"] |= user_labels
     body["metadata"]["annotations"] = {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}
+    for _, labels, notes, _ in METADATA_ATTACKS:
+        body["metadata"]["labels"] |= labels
+        body["metadata"]["annotations"] |= notes
     await rome_as_peer.create(SHADOW_PODS, body)
     try:
         made = await pod_made(milan, offloaded.twin, name)
-        assert {k: made["metadata"]["labels"].get(k) for k in ("app", "pod-template-hash")} == {
+        labels, annotations = keys_of(made)
+        assert {k: labels.get(k) for k in ("app", "pod-template-hash")} == {
             "app": "nginx",
             "pod-template-hash": "7d9b8c6f5",
         }
-        # A key added later would reach the pod made again (after a drain, a deletion): judged like a creation.
-        istio = {"metadata": {"labels": {"sidecar.istio.io/inject": "true"}}}
-        with pytest.raises(ApiError) as caught:
-            await rome_as_peer.patch(SHADOW_PODS, name, istio, namespace=offloaded.twin)
-        assert caught.value.status == 403
-        assert "metadata.labels[sidecar.istio.io/inject]" in caught.value.message
+        assert labels["app.kubernetes.io/name"] == "shop"
+        assert annotations["kubectl.kubernetes.io/restartedAt"] == "2030-01-01T00:00:00Z"
+        for attack, dropped_labels, dropped_notes, _ in METADATA_ATTACKS:
+            assert not set(dropped_labels) & set(labels), (attack, labels)
+            assert not set(dropped_notes) & set(annotations), (attack, annotations)
+        event = await keys_not_copied(milan, offloaded.twin, name, naming="metadata.labels[helm.sh/chart]")
+        for attack, _, _, key in METADATA_ATTACKS:
+            assert key in event["message"], (attack, event["message"])
+        assert "podSecurity.allowedLabelKeys" in event["message"]
+        assert "podSecurity.allowedAnnotationKeys" in event["message"]
+
+        async def runs() -> bool:
+            return running(await milan.get(PODS, name, namespace=offloaded.twin))
+
+        await eventually(runs, timeout=60, message=f"the pod of {name} Running on milan")
+
+        # A key added later is stored, and never reaches the pod made again (after a drain, a deletion).
+        istio = {"metadata": {"labels": {"sidecar.istio.io/inject": "true", "linkerd.io/inject": "enabled"}}}
+        await rome_as_peer.patch(SHADOW_PODS, name, istio, namespace=offloaded.twin)
         stored = await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
-        assert "sidecar.istio.io/inject" not in stored["metadata"]["labels"]
-        # A label of the user's own vocabulary may still change without the provider's say.
+        assert stored["metadata"]["labels"]["linkerd.io/inject"] == "enabled"
+        # A label of the user's own vocabulary changes without the provider's say, and does reach it.
         await rome_as_peer.patch(SHADOW_PODS, name, {"metadata": {"labels": {"tier": "web"}}}, namespace=offloaded.twin)
+        first = made["metadata"]["uid"]
+        again = await made_again(milan, offloaded.twin, name, until=lambda p: p["metadata"]["uid"] != first)
+        labels, _ = keys_of(again)
+        assert labels["tier"] == "web"
+        assert "linkerd.io/inject" not in labels
+        assert "sidecar.istio.io/inject" not in labels
+        await keys_not_copied(milan, offloaded.twin, name, naming="metadata.labels[linkerd.io/inject]")
     finally:
         await released(rome_as_peer, milan, offloaded.twin, name)
 
-    # The provider's SharingPolicy for rome accepts more keys: Prometheus' annotations and a domain of rome's.
-    scraped = shadow_pod(unique("scraped"), offloaded.twin, rome_id)
+
+async def test_keys_the_providers_policy_lists_reach_the_real_pod_and_no_others(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
+) -> None:
+    """milan's SharingPolicy for rome lists Prometheus' annotations and a domain of rome's: the pod made from then
+    on carries those, still not Multus'; before, none of them."""
+    rome_id = sites["rome"].cluster_id
+    name = unique("scraped")
+    scraped = shadow_pod(name, offloaded.twin, rome_id)
     scraped["metadata"]["labels"] |= {"example.com/team": "shop"}
-    scraped["metadata"]["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9090"}
-    error = await refused(rome_as_peer, scraped)
-    for key in ("metadata.labels[example.com/team]", "metadata.annotations[prometheus.io/scrape]"):
-        assert key in error.message, error.message
-    policy: Object = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": unique("keys-rome")},
-        "spec": {
-            "action": "Share",
-            "peers": [rome_id],
-            "podSecurity": {"allowedLabelKeys": ["example.com/team"], "allowedAnnotationKeys": ["prometheus.io/*"]},
-        },
+    scraped["metadata"]["annotations"] = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9090",
+        "k8s.v1.cni.cncf.io/networks": "macvlan-host",
     }
-    await milan.create(SHARING_POLICIES, policy)
+    await rome_as_peer.create(SHADOW_PODS, scraped)
+    try:
+        made = await pod_made(milan, offloaded.twin, name)
+        labels, annotations = keys_of(made)
+        assert "example.com/team" not in labels
+        assert not {"prometheus.io/scrape", "prometheus.io/port", "k8s.v1.cni.cncf.io/networks"} & set(annotations)
+        event = await keys_not_copied(milan, offloaded.twin, name, naming="metadata.labels[example.com/team]")
+        assert "metadata.annotations[prometheus.io/scrape]" in event["message"]
+        policy: Object = {
+            "apiVersion": SHARING_POLICIES.api_version,
+            "kind": SHARING_POLICIES.kind,
+            "metadata": {"name": unique("keys-rome")},
+            "spec": {
+                "action": "Share",
+                "peers": [rome_id],
+                "podSecurity": {
+                    "allowedLabelKeys": ["example.com/team"],
+                    "allowedAnnotationKeys": ["prometheus.io/*"],
+                },
+            },
+        }
+        await milan.create(SHARING_POLICIES, policy)
+        try:
+            made = await made_again(
+                milan, offloaded.twin, name, until=lambda p: "example.com/team" in (p["metadata"].get("labels") or {})
+            )
+            labels, annotations = keys_of(made)
+            assert labels["example.com/team"] == "shop"
+            assert annotations["prometheus.io/scrape"] == "true"
+            assert annotations["prometheus.io/port"] == "9090"
+            assert "k8s.v1.cni.cncf.io/networks" not in annotations
+            # The pod made under the policy: its Event names Multus' key, no longer Prometheus'.
+            await keys_not_copied(
+                milan,
+                offloaded.twin,
+                name,
+                naming="metadata.annotations[k8s.v1.cni.cncf.io/networks]",
+                not_naming="prometheus.io/scrape",
+            )
+        finally:
+            await milan.delete(SHARING_POLICIES, policy["metadata"]["name"])
+    finally:
+        await released(rome_as_peer, milan, offloaded.twin, name)
+    await nothing_left(milan, offloaded.twin, name)
+
+
+async def test_a_helm_charts_home_pod_runs_and_is_told_the_keys_left_behind(
+    rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """End to end: a home pod labelled by Helm and by ``liqoctl test network`` runs in milan without those keys, and
+    rome's virtual kubelet mirrors milan's Event naming them onto the home pod."""
+    name = unique("charted")
+    home = pod(name, offloaded.namespace)
+    home["metadata"]["labels"] = {"app": "shop", "helm.sh/chart": "shop-1.0.0", "liqo.io/netcheck": "remote"}
+    await rome.create(PODS, home)
     try:
 
-        async def accepted() -> bool:
-            try:
-                await rome_as_peer.create(SHADOW_PODS, scraped, dry_run=True)
-            except ApiError:
-                return False
-            return True
+        async def runs_at_home() -> bool:
+            return running(await rome.get(PODS, name, namespace=offloaded.namespace))
 
-        await eventually(accepted, timeout=30, message="the webhook applying rome's policy of keys")
-        scraped["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "macvlan-host"
-        error = await refused(rome_as_peer, scraped)
-        assert "metadata.annotations[k8s.v1.cni.cncf.io/networks]" in error.message
-        assert "metadata.annotations[prometheus.io/scrape]" not in error.message
+        await eventually(runs_at_home, timeout=60, message=f"the home pod {name} Running in milan")
+        labels, _ = keys_of(await milan.get(PODS, name, namespace=offloaded.twin))
+        assert labels["app"] == "shop"
+        assert not {"helm.sh/chart", "liqo.io/netcheck"} & set(labels)
+        told: list[Object] = []
+
+        async def told_at_home() -> bool:
+            events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+            told[:] = [
+                e
+                for e in events
+                if e["reason"] == KEYS_NOT_COPIED
+                and (e["involvedObject"]["kind"], e["involvedObject"]["name"]) == ("Pod", name)
+            ]
+            return bool(told)
+
+        await eventually(told_at_home, timeout=30, message=f"milan's {KEYS_NOT_COPIED} Event on the home pod {name}")
+        assert told[-1]["type"] == "Normal"
+        for said in ("metadata.labels[helm.sh/chart]", "metadata.labels[liqo.io/netcheck]", "allowedLabelKeys"):
+            assert said in told[-1]["message"], told[-1]["message"]
     finally:
-        await milan.delete(SHARING_POLICIES, policy["metadata"]["name"])
-    await nothing_left(milan, offloaded.twin, scraped["metadata"]["name"])
+        await rome.delete(PODS, name, namespace=offloaded.namespace)
 
 
 async def test_grace_period_is_cut_to_the_cap_and_the_token_never_mounted(
@@ -640,7 +773,8 @@ async def test_a_pod_admitted_before_the_policy_tightened_goes_when_its_home_pod
 async def test_the_grace_annotation_alone_passes_a_policy_that_refuses_the_pod(
     sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, rome_as_peer: KubeClient
 ) -> None:
-    """With rome's own identity: liqo's bookkeeping on a ShadowPod is not judged again; anything else still is."""
+    """With rome's own identity: liqo's bookkeeping and labels on a ShadowPod are not judged again; anything else
+    still is."""
     rome_id = sites["rome"].cluster_id
     name = unique("bookkept")
     await rome_as_peer.create(SHADOW_PODS, shadow_pod(name, offloaded.twin, rome_id))
@@ -651,6 +785,9 @@ async def test_the_grace_annotation_alone_passes_a_policy_that_refuses_the_pod(
             await rome_as_peer.patch(SHADOW_PODS, name, grace, namespace=offloaded.twin)
             stored = await milan.get(SHADOW_PODS, name, namespace=offloaded.twin)
             assert stored["metadata"]["annotations"][names.GRACE_PERIOD] == "7"
+            # Labels are not judged again either, whatever their keys: the pod made next is without those.
+            labelled = {"metadata": {"labels": {"tier": "web", "sidecar.istio.io/inject": "true"}}}
+            await rome_as_peer.patch(SHADOW_PODS, name, labelled, namespace=offloaded.twin)
             restart = {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}}}
             with pytest.raises(ApiError) as caught:
                 await rome_as_peer.patch(SHADOW_PODS, name, restart, namespace=offloaded.twin)

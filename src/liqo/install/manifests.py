@@ -880,16 +880,6 @@ def pod_placement_policy() -> list[Manifest]:
     return [policy, binding]
 
 
-def _cel_key_accepted(key: str, patterns: Iterable[str]) -> str:
-    """CEL: whether ``key`` has no prefix or is one of ``patterns`` (``podsecurity.key_accepted``)."""
-    prefixes = [p.removesuffix("*") for p in patterns if p.endswith("/*")]
-    exact = [p for p in patterns if not p.endswith("/*")]
-    tests = [f"!{key}.contains('/')", *(f"{key}.startsWith('{p}')" for p in prefixes)]
-    if exact:
-        tests.append(f"{key} in [{', '.join(repr(k) for k in exact)}]")
-    return " || ".join(tests)
-
-
 def _cel_annotations_changed(keep_out: Iterable[str]) -> str:
     """CEL: whether an annotation other than ``keep_out`` was added, changed or removed (an absent map is empty)."""
     now = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
@@ -905,17 +895,13 @@ SHADOW_POD_JUDGED_CHANGE = (
     "request.operation != 'UPDATE' || has(object.spec) != has(oldObject.spec)"
     " || (has(object.spec) && object.spec != oldObject.spec)"
     f" || {_cel_annotations_changed(podsecurity.BOOKKEEPING_ANNOTATIONS)}"
-    " || (has(object.metadata.labels) && object.metadata.labels.exists(k,"
-    f" !({_cel_key_accepted('k', podsecurity.LABEL_KEYS)})"
-    " && !(has(oldObject.metadata.labels) && k in oldObject.metadata.labels"
-    " && oldObject.metadata.labels[k] == object.metadata.labels[k])))"
 )
 """The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, an
-annotation other than liqo's bookkeeping, a label key beyond those every provider accepts, added or changed:
-the pod carries them). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call
-the webhook for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), for the
-consumer's (the grace period its virtual kubelet writes before deleting one), nor for the user's own labels,
-which then also succeed while the manager is down."""
+annotation other than liqo's bookkeeping; never the labels: a key off the allowlist is left off the pod, not
+refused). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the webhook
+for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), for the consumer's (the
+grace period its virtual kubelet writes before deleting one), nor for labels, which then also succeed while
+the manager is down."""
 
 
 def shadow_pod_webhook_configuration(*, client_config: dict[str, Any]) -> Manifest:

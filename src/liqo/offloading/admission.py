@@ -4,6 +4,9 @@ The API server calls it for every ShadowPod created or updated in a twin namespa
 ``namespaceSelector``); the verdict is :func:`liqo.offloading.podsecurity.shadow_pod_verdict`, the same
 one the ShadowPod controller checks again before creating a pod. A refusal is ``403`` with every violation
 named, which the API server hands back to the consumer's virtual kubelet (it shows it on the home pod).
+A label or annotation key off the provider's allowlist is no violation: it is left off the pod the
+ShadowPod controller makes (:class:`~liqo.offloading.podsecurity.Dropped`), so a ShadowPod is never refused
+for one.
 
 The consumer is the *namespace's* (its ``liqo.io/remote-cluster-id`` label, on a twin this cluster made):
 never a label of the ShadowPod, which the consumer writes. Its policy is chosen among the SharingPolicies
@@ -11,14 +14,14 @@ by a function the manager passes in (capabilities do not import each other). Eve
 the webhook, so each runs its own informers of twin namespaces and SharingPolicies, outside leader election.
 
 An UPDATE that leaves the pod and the annotations as they were (but liqo's bookkeeping: the grace period the
-consumer's virtual kubelet writes just before it deletes the ShadowPod), and adds or changes no label key
-beyond those every provider accepts, is allowed whatever the policy says now: liqo's own writes (the
-provider's finalizer, the consumer's grace period before a deletion) must never be refused because a policy
-tightened, or a pod whose home pod is gone would keep running here; the pod of such a ShadowPod was judged
-when it was made. The registration's match condition says the same in CEL
-(:data:`liqo.install.manifests.SHADOW_POD_JUDGED_CHANGE`), so the API server does not send those; the check
-here stays for API servers that send them anyway. Any other UPDATE is judged with the ShadowPod as it was
-(labels and annotations kept as they were are not judged again: :func:`shadow_pod_verdict`).
+consumer's virtual kubelet writes just before it deletes the ShadowPod) is allowed whatever the policy says
+now, whatever it does to the labels (the verdict judges no label but its type, which the API server checks):
+liqo's own writes (the provider's finalizer, the consumer's grace period before a deletion) must never be
+refused because a policy tightened, or a pod whose home pod is gone would keep running here; the pod of such
+a ShadowPod was judged when it was made, and is judged again whenever it is made again. The registration's
+match condition says the same in CEL (:data:`liqo.install.manifests.SHADOW_POD_JUDGED_CHANGE`), so the API
+server does not send those; the check here stays for API servers that send them anyway. Any other UPDATE is
+judged whole, as a creation.
 """
 
 from __future__ import annotations
@@ -35,15 +38,7 @@ from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.resources import NAMESPACES
-from liqo.offloading.podsecurity import (
-    BOOKKEEPING_ANNOTATIONS,
-    LABEL_KEYS,
-    PolicySelector,
-    Verdict,
-    changed_entries,
-    key_accepted,
-    shadow_pod_verdict,
-)
+from liqo.offloading.podsecurity import BOOKKEEPING_ANNOTATIONS, PolicySelector, Verdict, shadow_pod_verdict
 from liqo.offloading.registration import VALIDATE_PATH
 from liqo.offloading.webhook import LOOKUP_TIMEOUT, PodReview, WebhookClient, review_response, serve_review
 
@@ -60,8 +55,7 @@ NOT_SYNCED = (
 def unchanged(review: PodReview) -> bool:
     """Whether ``review`` is an UPDATE leaving what the verdict judges as it was (pure).
 
-    That is the pod, the annotations but :data:`~liqo.offloading.podsecurity.BOOKKEEPING_ANNOTATIONS`, and
-    every label whose key is not one of those every provider accepts.
+    That is the pod and the annotations but :data:`~liqo.offloading.podsecurity.BOOKKEEPING_ANNOTATIONS`.
     """
     if review.operation != "UPDATE" or review.obj is None or review.old_obj is None:
         return False
@@ -74,9 +68,7 @@ def unchanged(review: PodReview) -> bool:
             annotations = {k: v for k, v in annotations.items() if k not in BOOKKEEPING_ANNOTATIONS}
         return obj.get("spec"), annotations
 
-    labels = changed_entries(_metadata(review.obj).get("labels") or {}, _metadata(review.old_obj).get("labels"))
-    labelled = any(not key_accepted(str(key), LABEL_KEYS) for key in labels)
-    return judged(review.obj) == judged(review.old_obj) and not labelled
+    return judged(review.obj) == judged(review.old_obj)
 
 
 def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -148,7 +140,6 @@ class ShadowPodWebhook:
             review.obj,
             namespace=namespace,
             policy_of=lambda consumer: self._select(policies, consumer),
-            before=review.old_obj,
         )
 
     async def _namespace(self, name: str) -> Object | None:

@@ -1,4 +1,4 @@
-"""What a consumer's pod may do on this provider: the verdict on a ShadowPod, and the fields the provider resets.
+"""What a consumer's pod may do on this provider: the verdict on a ShadowPod, what the provider resets or leaves off.
 
 A ShadowPod is written by a peer, and the manager turns it into a real pod with its own cluster-wide right to
 create pods: whatever the ShadowPod asks for, the provider grants, unless it is refused here first. So the
@@ -22,22 +22,27 @@ pod is judged by the provider alone, from the peer's :class:`SecurityPolicy` (a 
   containers; pod (anti-)affinity to pods of other namespaces (the provider's own workloads: a peer would
   probe where they run, or push them off nodes); probes and lifecycle hooks aimed at a ``host``, which the
   kubelet dials from the node (its neighbours, the cloud's metadata service) instead of the pod;
-- the real pod's labels and annotations, which are the ShadowPod's: keys from an allowlist
-  (:data:`LABEL_KEYS`, :data:`ANNOTATION_KEYS`, and what the policy adds), since other components of the
-  provider act on keys they find on a pod (Multus attaches networks, Calico hands out addresses, Istio and
-  Linkerd inject sidecars with volumes and traffic rules of the annotations' choosing, the cluster
-  autoscaler keeps nodes). A key without a prefix is the user's own and always passes.
+- labels and annotations: maps of strings, AppArmor's confined (the baseline above).
 
-Two fields are not refused but reset, where the pod is made: ``automountServiceAccountToken`` is forced
-false and ``terminationGracePeriodSeconds`` is cut to the policy's maximum.
+Some of the ShadowPod is not refused but changed, where the pod is made: ``automountServiceAccountToken``
+is forced false and ``terminationGracePeriodSeconds`` cut to the policy's maximum (:class:`Reset`), and the
+real pod gets only the ShadowPod's labels and annotations whose keys are on an allowlist (:data:`LABEL_KEYS`,
+:data:`ANNOTATION_KEYS`, and what the policy adds); the others are left behind (:class:`Dropped`), since
+other components of the provider act on keys they find on a pod (Multus attaches networks, Calico hands out
+addresses, Istio and Linkerd inject sidecars with volumes and traffic rules of the annotations' choosing, the
+cluster autoscaler keeps nodes). A key without a prefix is the user's own and always copied. Left behind
+rather than refused: the keys matter only on the real pod, and the ShadowPod is a resource of the twin that
+no component of the provider selects by them; refused, every Helm chart's pod (``helm.sh/chart``) and every
+pod a mesh or a scraper is told about would never run on a provider, for a reason the consumer's user cannot
+fix. The ShadowPod controller names the keys left behind in an Event on the ShadowPod and on the pod (which
+the consumer's virtual kubelet mirrors onto the home pod).
 
 One pure function, :func:`shadow_pod_verdict`, serves the validating webhook (before the ShadowPod is
 stored) and the ShadowPod controller (before the pod is created: for ShadowPods stored while the webhook
 was not registered). A peer writes the input, so nothing here may raise on it: a value of the wrong type is
-a violation naming the field, like any other. On an update the webhook hands in the ShadowPod as it was:
-labels and annotations kept as they were admitted are not judged again (the virtual kubelet's grace period,
-written before a deletion, must pass after the policy lost a key), while the controller judges every key of
-a pod it makes.
+a violation naming the field, like any other. What the verdict judges of labels and annotations (their type,
+AppArmor's values) does not depend on the policy: a policy that lost a key since a ShadowPod was admitted
+never refuses that ShadowPod's later writes, it only leaves the key off the pod made next.
 """
 
 from __future__ import annotations
@@ -141,7 +146,7 @@ LABEL_KEYS = (
     names.REMOTE_CLUSTER_ID,
     names.SHADOW_POD,
 )
-"""Label keys with a prefix that every provider accepts on a peer's pod: Kubernetes' recommended labels (and
+"""Label keys with a prefix that every provider copies onto a peer's pod: Kubernetes' recommended labels (and
 liqo's ``managed-by``), those its workload controllers put on their pods (acted on by controllers in the
 pod's own namespace only: a twin has none of the provider's), liqo's on every ShadowPod, and the one this
 cluster sets on the pod itself (a consumer's pod may be a pod of a ShadowPod at home)."""
@@ -152,16 +157,17 @@ ANNOTATION_KEYS = (
     names.GRACE_PERIOD,
     names.HOME_POD_UID,
 )
-"""Annotation keys with a prefix that every provider accepts: kubectl's (``restartedAt`` of a rollout
+"""Annotation keys with a prefix that every provider copies: kubectl's (``restartedAt`` of a rollout
 restart, ``default-container``: read by kubectl only), an Indexed Job's index (its containers read it
 through the downward API), AppArmor's (judged: confined profiles only), liqo's grace period (read by this
 cluster, checked) and the one this cluster sets on the pod itself."""
 BOOKKEEPING_ANNOTATIONS = (names.GRACE_PERIOD,)
-"""Annotations liqo's own components write on a ShadowPod for their bookkeeping, never judged again once it is
-admitted: the grace period the consumer's virtual kubelet writes just before it deletes one (read by this
-cluster alone, checked there: :func:`liqo.offloading.shadowpods.grace_period`). A deletion is never judged;
-refusing its preamble because the consumer's policy tightened since the pod was made would keep that pod
-running here after its home pod is gone."""
+"""Annotations liqo's own components write on a ShadowPod for their bookkeeping, whose change never has the
+ShadowPod judged again (:func:`liqo.offloading.admission.unchanged`): the grace period the consumer's virtual
+kubelet writes just before it deletes one (read by this cluster alone, checked there:
+:func:`liqo.offloading.shadowpods.grace_period`). A deletion is never judged; refusing its preamble because
+the consumer's policy tightened since the pod was made would keep that pod running here after its home pod
+is gone."""
 
 
 class SecurityPolicy(Protocol):
@@ -185,11 +191,11 @@ class SecurityPolicy(Protocol):
 
     @property
     def allowed_label_keys(self) -> Sequence[str]:
-        """Label keys the pods may carry beyond :data:`LABEL_KEYS`: keys, or ``prefix/*``."""
+        """Label keys copied onto the pods beyond :data:`LABEL_KEYS`: keys, or ``prefix/*``."""
 
     @property
     def allowed_annotation_keys(self) -> Sequence[str]:
-        """Annotation keys the pods may carry beyond :data:`ANNOTATION_KEYS`: keys, or ``prefix/*``."""
+        """Annotation keys copied onto the pods beyond :data:`ANNOTATION_KEYS`: keys, or ``prefix/*``."""
 
 
 PolicySelector = Callable[[Sequence[Mapping[str, Any]], str], SecurityPolicy]
@@ -217,20 +223,46 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Dropped:
+    """A label or annotation of the ShadowPod the provider leaves off the pod: its key is not on the allowlist."""
+
+    field: str
+    """``labels`` or ``annotations``."""
+    key: str
+
+    def __str__(self) -> str:
+        return f"metadata.{self.field}[{self.key}]"
+
+
+KEYS_ALLOWED_BY = {"labels": "podSecurity.allowedLabelKeys", "annotations": "podSecurity.allowedAnnotationKeys"}
+"""Where a provider's SharingPolicy lists the keys it copies beyond the allowlist, by field."""
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """What the provider makes of a pod: refused if any violation, else run with the resets applied."""
+    """What the provider makes of a pod: refused if any violation, else run with the resets and drops applied."""
 
     violations: tuple[Violation, ...] = ()
     resets: tuple[Reset, ...] = ()
+    dropped: tuple[Dropped, ...] = ()
 
     @property
     def allowed(self) -> bool:
-        """Whether the pod may run (after :func:`apply_resets`)."""
+        """Whether the pod may run (after :func:`apply_resets` and :func:`copied_keys`)."""
         return not self.violations
 
     def message(self) -> str:
         """Every violation, for the refusal the consumer sees on its home pod."""
         return "this provider refuses the pod: " + "; ".join(str(v) for v in self.violations)
+
+    def dropped_message(self) -> str:
+        """The keys left off the pod, and where the provider's admin would allow them."""
+        fields = sorted({d.field for d in self.dropped})
+        return (
+            f"not copied onto the pod: {', '.join(str(d) for d in self.dropped)} (other components of this provider"
+            " act on such keys on a pod); this provider's admin copies more keys for this consumer by listing them"
+            f" (keys, or prefix/*) in its SharingPolicy's {' and '.join(KEYS_ALLOWED_BY[f] for f in fields)}"
+        )
 
 
 def apply_resets(spec: Mapping[str, Any], resets: Sequence[Reset]) -> dict[str, Any]:
@@ -238,18 +270,25 @@ def apply_resets(spec: Mapping[str, Any], resets: Sequence[Reset]) -> dict[str, 
     return {**spec, **{reset.field: reset.value for reset in resets}}
 
 
+def copied_keys(shadow: Mapping[str, Any], *, field: str, dropped: Sequence[Dropped]) -> dict[str, str]:
+    """The ShadowPod's labels or annotations (``field``) the pod gets: all but the verdict's ``dropped`` (pure).
+
+    Only string entries of a map are ever copied (the verdict refuses any other, the API server too).
+    """
+    value = _metadata(shadow, field)
+    if not isinstance(value, Mapping):
+        return {}
+    left = {d.key for d in dropped if d.field == field}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str) and k not in left}
+
+
 def shadow_pod_verdict(
-    shadow: Any,
-    *,
-    namespace: Mapping[str, Any] | None,
-    policy_of: Callable[[str], SecurityPolicy],
-    before: Any = None,
+    shadow: Any, *, namespace: Mapping[str, Any] | None, policy_of: Callable[[str], SecurityPolicy]
 ) -> Verdict:
     """The verdict on a ShadowPod in ``namespace`` (None: not found), under its consumer's policy.
 
     The consumer is the one the *namespace* belongs to (a twin this cluster made), never a label on the
-    ShadowPod, which the consumer writes. ``policy_of`` gives a consumer's policy. ``before``, on an update,
-    is the ShadowPod as stored: its labels and annotations that stay as they were are not judged again.
+    ShadowPod, which the consumer writes. ``policy_of`` gives a consumer's policy.
     """
     consumer = twin_consumer(namespace)
     if consumer is None or namespace is None:
@@ -259,33 +298,19 @@ def shadow_pod_verdict(
         return Verdict(violations=(Violation("(object)", "must be an object"),))
     spec = shadow.get("spec")
     pod = spec.get("pod") if isinstance(spec, Mapping) else None
-    labels, annotations = (changed_entries(_metadata(shadow, field), _metadata(before, field)) for field in _KEYED)
     return pod_verdict(
         pod,
-        labels=labels,
-        annotations=annotations,
+        labels=_metadata(shadow, "labels"),
+        annotations=_metadata(shadow, "annotations"),
         own_namespace=str((namespace.get("metadata") or {}).get("name", "")),
         policy=policy_of(consumer),
     )
-
-
-_KEYED = ("labels", "annotations")
 
 
 def _metadata(obj: Any, field: str) -> Any:
     """``obj``'s ``metadata.<field>`` as written: anything, None if absent."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     return meta.get(field) if isinstance(meta, Mapping) else None
-
-
-def changed_entries(now: Any, before: Any) -> Any:
-    """The entries of map ``now`` that ``before`` lacks or has with another value (pure).
-
-    ``now`` itself when either is no map: all of it is judged.
-    """
-    if not isinstance(now, Mapping) or not isinstance(before, Mapping):
-        return now
-    return {key: value for key, value in now.items() if key not in before or before[key] != value}
 
 
 def twin_consumer(namespace: Mapping[str, Any] | None) -> str | None:
@@ -303,7 +328,7 @@ def pod_verdict(
 ) -> Verdict:
     """The verdict on pod ``spec`` in namespace ``own_namespace`` under ``policy`` (pure, never raises).
 
-    ``labels`` and ``annotations`` are the ShadowPod's (the pod's to be), or those of them to judge.
+    ``labels`` and ``annotations`` are the ShadowPod's (the pod's to be).
     """
     check = _Check(restricted=policy.level != BASELINE)
     pod = check.mapping(spec, path)
@@ -311,8 +336,10 @@ def pod_verdict(
         if spec is None:
             check.refuse(path, "is required")
         return Verdict(violations=tuple(check.violations))
-    check.keys(labels, "metadata.labels", accepted=(*LABEL_KEYS, *policy.allowed_label_keys))
-    check.keys(annotations, "metadata.annotations", accepted=(*ANNOTATION_KEYS, *policy.allowed_annotation_keys))
+    dropped = [
+        *check.keys(labels, "labels", accepted=(*LABEL_KEYS, *policy.allowed_label_keys)),
+        *check.keys(annotations, "annotations", accepted=(*ANNOTATION_KEYS, *policy.allowed_annotation_keys)),
+    ]
     check.annotations(annotations)
     check.pod_level(pod, path)
     check.provider_fields(pod, path, policy)
@@ -322,11 +349,11 @@ def pod_verdict(
         for index, container in check.items(pod.get(kind), f"{path}.{kind}"):
             check.container(container, f"{path}.{kind}[{index}]", pod_context=pod.get("securityContext"))
     resets = _resets(pod, path, policy, check)
-    return Verdict(violations=tuple(check.violations), resets=tuple(resets))
+    return Verdict(violations=tuple(check.violations), resets=tuple(resets), dropped=tuple(dropped))
 
 
 def key_accepted(key: str, patterns: Sequence[str]) -> bool:
-    """Whether label or annotation ``key`` is one of ``patterns`` (keys, or ``prefix/*``) or has no prefix (pure).
+    """Whether label or annotation ``key`` is copied: one of ``patterns`` (keys, or ``prefix/*``) or unprefixed (pure).
 
     A prefix pattern covers keys of exactly that prefix: ``prometheus.io/*`` is not ``x.prometheus.io/...``.
     """
@@ -403,15 +430,18 @@ class _Check:
 
     # -- the pod --------------------------------------------------------------------------------------------
 
-    def keys(self, value: Any, path: str, *, accepted: Sequence[str]) -> None:
-        """Every key of labels or annotations ``value`` among the ``accepted`` patterns."""
-        for key in self.mapping(value, path) or {}:
-            if not key_accepted(str(key), accepted):
-                rule = (
-                    "other components act on keys like this one on a pod; this provider accepts only keys without"
-                    f" a prefix, {', '.join(accepted)}"
-                )
-                self.refuse(f"{path}[{key}]", rule)
+    def keys(self, value: Any, field: str, *, accepted: Sequence[str]) -> list[Dropped]:
+        """The keys of labels or annotations ``value`` (``field``) off the ``accepted`` patterns.
+
+        A value that is no string is refused.
+        """
+        dropped = []
+        for key, text in (self.mapping(value, f"metadata.{field}") or {}).items():
+            if not isinstance(text, str):
+                self.refuse(f"metadata.{field}[{key}]", "must be a string")
+            elif not key_accepted(str(key), accepted):
+                dropped.append(Dropped(field, str(key)))
+        return dropped
 
     def annotations(self, value: Any) -> None:
         annotations = self.mapping(value, "metadata.annotations")

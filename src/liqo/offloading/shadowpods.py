@@ -28,7 +28,12 @@ Before making a pod the controller judges the ShadowPod again, with the verdict 
 gives (:mod:`liqo.offloading.podsecurity`): a ShadowPod stored while the webhook was not registered (before
 an upgrade, or with the registration removed), or before the consumer's policy tightened, gets no pod, only
 the status ``Refused`` and a Warning Event, and is judged again with the same capped backoff. The pod is
-made with the verdict's resets (no ServiceAccount token, the grace period capped).
+made with the verdict's resets (no ServiceAccount token, the grace period capped) and only the labels and
+annotations whose keys the provider copies; the keys left behind are named at each creation, with the
+policy fields that would copy them, in a Normal Event ``KeysNotCopied`` on the ShadowPod (where this
+controller reports on it) and on the pod (the consumer's virtual kubelet mirrors a pod's Events onto the
+home pod, so the consumer's user is told too). Normal, not Warning: the pod runs as the provider's policy
+says, nothing failed, and every Helm chart's pod (``helm.sh/chart``) would otherwise raise a warning.
 
 Keyed by ``namespace/name`` (a ShadowPod and its pod share both); the budgets, by consumer.
 """
@@ -57,13 +62,15 @@ from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
 from liqo.offloading import metrics
 from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
-from liqo.offloading.podsecurity import Reset, SecurityPolicy, Verdict, apply_resets, shadow_pod_verdict
+from liqo.offloading.podsecurity import SecurityPolicy, Verdict, apply_resets, copied_keys, shadow_pod_verdict
 from liqo.offloading.twins import is_twin_of
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+KEYS_NOT_COPIED = "KeysNotCopied"
+"""The Normal Event on a ShadowPod whose pod was made without some of its labels or annotations."""
 Created = Literal["created", "refused", "unknown"]
 """What came of a pod's creation: ``unknown`` when the API server did not say (a timeout, a 5xx)."""
 
@@ -92,11 +99,13 @@ ConsumerPolicySelector = Callable[[Sequence[Mapping[str, Any]], str], ConsumerPo
 ``liqo.sharing``'s: capabilities do not import each other)."""
 
 
-def pod_from_shadow(shadow: Obj, *, resets: Sequence[Reset]) -> Obj:
-    """The real pod created for ``shadow``, controlled by it, with the verdict's ``resets`` applied (pure)."""
+def pod_from_shadow(shadow: Obj, *, verdict: Verdict) -> Obj:
+    """The real pod created for ``shadow``, controlled by it, with the ``verdict``'s resets and drops applied (pure)."""
     meta = shadow["metadata"]
-    labels = dict(meta.get("labels") or {}) | {names.SHADOW_POD: meta["name"]}
-    annotations = dict(meta.get("annotations") or {}) | {names.HOME_POD_UID: shadow["spec"].get("homePodUID", "")}
+    labels = copied_keys(shadow, field="labels", dropped=verdict.dropped) | {names.SHADOW_POD: meta["name"]}
+    annotations = copied_keys(shadow, field="annotations", dropped=verdict.dropped) | {
+        names.HOME_POD_UID: shadow["spec"].get("homePodUID", "")
+    }
     owner = {
         "apiVersion": SHADOW_PODS.api_version,
         "kind": SHADOW_PODS.kind,
@@ -114,7 +123,7 @@ def pod_from_shadow(shadow: Obj, *, resets: Sequence[Reset]) -> Obj:
             "annotations": annotations,
             "ownerReferences": [owner],
         },
-        "spec": apply_resets(shadow["spec"]["pod"], resets),
+        "spec": apply_resets(shadow["spec"]["pod"], verdict.resets),
     }
 
 
@@ -361,7 +370,7 @@ class ShadowPods(Component):
         if missing is not None:
             await self._wait(shadow, reason=OVER_BUDGET, message=missing.message)
             return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner
-        match await self._create(shadow, resets=verdict.resets):
+        match await self._create(shadow, verdict=verdict):
             case "refused":
                 self._free(key)
                 return Result(requeue_after=self._retry.when(key))
@@ -409,7 +418,7 @@ class ShadowPods(Component):
         await self._wait(shadow, reason=NO_ACCEPTED_OFFER, message=message)
         return Result(requeue_after=self._retry.when(key))
 
-    async def _create(self, shadow: Obj, *, resets: Sequence[Reset]) -> Created:
+    async def _create(self, shadow: Obj, *, verdict: Verdict) -> Created:
         """Create the pod: ``created`` (or it existed), ``refused`` (the ShadowPod says so), or ``unknown``.
 
         Unless created, the caller retries with the capped backoff: a pod the consumer asked for is never given
@@ -421,7 +430,7 @@ class ShadowPods(Component):
         key = object_key(shadow)
         self._unseen.add(key)
         try:
-            await self._client.create(PODS, pod_from_shadow(shadow, resets=resets))
+            made = await self._client.create(PODS, pod_from_shadow(shadow, verdict=verdict))
         except ConflictError:
             return "created"  # created meanwhile (the informer is behind): the pod's event re-queues us
         except ApiError as exc:
@@ -435,6 +444,11 @@ class ShadowPods(Component):
             log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
             return "unknown"
         log.debug("created pod %s/%s", meta["namespace"], meta["name"])
+        if verdict.dropped:
+            for about in (shadow, made):
+                await self._events.record(
+                    about, type="Normal", reason=KEYS_NOT_COPIED, message=verdict.dropped_message()
+                )
         return "created"
 
     async def _created(self, shadow: Obj) -> None:

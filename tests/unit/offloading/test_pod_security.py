@@ -17,11 +17,16 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.offloading.podsecurity import (
+    ANNOTATION_KEYS,
+    LABEL_KEYS,
+    Dropped,
     Verdict,
     apply_resets,
+    key_accepted,
     pod_verdict,
     shadow_pod_verdict,
 )
+from liqo.offloading.shadowpods import pod_from_shadow
 from liqo.sharing.policy import PodSecurity
 from liqo.virtualkubelet.forge import pods as forge_pods
 
@@ -193,6 +198,10 @@ def judge(spec: Any, policy: PodSecurity, *, labels: Any = None, annotations: An
 
 def paths(verdict: Verdict) -> set[str]:
     return {v.path for v in verdict.violations}
+
+
+def dropped(verdict: Verdict) -> set[str]:
+    return {str(d) for d in verdict.dropped}
 
 
 @given(allowed_pods())
@@ -485,7 +494,7 @@ def test_apparmor_annotations_must_stay_confined(profile: str, refused: bool) ->
     assert paths(verdict) == ({f"metadata.annotations[{key}]"} if refused else set())
 
 
-# -- labels and annotations: the ShadowPod's become the real pod's --------------------------------------------
+# -- labels and annotations: the ShadowPod's the real pod gets, those it does not ----------------------------
 
 KEY_NAMES = st.from_regex(r"\A[A-Za-z0-9]([-A-Za-z0-9_.]{0,20}[A-Za-z0-9])?\Z")
 KEY_PREFIXES = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?){0,3}\Z")
@@ -555,7 +564,9 @@ def accepted_metadata(draw: st.DrawFn) -> tuple[Object, Object]:
 @given(allowed_pods(), accepted_metadata())
 def test_the_keys_every_provider_accepts_pass(spec: Object, metadata: tuple[Object, Object]) -> None:
     labels, annotations = metadata
-    assert judge(spec, BASELINE, labels=labels, annotations=annotations).violations == ()
+    verdict = judge(spec, BASELINE, labels=labels, annotations=annotations)
+    assert verdict.violations == ()
+    assert verdict.dropped == ()
 
 
 @given(
@@ -565,22 +576,70 @@ def test_the_keys_every_provider_accepts_pass(spec: Object, metadata: tuple[Obje
     keys_off_the_list,
     st.text(max_size=8),
 )
-def test_a_key_off_the_list_is_refused_naming_it_until_the_providers_policy_lists_it(
+def test_a_key_off_the_list_is_left_off_the_pod_naming_it_until_the_providers_policy_lists_it(
     spec: Object, metadata: tuple[Object, Object], where: str, key: str, value: str
 ) -> None:
-    """Keys other components act on never reach the provider's pod unless the provider says so (by key or prefix)."""
+    """Keys other components act on never reach the provider's pod unless the provider says so (by key or prefix);
+    the pod is not refused for them."""
     assume(not accepted_everywhere(where, key))
     labels, annotations = metadata
     (labels if where == "labels" else annotations)[key] = value
     verdict = judge(spec, BASELINE, labels=labels, annotations=annotations)
-    assert paths(verdict) == {f"metadata.{where}[{key}]"}
-    assert f"metadata.{where}[{key}]" in verdict.message()
+    assert verdict.violations == ()
+    assert dropped(verdict) == {f"metadata.{where}[{key}]"}
+    message = verdict.dropped_message()
+    assert f"metadata.{where}[{key}]" in message
+    assert f"podSecurity.allowed{where[:-1].capitalize()}Keys" in message
     other = "annotations" if where == "labels" else "labels"
     for listed in (key, f"{key.rpartition('/')[0]}/*"):
         allowing = keys_policy(where, ("example.org/x", listed))
-        assert judge(spec, allowing, labels=labels, annotations=annotations).violations == ()
+        assert judge(spec, allowing, labels=labels, annotations=annotations) == Verdict(resets=verdict.resets)
         elsewhere = keys_policy(other, (listed,))
-        assert paths(judge(spec, elsewhere, labels=labels, annotations=annotations)) == {f"metadata.{where}[{key}]"}
+        assert dropped(judge(spec, elsewhere, labels=labels, annotations=annotations)) == {f"metadata.{where}[{key}]"}
+
+
+def keyed(keys: st.SearchStrategy[str]) -> st.SearchStrategy[dict[str, str]]:
+    return st.dictionaries(keys, st.text(max_size=4), max_size=6)
+
+
+ANY_KEYS = KEY_NAMES | keys_off_the_list | st.sampled_from((*ACCEPTED_LABEL_KEYS, *ACCEPTED_ANNOTATION_KEYS))
+PATTERNS = st.lists(st.sampled_from(["prometheus.io/*", "example.com/team", "sidecar.istio.io/inject"]), max_size=2)
+
+
+@given(allowed_pods(), keyed(ANY_KEYS), keyed(ANY_KEYS), PATTERNS, PATTERNS)
+def test_the_real_pod_never_carries_a_key_off_the_list_whatever_the_shadow_pod_says(
+    spec: Object,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+    label_patterns: list[str],
+    annotation_patterns: list[str],
+) -> None:
+    """The pod made of an allowed ShadowPod gets every key without a prefix and every listed one, and no other."""
+    policy = PodSecurity(
+        tolerations=BASELINE.tolerations,
+        allowed_label_keys=tuple(label_patterns),
+        allowed_annotation_keys=tuple(annotation_patterns),
+    )
+    made = {
+        "metadata": {"name": "p", "namespace": TWIN, "uid": "s1", "labels": labels, "annotations": annotations},
+        "spec": {"pod": spec, "homePodUID": "u1"},
+    }
+    verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: policy)
+    assert verdict.allowed
+    pod = pod_from_shadow(made, verdict=verdict)["metadata"]
+    for field, asked, accepted in (
+        ("labels", labels, (*LABEL_KEYS, *label_patterns)),
+        ("annotations", annotations, (*ANNOTATION_KEYS, *annotation_patterns)),
+    ):
+        assert all(key_accepted(key, accepted) for key in pod[field]), pod[field]
+        mine = {names.SHADOW_POD, names.HOME_POD_UID}  # set by the provider, whatever the ShadowPod says
+        assert {k: v for k, v in asked.items() if key_accepted(k, accepted) and k not in mine}.items() <= pod[
+            field
+        ].items()
+        assert {k for k in asked if "/" not in k} <= set(pod[field])
+        assert {d for d in verdict.dropped if d.field == field} == {
+            Dropped(field, k) for k in asked if not key_accepted(k, accepted)
+        }
 
 
 def keys_policy(where: str, patterns: tuple[str, ...]) -> PodSecurity:
@@ -605,7 +664,8 @@ def keys_policy(where: str, patterns: tuple[str, ...]) -> PodSecurity:
 def test_a_pattern_covers_its_key_or_its_own_prefix_only(key: str, allowed: bool) -> None:
     policy = PodSecurity(allowed_annotation_keys=("prometheus.io/*", "example.com/team"))
     verdict = judge({"containers": [{"name": "c", "image": "x"}]}, policy, annotations={key: "1"})
-    assert verdict.allowed is allowed
+    assert verdict.allowed
+    assert (not verdict.dropped) is allowed
 
 
 @pytest.mark.parametrize("value", ["app=web", ["app"], 1])
@@ -613,34 +673,71 @@ def test_labels_that_are_no_object_are_a_violation(value: Any) -> None:
     assert paths(judge({"containers": [{"name": "c", "image": "x"}]}, BASELINE, labels=value)) == {"metadata.labels"}
 
 
-def test_an_update_judges_the_keys_it_adds_or_changes_not_those_admitted_before() -> None:
-    """A key a policy accepted when the ShadowPod was made stays through its later writes.
+@pytest.mark.parametrize("value", [1, None, ["x"], {"a": "b"}, True])
+def test_a_label_or_annotation_value_that_is_no_string_is_a_violation(value: Any) -> None:
+    spec = {"containers": [{"name": "c", "image": "x"}]}
+    verdict = judge(spec, BASELINE, labels={"app": value}, annotations={"prometheus.io/port": value})
+    assert paths(verdict) == {"metadata.labels[app]", "metadata.annotations[prometheus.io/port]"}
 
-    The virtual kubelet writes a grace period before a deletion; the pod is judged whole when made again, by
-    the ShadowPod controller.
+
+def test_a_key_the_policy_no_longer_lists_is_left_behind_never_refused() -> None:
+    """A key a policy copied when the ShadowPod was made is only left off the pod made after the policy lost it.
+
+    The virtual kubelet writes a grace period before a deletion: nothing of the keys refuses it. The pod is
+    judged whole at every creation, by the ShadowPod controller.
     """
     pod = {"containers": [{"name": "c", "image": "x"}]}
+    listing = PodSecurity(allowed_annotation_keys=("prometheus.io/*",))
     admitted = shadow(pod, **{"prometheus.io/scrape": "true"})
+    assert shadow_pod_verdict(admitted, namespace=twin(), policy_of=lambda _: listing) == Verdict(
+        resets=judge(pod, listing).resets
+    )
     tightened = PodSecurity()
-    assert paths(shadow_pod_verdict(admitted, namespace=twin(), policy_of=lambda _: tightened)) == {
-        "metadata.annotations[prometheus.io/scrape]"
-    }
     graced = shadow(pod, **{"prometheus.io/scrape": "true", names.GRACE_PERIOD: "5"})
-    assert shadow_pod_verdict(graced, namespace=twin(), policy_of=lambda _: tightened, before=admitted).allowed
-    changed = shadow(pod, **{"prometheus.io/scrape": "false"})
-    verdict = shadow_pod_verdict(changed, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
-    assert paths(verdict) == {"metadata.annotations[prometheus.io/scrape]"}
-    added = shadow(pod, **{"prometheus.io/scrape": "true", "linkerd.io/inject": "enabled"})
-    verdict = shadow_pod_verdict(added, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
-    assert paths(verdict) == {"metadata.annotations[linkerd.io/inject]"}
-    labelled = copy.deepcopy(admitted)
-    labelled["metadata"]["labels"] = {"sidecar.istio.io/inject": "true"}
-    verdict = shadow_pod_verdict(labelled, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
-    assert paths(verdict) == {"metadata.labels[sidecar.istio.io/inject]"}
-    # The pod is judged whole at every write all the same.
+    verdict = shadow_pod_verdict(graced, namespace=twin(), policy_of=lambda _: tightened)
+    assert verdict.allowed
+    assert dropped(verdict) == {"metadata.annotations[prometheus.io/scrape]"}
+    labelled = copy.deepcopy(graced)
+    labelled["metadata"]["labels"] = {"sidecar.istio.io/inject": "true", "linkerd.io/inject": "enabled"}
+    verdict = shadow_pod_verdict(labelled, namespace=twin(), policy_of=lambda _: tightened)
+    assert verdict.allowed
+    assert dropped(verdict) == {
+        "metadata.annotations[prometheus.io/scrape]",
+        "metadata.labels[sidecar.istio.io/inject]",
+        "metadata.labels[linkerd.io/inject]",
+    }
+    # The pod is judged whole all the same.
     hostile = shadow({**pod, "hostPID": True}, **{"prometheus.io/scrape": "true"})
-    verdict = shadow_pod_verdict(hostile, namespace=twin(), policy_of=lambda _: tightened, before=admitted)
+    verdict = shadow_pod_verdict(hostile, namespace=twin(), policy_of=lambda _: tightened)
     assert paths(verdict) == {"spec.pod.hostPID"}
+
+
+def test_a_helm_charts_pod_and_liqoctls_network_probe_run_without_their_keys() -> None:
+    """``helm.sh/chart`` (every Bitnami chart's pods) and ``liqo.io/netcheck`` (``liqoctl test network``'s probe
+    pods): allowed, their pods made without those keys, with the others."""
+    made = shadow({"containers": [{"name": "c", "image": "x"}]}, **{"prometheus.io/scrape": "true"})
+    made["metadata"] |= {"namespace": TWIN, "uid": "s1"}
+    made["metadata"]["labels"] = {
+        "app.kubernetes.io/name": "shop",
+        "app": "shop",
+        "helm.sh/chart": "shop-1.0.0",
+        "liqo.io/netcheck": "remote",
+    }
+    verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: PodSecurity())
+    assert verdict.allowed
+    assert dropped(verdict) == {
+        "metadata.labels[helm.sh/chart]",
+        "metadata.labels[liqo.io/netcheck]",
+        "metadata.annotations[prometheus.io/scrape]",
+    }
+    pod = pod_from_shadow(made, verdict=verdict)["metadata"]
+    assert pod["labels"] == {"app.kubernetes.io/name": "shop", "app": "shop", names.SHADOW_POD: "p"}
+    assert pod["annotations"] == {names.HOME_POD_UID: ""}
+    assert verdict.dropped_message().startswith(
+        "not copied onto the pod: metadata.labels[helm.sh/chart], metadata.labels[liqo.io/netcheck],"
+        " metadata.annotations[prometheus.io/scrape]"
+    )
+    assert "podSecurity.allowedAnnotationKeys and podSecurity.allowedLabelKeys" in verdict.dropped_message()
 
 
 @given(allowed_pods(), st.integers(0, 600), st.integers(0, 300))
@@ -738,16 +835,16 @@ def test_the_consumer_is_the_namespaces_and_outside_twins_nothing_passes() -> No
 
 
 @given(json_values, json_values)
-def test_a_shadow_pod_of_any_shape_gets_a_verdict(value: Any, before: Any) -> None:
+def test_a_shadow_pod_of_any_shape_gets_a_verdict(value: Any, other: Any) -> None:
     shadow_pod_verdict(value, namespace=twin(), policy_of=lambda _: BASELINE)
     shadow_pod_verdict({"metadata": value, "spec": value}, namespace=twin(), policy_of=lambda _: BASELINE)
-    shadow_pod_verdict(
-        {"metadata": {"labels": value, "annotations": value}, "spec": {"pod": {}}},
-        namespace=twin(),
-        policy_of=lambda _: BASELINE,
-        before={"metadata": {"labels": before, "annotations": before}},
-    )
-    shadow_pod_verdict(value, namespace=twin(), policy_of=lambda _: BASELINE, before=before)
+    for labels, notes in ((value, other), (other, value)):
+        made = {"metadata": {"labels": labels, "annotations": notes}, "spec": {"pod": {}}}
+        verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: BASELINE)
+        if verdict.allowed:
+            made["metadata"] |= {"name": "p", "namespace": TWIN, "uid": "s1"}
+            meta = pod_from_shadow(made, verdict=verdict)["metadata"]
+            assert all(isinstance(v, str) for field in ("labels", "annotations") for v in meta[field].values())
 
 
 def test_the_shadow_pod_of_a_plain_deployment_pod_passes_baseline() -> None:
@@ -819,10 +916,10 @@ def test_the_shadow_pod_of_a_plain_deployment_pod_passes_baseline() -> None:
     made = forge_pods.shadow_pod(home_pod, namespace="web-rome", home_cluster_id="rome-id")
     verdict = shadow_pod_verdict(made, namespace=twin(), policy_of=lambda _: PodSecurity())
     assert verdict.violations == ()
+    assert verdict.dropped == ()  # every key of a plain Deployment's pod reaches the provider's
     assert "runtimeClassName" not in made["spec"]["pod"]
     assert "schedulerName" not in made["spec"]["pod"]  # the provider's default scheduler places it
     assert made["metadata"]["labels"]["pod-template-hash"] == "7d9b8c6f5"
     deleted = copy.deepcopy(made)
     deleted["metadata"]["annotations"][names.GRACE_PERIOD] = "5"
-    assert shadow_pod_verdict(deleted, namespace=twin(), policy_of=lambda _: PodSecurity(), before=made).allowed
     assert shadow_pod_verdict(deleted, namespace=twin(), policy_of=lambda _: PodSecurity()).allowed

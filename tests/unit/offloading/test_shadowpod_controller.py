@@ -18,7 +18,7 @@ from liqo.kube.errors import ConflictError, NotFoundError, UnreachableError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
 from liqo.kube.resources import PODS, Resource, object_key
-from liqo.offloading.shadowpods import ShadowPods
+from liqo.offloading.shadowpods import KEYS_NOT_COPIED, ShadowPods
 from liqo.sharing.policy import PodSecurity
 
 Obj = dict[str, Any]
@@ -41,12 +41,14 @@ class FakeApi:
         self.creations: list[str] = []
         self.gets: list[str] = []
         self.statuses: dict[str, Obj] = {}
+        self.events: list[Obj] = []
         self.failure: Exception | None = None
         """Raised by the next pod creation, after the pod is made (a timeout that hid a success)."""
 
     async def create(self, resource: Resource, body: Obj, **_: Any) -> Obj:
         if resource != PODS:
-            return body  # Events
+            self.events.append(body)
+            return body
         key = object_key(body)
         if key in self.pods:
             raise ConflictError(409, "AlreadyExists", f"pods {key} already exists")
@@ -55,7 +57,7 @@ class FakeApi:
         if self.failure is not None:
             failure, self.failure = self.failure, None
             raise failure
-        return body
+        return self.pods[key]
 
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         assert resource == PODS
@@ -217,3 +219,39 @@ async def test_a_creation_without_an_answer_keeps_its_room_until_the_pod_is_know
     await shadow_pods.reconcile(f"{TWIN}/first")  # known absent: admitted afresh, made again
     assert api.creations == [f"{TWIN}/first", f"{TWIN}/first"]
     assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
+
+
+async def test_a_pod_is_made_without_the_keys_off_the_list_and_a_normal_event_names_them() -> None:
+    """A Helm chart's pod, labelled by ``liqoctl test network`` and told to Istio: it runs, without those keys."""
+    api = FakeApi()
+    shadow_pods = controller(api)
+    charted = shadow("charted", cpu="10m")
+    charted["metadata"]["labels"] |= {"app": "shop", "helm.sh/chart": "shop-1.0.0", "liqo.io/netcheck": "remote"}
+    charted["metadata"]["annotations"] = {"sidecar.istio.io/inject": "true", "kubectl.kubernetes.io/restartedAt": "x"}
+    plain = shadow("plain", cpu="10m")
+    for made in (charted, plain):
+        put(shadow_pods.shadows, made)
+        await shadow_pods.reconcile(object_key(made))
+    assert api.creations == [f"{TWIN}/charted", f"{TWIN}/plain"]
+    meta = api.pods[f"{TWIN}/charted"]["metadata"]
+    assert meta["labels"] == names.peer_labels(CONSUMER) | {"app": "shop", names.SHADOW_POD: "charted"}
+    assert meta["annotations"] == {"kubectl.kubernetes.io/restartedAt": "x", names.HOME_POD_UID: ""}
+    # On the ShadowPod, and on the pod (whose Events the consumer's virtual kubelet mirrors home); none for plain.
+    on_shadow, on_pod = api.events
+    assert (on_shadow["involvedObject"]["kind"], on_shadow["involvedObject"]["uid"]) == ("ShadowPod", "uid-charted")
+    assert (on_pod["involvedObject"]["kind"], on_pod["involvedObject"]["uid"]) == ("Pod", meta["uid"])
+    for event in (on_shadow, on_pod):
+        assert (event["type"], event["reason"], event["involvedObject"]["name"]) == (
+            "Normal",
+            KEYS_NOT_COPIED,
+            "charted",
+        )
+        for key in (
+            "metadata.labels[helm.sh/chart]",
+            "metadata.labels[liqo.io/netcheck]",
+            "metadata.annotations[sidecar.istio.io/inject]",
+            "podSecurity.allowedLabelKeys",
+            "podSecurity.allowedAnnotationKeys",
+        ):
+            assert key in event["message"], event["message"]
+    assert f"{TWIN}/charted" not in api.statuses  # nothing refused, nothing waiting

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
-from liqo.offloading.podsecurity import Reset
+from liqo.offloading.podsecurity import Reset, Verdict
 from liqo.offloading.shadowpods import grace_period, made_for, pod_from_shadow
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
@@ -132,7 +132,7 @@ def test_shadow_pod_keeps_every_field_but_the_dropped_ones(extra: dict[str, str]
 def test_the_provider_pod_is_owned_by_its_shadow_and_names_the_home_pod() -> None:
     shadow = forge_pods.shadow_pod(home_pod(), namespace="t", home_cluster_id="r")
     shadow["metadata"]["uid"] = "s1"
-    pod = pod_from_shadow(shadow, resets=[Reset("terminationGracePeriodSeconds", 5, "capped")])
+    pod = pod_from_shadow(shadow, verdict=Verdict(resets=(Reset("terminationGracePeriodSeconds", 5, "capped"),)))
     owner = pod["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ShadowPod", "s1", True)
     assert pod["metadata"]["labels"][names.SHADOW_POD] == "web-1"

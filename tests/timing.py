@@ -13,11 +13,15 @@ module records, from its first setup to its last teardown:
 
 At the end of the session the table (slowest first) and the slowest tests are printed and written to
 ``build/test-times/`` (``modules.tsv``, ``tests.tsv``), which ``.ci/run`` prints again as its last lines.
-The arithmetic is pure (:func:`module_times`, :func:`format_modules`); the plugin only reads clocks.
+Under pytest-xdist each lane (worker) samples its own modules and leaves them in ``lane-<id>.json``; the
+controller, which runs no test, reads them back for the table (a module's ``other`` then includes what the
+other lanes did meanwhile). The arithmetic is pure (:func:`module_times`, :func:`format_modules`); the
+plugin only reads clocks and files.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import time
@@ -131,7 +135,31 @@ class Timing:
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.durations.append((report.duration, report.nodeid))
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if _lane(session.config) is None:  # the controller, or a run without lanes: no stale lane files
+            for stale in OUTPUT.glob("lane-*.json"):
+                stale.unlink(missing_ok=True)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        lane = _lane(session.config)
+        if lane is not None and self.spans:
+            OUTPUT.mkdir(parents=True, exist_ok=True)
+            spans = {
+                module: [vars(start), vars(end), self.tests[module]] for module, (start, end) in self.spans.items()
+            }
+            (OUTPUT / f"lane-{lane}.json").write_text(json.dumps(spans))
+
+    def _lanes(self) -> None:
+        """Add the modules the lanes sampled (under xdist the controller itself samples none)."""
+        for path in sorted(OUTPUT.glob("lane-*.json")):
+            for module, (start, end, tests) in json.loads(path.read_text()).items():
+                self.spans[module] = (Sample(**start), Sample(**end))
+                self.tests[module] = tests
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if _lane(terminalreporter.config) is not None:
+            return
+        self._lanes()
         if not self.spans:
             return
         times = module_times(self.spans, self.tests, cores=os.cpu_count() or 1)
@@ -150,6 +178,12 @@ class Timing:
         (OUTPUT / "modules.tsv").write_text(tsv(iter(header + rows)))
         lines: list[Sequence[object]] = [("seconds", "test"), *((f"{s:.1f}", n) for s, n in slowest)]
         (OUTPUT / "tests.tsv").write_text(tsv(iter(lines)))
+
+
+def _lane(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (``gw0``...), None in the controller or a run without lanes."""
+    workerinput: dict[str, str] | None = getattr(config, "workerinput", None)
+    return workerinput["workerid"] if workerinput else None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -11,12 +11,16 @@ VENV := .venv
 LIQOCTL := $(VENV)/bin/liqoctl
 APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
 PYTEST_ARGS ?=
+# Lanes: pytest-xdist workers, each given whole modules (their clusters start once per lane). The suite
+# mostly waits on clusters converging, so lanes overlap the waits on 2 cores (docs/testing.md, "Lanes").
+LANES ?= 3
+LANE_ARGS := $(if $(filter-out 0 1,$(LANES)),-n $(LANES) --dist loadfile)
 
 .PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
-	@echo "make test         set up, then lint and run the whole test suite"
+	@echo "make test         set up, then lint and run the whole test suite (LANES=3 in parallel; LANES=1 serial)"
 	@echo "make setup        install what the project needs (idempotent)"
 	@echo "make lint         ruff, mypy (strict), import-linter"
 	@echo "make unit         unit tests only (no clusters)"
@@ -70,10 +74,10 @@ unit: venv
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
 
 integration: setup
-	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests/integration $(LANE_ARGS) $(PYTEST_ARGS)
 
 test: setup lint
-	$(VENV)/bin/pytest tests $(PYTEST_ARGS)
+	$(VENV)/bin/pytest tests $(LANE_ARGS) $(PYTEST_ARGS)
 
 bench-local: setup
 	$(VENV)/bin/python benchmarks/local.py $(if $(PODS),--pods $(PODS))

@@ -86,10 +86,18 @@ class Traces:
         left += [f"process {ref.pid}" for ref in self.processes if is_alive(ref)]
         left += [f"veth {node.veth}" for node in self.nodes if Path("/sys/class/net", node.veth).exists()]
         left += [f"cgroup {node.cgroup}" for node in self.nodes if _cgroup_exists(node)]
-        left += [f"mount {point}" for point in host.mounts_under(root)]
+        left += [f"mount {point}" for point in host.mounts_under(root.parent) if _of(root, Path(point))]
         if self.nodes and _nft_table_exists(host.nat_table(self.name)):
             left.append(f"nftables table {host.nat_table(self.name)}")
         return left
+
+
+def _of(root: Path, path: Path) -> bool:
+    """Whether ``path`` is in the cluster's directory ``root`` or in a tombstone of it."""
+    if not path.is_relative_to(root.parent) or path == root.parent:
+        return False
+    top = path.relative_to(root.parent).parts[0]
+    return top == root.name or top.startswith(f".removing-{root.name}-")
 
 
 def _cgroup_exists(node: RealNode) -> bool:
@@ -100,19 +108,20 @@ def _nft_table_exists(table: str) -> bool:
     return subprocess.run(["nft", "list", "table", "ip", table], capture_output=True, check=False).returncode == 0
 
 
-def liqoctl(report: Report, *args: str) -> bool:
-    """Run a liqoctl command; a failure (or one past its deadline) is a problem."""
+def liqoctl(report: Report, *args: str, log: bool = True) -> str | None:
+    """Run a liqoctl command; its output, or None and a problem if it failed (or ran past its deadline)."""
     started = time.monotonic()
     try:
         result = subprocess.run([LIQOCTL, *args], capture_output=True, text=True, timeout=COMMAND_DEADLINE, check=False)
     except subprocess.TimeoutExpired:
         report.problem(f"`liqoctl {' '.join(args)}` still running after {COMMAND_DEADLINE:.0f}s")
-        return False
+        return None
     if result.returncode != 0:
         report.problem(f"`liqoctl {' '.join(args)}` exited {result.returncode}: {result.stderr.strip()[-2000:]}")
-        return False
-    print(f"{time.monotonic() - started:6.1f}s liqoctl {' '.join(args)}", flush=True)
-    return True
+        return None
+    if log:
+        print(f"{time.monotonic() - started:6.1f}s liqoctl {' '.join(args)}", flush=True)
+    return result.stdout
 
 
 def kubeconfig(name: str) -> str:
@@ -122,11 +131,14 @@ def kubeconfig(name: str) -> str:
 def peer_round(report: Report, *, consumer: str, provider: str, provider_flags: list[str]) -> None:
     """Up both, install liqo on both, peer them; then purge both and check that nothing of them is left."""
     try:
-        if (
-            liqoctl(report, "local", "up", consumer, "--nodes", "1")
-            and liqoctl(report, "local", "up", provider, *provider_flags)
-            and liqoctl(report, "install", kubeconfig(consumer))
-            and liqoctl(report, "install", kubeconfig(provider))
+        if all(
+            liqoctl(report, *command) is not None
+            for command in (
+                ("local", "up", consumer, "--nodes", "1"),
+                ("local", "up", provider, *provider_flags),
+                ("install", kubeconfig(consumer)),
+                ("install", kubeconfig(provider)),
+            )
         ):
             liqoctl(
                 report, "peer", kubeconfig(consumer), f"--remote-kubeconfig={ClusterDir.named(provider).kubeconfig}"
@@ -158,16 +170,13 @@ def peer_loop(report: Report, *, loop: str, deadline: float, provider_flags: lis
 def list_loop(report: Report, *, stop: threading.Event) -> None:
     """``local list`` without pause: it must succeed, whatever is being made or purged meanwhile."""
     while not stop.is_set():
-        result = subprocess.run(
-            [LIQOCTL, "local", "list", "-o", "json"], capture_output=True, text=True, timeout=120, check=False
-        )
-        if result.returncode != 0:
-            report.problem(f"`liqoctl local list` exited {result.returncode}: {result.stderr.strip()}")
+        listed = liqoctl(report, "local", "list", "-o", "json", log=False)
+        if listed is None:
             continue
         try:
-            json.loads(result.stdout)
+            json.loads(listed)
         except ValueError:
-            report.problem(f"`liqoctl local list -o json` printed no JSON: {result.stdout[:500]}")
+            report.problem(f"`liqoctl local list -o json` printed no JSON: {listed[:500]}")
         with report.lock:
             report.lists += 1
 

@@ -36,6 +36,7 @@ import yaml
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
 from liqo.local import toolchain
 from liqo.local.components import (
@@ -649,7 +650,8 @@ def info(name: str) -> ClusterInfo:
         state = "Degraded" if unhealthy else "Running"
     nodes, real = f"?/{spec.nodes}", f"?/{spec.real_nodes}"
     if running and components.get("kube-apiserver", {}).get("healthy"):
-        with suppress(KubeError, aiohttp.ClientError, OSError):
+        # KubeconfigError: purged since the supervisor was seen running (list shows it Running, nodes unknown).
+        with suppress(KubeError, KubeconfigError, aiohttp.ClientError, OSError):
             fake_ready, real_ready = asyncio.run(_count_ready(cluster))
             nodes, real = f"{fake_ready}/{spec.nodes}", f"{real_ready}/{spec.real_nodes}"
     return ClusterInfo(

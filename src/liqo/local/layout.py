@@ -185,7 +185,7 @@ def choose_ports(
 
 
 def refresh_ports(current: Ports | None, *, reserved: Collection[int] = ()) -> Ports:
-    """Keep every port of ``current`` that is still free; replace the taken ones (or all, when new)."""
+    """Keep every port of ``current`` still free and not ``reserved``; replace the others (or all, when new)."""
     wanted = {f.name: getattr(current, f.name) if current else 0 for f in fields(Ports)}
     return Ports(**choose_ports(wanted, reserved=reserved, keep=port_is_free, candidates=kernel_ports()))
 

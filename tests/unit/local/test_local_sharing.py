@@ -90,6 +90,19 @@ def test_processes_allocating_at_once_never_choose_the_same_port_or_underlay_slo
     assert sorted(slots) == list(range(1, 46))
 
 
+def test_liqo_ports_are_kept_by_a_second_install_unless_another_cluster_recorded_them(home: Path) -> None:
+    for name in ("rome", "milan"):
+        clusters.allocate(ClusterSpec(name=name), bin_dir=home, node_bin_dir=None)
+    first = clusters.reserve_ports("rome", LIQO_PORTS)
+    assert clusters.reserve_ports("rome", first) == first
+    milan = records(home)["milan"]
+    layout.write_json(ClusterDir.named("milan").cluster_file, milan | {"liqoPorts": {"auth": first["auth"]}})
+    again = clusters.reserve_ports("rome", first)
+    assert again["auth"] != first["auth"]
+    assert {k: v for k, v in again.items() if k != "auth"} == {k: v for k, v in first.items() if k != "auth"}
+    assert records(home)["rome"]["liqoPorts"] == again
+
+
 def test_readers_of_every_cluster_never_fail_while_clusters_are_purged(home: Path) -> None:
     done: Event = FORK.Event()
     seen: Event = FORK.Event()

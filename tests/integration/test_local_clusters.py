@@ -74,6 +74,9 @@ def test_up_is_idempotent_and_refuses_different_settings(cluster: LocalCluster) 
     again = liqoctl("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes))
     assert again.returncode == 0, again.stderr
     assert processes_of(cluster) == before
+    as_stored = liqoctl("local", "up", cluster.name)  # made with --nodes 2: a flag left out means as stored
+    assert as_stored.returncode == 0, as_stored.stderr
+    assert processes_of(cluster) == before
 
     different = liqoctl("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes + 1))
     assert different.returncode == 1

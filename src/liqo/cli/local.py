@@ -12,11 +12,16 @@ from liqo.cli.errors import expected_errors
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
 from liqo.local import clusters, toolchain
 from liqo.local.realnodes import images
-from liqo.local.spec import ClusterSpec, parse_labels
+from liqo.local.spec import ClusterSpec, SpecRequest, parse_labels
 
 app = typer.Typer(help="Local clusters for demos and tests (no container runtime needed).", no_args_is_help=True)
 
 Name = Annotated[str, typer.Argument(help="Cluster name (lowercase letters, digits and '-').")]
+
+
+def _new(field: str) -> str:
+    """Help text: a flag's value for a new cluster (on an existing one, a flag left out means as stored)."""
+    return f" New cluster: {ClusterSpec.__dataclass_fields__[field].default}."
 
 
 @app.command()
@@ -48,40 +53,55 @@ def build_image() -> None:
 @app.command()
 def up(
     name: Name,
-    nodes: Annotated[int, typer.Option(help="Number of fake (kwok) nodes (0 is allowed with --real-nodes).")] = 1,
+    nodes: Annotated[
+        int | None, typer.Option(help=f"Number of fake (kwok) nodes (0 is allowed with --real-nodes).{_new('nodes')}")
+    ] = None,
     real_nodes: Annotated[
-        int, typer.Option(help="Number of real nodes (kubelet + containerd, each in its own namespaces; needs root).")
-    ] = 0,
-    node_cpu: Annotated[str, typer.Option(help="CPU of each node (a quantity: 8, 500m).")] = "8",
-    node_memory: Annotated[str, typer.Option(help="Memory of each node (a quantity: 32Gi).")] = "32Gi",
-    node_pods: Annotated[int, typer.Option(help="Maximum pods per node.")] = 110,
-    pod_cidr: Annotated[str, typer.Option(help="Pod CIDR (may overlap another cluster's).")] = "10.244.0.0/16",
-    service_cidr: Annotated[str, typer.Option(help="Service CIDR.")] = "10.96.0.0/16",
-    node_labels: Annotated[str, typer.Option(help="Extra node labels: k=v,k2=v2.")] = "",
+        int | None,
+        typer.Option(
+            help="Number of real nodes (kubelet + containerd, each in its own namespaces; needs root)."
+            + _new("real_nodes")
+        ),
+    ] = None,
+    node_cpu: Annotated[
+        str | None, typer.Option(help=f"CPU of each node (a quantity: 8, 500m).{_new('node_cpu')}")
+    ] = None,
+    node_memory: Annotated[
+        str | None, typer.Option(help=f"Memory of each node (a quantity: 32Gi).{_new('node_memory')}")
+    ] = None,
+    node_pods: Annotated[int | None, typer.Option(help=f"Maximum pods per node.{_new('node_pods')}")] = None,
+    pod_cidr: Annotated[
+        str | None, typer.Option(help=f"Pod CIDR (may overlap another cluster's).{_new('pod_cidr')}")
+    ] = None,
+    service_cidr: Annotated[str | None, typer.Option(help=f"Service CIDR.{_new('service_cidr')}")] = None,
+    node_labels: Annotated[str | None, typer.Option(help="Extra node labels: k=v,k2=v2. New cluster: none.")] = None,
     cpus: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Pin every process of the cluster (control plane, kwok, real nodes, liqo's components run "
-            "by the cluster) to these CPUs, in taskset's list syntax: 0, 0-1, 0,2. Default: not pinned."
+            "by the cluster) to these CPUs, in taskset's list syntax: 0, 0-1, 0,2. New cluster: not pinned."
         ),
-    ] = "",
+    ] = None,
 ) -> None:
-    """Start a local cluster (idempotent: an existing one is resumed or left as it is)."""
+    """Start a local cluster, or resume one as it was made (a flag left out keeps the stored value).
+
+    A flag given with another value than the one the cluster was made with is refused: `down --purge` first.
+    """
     with expected_errors():
-        spec = ClusterSpec(
-            name=name,
-            nodes=nodes,
-            node_cpu=node_cpu,
-            node_memory=node_memory,
-            node_pods=node_pods,
-            pod_cidr=pod_cidr,
-            service_cidr=service_cidr,
-            node_labels=parse_labels(node_labels),
-            real_nodes=real_nodes,
-            cpus=cpus,
-        )
-        info = clusters.up(spec, progress=progress)
-    real = f", real nodes {info.real_nodes}" if real_nodes else ""
+        flags = {
+            "nodes": nodes,
+            "real_nodes": real_nodes,
+            "node_cpu": node_cpu,
+            "node_memory": node_memory,
+            "node_pods": node_pods,
+            "pod_cidr": pod_cidr,
+            "service_cidr": service_cidr,
+            "node_labels": parse_labels(node_labels) if node_labels is not None else None,
+            "cpus": cpus,
+        }
+        request = SpecRequest(name, {key: value for key, value in flags.items() if value is not None})
+        info = clusters.up(request, progress=progress)
+    real = f", real nodes {info.real_nodes}" if not info.real_nodes.endswith("/0") else ""
     pinned = f", pinned to CPUs {info.cpus}" if info.cpus else ""
     out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}{real}{pinned}")
     out.print(f"use it with: eval $(liqoctl local env {info.name})")
@@ -102,7 +122,7 @@ def down(
 def list_(output: Format = OUTPUT_OPTION) -> None:
     """List local clusters with their API URL, state, Ready nodes and unhealthy components."""
     with expected_errors():
-        infos = [clusters.info(name) for name in clusters.names()]
+        infos = clusters.listing()
     if emit([i.to_dict() for i in infos], fmt=output):
         return
     table(

@@ -77,7 +77,7 @@ from liqo.kube.resources import (
 from liqo.kube.waiting import poll_until
 from liqo.local import clusters
 from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
-from liqo.local.layout import ClusterDir, free_ports
+from liqo.local.layout import ClusterDir
 from liqo.local.realnodes import images
 from liqo.local.realnodes.configs import NODE_LABEL
 from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
@@ -613,21 +613,29 @@ def _local_network(name: str) -> ClusterNetwork:
 
 
 def host_processes(name: str, options: InstallOptions) -> HostProcesses:
-    """The host-process launcher of local cluster ``name`` (ports kept from a previous install)."""
-    auth = _kept_port(name, manifests.MANAGER, "--auth-address=")
-    kubelet = _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=")
-    webhook = _kept_port(name, manifests.MANAGER, "--webhook-address=")
-    metrics = _kept_port(name, manifests.MANAGER, "--metrics-address=")
-    kubelet_metrics = _kept_port(name, manifests.VIRTUAL_KUBELET, "--metrics-address=")
-    fresh = iter(free_ports(5))
+    """The host-process launcher of local cluster ``name`` (ports kept from a previous install).
+
+    The ports are reserved with the cluster (``clusters.reserve_ports``): no other cluster made or
+    installed meanwhile can choose them before these processes listen on them.
+    """
+    ports = clusters.reserve_ports(
+        name,
+        {
+            "auth": _kept_port(name, manifests.MANAGER, "--auth-address=") or 0,
+            "kubelet": _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=") or 0,
+            "webhook": _kept_port(name, manifests.MANAGER, "--webhook-address=") or 0,
+            "metrics": _kept_port(name, manifests.MANAGER, "--metrics-address=") or 0,
+            "kubeletMetrics": _kept_port(name, manifests.VIRTUAL_KUBELET, "--metrics-address=") or 0,
+        },
+    )
     return HostProcesses(
         cluster=name,
         directory=ClusterDir.named(name).root / "liqo",
-        port=auth or next(fresh),
-        kubelet_port=kubelet or next(fresh),
-        webhook_port=webhook or next(fresh),
-        metrics_port=metrics or next(fresh),
-        kubelet_metrics_port=kubelet_metrics or next(fresh),
+        port=ports["auth"],
+        kubelet_port=ports["kubelet"],
+        webhook_port=ports["webhook"],
+        metrics_port=ports["metrics"],
+        kubelet_metrics_port=ports["kubeletMetrics"],
         identity_ttl=options.identity_ttl,
         tenant_limits=options.tenant_limits,
         auth_rate_limit=options.auth_rate_limit,

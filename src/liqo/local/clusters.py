@@ -1,17 +1,22 @@
 """Local clusters: bring one up, take it down, list them, and start or stop single components.
 
-``up`` is idempotent and resumable: it writes only what is missing (PKI, configuration), keeps the ports
-it used before unless one has been taken meanwhile, starts the supervisor only if it is not running, and
-then waits — on conditions, with deadlines — for the API, the fake nodes and the default ServiceAccount.
-``down`` stops exactly the processes recorded in ``status.json``, by identity (pid + start time), and keeps
-the data unless asked to purge it, so a later ``up`` brings back the same cluster.
+``up`` is idempotent and resumable: flags left out mean "as stored", it writes only what is missing (PKI,
+configuration), keeps the ports it used before unless one has been taken meanwhile, starts the supervisor
+only if it is not running, and then waits — on conditions, with deadlines — for the API, the fake nodes and
+the default ServiceAccount. ``down`` stops exactly the processes recorded in ``status.json``, by identity
+(pid + start time), and keeps the data unless asked to purge it, so a later ``up`` brings back the same
+cluster.
+
+Concurrent commands: one cluster's commands take its lock (``NAME/.lock``); what clusters share (ports,
+underlay slots) is chosen and recorded under the machine-wide allocation lock (:mod:`liqo.local.layout`);
+``down --purge`` renames the directory away before deleting it, and whatever reads every cluster skips
+one that vanished meanwhile: ``local list`` beside a purge lists it or not, and never fails.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import fcntl
 import hashlib
 import os
 import shutil
@@ -20,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,7 @@ import yaml
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
 from liqo.local import toolchain
 from liqo.local.components import (
@@ -44,7 +50,22 @@ from liqo.local.components import (
     scheduler_config,
     webhook_client_kubeconfig,
 )
-from liqo.local.layout import ClusterDir, Ports, clusters_root, read_json, refresh_ports, write_json
+from liqo.local.layout import (
+    ClusterDir,
+    Ports,
+    allocation_lock,
+    choose_ports,
+    clusters_root,
+    kernel_ports,
+    locked,
+    read_json,
+    read_record,
+    records,
+    refresh_ports,
+    remove_cluster,
+    reserved_ports,
+    write_json,
+)
 from liqo.local.processes import ProcessRef, is_alive, terminate, wait_gone
 from liqo.local.realnodes import host, images
 from liqo.local.realnodes import plan as realplan
@@ -56,7 +77,7 @@ from liqo.local.realnodes.nodes import (
     real_nodes,
     underlay_index,
 )
-from liqo.local.spec import ClusterSpec, check_cpus, check_name
+from liqo.local.spec import ClusterSpec, SpecRequest, check_cpus, check_name
 
 Progress = Callable[[str], None]
 
@@ -113,32 +134,35 @@ class ClusterInfo:
 # -- up ------------------------------------------------------------------------------------------------
 
 
-def up(spec: ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo:
-    """Bring cluster ``spec.name`` up (or make sure it is up) and return its state once Ready.
+def up(request: SpecRequest | ClusterSpec, *, progress: Progress = lambda _: None) -> ClusterInfo:
+    """Bring a cluster up (or make sure it is up, or resume it) and return its state once Ready.
+
+    ``request``: the flags the user gave (one left out: as stored, or its default for a new cluster); a
+    ``ClusterSpec`` asks for exactly that spec.
 
     Raises:
-        SpecError: ``spec.cpus`` names CPUs this process may not run on.
+        SpecError: a given flag is invalid, or the cluster's CPUs are not ones this process may run on.
+        SpecConflictError: the cluster exists and a given flag differs from what it was made with.
     """
+    if isinstance(request, ClusterSpec):
+        request = SpecRequest.exactly(request)
+    cluster = ClusterDir.named(request.name)
+    spec = request.settle(_stored_spec(cluster))
     check_cpus(spec.cpu_set, available=os.sched_getaffinity(0))
     bin_dir = toolchain.ensure_binaries(progress=progress)
-    cluster = ClusterDir.named(spec.name)
     node_kit = _node_kit(spec, cluster, progress=progress) if spec.real_nodes else None
-    with _cluster_lock(cluster):
-        if cluster.exists():
-            stored = ClusterSpec.from_dict(read_json(cluster.cluster_file)["spec"])
-            if stored != spec:
-                changes = "; ".join(stored.differences(spec))
-                raise ClusterError(
-                    f"cluster {spec.name!r} exists with other settings ({changes}). "
-                    f"Run `liqoctl local down {spec.name} --purge` first to recreate it."
-                )
+    with _cluster_lock(cluster, create=True):
+        # Building took long and held no lock: another command may have made or purged the cluster.
+        if request.settle(_stored_spec(cluster)) != spec:
+            raise ClusterError(
+                f"cluster {spec.name} was changed by another command meanwhile; run `liqoctl local up` again"
+            )
         supervisor = supervisor_ref(cluster)
         if supervisor is None:
             progress(f"starting cluster {spec.name}")
             _stop_processes(cluster)  # leftovers of a supervisor that died, if any
             _teardown_real_nodes(cluster)
-            with host.underlay_lock(cluster.root.parent):
-                _prepare(spec, cluster, bin_dir, node_kit)
+            _prepare(spec, cluster, bin_dir, node_kit)
             if spec.real_nodes:
                 progress(f"setting up {spec.real_nodes} real node(s)")
                 _setup_real_nodes(spec, cluster)
@@ -179,7 +203,7 @@ def _node_kit(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progress) -> 
 
 def _real_nodes(cluster: ClusterDir, spec: ClusterSpec | None = None) -> list[RealNode]:
     """The cluster's real nodes: those of its spec, and any other whose directory is left (to tear down)."""
-    stored = read_json(cluster.cluster_file) if cluster.exists() else {}
+    stored = read_record(cluster) or {}
     underlay = stored.get("underlay")
     if underlay is None:
         return []
@@ -208,19 +232,73 @@ def _teardown_real_nodes(cluster: ClusterDir) -> None:
         host.teardown_cluster(nodes, cluster=cluster.name, clusters_root=cluster.root.parent)
 
 
-def _underlays_of_other_clusters(name: str) -> list[int]:
-    return [
-        int(stored["underlay"])
-        for other in names()
-        if other != name and (stored := read_json(ClusterDir.named(other).cluster_file)).get("underlay") is not None
-    ]
+def _stored_spec(cluster: ClusterDir) -> ClusterSpec | None:
+    record = read_record(cluster)
+    return ClusterSpec.from_dict(record["spec"]) if record is not None else None
+
+
+def allocate(spec: ClusterSpec, *, bin_dir: Path, node_bin_dir: Path | None) -> dict[str, Any]:
+    """Choose a cluster's ports (and, with real nodes, its underlay slot); record them with its spec.
+
+    Under the machine-wide allocation lock, from what every cluster recorded in its ``cluster.json``: once
+    this returns, no other cluster's ``up`` or install can choose what this one did. What the record held
+    besides (liqo's ports) is kept. ``up`` calls it under the cluster's own lock.
+    """
+    cluster = ClusterDir.named(spec.name)
+    with allocation_lock(cluster.root.parent):
+        everything = records(cluster.root.parent)
+        mine = everything.get(spec.name, {})
+        previous = mine.get("ports")
+        ports = refresh_ports(
+            Ports(**previous) if previous else None,
+            reserved=reserved_ports(everything, name=spec.name, group="ports"),
+        )
+        record = {key: value for key, value in mine.items() if key not in ("underlay", "nodeBinDir")} | {
+            "spec": spec.to_dict(),
+            "ports": ports.to_dict(),
+            "versions": {
+                "kubernetes": toolchain.KUBERNETES_VERSION,
+                "etcd": toolchain.ETCD_VERSION,
+                "kwok": toolchain.KWOK_VERSION,
+            },
+            "binDir": str(bin_dir),
+        }
+        if node_bin_dir is not None:
+            taken = [int(r["underlay"]) for n, r in everything.items() if n != spec.name and r.get("underlay")]
+            record |= {
+                "underlay": underlay_index(previous=mine.get("underlay"), taken=taken),
+                "nodeBinDir": str(node_bin_dir),
+            }
+        write_json(cluster.cluster_file, record)
+    return record
+
+
+def reserve_ports(name: str, wanted: dict[str, int]) -> dict[str, int]:
+    """Ports for processes a cluster runs besides its own components (liqo's), recorded in ``cluster.json``.
+
+    ``wanted`` maps each purpose to the port it had (kept: peers know liqo's authentication URL) or 0 for
+    a new one. Chosen under the machine-wide allocation lock, like the cluster's own ports.
+    """
+    cluster = _existing(name)
+    with allocation_lock(cluster.root.parent):
+        everything = records(cluster.root.parent)
+        if name not in everything:  # purged since _existing looked
+            raise _not_found(name)
+        chosen = choose_ports(
+            wanted,
+            reserved=reserved_ports(everything, name=name, group="liqoPorts"),
+            keep=lambda _: True,  # its own process may be listening on it right now
+            candidates=kernel_ports(),
+        )
+        record = everything[name]
+        write_json(cluster.cluster_file, record | {"liqoPorts": (record.get("liqoPorts") or {}) | chosen})
+    return chosen
 
 
 def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _NodeKit | None) -> None:
     """Write every file the supervisor needs: ports, PKI, kubeconfigs, configuration, components."""
-    stored = read_json(cluster.cluster_file) if cluster.exists() else {}
-    previous = stored.get("ports")
-    ports = refresh_ports(Ports(**previous) if previous else None, reserved=_ports_of_other_clusters(spec.name))
+    record = allocate(spec, bin_dir=bin_dir, node_bin_dir=node_kit.bin_dir if node_kit is not None else None)
+    ports = Ports(**record["ports"])
     _write_pki(spec, cluster, ports)
     cluster.config.mkdir(parents=True, exist_ok=True)
     (cluster.config / "admission.yaml").write_text(
@@ -238,13 +316,11 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
     kwok = kwok_config(stages=[stage.read_text() for stage in stages], logs_file=str(logs_file), exec_dir=str(exec_dir))
     (cluster.config / "kwok.yaml").write_text(kwok)
     components = plan(spec=spec, ports=ports, cluster=cluster, bin_dir=bin_dir)
-    underlay = None
     if node_kit is not None:
+        underlay = int(record["underlay"])
         components.append(
             realplan.registry_component(cluster_root=cluster.root, preloaded=node_kit.archives, port=ports.registry)
         )
-        # The caller holds the underlay lock: no other cluster takes this index before cluster.json says it.
-        underlay = underlay_index(previous=stored.get("underlay"), taken=_underlays_of_other_clusters(spec.name))
         ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
         sandbox = images.pause_archive()
         for node in real_nodes(cluster=spec.name, count=spec.real_nodes, underlay=underlay, cluster_root=cluster.root):
@@ -272,20 +348,6 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
         cluster.components_file.exists()
     ) else []  # fmt: skip
     write_json(cluster.components_file, [c.to_dict() for c in components] + extras)
-    write_json(
-        cluster.cluster_file,
-        {
-            "spec": spec.to_dict(),
-            "ports": ports.to_dict(),
-            "versions": {
-                "kubernetes": toolchain.KUBERNETES_VERSION,
-                "etcd": toolchain.ETCD_VERSION,
-                "kwok": toolchain.KWOK_VERSION,
-            },
-            "binDir": str(bin_dir),
-        }
-        | ({"underlay": underlay, "nodeBinDir": str(node_kit.bin_dir)} if node_kit is not None and underlay else {}),
-    )
 
 
 def _container_log_lines(name: str) -> str:
@@ -498,7 +560,7 @@ def down(name: str, *, purge: bool = False) -> list[ProcessRef]:
         stopped = _stop_processes(cluster)
         _teardown_real_nodes(cluster)
         if purge:
-            shutil.rmtree(cluster.root)
+            remove_cluster(cluster)
     return stopped
 
 
@@ -529,15 +591,21 @@ def _stop_processes(cluster: ClusterDir) -> list[ProcessRef]:
 
 def names() -> list[str]:
     """Every local cluster, by name."""
-    root = clusters_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if ClusterDir(p).exists())
+    return list(records(clusters_root()))
+
+
+def listing() -> list[ClusterInfo]:
+    """The state of every cluster; one purged while this reads is left out."""
+    found = []
+    for name in names():
+        with suppress(ClusterNotFoundError):
+            found.append(info(name))
+    return found
 
 
 def stored_spec(name: str) -> ClusterSpec:
     """The spec cluster ``name`` was made with (its CIDRs are what ``liqoctl install`` records there)."""
-    return ClusterSpec.from_dict(read_json(_existing(name).cluster_file)["spec"])
+    return ClusterSpec.from_dict(_record(name)["spec"])
 
 
 @dataclass(frozen=True)
@@ -557,7 +625,7 @@ class PodNetwork:
 def pod_network(name: str) -> PodNetwork | None:
     """The pod network of local cluster ``name``; None when it has no real node (nothing runs as a pod)."""
     cluster = _existing(name)
-    stored = read_json(cluster.cluster_file)
+    stored = _record(name)
     nodes = [node for node in _real_nodes(cluster) if node.index <= ClusterSpec.from_dict(stored["spec"]).real_nodes]
     if not nodes:
         return None
@@ -570,7 +638,7 @@ def pod_network(name: str) -> PodNetwork | None:
 def info(name: str) -> ClusterInfo:
     """The state of one cluster, from its files (and a quick look at its nodes when it runs)."""
     cluster = _existing(name)
-    stored = read_json(cluster.cluster_file)
+    stored = _record(name)
     spec = ClusterSpec.from_dict(stored["spec"])
     status = _read_status(cluster)
     components: dict[str, Any] = status.get("components", {})
@@ -582,7 +650,8 @@ def info(name: str) -> ClusterInfo:
         state = "Degraded" if unhealthy else "Running"
     nodes, real = f"?/{spec.nodes}", f"?/{spec.real_nodes}"
     if running and components.get("kube-apiserver", {}).get("healthy"):
-        with suppress(KubeError, aiohttp.ClientError, OSError):
+        # KubeconfigError: purged since the supervisor was seen running (list shows it Running, nodes unknown).
+        with suppress(KubeError, KubeconfigError, aiohttp.ClientError, OSError):
             fake_ready, real_ready = asyncio.run(_count_ready(cluster))
             nodes, real = f"{fake_ready}/{spec.nodes}", f"{real_ready}/{spec.real_nodes}"
     return ClusterInfo(
@@ -607,7 +676,7 @@ async def _count_ready(cluster: ClusterDir) -> tuple[int, int]:
 def env(name: str) -> dict[str, str]:
     """The environment that points kubectl at cluster ``name``: KUBECONFIG and a PATH with our kubectl."""
     cluster = _existing(name)
-    bin_dir = read_json(cluster.cluster_file).get("binDir") or str(toolchain.bin_dir())
+    bin_dir = _record(name).get("binDir") or str(toolchain.bin_dir())
     return {"KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
 
 
@@ -712,7 +781,7 @@ def issue_client_kubeconfig(name: str, *, user: str, path: Path) -> None:
     cluster = _existing(name)
     ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
     pair = pki.issue(ca, common_name=user, client=True)
-    server = f"https://127.0.0.1:{read_json(cluster.cluster_file)['ports']['apiserver']}"
+    server = f"https://127.0.0.1:{_record(name)['ports']['apiserver']}"
     config = pki.kubeconfig(cluster=name, server=server, ca=ca.cert, user=user, cert=pair.cert, key=pair.key)
     pki.write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
 
@@ -748,7 +817,7 @@ def load_image(name: str, archive: Path) -> list[str]:
         kept = realplan.images_dir(cluster.root) / f"{hashlib.sha256(str(image_names).encode()).hexdigest()[:12]}.tar"
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(archive, kept)
-        ctr = str(Path(read_json(cluster.cluster_file)["nodeBinDir"]) / "ctr")
+        ctr = str(Path(_record(name)["nodeBinDir"]) / "ctr")
         for node in nodes:
             try:
                 host.run_in_node(node, ctr, "--namespace", "k8s.io", "images", "import", str(kept))
@@ -759,8 +828,7 @@ def load_image(name: str, archive: Path) -> list[str]:
 
 def find_by_server(server: str) -> str | None:
     """The local cluster whose API server is at ``server`` (a kubeconfig's server URL), if any."""
-    for candidate in names():
-        stored = read_json(ClusterDir.named(candidate).cluster_file)
+    for candidate, stored in records(clusters_root()).items():
         if server.rstrip("/") == f"https://127.0.0.1:{stored['ports']['apiserver']}":
             return candidate
     return None
@@ -787,22 +855,35 @@ def _existing(name: str) -> ClusterDir:
     check_name(name)
     cluster = ClusterDir.named(name)
     if not cluster.exists():
-        known = ", ".join(names()) or "none"
-        raise ClusterNotFoundError(f"no local cluster named {name!r} (known: {known})")
+        raise _not_found(name)
     return cluster
 
 
-def _ports_of_other_clusters(name: str) -> list[int]:
-    ports: list[int] = []
-    for other in names():
-        if other != name:
-            ports += list(read_json(ClusterDir.named(other).cluster_file)["ports"].values())
-    return ports
+def _not_found(name: str) -> ClusterNotFoundError:
+    known = ", ".join(names()) or "none"
+    return ClusterNotFoundError(f"no local cluster named {name!r} (known: {known})")
+
+
+def _record(name: str) -> dict[str, Any]:
+    """The ``cluster.json`` of an existing cluster; not found also when it is purged while this reads."""
+    record = read_record(_existing(name))
+    if record is None:
+        raise _not_found(name)
+    return record
 
 
 @contextmanager
-def _cluster_lock(cluster: ClusterDir) -> Iterator[None]:
-    cluster.root.mkdir(parents=True, exist_ok=True)
-    with (cluster.root / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def _cluster_lock(cluster: ClusterDir, *, create: bool = False) -> Iterator[None]:
+    """The lock of one cluster's commands; ``create`` for ``up``, the others need the cluster to exist.
+
+    Raises:
+        ClusterNotFoundError: (without ``create``) the cluster is gone, perhaps purged while this waited.
+    """
+    with ExitStack() as held:
+        try:
+            held.enter_context(locked(cluster.root / ".lock", make_parent=create))
+        except FileNotFoundError:
+            raise _not_found(cluster.name) from None
+        if not create and not cluster.exists():
+            raise _not_found(cluster.name)
         yield

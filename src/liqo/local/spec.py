@@ -2,8 +2,9 @@
 
 Every flag of ``liqoctl local up`` lands in a :class:`ClusterSpec`. Validation is pure and happens first,
 so a typo in a CIDR or a quantity costs nothing: no process is started, no directory is written. The
-spec is stored with the cluster, which is how ``up`` stays idempotent: a second ``up`` with the same
-flags finds the same spec, and a different one is refused with the list of differences.
+spec is stored with the cluster, which is how ``up`` stays idempotent and resumes: a flag not given means
+"as stored" (defaults apply to a new cluster only, see :class:`SpecRequest`), and a flag given with another
+value than the stored one is refused with the list of differences.
 
 ``--cpus`` (taskset's list syntax) is stored in its canonical form (``0-1``, never ``0,1``), so that the
 same set of CPUs written two ways is the same spec. Whether those CPUs exist here is checked by ``up``
@@ -16,7 +17,8 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
 from typing import Any
 
@@ -203,6 +205,52 @@ class ClusterSpec:
         """Human-readable ``field: ours -> theirs`` lines for every field that differs."""
         mine, theirs = self.to_dict(), other.to_dict()
         return [f"{key}: {mine[key]} -> {theirs[key]}" for key in mine if mine[key] != theirs[key]]
+
+
+class SpecConflictError(SpecError):
+    """``up`` was given a flag whose value differs from the one the existing cluster was made with."""
+
+
+@dataclass(frozen=True)
+class SpecRequest:
+    """What ``liqoctl local up NAME`` was asked for: the name, and only the flags the user actually gave.
+
+    The same command both creates and resumes, so a flag left out cannot mean its default: on an existing
+    cluster it means "as stored" (``up rome`` resumes rome whatever it was made with), on a new one the
+    default. A given flag must agree with the stored value; changing a made cluster is ``down --purge``.
+    """
+
+    name: str
+    given: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        unknown = set(self.given) - ({f.name for f in fields(ClusterSpec)} - {"name"})
+        if unknown:  # a programming error, not a user's: the CLI passes only its own flags
+            raise ValueError(f"not flags of a cluster spec: {', '.join(sorted(unknown))}")
+
+    @classmethod
+    def exactly(cls, spec: ClusterSpec) -> SpecRequest:
+        """Every field of ``spec`` given: the cluster must be (or become) exactly ``spec``."""
+        return cls(spec.name, {key: value for key, value in spec.to_dict().items() if key != "name"})
+
+    def settle(self, stored: ClusterSpec | None) -> ClusterSpec:
+        """The spec to bring up: ``stored`` when the given flags agree with it, else a new one (pure).
+
+        Raises:
+            SpecError: a given flag is invalid (checked before any comparison: the message names the flag).
+            SpecConflictError: the cluster exists and a given flag differs from its stored value.
+        """
+        if stored is None:
+            return ClusterSpec(name=self.name, **self.given)
+        asked = ClusterSpec(**(stored.to_dict() | dict(self.given)))
+        if asked != stored:
+            raise SpecConflictError(
+                f"cluster {self.name!r} exists with other settings ({'; '.join(stored.differences(asked))}). "
+                f"Leave the flags out to resume it as it is, or run `liqoctl local down {self.name} --purge` "
+                "first to recreate it."
+            )
+        return stored
 
 
 def check_name(name: str) -> None:

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from liqo.local.spec import (
     ClusterSpec,
+    SpecConflictError,
     SpecError,
+    SpecRequest,
     check_cpus,
     format_cpus,
     node_cidr_mask,
@@ -126,3 +128,49 @@ def test_cpus_are_stored_canonically_and_checked_against_what_is_available() -> 
     check_cpus(frozenset({1}), available={0, 1})
     with pytest.raises(SpecError, match=r"CPU\(s\) 2-3 not available here \(this process may run on 0-1\)"):
         check_cpus(frozenset({1, 2, 3}), available={0, 1})
+
+
+def test_up_without_flags_resumes_a_cluster_as_it_was_made() -> None:
+    stored = ClusterSpec(name="rome", nodes=0, real_nodes=1, cpus="0")
+    assert SpecRequest("rome").settle(stored) == stored
+    assert SpecRequest("rome", {"real_nodes": 1}).settle(stored) == stored
+    assert SpecRequest("rome", {"cpus": "0-0"}).settle(stored) == stored  # the same CPUs spelled otherwise
+
+
+def test_a_new_cluster_takes_the_given_flags_and_the_defaults_for_the_rest() -> None:
+    assert SpecRequest("rome").settle(None) == ClusterSpec(name="rome")
+    assert SpecRequest("rome", {"nodes": 0, "real_nodes": 1}).settle(None) == ClusterSpec(
+        name="rome", nodes=0, real_nodes=1
+    )
+
+
+def test_a_given_flag_that_differs_from_the_stored_one_is_refused_with_the_differences() -> None:
+    stored = ClusterSpec(name="rome", nodes=0, real_nodes=1)
+    with pytest.raises(SpecConflictError) as refused:
+        SpecRequest("rome", {"nodes": 1, "real_nodes": 0}).settle(stored)
+    assert "cluster 'rome' exists with other settings (nodes: 0 -> 1; real_nodes: 1 -> 0)" in str(refused.value)
+    assert "liqoctl local down rome --purge" in str(refused.value)
+
+
+def test_an_invalid_flag_is_named_before_any_comparison() -> None:
+    stored = ClusterSpec(name="rome")
+    with pytest.raises(SpecError, match="--pod-cidr") as refused:
+        SpecRequest("rome", {"pod_cidr": "10.0.0.0/33"}).settle(stored)
+    assert not isinstance(refused.value, SpecConflictError)
+    with pytest.raises(SpecError, match="cluster name"):
+        SpecRequest("Rome")
+
+
+@given(
+    nodes=st.integers(1, 50),
+    node_pods=st.integers(1, 200),
+    cpus=st.sets(st.integers(0, 7), max_size=4),
+    flags=st.sets(st.sampled_from(["nodes", "node_pods", "cpus", "node_cpu", "pod_cidr"])),
+)
+def test_any_subset_of_the_stored_flags_resumes_the_stored_spec(
+    nodes: int, node_pods: int, cpus: set[int], flags: set[str]
+) -> None:
+    stored = ClusterSpec(name="rome", nodes=nodes, node_pods=node_pods, cpus=format_cpus(cpus))
+    given_flags = {flag: value for flag, value in stored.to_dict().items() if flag in flags}
+    assert SpecRequest("rome", given_flags).settle(stored) == stored
+    assert SpecRequest.exactly(stored).settle(stored) == stored

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from liqo.local.layout import locked
 from liqo.local.realnodes.nodes import (
     CGROUP_PARENT,
     NODE_PRIVATE_DIRS,
@@ -167,13 +166,9 @@ def _unmount_all(path: Path) -> None:
 # -- the underlay --------------------------------------------------------------------------------------
 
 
-@contextmanager
-def underlay_lock(clusters_root: Path) -> Iterator[None]:
+def underlay_lock(clusters_root: Path) -> AbstractContextManager[None]:
     """Serialises changes to the shared bridge between the clusters' CLIs."""
-    clusters_root.mkdir(parents=True, exist_ok=True)
-    with (clusters_root / ".underlay.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+    return locked(clusters_root / ".underlay.lock")
 
 
 def _link_exists(name: str) -> bool:

@@ -715,8 +715,13 @@ async def test_a_home_pod_milan_refuses_shows_the_refused_field_at_home(
 
     await eventually(refused_at_home, timeout=60, message="the home pod Pending with milan's refusal")
     assert "spec.pod.volumes[0].hostPath: hostPath volumes are refused (baseline)" in ready[-1]["message"]
-    events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
-    assert any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == name for e in events)
+
+    async def event_at_home() -> bool:
+        # The Event is recorded beside the status write, not before it: it may land a moment later.
+        events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
+        return any(e["reason"] == "ProviderRefused" and e["involvedObject"]["name"] == name for e in events)
+
+    await eventually(event_at_home, timeout=15, message="a ProviderRefused Event on the home pod")
     await nothing_left(milan, offloaded.twin, name)
     await rome.delete(PODS, name, namespace=offloaded.namespace)
 

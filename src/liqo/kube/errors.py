@@ -54,3 +54,11 @@ def api_error(status: int, body: dict[str, Any] | None) -> ApiError:
     reason = str(body.get("reason") or "")
     message = str(body.get("message") or "")
     return _BY_STATUS.get(status, ApiError)(status, reason, message, body)
+
+
+def namespace_terminating(exc: BaseException) -> bool:
+    """Whether ``exc`` is the API server refusing new content in a namespace being deleted (pure)."""
+    if not isinstance(exc, ApiError) or exc.status != 403:
+        return False
+    causes = (exc.body.get("details") or {}).get("causes") or []
+    return any(isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes)

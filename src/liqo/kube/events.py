@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from liqo.kube.errors import NotFoundError
+from liqo.kube.errors import NotFoundError, namespace_terminating
 from liqo.kube.printable import printable
 from liqo.kube.resources import EVENTS, Resource
 from liqo.kube.timefmt import format_time
@@ -176,9 +176,14 @@ class EventRecorder:
         """
         try:
             await self._record(obj, type=type, reason=reason, message=printable(message, limit=MAX_MESSAGE_LENGTH))
-        except Exception:
+        except Exception as exc:
             meta = obj.get("metadata") or {}
             where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
+            if namespace_terminating(exc):  # the object goes with its namespace: nobody would read the Event
+                log.debug(
+                    "no %s event %s about %s %s: its namespace is terminating", type, reason, obj.get("kind"), where
+                )
+                return
             log.warning("cannot record %s event %s about %s %s", type, reason, obj.get("kind"), where, exc_info=True)
 
     async def _record(self, obj: Mapping[str, Any], *, type: EventType, reason: str, message: str) -> None:

@@ -79,7 +79,14 @@ from liqo.api.bounds import (
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, PodNetwork, pods_seen_at, recorded_network
 from liqo.api.networks import remapped_pod_cidr as remapped
-from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
+from liqo.api.resources import (
+    FOREIGN_CLUSTERS,
+    NAMESPACE_MAPS,
+    NETWORK_CONFIGS,
+    RESOURCE_OFFERS,
+    SHADOW_PODS,
+    SHARING_POLICIES,
+)
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -541,8 +548,7 @@ class NamespaceMapController(Component):
         for namespace in plan.delete:
             meta = namespace["metadata"]
             log.info("deleting twin namespace %s of %s/%s", meta["name"], consumer_id, origin_of(namespace))
-            with contextlib.suppress(NotFoundError, ConflictError):  # gone, or a namesake (uid precondition)
-                await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
+            await self._delete_twin(namespace)
         desired = map_status(status)
         if (namespace_map.get("status") or {}) != desired:
             await self._client.apply_status(NAMESPACE_MAPS, name=consumer_id, namespace=tenant_name, status=desired)
@@ -680,6 +686,26 @@ class NamespaceMapController(Component):
         self._recounts[twin] = now
         return True
 
+    async def _delete_twin(self, twin: Obj) -> None:
+        """Delete ``twin`` (its UID a precondition, so a namesake is never deleted), its ShadowPods first.
+
+        The namespace controller deletes a namespace's pods before the rest, so it would find the ShadowPods
+        still asking for pods it just deleted and come back for them one pass later, and for their finalizers
+        one more: three passes of five seconds or more. Deleting the ShadowPods at once lets each let its pod
+        go with the consumer's grace period, and the namespace is empty by the controller's first pass.
+        """
+        meta = twin["metadata"]
+        try:
+            await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
+        except (NotFoundError, ConflictError):
+            return  # gone, or a namesake: nothing of it is ours to delete
+        shadows, _ = await self._client.list_all(SHADOW_PODS, namespace=meta["name"])
+        for shadow in shadows:
+            with contextlib.suppress(NotFoundError, ConflictError):
+                await self._client.delete(
+                    SHADOW_PODS, shadow["metadata"]["name"], namespace=meta["name"], uid=shadow["metadata"]["uid"]
+                )
+
     async def _teardown(self, consumer_id: str, namespace_map: Obj | None) -> None:
         """Delete every twin of ``consumer_id``; once none is left, let its NamespaceMap go."""
         twins = twins_of(self.namespaces.store.list(), consumer_id=consumer_id)
@@ -688,8 +714,7 @@ class NamespaceMapController(Component):
                 continue
             meta = twin["metadata"]
             log.info("deleting twin namespace %s of %s (no NamespaceMap wants it)", meta["name"], consumer_id)
-            with contextlib.suppress(NotFoundError, ConflictError):
-                await self._client.delete(NAMESPACES, meta["name"], uid=meta.get("uid"))
+            await self._delete_twin(twin)
         if twins or namespace_map is None:
             return  # the namespaces' deletion events bring us back
         await remove_finalizer(self._client, NAMESPACE_MAPS, namespace_map, finalizer=names.FINALIZER)

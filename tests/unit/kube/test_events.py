@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from liqo.kube.errors import NotFoundError, UnreachableError
+from liqo.kube.errors import ApiError, NotFoundError, UnreachableError, api_error, namespace_terminating
 from liqo.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, build_event, event_name
 from liqo.kube.resources import EVENTS, Resource
 
@@ -235,6 +235,32 @@ async def test_failures_are_logged_and_swallowed(
     client.fail = None
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
     assert client.calls[-1][0] == "create"
+
+
+TERMINATING: Object = {
+    "kind": "Status",
+    "reason": "Forbidden",
+    "message": "unable to create new content in namespace shop because it is being terminated",
+    "details": {"kind": "events", "causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]},
+    "code": 403,
+}
+
+
+def test_a_namespace_being_deleted_is_told_from_other_refusals() -> None:
+    assert namespace_terminating(api_error(403, TERMINATING))
+    assert not namespace_terminating(api_error(403, {**TERMINATING, "details": {"causes": []}}))
+    assert not namespace_terminating(api_error(404, TERMINATING))
+    assert not namespace_terminating(UnreachableError("connection refused"))
+
+
+async def test_an_event_in_a_terminating_namespace_is_dropped_without_a_warning(
+    client: FakeEventClient, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    client.fail = api_error(403, TERMINATING)
+    assert isinstance(client.fail, ApiError)
+    with caplog.at_level(logging.WARNING, logger="liqo.kube.events"):
+        await recorder.record(POD, type="Warning", reason="PodRefused", message="namespace shop is terminating")
+    assert caplog.records == []
 
 
 async def test_events_have_unique_names(client: FakeEventClient, recorder: EventRecorder) -> None:

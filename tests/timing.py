@@ -70,6 +70,32 @@ def module_times(
     return sorted(times, key=lambda t: t.wall, reverse=True)
 
 
+@dataclass(frozen=True)
+class LaneTime:
+    """One lane's share: how long it ran modules, and how long it sat idle before the last lane finished."""
+
+    lane: str
+    modules: int
+    working: float
+    idle_at_end: float
+
+
+def lane_times(lanes: Mapping[str, Sequence[tuple[float, float]]]) -> list[LaneTime]:
+    """Per lane (its modules' start and end wall clocks), the time it worked and waited for the others (pure).
+
+    ``idle_at_end`` is what balancing the lanes could win back: a lane done early while another still runs.
+    """
+    ends = [end for spans in lanes.values() for _, end in spans]
+    if not ends:
+        return []
+    finish = max(ends)
+    return [
+        LaneTime(lane, len(spans), sum(end - start for start, end in spans), finish - max(end for _, end in spans))
+        for lane, spans in sorted(lanes.items())
+        if spans
+    ]
+
+
 def format_modules(times: Sequence[ModuleTime]) -> list[str]:
     """The table as aligned lines, with a total (pure)."""
     width = max([len("module"), *(len(t.module) for t in times)])
@@ -116,6 +142,7 @@ class Timing:
         self.spans: dict[str, tuple[Sample, Sample]] = {}
         self.tests: dict[str, int] = {}
         self.durations: list[tuple[float, str]] = []
+        self.lanes: dict[str, list[tuple[float, float]]] = {}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -152,9 +179,11 @@ class Timing:
     def _lanes(self) -> None:
         """Add the modules the lanes sampled (under xdist the controller itself samples none)."""
         for path in sorted(OUTPUT.glob("lane-*.json")):
+            lane = path.stem.removeprefix("lane-")
             for module, (start, end, tests) in json.loads(path.read_text()).items():
                 self.spans[module] = (Sample(**start), Sample(**end))
                 self.tests[module] = tests
+                self.lanes.setdefault(lane, []).append((start["wall"], end["wall"]))
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if _lane(terminalreporter.config) is not None:
@@ -167,6 +196,11 @@ class Timing:
         terminalreporter.section("time per module (slowest first)")
         for line in format_modules(times):
             terminalreporter.write_line(line)
+        if self.lanes:
+            terminalreporter.section("lanes (working s, idle s while another lane still ran)")
+            for lane in lane_times(self.lanes):
+                figures = f"{lane.modules:>3} modules  {lane.working:>6.0f} working  {lane.idle_at_end:>5.0f} idle"
+                terminalreporter.write_line(f"{lane.lane:>6}  {figures}")
         terminalreporter.section(f"the {SLOWEST} slowest tests (call, s)")
         for seconds, nodeid in slowest:
             terminalreporter.write_line(f"{seconds:8.1f}  {nodeid}")

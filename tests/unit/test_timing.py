@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.timing import ModuleTime, Sample, format_modules, module_times, tsv
+from tests.timing import LaneTime, ModuleTime, Sample, format_modules, lane_times, module_times, tsv
 
 
 def test_a_module_that_waited_is_idle_and_one_that_computed_is_busy() -> None:
@@ -38,3 +38,9 @@ def test_figures_are_never_negative_busy_at_most_one_slowest_first(spans: dict[s
 
 def test_tsv_is_one_line_per_row() -> None:
     assert tsv(iter([("a", 1), ("b", 2.5)])) == "a\t1\nb\t2.5\n"
+
+
+def test_a_lane_done_early_is_idle_until_the_last_one_finishes() -> None:
+    lanes = {"gw0": [(0.0, 100.0), (100.0, 400.0)], "gw1": [(0.0, 250.0)], "gw2": []}
+    assert lane_times(lanes) == [LaneTime("gw0", 2, 400, 0), LaneTime("gw1", 1, 250, 150)]
+    assert lane_times({}) == []

@@ -1,0 +1,53 @@
+"""The order the lanes take modules in: the longest first.
+
+pytest-xdist hands each lane (worker) whole modules (``--dist loadfile``), in collection order, the next one
+whenever a lane finishes its last. By itself it first sorts them by their number of tests, which puts a
+one-test module of four minutes (the ``local`` stress) last: the other lanes then wait on it. Longest first
+(the LPT rule) keeps the lanes' ends close. The seconds come from a measured table,
+``tests/module-seconds.tsv``: build/test-times/modules.tsv of a lanes run, copied as it is (only its
+``module`` and ``wall_s`` columns are read). A module not in it goes first: unknown is the safe guess, as a
+long module started last is what leaves lanes idle. The order is pure (:func:`module_order`); the hooks
+only read the table and apply it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+SECONDS = Path(__file__).resolve().parent / "module-seconds.tsv"
+
+
+def read_seconds(text: str) -> dict[str, float]:
+    """``module`` → ``wall_s`` from a time table (pure; a missing column or a bad row gives nothing)."""
+    lines = [line.split("\t") for line in text.splitlines() if line.strip()]
+    if not lines or "module" not in lines[0] or "wall_s" not in lines[0]:
+        return {}
+    module, wall = lines[0].index("module"), lines[0].index("wall_s")
+    seconds = {}
+    for row in lines[1:]:
+        try:
+            seconds[row[module]] = float(row[wall])
+        except (IndexError, ValueError):
+            continue
+    return seconds
+
+
+def module_order(modules: Sequence[str], seconds: Mapping[str, float]) -> list[str]:
+    """``modules`` longest first, the unmeasured before all (in their given order, as ties are) (pure)."""
+    return sorted(modules, key=lambda m: -seconds.get(m, float("inf")))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # our order, not xdist's count of tests per module
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    seconds = read_seconds(SECONDS.read_text()) if SECONDS.exists() else {}
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    items[:] = [item for module in module_order(list(by_module), seconds) for item in by_module[module]]

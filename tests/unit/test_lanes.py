@@ -1,0 +1,35 @@
+"""The order the lanes take modules in (tests/lanes.py): longest first, the unmeasured before all."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.lanes import SECONDS, module_order, read_seconds
+
+
+def test_the_longest_module_goes_first_and_an_unmeasured_one_before_it() -> None:
+    seconds = {"a.py": 10.0, "stress.py": 229.0, "b.py": 40.0}
+    assert module_order(["a.py", "stress.py", "new.py", "b.py"], seconds) == ["new.py", "stress.py", "b.py", "a.py"]
+
+
+def test_the_table_is_read_by_its_column_names_and_bad_rows_are_skipped() -> None:
+    table = "module\ttests\twall_s\tbusy\nx.py\t3\t12.5\t0.9\nbroken\ny.py\t1\tn/a\t0.1\n"
+    assert read_seconds(table) == {"x.py": 12.5}
+    assert read_seconds("seconds\ttest\n1.0\tx.py::t\n") == {}
+    assert read_seconds("") == {}
+
+
+def test_the_committed_table_names_modules_that_exist() -> None:
+    """A renamed module would silently lose its place: the table is kept in step with the files."""
+    root = SECONDS.parent.parent
+    missing = [module for module in read_seconds(SECONDS.read_text()) if not (root / module).exists()]
+    assert missing == []
+
+
+@given(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0, 1e4)), st.permutations("abcdefgh"))
+def test_the_order_keeps_every_module_once(seconds: dict[str, float], modules: list[str]) -> None:
+    ordered = module_order(modules, seconds)
+    assert sorted(ordered) == sorted(modules)
+    measured = [seconds[m] for m in ordered if m in seconds]
+    assert measured == sorted(measured, reverse=True)

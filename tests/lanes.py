@@ -1,4 +1,4 @@
-"""The order the lanes take modules in: the longest first.
+"""The order the lanes take modules in: a shared family's modules together, the longest first.
 
 pytest-xdist hands each lane (worker) whole modules (``--dist loadfile``), in collection order, the next one
 whenever a lane finishes its last. By itself it first sorts them by their number of tests, which puts a
@@ -6,18 +6,25 @@ one-test module of four minutes (the ``local`` stress) last: the other lanes the
 (the LPT rule) keeps the lanes' ends close. The seconds come from a measured table,
 ``tests/module-seconds.tsv``: build/test-times/modules.tsv of a lanes run, copied as it is (only its
 ``module`` and ``wall_s`` columns are read). A module not in it goes first: unknown is the safe guess, as a
-long module started last is what leaves lanes idle. The order is pure (:func:`module_order`); the hooks
-only read the table and apply it.
+long module started last is what leaves lanes idle.
+
+Before length comes the family: the modules that use the shared clusters of :data:`SHARED` (fixtures of
+tests/integration/conftest.py), in that order, then the rest. A lane is handed every module of one family
+before any of the next, so once it is given a module without the family it will not need it again, and the
+conftest purges it there and then instead of keeping it idle to the end of the run. The order is pure
+(:func:`module_order`); the hooks only read the table and the modules' fixtures and apply it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 SECONDS = Path(__file__).resolve().parent / "module-seconds.tsv"
+SHARED = ("sites", "cluster", "peer_cluster")
+"""The shared cluster families, in the order their modules are handed out."""
 
 
 def read_seconds(text: str) -> dict[str, float]:
@@ -35,9 +42,15 @@ def read_seconds(text: str) -> dict[str, float]:
     return seconds
 
 
-def module_order(modules: Sequence[str], seconds: Mapping[str, float]) -> list[str]:
-    """``modules`` longest first, the unmeasured before all (in their given order, as ties are) (pure)."""
-    return sorted(modules, key=lambda m: -seconds.get(m, float("inf")))
+def family_rank(fixtures: Iterable[str]) -> int:
+    """Where a module using ``fixtures`` goes: with the first family of :data:`SHARED` it uses (pure)."""
+    used = set(fixtures)
+    return next((rank for rank, family in enumerate(SHARED) if family in used), len(SHARED))
+
+
+def module_order(modules: Sequence[str], seconds: Mapping[str, float], ranks: Mapping[str, int]) -> list[str]:
+    """``modules`` by family rank, then longest first, the unmeasured first of their rank (pure; stable)."""
+    return sorted(modules, key=lambda m: (ranks.get(m, len(SHARED)), -seconds.get(m, float("inf"))))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,4 +63,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    items[:] = [item for module in module_order(list(by_module), seconds) for item in by_module[module]]
+    ranks = {
+        module: family_rank(name for item in module_items for name in getattr(item, "fixturenames", ()))
+        for module, module_items in by_module.items()
+    }
+    items[:] = [item for module in module_order(list(by_module), seconds, ranks) for item in by_module[module]]

@@ -1,15 +1,23 @@
 """Real local clusters for integration tests.
 
-One session cluster is shared by every test that only adds objects to it (in namespaces of their own);
-tests that stop or restart components restore them before they finish, and tests that take a whole
-cluster down make their own. Names carry the pytest process id so that concurrent runs never collide;
-``LIQO_TEST_KEEP=1`` keeps (and reuses, on the next run) the session cluster under a fixed name.
+Shared clusters (the families of :data:`tests.lanes.SHARED`: ``sites``, ``cluster``, ``peer_cluster``) serve
+every test that only adds objects to them (in namespaces of their own); tests that stop or restart
+components restore them before they finish, and tests that take a whole cluster down make their own.
+A family starts when the first module of a lane (an xdist worker, or the one serial run) needs it, and is
+purged as soon as the lane starts a module that does not: :mod:`tests.lanes` hands out every module of a
+family before any module of the next, so a lane never needs a family again once it moved on, and no idle
+cluster waits for the end of the run (on 2 cores, every idle cluster costs the others about 5% of a core).
+Should a family be needed again (a run given modules in another order), it starts again: slower, not wrong.
+
+Names carry the pytest process id so that concurrent runs never collide; ``LIQO_TEST_KEEP=1`` keeps the
+shared clusters (under fixed names, reused by the next run) instead of purging them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +27,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
 from tests.helpers import LocalCluster, Offloaded, Site, install_liqo, offloaded_to, purge, start, unique
+from tests.lanes import SHARED
 
 KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
 RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
@@ -30,22 +39,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    """The shared session cluster: 2 nodes, the default pod CIDR."""
-    local = start(ClusterSpec(name=f"t{RUN_ID}-shared", nodes=2))
-    yield local
-    if not KEEP:
-        purge(local)
+class Families:
+    """The lane's shared clusters: each started on first use, purged on :meth:`release` (unless kept)."""
+
+    def __init__(self, *, keep: bool) -> None:
+        self.keep = keep
+        self.held: dict[str, tuple[Any, Callable[[], None]]] = {}
+
+    def get(self, name: str, *, start: Callable[[], Any], purge: Callable[[Any], None]) -> Any:
+        if name not in self.held:
+            value = start()
+            self.held[name] = (value, lambda: purge(value))
+        return self.held[name][0]
+
+    def release(self, *, keep: set[str]) -> None:
+        """Purge every family held but those in ``keep``."""
+        for name in [n for n in self.held if n not in keep]:
+            _, purge_family = self.held.pop(name)
+            if not self.keep:
+                purge_family()
 
 
 @pytest.fixture(scope="session")
-def peer_cluster() -> Iterator[LocalCluster]:
-    """A second session cluster, with the same pod CIDR as the first (overlap is allowed)."""
-    local = start(ClusterSpec(name=f"t{RUN_ID}-peer", nodes=1))
-    yield local
-    if not KEEP:
-        purge(local)
+def families() -> Iterator[Families]:
+    held = Families(keep=KEEP)
+    yield held
+    held.release(keep=set())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_families(request: pytest.FixtureRequest, families: Families) -> None:
+    """At each module's start, purge the families it does not use (see the module docstring)."""
+    module = request.node.path
+    items = [item for item in request.session.items if item.path == module]
+    used = {name for item in items for name in getattr(item, "fixturenames", ())}
+    families.release(keep=used & set(SHARED))
+
+
+@pytest.fixture(scope="module")
+def cluster(families: Families) -> LocalCluster:
+    """The shared cluster: 2 nodes, the default pod CIDR, no liqo."""
+    local: LocalCluster = families.get(
+        "cluster", start=lambda: start(ClusterSpec(name=f"t{RUN_ID}-shared", nodes=2)), purge=purge
+    )
+    return local
+
+
+@pytest.fixture(scope="module")
+def peer_cluster(families: Families) -> LocalCluster:
+    """A second shared cluster, with the same pod CIDR as the first (overlap is allowed)."""
+    local: LocalCluster = families.get(
+        "peer_cluster", start=lambda: start(ClusterSpec(name=f"t{RUN_ID}-peer", nodes=1)), purge=purge
+    )
+    return local
 
 
 @pytest.fixture
@@ -71,8 +117,14 @@ async def crds(kube: KubeClient) -> None:
     await wait_crds_established(kube)
 
 
-@pytest.fixture(scope="session")
-def sites() -> Iterator[dict[str, Site]]:
+@pytest.fixture(scope="module")
+def sites(families: Families) -> dict[str, Site]:
+    """rome, milan and naples, liqo installed on each, not peered."""
+    started: dict[str, Site] = families.get("sites", start=_start_sites, purge=_purge_sites)
+    return started
+
+
+def _start_sites() -> dict[str, Site]:
     specs = {
         "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
         # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (test_networks.py).
@@ -82,10 +134,12 @@ def sites() -> Iterator[dict[str, Site]]:
         "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
     }
     started = {role: start(spec) for role, spec in specs.items()}
-    yield {role: Site(local, install_liqo(local)) for role, local in started.items()}
-    if not KEEP:
-        for local in started.values():
-            purge(local)
+    return {role: Site(local, install_liqo(local)) for role, local in started.items()}
+
+
+def _purge_sites(sites: dict[str, Site]) -> None:
+    for site in sites.values():
+        purge(site.cluster)
 
 
 @pytest.fixture

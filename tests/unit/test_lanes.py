@@ -5,12 +5,26 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.lanes import SECONDS, module_order, read_seconds
+from tests.lanes import SECONDS, SHARED, family_rank, module_order, read_seconds
 
 
 def test_the_longest_module_goes_first_and_an_unmeasured_one_before_it() -> None:
     seconds = {"a.py": 10.0, "stress.py": 229.0, "b.py": 40.0}
-    assert module_order(["a.py", "stress.py", "new.py", "b.py"], seconds) == ["new.py", "stress.py", "b.py", "a.py"]
+    assert module_order(["a.py", "stress.py", "new.py", "b.py"], seconds, {}) == ["new.py", "stress.py", "b.py", "a.py"]
+
+
+def test_a_shared_familys_modules_go_before_the_next_family_and_the_rest() -> None:
+    seconds = {"short_sites.py": 10.0, "long_alone.py": 300.0, "cluster.py": 50.0, "long_sites.py": 200.0}
+    ranks = {"short_sites.py": 0, "long_sites.py": 0, "cluster.py": 1}
+    assert module_order(list(seconds), seconds, ranks) == [
+        "long_sites.py",
+        "short_sites.py",
+        "cluster.py",
+        "long_alone.py",
+    ]
+    assert family_rank(["rome", "sites", "cluster"]) == SHARED.index("sites")
+    assert family_rank(["peer_cluster", "kube"]) == SHARED.index("peer_cluster")
+    assert family_rank(["tmp_path"]) == len(SHARED)
 
 
 def test_the_table_is_read_by_its_column_names_and_bad_rows_are_skipped() -> None:
@@ -29,7 +43,10 @@ def test_the_committed_table_names_modules_that_exist() -> None:
 
 @given(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0, 1e4)), st.permutations("abcdefgh"))
 def test_the_order_keeps_every_module_once(seconds: dict[str, float], modules: list[str]) -> None:
-    ordered = module_order(modules, seconds)
+    ranks = {m: ord(m) % 3 for m in modules}
+    ordered = module_order(modules, seconds, ranks)
     assert sorted(ordered) == sorted(modules)
-    measured = [seconds[m] for m in ordered if m in seconds]
-    assert measured == sorted(measured, reverse=True)
+    assert [ranks[m] for m in ordered] == sorted(ranks[m] for m in ordered)
+    for rank in set(ranks.values()):
+        measured = [seconds[m] for m in ordered if m in seconds and ranks[m] == rank]
+        assert measured == sorted(measured, reverse=True)

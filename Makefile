@@ -1,5 +1,6 @@
-# The two commands of the README — `make demo` and `make test` — start from a fresh machine: both run
-# `make setup` first, which is idempotent (Debian packages, the .venv, the Kubernetes binaries).
+# The two commands of the README — `make demo` and `make test` — start from a fresh machine: both set up
+# first, idempotently (Debian packages, the .venv, the Kubernetes binaries); `make test` builds the binaries
+# beside lint and the unit tests (scripts/test).
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
@@ -76,8 +77,8 @@ unit: venv
 integration: setup
 	$(VENV)/bin/pytest tests/integration $(LANE_ARGS) $(PYTEST_ARGS)
 
-test: setup lint
-	$(VENV)/bin/pytest tests $(LANE_ARGS) $(PYTEST_ARGS)
+test: apt venv
+	scripts/test $(LANE_ARGS) $(PYTEST_ARGS)
 
 bench-local: setup
 	$(VENV)/bin/python benchmarks/local.py $(if $(PODS),--pods $(PODS))

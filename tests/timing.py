@@ -31,7 +31,8 @@ from pathlib import Path
 
 import pytest
 
-OUTPUT = Path(__file__).resolve().parents[1] / "build" / "test-times"
+OUTPUT = Path(os.environ.get("LIQO_TEST_TIMES") or Path(__file__).resolve().parents[1] / "build" / "test-times")
+"""Where the tables go; ``scripts/test`` gives the unit tests a folder of their own when they run apart."""
 SLOWEST = 20
 
 

@@ -156,6 +156,8 @@ class Timing:
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         module = item.nodeid.split("::", 1)[0]
+        if module not in self.spans:  # another plugin's setup hook ended the setup before ours ran
+            return
         start, _ = self.spans[module]
         self.spans[module] = (start, _sample())  # after the module fixtures' teardown when it is the last test
 

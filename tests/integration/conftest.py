@@ -75,7 +75,7 @@ async def crds(kube: KubeClient) -> None:
 def sites() -> Iterator[dict[str, Site]]:
     specs = {
         "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
-        # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (test_networks.py).
+        # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (peering/test_networks.py).
         "milan": ClusterSpec(
             name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi", pod_cidr="10.245.0.0/16"
         ),

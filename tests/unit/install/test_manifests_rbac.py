@@ -1,5 +1,5 @@
 """The install manifests' RBAC, without a cluster: least privilege by construction (the API server's view of it
-is tested in tests/integration/test_manager_rights.py)."""
+is tested in tests/integration/install/test_manager_rights.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Its caches are seeded as a list would fill them and its API is a fake holding the pods that "really" exist,
 so that a test can hold the cache behind the API server: a pod created but not shown yet, one whose creation
-timed out. Real clusters: ``tests/integration/test_budget.py``.
+timed out. Real clusters: ``tests/integration/offloading/test_budget.py``.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root"),
 ]
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "liqo"
+CHART = Path(__file__).resolve().parents[3] / "charts" / "liqo"
 TOOLBOX = "localhost/liqo/toolbox:1"
 WEB = {
     "name": "web",

@@ -17,7 +17,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.resources import EVENTS
 from liqo.peering import operations
 from tests.helpers import Site, eventually, expect_clean, signed_identity_request
-from tests.integration.test_peer_identity import liqoctl, provider_side
+from tests.integration.peering.test_peer_identity import liqoctl, provider_side
 
 ROME = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 MILAN = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.96.0.0/16")

@@ -42,7 +42,7 @@ from liqo.network import gateways, ipam, rules, wireguard
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, operations
 from tests.helpers import eventually, kubectl, purge, start, unique
-from tests.integration.test_network_fabric import POD_CIDR, Side, in_node, installed, node_routes
+from tests.integration.network.test_fabric import POD_CIDR, Side, in_node, installed, node_routes
 
 pytestmark = [
     pytest.mark.cluster,

@@ -833,9 +833,9 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
     """Enrolled, asking for resources, its network word written: still no Deployment, no node port, until it accepts.
 
     The network fabric's controller runs here as the manager runs it (with the admin's rights: its own are
-    test_manager_rights.py's), once an install's gateway template exists. Evidence that it judged the tenant:
-    a peer made after it started, which accepts, gets its gateway (one worker, a FIFO queue: the tenant was
-    judged before).
+    install/test_manager_rights.py's), once an install's gateway template exists. Evidence that it judged the
+    tenant: a peer made after it started, which accepts, gets its gateway (one worker, a FIFO queue: the tenant
+    was judged before).
     """
     accepted_id = str(uuid.uuid4())
     identities: dict[str, authclient.Identity] = {}

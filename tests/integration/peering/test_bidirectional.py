@@ -78,7 +78,7 @@ async def test_either_unpeer_order_leaves_nothing_and_never_two_records_of_one_p
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, first: str
 ) -> None:
     """Both peerings declared at once (rome's enrolment on milan races milan's own declaration), then undone
-    milan's side first (as test_tenant_writes.py does) or rome's first (as test_peering.py does)."""
+    milan's side first (as test_tenant_writes.py does) or rome's first (as test_peer_unpeer.py does)."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     async with records_of(rome, milan) as records:
         command = await operations.peer_command(milan)

@@ -8,7 +8,6 @@ cluster down make their own. Names carry the pytest process id so that concurren
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -18,10 +17,18 @@ from liqo.install.installer import wait_crds_established
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, Offloaded, Site, install_liqo, offloaded_to, purge, start, unique
-
-KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
-RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
+from tests.integration.helpers import (
+    KEEP,
+    RUN_ID,
+    LocalCluster,
+    Offloaded,
+    Site,
+    install_liqo,
+    offloaded_to,
+    purge,
+    start,
+    unique,
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

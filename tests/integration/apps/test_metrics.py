@@ -16,11 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from liqo.install.installer import HostProcesses, InstallOptions, host_processes
 from liqo.kube.resources import DEPLOYMENTS
 from liqo.local.spec import ClusterSpec
-from tests.helpers import (
+from tests.integration.helpers import (
     LocalCluster,
     Site,
     deployment,
-    eventually,
     install_liqo,
     offloaded_to,
     purge,
@@ -28,6 +27,7 @@ from tests.helpers import (
     start,
     unique,
 )
+from tests.shared import eventually
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -90,41 +90,54 @@ async def test_offloaded_pods_show_in_the_metrics_of_both_sides_and_every_compon
                 await consumer.create(DEPLOYMENTS, deployment("web", offloaded.namespace, replicas=2))
                 await running_pods(consumer, offloaded.namespace, 2)
 
-            kubelet: Samples = {}
+            kubelet_samples: Samples = {}
 
             async def two_running() -> bool:
-                nonlocal kubelet
-                kubelet = await scrape(session, home_ports.kubelet_metrics_port)
+                nonlocal kubelet_samples
+                kubelet_samples = await scrape(session, home_ports.kubelet_metrics_port)
                 running = value(
-                    kubelet, "liqo_offloaded_pods", node=offloaded.node, provider=provider.cluster_id, phase="Running"
+                    kubelet_samples,
+                    "liqo_offloaded_pods",
+                    node=offloaded.node,
+                    provider=provider.cluster_id,
+                    phase="Running",
                 )
                 return running == 2
 
             await eventually(two_running, timeout=30, message="2 Running pods on the virtual node in its metrics")
-            assert value(kubelet, "liqo_consumer_used_resources", provider=provider.cluster_id, resource="pods") == 2
-            # 2 pods of 100m CPU each (tests.helpers.deployment).
-            used_cpu = value(kubelet, "liqo_consumer_used_resources", provider=provider.cluster_id, resource="cpu")
+            assert (
+                value(kubelet_samples, "liqo_consumer_used_resources", provider=provider.cluster_id, resource="pods")
+                == 2
+            )
+            # 2 pods of 100m CPU each (tests.integration.helpers.deployment).
+            used_cpu = value(
+                kubelet_samples, "liqo_consumer_used_resources", provider=provider.cluster_id, resource="cpu"
+            )
             assert used_cpu == pytest.approx(0.2)
-            lag = value(kubelet, "liqo_reflection_lag_seconds_count", reflector="pods")
+            lag = value(kubelet_samples, "liqo_reflection_lag_seconds_count", reflector="pods")
             assert lag is not None
             assert lag >= 2, "each ShadowPod written records its lag"
-            assert value(kubelet, "liqo_leader", lease="liqo-virtual-kubelet") == 1
+            assert value(kubelet_samples, "liqo_leader", lease="liqo-virtual-kubelet") == 1
             reconciles = value(
-                kubelet, "liqo_controller_reconcile_duration_seconds_count", controller=f"pods {offloaded.node}"
+                kubelet_samples, "liqo_controller_reconcile_duration_seconds_count", controller=f"pods {offloaded.node}"
             )
             assert reconciles is not None
             assert reconciles >= 2
-            assert value(kubelet, "liqo_workqueue_depth", controller=f"pods {offloaded.node}") is not None
+            assert value(kubelet_samples, "liqo_workqueue_depth", controller=f"pods {offloaded.node}") is not None
 
-            manager = await scrape(session, home_ports.metrics_port)
-            assert value(manager, "liqo_leader", lease="liqo-manager") == 1
-            established = value(manager, "liqo_peers", condition="OutgoingPeering", status="Established")
+            manager_samples = await scrape(session, home_ports.metrics_port)
+            assert value(manager_samples, "liqo_leader", lease="liqo-manager") == 1
+            established = value(manager_samples, "liqo_peers", condition="OutgoingPeering", status="Established")
             assert established == 1
-            accepted = value(manager, "liqo_consumer_accepted_resources", provider=provider.cluster_id, resource="cpu")
+            accepted = value(
+                manager_samples, "liqo_consumer_accepted_resources", provider=provider.cluster_id, resource="cpu"
+            )
             assert accepted is not None
             assert accepted > 0
             assert (
-                value(manager, "liqo_controller_reconcile_duration_seconds_count", controller="offer-acceptance")
+                value(
+                    manager_samples, "liqo_controller_reconcile_duration_seconds_count", controller="offer-acceptance"
+                )
                 is not None
             )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -17,17 +16,12 @@ from liqo.install.installer import BY_KIND
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import CONFIGMAPS
-from tests.helpers import SAMPLE_VALUES, LocalCluster, Site, expect_clean
-
-
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
-    )
+from tests.integration.helpers import LocalCluster, Site, expect_clean, liqoctl_run
+from tests.shared import SAMPLE_VALUES
 
 
 async def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(liqoctl, *args)
+    return await asyncio.to_thread(liqoctl_run, *args)
 
 
 async def test_out_of_band_peering_info_status_kubeconfig_and_unpeer(
@@ -72,8 +66,8 @@ async def test_out_of_band_peering_info_status_kubeconfig_and_unpeer(
 async def test_peer_out_of_band_with_a_wrong_cluster_id_is_refused_before_anything_is_written(
     sites: dict[str, Site], rome: KubeClient
 ) -> None:
-    milan = sites["milan"]
-    async with milan.client() as client:
+    milan_site = sites["milan"]
+    async with milan_site.client() as client:
         identity_url = (await client.get(CONFIGMAPS, "liqo-cluster-identity", namespace="liqo"))["data"]["authURL"]
     result = await run(
         "peer", "out-of-band", "milan", f"--auth-url={identity_url}", "--cluster-id=not-milan", "--auth-token=x",
@@ -134,8 +128,8 @@ async def test_install_elsewhere_than_a_local_cluster_asks_for_the_network_and_n
 
 
 async def test_install_on_a_local_cluster_refuses_a_network_other_than_its_own(sites: dict[str, Site]) -> None:
-    milan = f"--kubeconfig={sites['milan'].cluster.kubeconfig}"
-    refused = await run("install", "--dry-run", "--pod-cidr=10.244.0.0/16", milan)
+    milan_kc = f"--kubeconfig={sites['milan'].cluster.kubeconfig}"
+    refused = await run("install", "--dry-run", "--pod-cidr=10.244.0.0/16", milan_kc)
     assert refused.returncode == 1
     assert "--pod-cidr 10.244.0.0/16 is not this local cluster's: it was made with 10.245.0.0/16" in " ".join(
         refused.stderr.split()

@@ -18,7 +18,7 @@ import yaml
 from liqo.install import manifests
 from liqo.install.values import Values
 from liqo.peering.authserver import RateLimit
-from tests.helpers import helm_binary
+from tests.integration.helpers import helm_binary
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "liqo"
 BASE = Values(api_server_url="https://203.0.113.7:6443", pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/12")

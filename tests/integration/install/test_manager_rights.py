@@ -19,7 +19,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError
 from liqo.kube.resources import NAMESPACES, NETWORK_POLICIES, RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES
 from liqo.offloading.registration import SERVING_SECRET
-from tests.helpers import Site, stopped, unique
+from tests.integration.helpers import Site, stopped, unique
 
 RBAC = "rbac.authorization.k8s.io"
 Attributes = dict[str, str]
@@ -38,10 +38,10 @@ async def manager_may(admin: KubeClient, **attributes: str) -> bool:
 @pytest.fixture
 async def as_manager(sites: dict[str, Site]) -> AsyncIterator[KubeClient]:
     """Milan's API server as its manager's user (a certificate of milan's CA for that user)."""
-    cluster = sites["milan"].cluster
-    ca = pki.KeyPair((cluster.dir.pki / "ca.crt").read_bytes(), (cluster.dir.pki / "ca.key").read_bytes())
+    milan_cluster = sites["milan"].cluster
+    ca = pki.KeyPair((milan_cluster.dir.pki / "ca.crt").read_bytes(), (milan_cluster.dir.pki / "ca.key").read_bytes())
     leaf = pki.issue(ca, common_name=MANAGER, client=True)
-    async with cluster.client() as admin:
+    async with milan_cluster.client() as admin:
         server = admin.server
     config = pki.kubeconfig(cluster="c", server=server, ca=ca.cert, user=MANAGER, cert=leaf.cert, key=leaf.key)
     async with KubeClient.from_kubeconfig_dict(config, name="manager@milan") as client:

@@ -33,11 +33,10 @@ from liqo.kube.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, PODS
 from liqo.local.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
-from tests.helpers import (
+from tests.integration.helpers import (
     LocalCluster,
     Site,
     deployment,
-    eventually,
     helm_binary,
     kubectl,
     liqoctl,
@@ -47,6 +46,7 @@ from tests.helpers import (
     start,
     unique,
 )
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -125,7 +125,7 @@ def porto() -> Iterator[Site]:
 
 
 @pytest.fixture(scope="module")
-def offloaded(porto: Site, lisbon: Site) -> str:
+def offloaded_ns(porto: Site, lisbon: Site) -> str:
     """porto peered with lisbon, and a namespace of porto offloaded there (strategy Remote)."""
 
     async def setup() -> str:
@@ -202,17 +202,17 @@ async def test_helm_template_renders_what_liqoctl_install_dry_run_prints(lisbon:
 
 
 async def test_the_peers_offload_a_deployment_onto_the_providers_real_node(
-    porto: Site, lisbon: Site, offloaded: str, tmp_path: Path
+    porto: Site, lisbon: Site, offloaded_ns: str, tmp_path: Path
 ) -> None:
     async with porto.client() as consumer, lisbon.client() as provider:
-        await consumer.create(DEPLOYMENTS, deployment("web", offloaded, replicas=3, containers=[WEB]))
-        await running_pods(consumer, offloaded, 3)
-        remote = await running_pods(provider, twin(offloaded, porto), 3)
+        await consumer.create(DEPLOYMENTS, deployment("web", offloaded_ns, replicas=3, containers=[WEB]))
+        await running_pods(consumer, offloaded_ns, 3)
+        remote = await running_pods(provider, twin(offloaded_ns, porto), 3)
         assert {p["spec"]["nodeName"] for p in remote} == {f"{lisbon.cluster.name}-real-1"}
-        home = (await consumer.list_all(PODS, namespace=offloaded))[0][0]["metadata"]["name"]
+        home = (await consumer.list_all(PODS, namespace=offloaded_ns))[0][0]["metadata"]["name"]
     # kubectl at home reaches the container through the virtual kubelet's pod and the provider's kubelet.
-    assert "serving" in kubectl(porto.cluster, "logs", "-n", offloaded, home)
-    assert kubectl(porto.cluster, "exec", "-n", offloaded, home, "--", "sh", "-c", "echo $((6 * 7))") == "42\n"
+    assert "serving" in kubectl(porto.cluster, "logs", "-n", offloaded_ns, home)
+    assert kubectl(porto.cluster, "exec", "-n", offloaded_ns, home, "--", "sh", "-c", "echo $((6 * 7))") == "42\n"
     # The virtual kubelet's pod counts them in /metrics (scraped from inside its pod: pod IPs are not routed here).
     scrape = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/metrics').read().decode())"
     metrics = kubectl(
@@ -246,16 +246,16 @@ async def holder(client: KubeClient) -> str:
 
 
 async def test_the_leader_killed_mid_burst_hands_over_and_loses_no_pod(
-    porto: Site, lisbon: Site, offloaded: str
+    porto: Site, lisbon: Site, offloaded_ns: str
 ) -> None:
     replicas = 30
     async with porto.client() as consumer, lisbon.client() as provider:
         leader = await holder(provider)
         pod_name = leader.rsplit("-", 2)[0]
-        await consumer.create(DEPLOYMENTS, deployment("burst", offloaded, replicas=replicas, containers=[WEB]))
+        await consumer.create(DEPLOYMENTS, deployment("burst", offloaded_ns, replicas=replicas, containers=[WEB]))
 
         async def burst_started() -> bool:
-            pods = (await provider.list_all(PODS, namespace=twin(offloaded, porto), label_selector="app=burst"))[0]
+            pods = (await provider.list_all(PODS, namespace=twin(offloaded_ns, porto), label_selector="app=burst"))[0]
             return len(pods) >= 3
 
         await eventually(burst_started, timeout=60, message="the provider started creating the burst's pods")
@@ -272,13 +272,13 @@ async def test_the_leader_killed_mid_burst_hands_over_and_loses_no_pod(
         await eventually(new_leader, timeout=40, message="another manager took the Lease", every=0.1)
         print(f"hand-over after the leader's SIGKILL: {handed['after']:.1f} s")  # the figure for the note
         assert handed["after"] <= 15 + 2 * 2  # the Lease's duration, and a retry period either side
-        await running_pods(consumer, offloaded, replicas + 3)  # web's 3 and the burst's
-        remote = (await provider.list_all(PODS, namespace=twin(offloaded, porto), label_selector="app=burst"))[0]
+        await running_pods(consumer, offloaded_ns, replicas + 3)  # web's 3 and the burst's
+        remote = (await provider.list_all(PODS, namespace=twin(offloaded_ns, porto), label_selector="app=burst"))[0]
         assert len(remote) == replicas, "no duplicate and no lost pod on the provider"
-        await consumer.delete(DEPLOYMENTS, "burst", namespace=offloaded)
+        await consumer.delete(DEPLOYMENTS, "burst", namespace=offloaded_ns)
 
 
-async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offloaded: str) -> None:
+async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offloaded_ns: str) -> None:
     async with porto.client() as consumer:
         kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{manifests.MANAGER}")
         created, refused = 0, []
@@ -287,7 +287,7 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offlo
             nonlocal created
             name = f"during-{created}"
             try:
-                await consumer.create(PODS, pod(name, offloaded, containers=[WEB]))
+                await consumer.create(PODS, pod(name, offloaded_ns, containers=[WEB]))
             except KubeError as exc:
                 refused.append(f"{name}: {exc}")
             created += 1
@@ -305,7 +305,7 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offlo
         assert created > 10
         assert not refused
         for index in range(created):
-            await consumer.delete(PODS, f"during-{index}", namespace=offloaded)
+            await consumer.delete(PODS, f"during-{index}", namespace=offloaded_ns)
 
 
 def chart_version(directory: Path, version: str, *, grace: int) -> Path:
@@ -321,11 +321,11 @@ def chart_version(directory: Path, version: str, *, grace: int) -> Path:
 
 
 async def test_helm_upgrade_from_the_previous_version_keeps_peers_and_offloaded_pods(
-    porto: Site, lisbon: Site, offloaded: str, tmp_path: Path
+    porto: Site, lisbon: Site, offloaded_ns: str, tmp_path: Path
 ) -> None:
     values = values_file(lisbon.cluster, tmp_path / "values.yaml")
     async with porto.client() as consumer, lisbon.client() as provider:
-        before = {p["metadata"]["uid"] for p in await running_pods(provider, twin(offloaded, porto), 3)}
+        before = {p["metadata"]["uid"] for p in await running_pods(provider, twin(offloaded_ns, porto), 3)}
         previous = chart_version(tmp_path / "previous", "0.0.9", grace=29)
         # Back to the previous version first (what a cluster upgrading from it runs), then up to this one.
         helm(lisbon.cluster, "upgrade", "liqo", str(previous), "--namespace", "liqo", "-f", str(values))
@@ -337,9 +337,9 @@ async def test_helm_upgrade_from_the_previous_version_keeps_peers_and_offloaded_
         # The peering never broke and the provider's pods were never replaced.
         info = await peering.info(consumer)
         assert not peering.problems(info), info
-        after = {p["metadata"]["uid"] for p in await running_pods(provider, twin(offloaded, porto), 3)}
+        after = {p["metadata"]["uid"] for p in await running_pods(provider, twin(offloaded_ns, porto), 3)}
         assert after == before
-        await running_pods(consumer, offloaded, 3)
+        await running_pods(consumer, offloaded_ns, 3)
 
 
 async def wait_rolled_out(client: KubeClient) -> None:
@@ -358,10 +358,10 @@ async def wait_rolled_out(client: KubeClient) -> None:
 
 
 async def test_zz_unpeered_helm_uninstall_leaves_what_it_promises_and_a_reinstall_is_the_same_cluster(
-    porto: Site, lisbon: Site, offloaded: str, tmp_path: Path
+    porto: Site, lisbon: Site, offloaded_ns: str, tmp_path: Path
 ) -> None:
     async with porto.client() as consumer, lisbon.client() as provider:
-        await offloading.unoffload(consumer, offloaded, timeout=120)
+        await offloading.unoffload(consumer, offloaded_ns, timeout=120)
         await peering.unpeer(consumer, lisbon.cluster_id, timeout=120)
         before = await read_identity(provider)
         assert before is not None

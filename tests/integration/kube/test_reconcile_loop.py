@@ -11,7 +11,8 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import CONFIGMAPS, NAMESPACES, object_key, split_key
-from tests.helpers import LocalCluster, eventually, unique
+from tests.integration.helpers import LocalCluster, unique
+from tests.shared import eventually
 
 
 def mirror_of(source: dict[str, Any], *, namespace: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import CONFIGMAPS, EVENTS, LEASES, PODS, object_key
 from liqo.local import clusters
 from liqo.local.layout import read_json
-from tests.helpers import LocalCluster, TcpProxy, eventually, unique
+from tests.integration.helpers import LocalCluster, TcpProxy, unique
+from tests.shared import eventually
 
 ELECTOR = Path(__file__).with_name("elector.py")
 

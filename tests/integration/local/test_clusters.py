@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 
 import orjson
 
@@ -19,13 +18,8 @@ from liqo.local import clusters
 from liqo.local.layout import Ports, port_is_free, read_json
 from liqo.local.processes import ProcessRef, is_alive, wait_gone
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, eventually, eventually_sync, purge, start, unique
-
-
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=300
-    )
+from tests.integration.helpers import LocalCluster, eventually_sync, liqoctl_run, purge, start, unique
+from tests.shared import eventually
 
 
 def processes_of(cluster: LocalCluster) -> list[ProcessRef]:
@@ -71,21 +65,23 @@ async def test_deployment_becomes_running_pods_with_node_cidr_ips_and_logs(
 
 def test_up_is_idempotent_and_refuses_different_settings(cluster: LocalCluster) -> None:
     before = processes_of(cluster)
-    again = liqoctl("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes))
+    again = liqoctl_run("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes), timeout=300)
     assert again.returncode == 0, again.stderr
     assert processes_of(cluster) == before
-    as_stored = liqoctl("local", "up", cluster.name)  # made with --nodes 2: a flag left out means as stored
+    as_stored = liqoctl_run(
+        "local", "up", cluster.name, timeout=300
+    )  # made with --nodes 2: a flag left out means as stored
     assert as_stored.returncode == 0, as_stored.stderr
     assert processes_of(cluster) == before
 
-    different = liqoctl("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes + 1))
+    different = liqoctl_run("local", "up", cluster.name, "--nodes", str(cluster.spec.nodes + 1), timeout=300)
     assert different.returncode == 1
     assert "exists with other settings (nodes: 2 -> 3)" in different.stderr
     assert processes_of(cluster) == before
 
 
 def test_list_and_env(cluster: LocalCluster) -> None:
-    listed = liqoctl("local", "list", "-o", "json")
+    listed = liqoctl_run("local", "list", "-o", "json", timeout=300)
     assert listed.returncode == 0, listed.stderr
     mine = next(c for c in orjson.loads(listed.stdout) if c["name"] == cluster.name)
     assert mine["state"] == "Running"
@@ -93,7 +89,7 @@ def test_list_and_env(cluster: LocalCluster) -> None:
     assert mine["unhealthyComponents"] == []
     assert set(mine["components"]) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
-    env = liqoctl("local", "env", cluster.name)
+    env = liqoctl_run("local", "env", cluster.name, timeout=300)
     assert f"export KUBECONFIG={cluster.kubeconfig}" in env.stdout
     shell = subprocess.run(
         ["bash", "-c", f"{env.stdout}\nkubectl get nodes -o name"], capture_output=True, text=True, check=False

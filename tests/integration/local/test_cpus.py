@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from liqo.local.layout import ClusterDir, read_json
 from liqo.local.processes import ProcessRef, wait_gone
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, eventually_sync, purge, unique
+from tests.integration.helpers import LocalCluster, eventually_sync, liqoctl_run, purge, unique
 
 
 def allowed_cpus(pid: int) -> str:
@@ -19,17 +17,11 @@ def allowed_cpus(pid: int) -> str:
     return next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
 
 
-def processes(cluster: ClusterDir) -> dict[str, ProcessRef]:
-    status = read_json(cluster.status_file)
+def processes(cluster_dir: ClusterDir) -> dict[str, ProcessRef]:
+    status = read_json(cluster_dir.status_file)
     refs = {"supervisor": ProcessRef.from_dict(status["supervisor"])}
     refs |= {name: ProcessRef.from_dict(c["process"]) for name, c in status["components"].items()}
     return {name: ref for name, ref in refs.items() if ref is not None}
-
-
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=300
-    )
 
 
 def test_a_pinned_cluster_runs_every_process_on_its_cpus() -> None:
@@ -37,10 +29,10 @@ def test_a_pinned_cluster_runs_every_process_on_its_cpus() -> None:
     name = unique("t-cpus")
     local = LocalCluster(ClusterSpec(name=name, cpus=cpu))
     try:
-        up = liqoctl("local", "up", name, "--cpus", cpu)
+        up = liqoctl_run("local", "up", name, "--cpus", cpu, timeout=300)
         assert up.returncode == 0, up.stderr
         assert f"pinned to CPUs {cpu}" in up.stdout
-        listed = liqoctl("local", "list", "-o", "json")
+        listed = liqoctl_run("local", "list", "-o", "json", timeout=300)
         assert f'"cpus": "{cpu}"' in listed.stdout
 
         refs = processes(local.dir)
@@ -56,7 +48,7 @@ def test_a_pinned_cluster_runs_every_process_on_its_cpus() -> None:
         )
         assert allowed_cpus(processes(local.dir)["kwok"].pid) == cpu
 
-        unavailable = liqoctl("local", "up", unique("t-cpus"), "--cpus", str(os.cpu_count() or 1))
+        unavailable = liqoctl_run("local", "up", unique("t-cpus"), "--cpus", str(os.cpu_count() or 1), timeout=300)
         assert unavailable.returncode == 1
         assert "not available here" in unavailable.stderr
     finally:

@@ -19,7 +19,8 @@ from liqo.local.realnodes import host, images
 from liqo.local.realnodes.enter import held_images
 from liqo.local.realnodes.nodes import real_nodes
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, eventually, eventually_sync, kubectl, purge, start, unique
+from tests.integration.helpers import LocalCluster, eventually_sync, kubectl, purge, start, unique
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -29,7 +30,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def node() -> Iterator[LocalCluster]:
+def real() -> Iterator[LocalCluster]:
     local = start(ClusterSpec(name=unique("img"), nodes=0, real_nodes=1))
     yield local
     purge(local)
@@ -37,19 +38,19 @@ def node() -> Iterator[LocalCluster]:
 
 def held_by_the_node(cluster: LocalCluster) -> dict[str, str]:
     stored = read_json(cluster.dir.cluster_file)
-    [real] = real_nodes(cluster=cluster.name, count=1, underlay=int(stored["underlay"]), cluster_root=cluster.dir.root)
+    [node] = real_nodes(cluster=cluster.name, count=1, underlay=int(stored["underlay"]), cluster_root=cluster.dir.root)
     ctr = os.path.join(stored["nodeBinDir"], "ctr")
-    return held_images(host.run_in_node(real, ctr, "--namespace", "k8s.io", "images", "list").stdout)
+    return held_images(host.run_in_node(node, ctr, "--namespace", "k8s.io", "images", "list").stdout)
 
 
-async def test_a_pod_runs_every_entry_point_of_the_preloaded_image_as_uid_65532(node: LocalCluster) -> None:
+async def test_a_pod_runs_every_entry_point_of_the_preloaded_image_as_uid_65532(real: LocalCluster) -> None:
     ref = images.liqo_image_ref()
     project = images.project_source()
     assert project is not None
     built = images.archive_images(images.liqo_archive(project))[ref]
     # Imported while the kubelet runs: wait for it, then run without pulling (Never) to prove it is there.
     eventually_sync(
-        lambda: held_by_the_node(node).get(ref) == built, timeout=120, message=f"{ref} ({built}) on the node"
+        lambda: held_by_the_node(real).get(ref) == built, timeout=120, message=f"{ref} ({built}) on the node"
     )
 
     def container(name: str, *args: str, **extra: Any) -> dict[str, Any]:
@@ -72,26 +73,26 @@ async def test_a_pod_runs_every_entry_point_of_the_preloaded_image_as_uid_65532(
             ],
         },
     }
-    async with node.client() as kube:
-        await kube.create(PODS, pod)
+    async with real.client() as real_kube:
+        await real_kube.create(PODS, pod)
         phase = ""
 
         async def finished() -> bool:
             nonlocal phase
-            phase = (await kube.get(PODS, name, namespace="default")).get("status", {}).get("phase", "")
+            phase = (await real_kube.get(PODS, name, namespace="default")).get("status", {}).get("phase", "")
             return phase in ("Succeeded", "Failed")
 
         await eventually(finished, timeout=120, message=f"pod {name} finished")
-        assert phase == "Succeeded", kubectl(node, "describe", "pod", name)
+        assert phase == "Succeeded", kubectl(real, "describe", "pod", name)
 
     def logs(container_name: str) -> str:
-        return kubectl(node, "logs", name, "-c", container_name)
+        return kubectl(real, "logs", name, "-c", container_name)
 
     assert logs("manager").startswith("usage: liqo-manager")
     assert logs("virtual-kubelet").startswith("usage: liqo-virtual-kubelet")
     assert "Usage:" in logs("liqoctl")
     assert logs("whoami").split() == ["65532", "65532", "/opt/liqo/liqo/__init__.py"]
     messages = kubectl(
-        node, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "jsonpath={.items[*].message}"
+        real, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "jsonpath={.items[*].message}"
     )
     assert f'Successfully pulled image "{ref}"' in messages

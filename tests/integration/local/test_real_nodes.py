@@ -27,10 +27,9 @@ from liqo.local.processes import ProcessRef, is_alive
 from liqo.local.realnodes import host, images
 from liqo.local.realnodes.nodes import CGROUP_PARENT, SYSCTLS_KUBELET_WANTS
 from liqo.local.spec import ClusterSpec
-from tests.helpers import (
+from tests.integration.helpers import (
     LocalCluster,
     deployment,
-    eventually,
     eventually_sync,
     kubectl,
     port_forward,
@@ -39,6 +38,7 @@ from tests.helpers import (
     start,
     unique,
 )
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -66,17 +66,17 @@ def real(sysctls_before: dict[str, str]) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-async def kube(real: LocalCluster) -> Any:
+async def real_kube(real: LocalCluster) -> Any:
     async with real.client() as client:
         yield client
 
 
 @pytest.fixture
-async def ns(kube: KubeClient) -> Any:
+async def ns(real_kube: KubeClient) -> Any:
     name = unique("rn")
-    await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await real_kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
-    await kube.delete(NAMESPACES, name)
+    await real_kube.delete(NAMESPACES, name)
 
 
 def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[str], spread: bool = False) -> Obj:
@@ -97,9 +97,9 @@ def node_pids(cluster: LocalCluster) -> set[int]:
     return pids
 
 
-async def test_a_deployment_of_the_tool_image_really_runs(real: LocalCluster, kube: KubeClient, ns: str) -> None:
-    await kube.create(DEPLOYMENTS, tool_deployment("sleeper", ns, replicas=2, command=["sleep", "3600"]))
-    pods = await running_pods(kube, ns, 2)
+async def test_a_deployment_of_the_tool_image_really_runs(real: LocalCluster, real_kube: KubeClient, ns: str) -> None:
+    await real_kube.create(DEPLOYMENTS, tool_deployment("sleeper", ns, replicas=2, command=["sleep", "3600"]))
+    pods = await running_pods(real_kube, ns, 2)
     assert {pod["spec"]["nodeName"] for pod in pods} <= {f"{real.name}-real-1", f"{real.name}-real-2"}
     name = pods[0]["metadata"]["name"]
     cmdline = kubectl(real, "exec", "-n", ns, name, "--", "cat", "/proc/1/cmdline")
@@ -110,11 +110,11 @@ async def test_a_deployment_of_the_tool_image_really_runs(real: LocalCluster, ku
 
 
 async def test_pods_reach_each_other_a_service_and_their_api_server(
-    real: LocalCluster, kube: KubeClient, ns: str
+    real: LocalCluster, real_kube: KubeClient, ns: str
 ) -> None:
     server = ["socat", "TCP-LISTEN:8080,fork,reuseaddr", "SYSTEM:echo hello from $HOSTNAME"]
-    await kube.create(DEPLOYMENTS, tool_deployment("echo", ns, replicas=2, command=server, spread=True))
-    await kube.create(
+    await real_kube.create(DEPLOYMENTS, tool_deployment("echo", ns, replicas=2, command=server, spread=True))
+    await real_kube.create(
         SERVICES,
         {
             "apiVersion": "v1",
@@ -123,11 +123,11 @@ async def test_pods_reach_each_other_a_service_and_their_api_server(
             "spec": {"selector": {"app": "echo"}, "ports": [{"port": 80, "targetPort": 8080}]},
         },
     )
-    servers = await running_pods(kube, ns, 2)
+    servers = await running_pods(real_kube, ns, 2)
     assert len({server["spec"]["nodeName"] for server in servers}) == 2
     # A client made after the Service: it gets the Service's environment variables.
-    await kube.create(DEPLOYMENTS, tool_deployment("client", ns, replicas=1, command=["sleep", "3600"]))
-    pods = await running_pods(kube, ns, 3)
+    await real_kube.create(DEPLOYMENTS, tool_deployment("client", ns, replicas=1, command=["sleep", "3600"]))
+    pods = await running_pods(real_kube, ns, 3)
     client = next(p for p in pods if p["metadata"]["labels"]["app"] == "client")["metadata"]["name"]
 
     def in_client(script: str) -> str:
@@ -153,11 +153,11 @@ async def test_pods_reach_each_other_a_service_and_their_api_server(
 
 
 async def test_logs_exec_cp_attach_and_port_forward(
-    real: LocalCluster, kube: KubeClient, ns: str, tmp_path: Path
+    real: LocalCluster, real_kube: KubeClient, ns: str, tmp_path: Path
 ) -> None:
     server = ["sh", "-c", "echo started; exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo pong'"]
-    await kube.create(DEPLOYMENTS, tool_deployment("streams", ns, replicas=1, command=server))
-    name = (await running_pods(kube, ns, 1))[0]["metadata"]["name"]
+    await real_kube.create(DEPLOYMENTS, tool_deployment("streams", ns, replicas=1, command=server))
+    name = (await running_pods(real_kube, ns, 1))[0]["metadata"]["name"]
     assert "started" in kubectl(real, "logs", "-n", ns, name)
     # stdin's end reaches the process: cat ends, so does kubectl.
     assert (
@@ -178,7 +178,7 @@ async def test_logs_exec_cp_attach_and_port_forward(
 
 
 async def test_load_image_makes_an_archive_runnable_even_with_pull_policy_always(
-    real: LocalCluster, kube: KubeClient, ns: str, tmp_path: Path
+    real: LocalCluster, real_kube: KubeClient, ns: str, tmp_path: Path
 ) -> None:
     short = unique("img")  # a Docker Hub name: docker.io/library/<short>:latest
     with tarfile.open(images.pause_archive()) as source:
@@ -195,8 +195,8 @@ async def test_load_image_makes_an_archive_runnable_even_with_pull_policy_always
     container = {"name": "main", "image": short, "imagePullPolicy": "Always"}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loaded", "namespace": ns},
            "spec": {"containers": [container]}}  # fmt: skip
-    await kube.create(PODS, pod)
-    await running_pods(kube, ns, 1)
+    await real_kube.create(PODS, pod)
+    await running_pods(real_kube, ns, 1)
 
 
 def test_the_plainest_deployment_of_the_tool_image_runs(real: LocalCluster, ns: str) -> None:
@@ -211,11 +211,11 @@ def test_two_clusters_with_the_same_pod_cidr_run_side_by_side_and_leave_nothing(
     other = start(ClusterSpec(name=unique("real"), nodes=1, real_nodes=1))
     try:
         assert other.spec.pod_cidr == real.spec.pod_cidr
-        for cluster in (real, other):
-            kubectl(cluster, "run", "side", f"--image={TOOLBOX}", "--restart=Never",
+        for local in (real, other):
+            kubectl(local, "run", "side", f"--image={TOOLBOX}", "--restart=Never",
                     "--overrides", '{"spec": {"nodeSelector": {"type": "real"}}}', "--", "sleep", "3600")  # fmt: skip
-        for cluster in (real, other):
-            kubectl(cluster, "wait", "pod/side", "--for=condition=Ready", "--timeout=60s")
+        for local in (real, other):
+            kubectl(local, "wait", "pod/side", "--for=condition=Ready", "--timeout=60s")
         assert node_pids(other)
         stored = read_json(other.dir.cluster_file)
         underlay = stored["underlay"]

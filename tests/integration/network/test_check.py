@@ -26,13 +26,12 @@ from liqo.api import names
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, PODS, SECRETS, SERVICES
-from liqo.local.layout import read_json
 from liqo.local.realnodes.host import run_in_node
-from liqo.local.realnodes.nodes import RealNode, real_nodes
 from liqo.local.spec import ClusterSpec
 from liqo.network import gateways
 from liqo.peering import operations as peering
-from tests.helpers import LocalCluster, Site, eventually, install_liqo, purge, start, unique
+from tests.integration.helpers import LocalCluster, Site, install_liqo, only_real_node, purge, start, unique
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -63,7 +62,7 @@ def site(name: str) -> Site:
 
 
 @pytest.fixture(scope="module")
-def clusters() -> Iterator[dict[str, Site]]:
+def real_sites() -> Iterator[dict[str, Site]]:
     made: dict[str, Site] = {}
     try:
         for name in ("milan", "rome", "paris"):
@@ -107,13 +106,13 @@ def exchanges(report: dict[str, Any]) -> set[tuple[str, str, str]]:
     return {(r["source"], r["target"], r["protocol"]) for r in report["results"]}
 
 
-def test_two_clusters_with_the_same_pod_cidr(clusters: dict[str, Site]) -> None:
-    milan, rome = clusters["milan"], clusters["rome"]
-    peer(milan, rome)
-    asyncio.run(connected(milan, rome))
-    report = check_network(milan.cluster)
+def test_two_clusters_with_the_same_pod_cidr(real_sites: dict[str, Site]) -> None:
+    milan_site, rome_site = real_sites["milan"], real_sites["rome"]
+    peer(milan_site, rome_site)
+    asyncio.run(connected(milan_site, rome_site))
+    report = check_network(milan_site.cluster)
     assert report["passed"]
-    remote = f"{rome.cluster.name}/remote-{rome.cluster.name}"
+    remote = f"{rome_site.cluster.name}/remote-{rome_site.cluster.name}"
     direct = {
         (source, target, protocol)
         for protocol in ("ICMP", "TCP", "UDP")
@@ -129,32 +128,26 @@ def test_two_clusters_with_the_same_pod_cidr(clusters: dict[str, Site]) -> None:
         )
 
 
-def test_three_clusters_with_the_same_pod_cidr(clusters: dict[str, Site]) -> None:
-    milan, rome, paris = clusters["milan"], clusters["rome"], clusters["paris"]
-    peer(milan, paris)
-    peer(rome, paris)
-    for consumer, provider in ((milan, rome), (milan, paris), (rome, paris)):
+def test_three_clusters_with_the_same_pod_cidr(real_sites: dict[str, Site]) -> None:
+    milan_site, rome_site, paris_site = real_sites["milan"], real_sites["rome"], real_sites["paris"]
+    peer(milan_site, paris_site)
+    peer(rome_site, paris_site)
+    for consumer, provider in ((milan_site, rome_site), (milan_site, paris_site), (rome_site, paris_site)):
         asyncio.run(connected(consumer, provider))
-    on_milan = check_network(milan.cluster)
+    on_milan = check_network(milan_site.cluster)
     assert on_milan["passed"]
-    assert {r["target"].split("/")[0] for r in on_milan["results"]} >= {rome.cluster.name, paris.cluster.name}
-    assert check_network(rome.cluster)["passed"]
+    assert {r["target"].split("/")[0] for r in on_milan["results"]} >= {rome_site.cluster.name, paris_site.cluster.name}
+    assert check_network(rome_site.cluster)["passed"]
 
     async def blocks() -> set[str]:
-        async with milan.client() as client:
+        async with milan_site.client() as client:
             words = [
-                await client.get(NETWORK_CONFIGS, milan.cluster_id, namespace=names.tenant_namespace(provider))
-                for provider in (rome.cluster_id, paris.cluster_id)
+                await client.get(NETWORK_CONFIGS, milan_site.cluster_id, namespace=names.tenant_namespace(provider))
+                for provider in (rome_site.cluster_id, paris_site.cluster_id)
             ]
         return {w["spec"]["remappedPodCIDR"] for w in words}
 
     assert len(asyncio.run(blocks())) == 2, "milan sees its two providers' pods at two different blocks"
-
-
-def the_node(cluster: LocalCluster) -> RealNode:
-    stored = read_json(cluster.dir.cluster_file)
-    [node] = real_nodes(cluster=cluster.name, count=1, underlay=int(stored["underlay"]), cluster_root=cluster.dir.root)
-    return node
 
 
 async def server_node_port(provider: Site, *, consumer_id: str) -> int:
@@ -166,10 +159,10 @@ async def server_node_port(provider: Site, *, consumer_id: str) -> int:
     return port
 
 
-def test_a_blocked_tunnel_fails_the_check_naming_the_tunnel(clusters: dict[str, Site]) -> None:
-    milan, rome = clusters["milan"], clusters["rome"]
-    node = the_node(milan.cluster)
-    port = asyncio.run(server_node_port(rome, consumer_id=milan.cluster_id))
+def test_a_blocked_tunnel_fails_the_check_naming_the_tunnel(real_sites: dict[str, Site]) -> None:
+    milan_site, rome_site = real_sites["milan"], real_sites["rome"]
+    node = only_real_node(milan_site.cluster)
+    port = asyncio.run(server_node_port(rome_site, consumer_id=milan_site.cluster_id))
     table = unique("liqo-test-block")
     run_in_node(node, "nft", "add", "table", "ip", table)
     try:
@@ -178,33 +171,33 @@ def test_a_blocked_tunnel_fails_the_check_naming_the_tunnel(clusters: dict[str, 
         run_in_node(node, "nft", "add", "rule", "ip", table, "forward", "udp", "dport", str(port), "drop")
 
         async def lost() -> bool:
-            async with milan.client() as client:
+            async with milan_site.client() as client:
                 word = await client.get(
-                    NETWORK_CONFIGS, milan.cluster_id, namespace=names.tenant_namespace(rome.cluster_id)
+                    NETWORK_CONFIGS, milan_site.cluster_id, namespace=names.tenant_namespace(rome_site.cluster_id)
                 )
             return ((word.get("status") or {}).get("connection") or {}).get("state") == "Error"
 
         asyncio.run(eventually(lost, timeout=60, message="milan's tunnel to rome reported Error"))
-        report = check_network(milan.cluster, expect_ok=False)
+        report = check_network(milan_site.cluster, expect_ok=False)
         failed = [r for r in report["results"] if not r["ok"]]
         assert failed
         # rome's pod, directly or as a backend of the Service: every failure involves it.
         assert all(
-            rome.cluster.name in r["target"] or rome.cluster.name in r["source"] or "service/" in r["target"]
+            rome_site.cluster.name in r["target"] or rome_site.cluster.name in r["source"] or "service/" in r["target"]
             for r in failed
         )
-        assert all(r["hop"].startswith(f"tunnel to {rome.cluster.name}: Error") for r in failed), failed
+        assert all(r["hop"].startswith(f"tunnel to {rome_site.cluster.name}: Error") for r in failed), failed
     finally:
         run_in_node(node, "nft", "delete", "table", "ip", table)
-    asyncio.run(connected(milan, rome))
-    assert check_network(milan.cluster)["passed"]
+    asyncio.run(connected(milan_site, rome_site))
+    assert check_network(milan_site.cluster)["passed"]
 
 
-def test_unpeering_leaves_nothing_of_the_fabric(clusters: dict[str, Site]) -> None:
-    milan, rome, paris = clusters["milan"], clusters["rome"], clusters["paris"]
+def test_unpeering_leaves_nothing_of_the_fabric(real_sites: dict[str, Site]) -> None:
+    milan_site, rome_site, paris_site = real_sites["milan"], real_sites["rome"], real_sites["paris"]
 
     async def unpeer_all() -> None:
-        for consumer, provider in ((milan, rome), (milan, paris), (rome, paris)):
+        for consumer, provider in ((milan_site, rome_site), (milan_site, paris_site), (rome_site, paris_site)):
             async with consumer.client() as home:
                 await peering.unpeer(home, provider.cluster_id, timeout=90)
 
@@ -218,14 +211,14 @@ def test_unpeering_leaves_nothing_of_the_fabric(clusters: dict[str, Site]) -> No
             for resource in (DEPLOYMENTS, SERVICES, SECRETS, PODS):
                 items, _ = await client.list_all(resource, namespace=names.LIQO_NAMESPACE, label_selector=selector)
                 left += [f"{resource.kind} {i['metadata']['name']}" for i in items]
-        node = the_node(site.cluster)
+        node = only_real_node(site.cluster)
         if run_in_node(node, "ip", "route", "show", "proto", "76").stdout.strip():
             left.append("routes with proto 76")
         if "liqo-node" in run_in_node(node, "nft", "list", "tables").stdout:
             left.append("nft table liqo-node")
         return left
 
-    for each in (milan, rome, paris):
+    for each in (milan_site, rome_site, paris_site):
         found: list[str] = []
 
         async def clean(each: Site = each, found: list[str] = found) -> bool:

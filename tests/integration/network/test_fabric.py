@@ -32,24 +32,23 @@ import orjson
 import pytest
 
 from liqo.api import names
-from liqo.api.identity import read_identity
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
 from liqo.install import fabric as install_fabric
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SECRETS, SERVICES
-from liqo.local.layout import read_json
 from liqo.local.realnodes import images
-from liqo.local.realnodes.nodes import RealNode, real_nodes
-from liqo.local.spec import ClusterSpec
+from liqo.local.realnodes.nodes import RealNode
 from liqo.network import agent, gateway, gateways, rules
 
 # The servers of `liqoctl test network`'s probe pods: each answers a connection (TCP) or a datagram (UDP)
 # with the address it came from; the pod also serves as a client.
 from liqo.network.probes import SERVER, TCP_PORT, UDP_PORT
 from liqo.peering import operations
-from tests.helpers import LocalCluster, eventually, kubectl, liqoctl, purge, start, unique
+from tests.integration.helpers import LocalCluster, kubectl, liqoctl, unique
+from tests.integration.network.fabric import POD_CIDR, Side, in_node, node_routes, started_side
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -58,7 +57,6 @@ pytestmark = [
 ]
 
 Obj = dict[str, Any]
-POD_CIDR = "10.244.0.0/16"
 TALK = textwrap.dedent(
     """\
     a={address}
@@ -97,28 +95,6 @@ retried 5 s after a lost one, a stale session noticed after 15 s) plus a loaded 
 
 
 @dataclass(frozen=True)
-class Side:
-    """One of the two clusters, liqo installed."""
-
-    role: str
-    cluster: LocalCluster
-    cluster_id: str
-
-    def client(self) -> KubeClient:
-        return self.cluster.client()
-
-    @property
-    def nodes(self) -> list[RealNode]:
-        stored = read_json(self.cluster.dir.cluster_file)
-        return real_nodes(
-            cluster=self.cluster.name,
-            count=self.cluster.spec.real_nodes,
-            underlay=int(stored["underlay"]),
-            cluster_root=self.cluster.dir.root,
-        )
-
-
-@dataclass(frozen=True)
 class Server:
     """A toolbox pod on a real node: a client, and the TCP and UDP servers that say who called."""
 
@@ -148,35 +124,15 @@ class Fabric:
 # -- fixtures ---------------------------------------------------------------------------------------------
 
 
-def installed(local: LocalCluster, role: str) -> Side:
-    liqoctl(local, "install")
-
-    async def cluster_id() -> str:
-        async with local.client() as client:
-            identity = await read_identity(client)
-        assert identity is not None, f"liqoctl install made no identity on {local.name}"
-        return identity.cluster_id
-
-    return Side(role, local, asyncio.run(cluster_id()))
-
-
 @pytest.fixture(scope="module")
-def consumer() -> Iterator[Side]:
+def consumer_side() -> Iterator[Side]:
     """Two real nodes: a pod on the node without the gateway reaches it through the gateway node's address."""
-    local = start(ClusterSpec(name=unique("fabc"), nodes=0, real_nodes=2, pod_cidr=POD_CIDR))
-    try:
-        yield installed(local, "consumer")
-    finally:
-        purge(local)
+    yield from started_side("fabc", "consumer", real_nodes=2)
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[Side]:
-    local = start(ClusterSpec(name=unique("fabp"), nodes=0, real_nodes=1, pod_cidr=POD_CIDR))
-    try:
-        yield installed(local, "provider")
-    finally:
-        purge(local)
+def provider_side() -> Iterator[Side]:
+    yield from started_side("fabp", "provider", real_nodes=1)
 
 
 def server_pod(name: str, namespace: str, node: str) -> Obj:
@@ -242,8 +198,9 @@ async def words_written(side: Side, peer: Side) -> None:
 
 
 @pytest.fixture(scope="module")
-def fabric(consumer: Side, provider: Side) -> Fabric:
+def fabric(consumer_side: Side, provider_side: Side) -> Fabric:
     """The consumer peered with the provider (``liqoctl peer``), a server pod on every real node of both."""
+    consumer, provider = consumer_side, provider_side
     liqoctl(consumer.cluster, "peer", f"--remote-kubeconfig={provider.cluster.kubeconfig}")
 
     async def servers() -> dict[str, list[Server]]:
@@ -395,26 +352,6 @@ def nft_counters(listed: str) -> list[int]:
 
 def gateway_tables(side: Side, pod: Obj) -> dict[str, int]:
     return nft_tables(in_gateway(side, pod, "nft", "-j", "list", "ruleset"))
-
-
-def in_node(node: RealNode, *argv: str, input: str | None = None, check: bool = True) -> str:
-    """Run ``argv`` (the host's ``ip``, ``nft``) in a real node's network namespace."""
-    result = subprocess.run(
-        ["nsenter", f"--net={node.netns}", "--", *argv],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 0 or not check, f"{' '.join(argv)} in {node.name}: {result.stderr}"
-    return result.stdout
-
-
-def node_routes(node: RealNode) -> list[tuple[str, str, str]]:
-    """liqo's routes in a node's network namespace (``proto 76``): (destination, next hop, device)."""
-    listed = orjson.loads(in_node(node, "ip", "-j", "route", "show", "proto", rules.ROUTE_PROTO))
-    return [(r["dst"], r.get("gateway", ""), r.get("dev", "")) for r in listed]
 
 
 def node_tables(node: RealNode) -> list[str]:

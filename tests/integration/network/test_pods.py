@@ -32,9 +32,19 @@ from liqo.kube.resources import NAMESPACES, NODES, PODS
 from liqo.local.layout import read_json
 from liqo.local.realnodes import host, images
 from liqo.local.realnodes.enter import held_images
-from liqo.local.realnodes.nodes import RealNode, real_nodes
+from liqo.local.realnodes.nodes import RealNode
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, eventually, eventually_sync, kubectl, purge, running_pods, start, unique
+from tests.integration.helpers import (
+    LocalCluster,
+    eventually_sync,
+    kubectl,
+    only_real_node,
+    purge,
+    running_pods,
+    start,
+    unique,
+)
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -169,11 +179,11 @@ def network_pod(name: str, namespace: str, *, command: list[str], gateway: bool)
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
+def real() -> Iterator[LocalCluster]:
     """A cluster of one real node holding liqo's image (``nimg``: the network image's clusters)."""
     local = start(ClusterSpec(name=unique("netpod"), nodes=0, real_nodes=1))
     try:
-        node = the_node(local)
+        node = only_real_node(local)
         ctr = os.path.join(read_json(local.dir.cluster_file)["nodeBinDir"], "ctr")
 
         def held() -> bool:  # imported while the kubelet runs
@@ -186,24 +196,18 @@ def cluster() -> Iterator[LocalCluster]:
         purge(local)
 
 
-def the_node(cluster: LocalCluster) -> RealNode:
-    stored = read_json(cluster.dir.cluster_file)
-    [node] = real_nodes(cluster=cluster.name, count=1, underlay=int(stored["underlay"]), cluster_root=cluster.dir.root)
-    return node
-
-
 @pytest.fixture
-async def kube(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    async with cluster.client() as client:
+async def real_kube(real: LocalCluster) -> AsyncIterator[KubeClient]:
+    async with real.client() as client:
         yield client
 
 
 @pytest.fixture
-async def ns(kube: KubeClient) -> AsyncIterator[str]:
+async def ns(real_kube: KubeClient) -> AsyncIterator[str]:
     name = unique("net")
-    await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await real_kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
-    await kube.delete(NAMESPACES, name)
+    await real_kube.delete(NAMESPACES, name)
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
@@ -272,24 +276,26 @@ def nft_counters(node: RealNode, family: str, table: str, *, chain: str | None =
 
 
 async def test_a_gateway_pod_runs_wireguard_go_and_programs_its_own_namespace(
-    cluster: LocalCluster, kube: KubeClient, ns: str
+    real: LocalCluster, real_kube: KubeClient, ns: str
 ) -> None:
-    await kube.create(PODS, network_pod("gateway", ns, command=["python3", "-c", SUPERVISOR, RULESET], gateway=True))
-    public_key = wait_for_line(cluster, ns, "gateway", "ready").split()[1]
+    await real_kube.create(
+        PODS, network_pod("gateway", ns, command=["python3", "-c", SUPERVISOR, RULESET], gateway=True)
+    )
+    public_key = wait_for_line(real, ns, "gateway", "ready").split()[1]
 
     def run(*argv: str) -> str:
-        return exec_in(cluster, ns, "gateway", *argv).strip()
+        return exec_in(real, ns, "gateway", *argv).strip()
 
     # Who it runs as: uid 0 with NET_ADMIN alone, on a read-only root.
-    status = python_in(cluster, ns, "gateway", "print(open('/proc/self/status').read())")
+    status = python_in(real, ns, "gateway", "print(open('/proc/self/status').read())")
     fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
     assert fields["Uid"].split()[0] == "0"
     assert int(fields["CapEff"], 16) == NET_ADMIN_ONLY
-    read_only = python_in(cluster, ns, "gateway", "import os\ntry: os.mkdir('/x')\nexcept OSError as e: print(e.errno)")
+    read_only = python_in(real, ns, "gateway", "import os\ntry: os.mkdir('/x')\nexcept OSError as e: print(e.errno)")
     assert read_only == "30"  # EROFS
     # wireguard-go runs in the foreground, a child of the supervisor (PID 1).
     parents = python_in(
-        cluster, ns, "gateway",
+        real, ns, "gateway",
         "import os\nfor p in filter(str.isdigit, os.listdir('/proc')):\n"
         "    s = open(f'/proc/{p}/status').read()\n"
         "    if 'Name:\\twireguard-go' in s: print(s.split('PPid:\\t')[1].split()[0])",
@@ -309,27 +315,27 @@ async def test_a_gateway_pod_runs_wireguard_go_and_programs_its_own_namespace(
     assert re.search(r'oifname "wg0" ip saddr 10\.244\.0\.0/16 snat (ip )?prefix to 10\.72\.0\.0/16', table), table
     assert "tcp option maxseg size set rt mtu" in table
     # Forwarding, from the pod's sysctl.
-    assert python_in(cluster, ns, "gateway", "print(open('/proc/sys/net/ipv4/ip_forward').read())") == "1"
+    assert python_in(real, ns, "gateway", "print(open('/proc/sys/net/ipv4/ip_forward').read())") == "1"
 
     # SIGTERM (what deleting the pod sends): the supervisor stops wireguard-go, which exits cleanly.
-    python_in(cluster, ns, "gateway", "import os, signal; os.kill(1, signal.SIGTERM)")
+    python_in(real, ns, "gateway", "import os, signal; os.kill(1, signal.SIGTERM)")
 
     async def ended() -> bool:
-        return await pod_phase(kube, ns, "gateway") in ("Succeeded", "Failed")
+        return await pod_phase(real_kube, ns, "gateway") in ("Succeeded", "Failed")
 
     await eventually(ended, timeout=60, message="the gateway pod ended after SIGTERM")
-    assert await pod_phase(kube, ns, "gateway") == "Succeeded", kubectl(cluster, "logs", "-n", ns, "gateway")
+    assert await pod_phase(real_kube, ns, "gateway") == "Succeeded", kubectl(real, "logs", "-n", ns, "gateway")
 
 
 # -- (b) the node agent pod -------------------------------------------------------------------------------
 
 
 async def test_a_host_network_agent_pod_writes_routes_and_nftables_in_the_nodes_namespace_and_removes_them(
-    cluster: LocalCluster, kube: KubeClient, ns: str
+    real: LocalCluster, real_kube: KubeClient, ns: str
 ) -> None:
-    node = the_node(cluster)
-    await kube.create(PODS, network_pod("agent", ns, command=PAUSE, gateway=False))
-    await running_pods(kube, ns, 1)
+    node = only_real_node(real)
+    await real_kube.create(PODS, network_pod("agent", ns, command=PAUSE, gateway=False))
+    await running_pods(real_kube, ns, 1)
     before = node_state(node)
     [default] = orjson.loads(in_node(node, "ip", "-j", "route", "show", "default"))
     table = unique("liqo-test")
@@ -340,16 +346,16 @@ async def test_a_host_network_agent_pod_writes_routes_and_nftables_in_the_nodes_
     )
     route = ["ip", "route", "replace", TEST_ROUTE, "via", default["gateway"], "dev", default["dev"]]
     try:
-        exec_in(cluster, ns, "agent", *route)
-        exec_in(cluster, ns, "agent", *route)  # idempotent: a restarted agent writes the same again
-        exec_in(cluster, ns, "agent", "nft", "-f", "-", stdin=ruleset)
+        exec_in(real, ns, "agent", *route)
+        exec_in(real, ns, "agent", *route)  # idempotent: a restarted agent writes the same again
+        exec_in(real, ns, "agent", "nft", "-f", "-", stdin=ruleset)
         # Seen from the host, in the node's network namespace:
         [written] = orjson.loads(in_node(node, "ip", "-j", "route", "show", TEST_ROUTE))
         assert (written["gateway"], written["dev"]) == (default["gateway"], default["dev"])
         listed = in_node(node, "nft", "list", "table", "ip", table)
         assert f"ip daddr {TEST_ROUTE} counter packets 0 bytes 0 return" in listed
-        exec_in(cluster, ns, "agent", "ip", "route", "del", TEST_ROUTE)
-        exec_in(cluster, ns, "agent", "nft", "delete", "table", "ip", table)
+        exec_in(real, ns, "agent", "ip", "route", "del", TEST_ROUTE)
+        exec_in(real, ns, "agent", "nft", "delete", "table", "ip", table)
         assert node_state(node) == before
     finally:  # whatever failed above, the node is left as it was found
         with contextlib.suppress(host.HostError):
@@ -362,17 +368,19 @@ async def test_a_host_network_agent_pod_writes_routes_and_nftables_in_the_nodes_
 
 
 async def test_a_notrack_rule_keeps_pod_traffic_to_the_gateway_out_of_the_bridge_plugins_masquerade(
-    cluster: LocalCluster, kube: KubeClient, ns: str, tmp_path: Path
+    real: LocalCluster, real_kube: KubeClient, ns: str, tmp_path: Path
 ) -> None:
-    node = the_node(cluster)
-    await kube.create(PODS, network_pod("gateway", ns, command=["python3", "-c", WHOAMI, REMOTE_POD], gateway=True))
+    node = only_real_node(real)
+    await real_kube.create(
+        PODS, network_pod("gateway", ns, command=["python3", "-c", WHOAMI, REMOTE_POD], gateway=True)
+    )
     client = {"name": "main", "image": images.TOOLBOX_PINNED, "command": ["sleep", "3600"]}
-    await kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": ns},
+    await real_kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "client", "namespace": ns},
                              "spec": {"terminationGracePeriodSeconds": 1, "containers": [client]}})  # fmt: skip
-    pods = {p["metadata"]["name"]: p for p in await running_pods(kube, ns, 2)}
-    wait_for_line(cluster, ns, "gateway", "listening")
+    pods = {p["metadata"]["name"]: p for p in await running_pods(real_kube, ns, 2)}
+    wait_for_line(real, ns, "gateway", "listening")
     gateway_ip, client_ip = pods["gateway"]["status"]["podIP"], pods["client"]["status"]["podIP"]
-    node_subnet = ipaddress.ip_network((await kube.get(NODES, node.name))["spec"]["podCIDR"])
+    node_subnet = ipaddress.ip_network((await real_kube.get(NODES, node.name))["spec"]["podCIDR"])
     bridge_ip = str(next(node_subnet.hosts()))  # the bridge plugin's gateway address on cni0
 
     # The bridge plugin's rules for the client (iptables-nft, table ip nat): to the node's own pod subnet
@@ -386,7 +394,7 @@ async def test_a_notrack_rule_keeps_pod_traffic_to_the_gateway_out_of_the_bridge
 
     def whoami() -> str:
         """The source address the 'remote pod' sees for a TCP connection from the client."""
-        answer = exec_in(cluster, ns, "client", "sh", "-c", f"nc -w 5 {REMOTE_POD} 8080 </dev/null")
+        answer = exec_in(real, ns, "client", "sh", "-c", f"nc -w 5 {REMOTE_POD} 8080 </dev/null")
         return answer.strip()
 
     def masqueraded() -> int:  # NAT rules see a connection's first packet only: one per connection

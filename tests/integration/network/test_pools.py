@@ -37,12 +37,12 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, PODS
 from liqo.local.realnodes import images
-from liqo.local.spec import ClusterSpec
 from liqo.network import gateways, ipam, rules, wireguard
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, operations
-from tests.helpers import eventually, kubectl, purge, start, unique
-from tests.integration.network.test_fabric import POD_CIDR, Side, in_node, installed, node_routes
+from tests.integration.helpers import kubectl, unique
+from tests.integration.network.fabric import POD_CIDR, Side, in_node, node_routes, started_side
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -61,12 +61,8 @@ what the first test's strangers declared, so that nothing but the pools stands i
 
 
 @pytest.fixture(scope="module")
-def provider() -> Iterator[Side]:
-    local = start(ClusterSpec(name=unique("poolp"), nodes=0, real_nodes=1, pod_cidr=POD_CIDR))
-    try:
-        yield installed(local, "provider")
-    finally:
-        purge(local)
+def provider_side() -> Iterator[Side]:
+    yield from started_side("poolp", "provider", real_nodes=1)
 
 
 @dataclass(frozen=True)
@@ -79,9 +75,9 @@ class Stranger:
     """Its tenant namespace on the provider."""
 
 
-async def enrol(provider: Side, pod_cidr: str) -> Stranger:
+async def enrol(provider_side: Side, pod_cidr: str) -> Stranger:
     """Handshake declaring ``pod_cidr``, then the consumer's request, word and yes to the offer, with its identity."""
-    async with provider.client() as admin:
+    async with provider_side.client() as admin:
         command = await operations.peer_command(admin)
     consumer_id = str(uuid.uuid4())
     identity = await authclient.request_identity(
@@ -133,18 +129,18 @@ async def accept_offer(peer: KubeClient, *, provider_id: str, namespace: str) ->
     await peer.patch(RESOURCE_OFFERS, provider_id, verdict, namespace=namespace, subresource="status")
 
 
-async def providers_word(provider: Side, stranger: Stranger) -> Obj | None:
+async def providers_word(provider_side: Side, stranger: Stranger) -> Obj | None:
     """The provider's NetworkConfig about ``stranger`` (where it names its pods); None while there is none."""
-    async with provider.client() as admin:
+    async with provider_side.client() as admin:
         try:
-            return await admin.get(NETWORK_CONFIGS, provider.cluster_id, namespace=stranger.namespace)
+            return await admin.get(NETWORK_CONFIGS, provider_side.cluster_id, namespace=stranger.namespace)
         except NotFoundError:
             return None
 
 
-async def no_free_block_events(provider: Side, stranger: Stranger) -> list[Obj]:
+async def no_free_block_events(provider_side: Side, stranger: Stranger) -> list[Obj]:
     """The Warning Events saying no pool can name ``stranger``'s pods, on its ForeignCluster."""
-    async with provider.client() as admin:
+    async with provider_side.client() as admin:
         fc = await operations.foreign_cluster(admin, stranger.cluster_id)
         assert fc is not None, f"no ForeignCluster for {stranger.cluster_id}"
         meta = fc["metadata"]
@@ -160,21 +156,21 @@ def in_pools(cidr: str) -> bool:
     return isinstance(network, ipaddress.IPv4Network) and any(network.subnet_of(pool) for pool in POOLS)
 
 
-def all_routes(provider: Side) -> list[Obj]:
+def all_routes(provider_side: Side) -> list[Obj]:
     """Every IPv4 route of every table of the provider's real node, as ``ip -j`` prints them."""
-    [node] = provider.nodes
+    [node] = provider_side.nodes
     routes: list[Obj] = orjson.loads(in_node(node, "ip", "-4", "-j", "route", "show", "table", "all"))
     return routes
 
 
-async def test_a_pod_cidr_outside_the_pools_is_named_inside_them_and_routed_nowhere_else(provider: Side) -> None:
-    strangers = [await enrol(provider, cidr) for cidr in OUTSIDE]
+async def test_a_pod_cidr_outside_the_pools_is_named_inside_them_and_routed_nowhere_else(provider_side: Side) -> None:
+    strangers = [await enrol(provider_side, cidr) for cidr in OUTSIDE]
     blocks: dict[str, str] = {}
     for stranger in strangers:
         found: list[Obj] = []
 
         async def named(stranger: Stranger = stranger, found: list[Obj] = found) -> bool:
-            word = await providers_word(provider, stranger)
+            word = await providers_word(provider_side, stranger)
             found[:] = [word] if word is not None else []
             return bool(found)
 
@@ -187,7 +183,7 @@ async def test_a_pod_cidr_outside_the_pools_is_named_inside_them_and_routed_nowh
     assert len(set(blocks.values())) == len(blocks), blocks
 
     # Positive evidence first: the node routes each block (its gateway runs, the agent has acted on it) ...
-    [node] = provider.nodes
+    [node] = provider_side.nodes
     seen: list[list[tuple[str, str, str]]] = [[]]
 
     async def routed() -> bool:
@@ -199,37 +195,38 @@ async def test_a_pod_cidr_outside_the_pools_is_named_inside_them_and_routed_nowh
     routes = node_routes(node)
     assert all(in_pools(dst) for dst, _, _ in routes), routes
     declared = [ipaddress.ip_network(cidr) for cidr in OUTSIDE]
-    for route in all_routes(provider):
+    for route in all_routes(provider_side):
         if route["dst"] != "default":
             network = ipaddress.ip_network(route["dst"], strict=False)
             assert not any(network.overlaps(cidr) for cidr in declared), f"{node.name} routes {route}"
 
 
 async def test_a_pod_cidr_no_pool_can_name_is_refused_with_a_warning_event_and_leaves_nothing(
-    provider: Side,
+    provider_side: Side,
 ) -> None:
-    [node] = provider.nodes
-    before, liqos_before = not_liqos(all_routes(provider)), node_routes(node)
-    stranger = await enrol(provider, TOO_WIDE)
+    [node] = provider_side.nodes
+    before, liqos_before = not_liqos(all_routes(provider_side)), node_routes(node)
+    stranger = await enrol(provider_side, TOO_WIDE)
 
     async def decided() -> bool:
         return (
-            bool(await no_free_block_events(provider, stranger)) or await providers_word(provider, stranger) is not None
+            bool(await no_free_block_events(provider_side, stranger))
+            or await providers_word(provider_side, stranger) is not None
         )
 
     await eventually(decided, timeout=60, message=f"the provider decides where it names {TOO_WIDE}", every=0.5)
-    word = await providers_word(provider, stranger)
+    word = await providers_word(provider_side, stranger)
     assert word is None, f"the provider names {TOO_WIDE} at {word['spec']['remappedPodCIDR']}"
-    [event] = await no_free_block_events(provider, stranger)
+    [event] = await no_free_block_events(provider_side, stranger)
     assert event["message"] == (
         f"no gateway to {stranger.cluster_id}: no free /8 to name {TOO_WIDE} in the pools"
         " 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16: every block of that size overlaps a network this cluster uses"
         " (its pods, Services, nodes, control plane, reserved subnets) or one named for another peer"
     ), event["message"]
-    async with provider.client() as admin:
+    async with provider_side.client() as admin:
         with pytest.raises(NotFoundError):
             await admin.get(DEPLOYMENTS, gateways.gateway_name(stranger.cluster_id), namespace=names.LIQO_NAMESPACE)
-    assert not_liqos(all_routes(provider)) == before
+    assert not_liqos(all_routes(provider_side)) == before
     assert node_routes(node) == liqos_before
 
 
@@ -265,9 +262,9 @@ def fake_gateway(name: str, *, node: str, peer_cidr: str) -> Obj:
     }
 
 
-def connected_lan(provider: Side) -> str:
+def connected_lan(provider_side: Side) -> str:
     """The node's own network (its connected route, not the pods'): what no peer may be routed into."""
-    [node] = provider.nodes
+    [node] = provider_side.nodes
     for route in orjson.loads(in_node(node, "ip", "-4", "-j", "route", "show")):
         if route.get("protocol") == "kernel" and route.get("scope") == "link":
             network = ipaddress.ip_network(route["dst"])
@@ -277,16 +274,16 @@ def connected_lan(provider: Side) -> str:
 
 
 async def test_the_node_agent_refuses_routes_outside_the_pools_or_over_the_nodes_own_network(
-    provider: Side,
+    provider_side: Side,
 ) -> None:
     """The second line: the manager's word aside, the agent judges each route itself."""
-    [node] = provider.nodes
-    lan = connected_lan(provider)
+    [node] = provider_side.nodes
+    lan = connected_lan(provider_side)
     assert in_pools(lan), f"the node's network {lan} should lie in a pool, for the overlap to be what is refused"
-    before = not_liqos(all_routes(provider))
+    before = not_liqos(all_routes(provider_side))
     wrong = {"outside": "8.8.0.0/16", "lan": lan}
     made = {kind: unique(f"fake-gateway-{kind}") for kind in wrong}
-    async with provider.client() as admin:
+    async with provider_side.client() as admin:
         for kind, cidr in wrong.items():
             await admin.create(PODS, fake_gateway(made[kind], node=node.name, peer_cidr=cidr))
         try:
@@ -310,7 +307,7 @@ async def test_the_node_agent_refuses_routes_outside_the_pools_or_over_the_nodes
 
             async def judged() -> bool:
                 logs[0] = await asyncio.to_thread(
-                    kubectl, provider.cluster, "logs", "-n", names.LIQO_NAMESPACE,
+                    kubectl, provider_side.cluster, "logs", "-n", names.LIQO_NAMESPACE,
                     f"--selector=app.kubernetes.io/name={install_fabric.NETWORK_AGENT}", "--tail=-1",
                 )  # fmt: skip
                 routed = {dst for dst, _, _ in node_routes(node)}
@@ -322,7 +319,7 @@ async def test_the_node_agent_refuses_routes_outside_the_pools_or_over_the_nodes
             assert all(in_pools(dst) for dst, _, _ in routes), f"{node.name}: {routes}"
             for reason in reasons.values():
                 assert reason in logs[0], logs[0][-3000:]
-            assert not_liqos(all_routes(provider)) == before, "the node's own routes changed"
+            assert not_liqos(all_routes(provider_side)) == before, "the node's own routes changed"
         finally:
             for name in made.values():
                 await admin.delete(PODS, name, namespace=names.LIQO_NAMESPACE)

@@ -27,12 +27,10 @@ from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, Resource
 from liqo.local import clusters
 from liqo.offloading import operations as offloading
 from liqo.peering import operations
-from tests.helpers import (
-    Obj,
+from tests.integration.helpers import (
     Offloaded,
     Site,
     deployment,
-    eventually,
     expect_clean,
     pod,
     running,
@@ -40,6 +38,7 @@ from tests.helpers import (
     stopped,
     unique,
 )
+from tests.shared import Obj, eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
 _ADMISSION = "admissionregistration.k8s.io"

@@ -17,7 +17,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.resources import DEPLOYMENTS, NODES, PODS
 from liqo.local.layout import read_json
 from liqo.local.processes import ProcessRef
-from tests.helpers import LocalCluster, Offloaded, Site, deployment, eventually, running, running_pods, stopped
+from tests.integration.helpers import LocalCluster, Offloaded, Site, deployment, running, running_pods, stopped
+from tests.shared import eventually
 
 BURST = 30
 

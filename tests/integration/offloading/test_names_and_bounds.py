@@ -29,7 +29,8 @@ from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
-from tests.helpers import Obj, Offloaded, Site, eventually, expect_clean, pod, running_pods, stopped, unique
+from tests.integration.helpers import Offloaded, Site, expect_clean, pod, running_pods, stopped, unique
+from tests.shared import Obj, eventually
 
 RBAC = "rbac.authorization.k8s.io"
 POLICIES = Resource(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -25,8 +24,9 @@ from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError
 from liqo.offloading.twins import twin_rules
 from liqo.peering import operations as peering
-from tests.helpers import Site, eventually, liqo_objects, stopped, unique
-from tests.helpers import expect_clean as _expect_clean
+from tests.integration.helpers import Site, liqo_objects, liqoctl_run, stopped, unique
+from tests.integration.helpers import expect_clean as _expect_clean
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 
@@ -62,7 +62,7 @@ async def expect_no_twins(client: KubeClient, consumer_id: str) -> None:
 
 
 async def expect_clean(*clients: KubeClient) -> None:
-    """:func:`tests.helpers.expect_clean`, naming what is left when it fails."""
+    """:func:`tests.integration.helpers.expect_clean`, naming what is left when it fails."""
     try:
         await _expect_clean(*clients)
     except AssertionError as exc:
@@ -466,14 +466,8 @@ async def test_an_unreachable_provider_is_reported_and_retried_until_it_is_back(
     await expect_no_twins(milan, rome_id)
 
 
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
-    )
-
-
 async def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(liqoctl, *args)
+    return await asyncio.to_thread(liqoctl_run, *args)
 
 
 async def test_liqoctl_offload_and_unoffload_round_trip(
@@ -489,12 +483,12 @@ async def test_liqoctl_offload_and_unoffload_round_trip(
         assert missing.returncode == 1
         assert "does not exist" in missing.stderr
 
-        offloaded = await run(
+        offload_result = await run(
             "offload", "namespace", home, "--pod-offloading-strategy", "Remote",
             "--selector", f"{names.REMOTE_CLUSTER_ID}={milan_id}", "-o", "json", kubeconfig,
         )  # fmt: skip
-        assert offloaded.returncode == 0, offloaded.stderr
-        summary = orjson.loads(offloaded.stdout)
+        assert offload_result.returncode == 0, offload_result.stderr
+        summary = orjson.loads(offload_result.stdout)
         twin = names.twin_namespace(home, home_cluster_id=rome_id)
         assert summary["phase"] == "Ready"
         assert summary["podOffloadingStrategy"] == "Remote"

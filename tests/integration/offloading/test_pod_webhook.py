@@ -16,8 +16,6 @@ import asyncio
 import base64
 import contextlib
 import random
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -40,7 +38,8 @@ from liqo.kube.resources import (
 from liqo.local import clusters
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.webhook import pod_patch
-from tests.helpers import LocalCluster, apply_patch, eventually, unique
+from tests.integration.helpers import LocalCluster, liqoctl_run, unique
+from tests.shared import apply_patch, eventually
 
 Object = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -101,12 +100,6 @@ def placement_of(spec: Object) -> tuple[Any, ...]:
         ours({"spec": spec}),
         node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"),
         affinity,
-    )
-
-
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
     )
 
 
@@ -303,16 +296,16 @@ async def test_the_api_server_places_pods_as_pod_patch_says(kube: KubeClient, ma
 async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
     installed: LocalCluster, placement: str, kube: KubeClient, make_namespace: NamespaceFactory
 ) -> None:
-    offloaded = await make_namespace(labelled=True, strategy="Remote")
+    offloaded_ns = await make_namespace(labelled=True, strategy="Remote")
     plain = await make_namespace(labelled=False)
     await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
     try:
         if placement == "webhook":
             with pytest.raises(ApiError) as refused:
-                await kube.create(PODS, pod(offloaded))
+                await kube.create(PODS, pod(offloaded_ns))
             assert f'failed calling webhook "{registration.WEBHOOK_NAME}"' in refused.value.message
         else:  # the API server places them itself
-            assert required_terms(await create_pod(kube, offloaded)) == [REMOTE_TERM_ALONE]
+            assert required_terms(await create_pod(kube, offloaded_ns)) == [REMOTE_TERM_ALONE]
         assert required_terms(await create_pod(kube, plain)) is None
     finally:
         await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
@@ -321,7 +314,7 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
 
     async def admitted_and_placed() -> bool:
         try:  # the restarted manager refuses pods until its NamespaceOffloading cache is synced
-            placed.append(await create_pod(kube, offloaded))
+            placed.append(await create_pod(kube, offloaded_ns))
         except ApiError:
             return False
         return True
@@ -459,7 +452,7 @@ async def test_install_dry_run_shows_it_and_uninstall_removes_it(
 ) -> None:
     """Last in the module: it uninstalls liqo (the module fixture's own uninstall is then a no-op)."""
     kubeconfig = f"--kubeconfig={installed.kubeconfig}"
-    printed = await asyncio.to_thread(liqoctl, "install", "--dry-run", kubeconfig)
+    printed = await asyncio.to_thread(liqoctl_run, "install", "--dry-run", kubeconfig)
     assert printed.returncode == 0, printed.stderr
     # Our API server serves MutatingAdmissionPolicy: the install places pods with it, not the webhook.
     assert "kind: MutatingAdmissionPolicy\n" in printed.stdout
@@ -469,7 +462,7 @@ async def test_install_dry_run_shows_it_and_uninstall_removes_it(
     assert f"name: {registration.VALIDATING_CONFIGURATION}" in printed.stdout
 
     labelled = await make_namespace(labelled=True)
-    removed = await asyncio.to_thread(liqoctl, "uninstall", kubeconfig)
+    removed = await asyncio.to_thread(liqoctl_run, "uninstall", kubeconfig)
     assert removed.returncode == 0, removed.stderr
     for resource, name in (*PLACEMENT_POLICY, *((r, n) for r, n, _ in registration.REGISTRATIONS)):
         with pytest.raises(NotFoundError):

@@ -16,7 +16,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS
-from tests.helpers import Obj, Offloaded, Site, deployment, eventually, pod, running, running_pods
+from tests.integration.helpers import Offloaded, Site, deployment, pod, running, running_pods
+from tests.shared import Obj, eventually
 
 
 async def test_the_virtual_node_stands_for_the_offer(

@@ -17,7 +17,7 @@ import pytest
 from liqo.kube.resources import PODS
 from liqo.local.realnodes import images
 from liqo.local.spec import ClusterSpec
-from tests.helpers import (
+from tests.integration.helpers import (
     Site,
     install_liqo,
     kubectl,
@@ -47,17 +47,17 @@ def florence() -> Iterator[Site]:
 
 
 @pytest.fixture(scope="module")
-def rome(sites: dict[str, Site]) -> Site:
+def rome_site(sites: dict[str, Site]) -> Site:
     return sites["rome"]
 
 
 async def test_a_pod_offloaded_to_a_real_node_answers_kubectl_at_home(
-    rome: Site, florence: Site, tmp_path: Path
+    rome_site: Site, florence: Site, tmp_path: Path
 ) -> None:
-    async with offloaded_to(rome, florence, strategy="Remote", prefix="rn") as offloaded:
-        home, ns = rome.cluster, offloaded.namespace
+    async with offloaded_to(rome_site, florence, strategy="Remote", prefix="rn") as offloaded:
+        home, ns = rome_site.cluster, offloaded.namespace
         container = {"name": "app", "image": TOOLBOX, "command": SERVER}
-        async with rome.client() as consumer:
+        async with rome_site.client() as consumer:
             await consumer.create(PODS, pod("worker", ns, containers=[container]))
             await running_pods(consumer, ns, 1)
         async with florence.client() as provider:

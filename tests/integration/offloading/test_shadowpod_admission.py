@@ -42,7 +42,8 @@ from liqo.local.components import WEBHOOK_CLIENT
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
 from liqo.offloading.twins import pod_security_labels
 from liqo.peering import operations
-from tests.helpers import Offloaded, Site, eventually, pod, running, unique
+from tests.integration.helpers import Offloaded, Site, pod, running, unique
+from tests.shared import eventually
 
 Object = dict[str, Any]
 ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -34,7 +34,8 @@ from liqo.kube.resources import (
 )
 from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_network_policy
 from liqo.peering import operations
-from tests.helpers import Obj, Offloaded, Site, eventually, stopped, unique
+from tests.integration.helpers import Offloaded, Site, stopped, unique
+from tests.shared import Obj, eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
 LEASE_COUNT = "count/leases.coordination.k8s.io"

@@ -19,7 +19,8 @@ from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import DEPLOYMENTS, PODS, SECRETS, Resource
-from tests.helpers import Obj, Offloaded, deployment, eventually
+from tests.integration.helpers import Offloaded, deployment
+from tests.shared import Obj, eventually
 
 REPLICAS = 20
 

@@ -64,7 +64,8 @@ from liqo.peering.authserver import RateLimit
 from liqo.peering.enrolment import TenantLimits, TokenCollector
 from liqo.peering.incoming import REQUESTED, IncomingPeering
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import LocalCluster, eventually, signed_identity_request, stopped, unique
+from tests.integration.helpers import LocalCluster, signed_identity_request, stopped, unique
+from tests.shared import eventually
 
 TTL = 900
 RBAC = "rbac.authorization.k8s.io"
@@ -103,7 +104,7 @@ FRESH = Fresh()
 
 
 @pytest.fixture
-async def manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[KubeClient]:
+async def as_manager(cluster: LocalCluster, kube: KubeClient) -> AsyncIterator[KubeClient]:
     """A client with exactly the manager's cluster-wide permissions, and the peer ClusterRoles it binds."""
     for role in peer_cluster_roles():  # as install puts them (idempotent; like the CRDs, left in place)
         await kube.apply(CLUSTER_ROLES, role)
@@ -144,7 +145,7 @@ async def liqo_namespace(kube: KubeClient) -> None:
 
 @contextlib.asynccontextmanager
 async def auth_endpoint(
-    kube: KubeClient, manager: KubeClient, tmp_path: Path, *, limits: TenantLimits | None = None
+    kube: KubeClient, as_manager: KubeClient, tmp_path: Path, *, limits: TenantLimits | None = None
 ) -> AsyncIterator[Provider]:
     """The authentication endpoint of the session cluster over HTTPS on loopback, as the manager serves it.
 
@@ -163,7 +164,7 @@ async def auth_endpoint(
         cluster_labels={},
     )
     endpoint = build_auth_endpoint(
-        manager,
+        as_manager,
         local=local,
         network=PROVIDER_NETWORK,
         key=PROVIDER_KEY,
@@ -175,24 +176,24 @@ async def auth_endpoint(
     runner = web.AppRunner(endpoint.app)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-    provider = Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", kube, endpoint.caches)
+    auth_provider = Provider(provider_id, f"https://127.0.0.1:{runner.addresses[0][1]}", kube, endpoint.caches)
 
     try:
         assert await endpoint.informers.wait_synced(30), "the endpoint's caches have listed"
-        yield provider
+        yield auth_provider
     finally:
         await runner.cleanup()
-        for token in provider.minted:
+        for token in auth_provider.minted:
             with contextlib.suppress(NotFoundError):
                 await kube.delete(SECRETS, tokens.secret_name(token), namespace=names.LIQO_NAMESPACE)
 
 
 @pytest.fixture
-async def provider(
-    kube: KubeClient, manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
+async def auth_provider(
+    kube: KubeClient, as_manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
 ) -> AsyncIterator[Provider]:
     """The authentication endpoint of the session cluster, with the default caps."""
-    async with auth_endpoint(kube, manager, tmp_path) as endpoint:
+    async with auth_endpoint(kube, as_manager, tmp_path) as endpoint:
         yield endpoint
 
 
@@ -225,18 +226,18 @@ async def csrs_of(kube: KubeClient, consumer: str) -> list[dict[str, Any]]:
 
 
 async def handshake(
-    provider: Provider, consumer: str, *, token: str | Fresh | None = FRESH, key: ClusterKey | None = None
+    auth_provider: Provider, consumer: str, *, token: str | Fresh | None = FRESH, key: ClusterKey | None = None
 ) -> authclient.Identity:
     """``consumer``'s handshake, with its own key (or ``key``) and ``token`` (by default one minted for it)."""
     return await authclient.request_identity(
-        auth_url=provider.auth_url,
+        auth_url=auth_provider.auth_url,
         key=key or key_of(consumer),
-        token=await provider.mint() if isinstance(token, Fresh) else token,
+        token=await auth_provider.mint() if isinstance(token, Fresh) else token,
         consumer_id=consumer,
         consumer_name=f"consumer-{consumer[:8]}",
         consumer_network=CONSUMER_NETWORK,
         consumer_auth_url="https://consumer.example:8443",
-        expected_provider_id=provider.cluster_id,
+        expected_provider_id=auth_provider.cluster_id,
         expected_fingerprint=PROVIDER_KEY.fingerprint,
     )
 
@@ -246,9 +247,9 @@ async def leftovers(kube: KubeClient, consumer: str) -> list[str]:
     found = [f"ForeignCluster {fc['metadata']['name']}" for fc in await foreign_clusters_of(kube, consumer)]
     found += [f"CSR {csr['metadata']['name']}" for csr in await csrs_of(kube, consumer)]
     with contextlib.suppress(NotFoundError):
-        namespace = await kube.get(NAMESPACES, names.tenant_namespace(consumer))
-        if not namespace["metadata"].get("deletionTimestamp"):
-            found.append(f"Namespace {namespace['metadata']['name']}")
+        tenant_ns = await kube.get(NAMESPACES, names.tenant_namespace(consumer))
+        if not tenant_ns["metadata"].get("deletionTimestamp"):
+            found.append(f"Namespace {tenant_ns['metadata']['name']}")
     return found
 
 
@@ -280,12 +281,12 @@ def resource_request(namespace: str, consumer: str) -> dict[str, Any]:
 
 
 async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_namespace(
-    kube: KubeClient, provider: Provider, consumer_id: str, namespace: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str, namespace: str
 ) -> None:
     before = datetime.datetime.now(datetime.UTC)
-    identity = await handshake(provider, consumer_id)
+    identity = await handshake(auth_provider, consumer_id)
     tenant = names.tenant_namespace(consumer_id)
-    assert identity.provider_id == provider.cluster_id
+    assert identity.provider_id == auth_provider.cluster_id
     assert identity.namespace == tenant
     assert identity.api_server_url == kube.server
 
@@ -296,9 +297,10 @@ async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_nam
     lifetime = (cert.not_valid_after_utc - before).total_seconds()
     assert TTL - 60 < lifetime <= TTL + 5
 
-    ns = await kube.get(NAMESPACES, tenant)
+    tenant_ns = await kube.get(NAMESPACES, tenant)
     assert (
-        ns["metadata"]["labels"] | names.peer_labels(consumer_id) | {names.TENANT: "true"} == ns["metadata"]["labels"]
+        tenant_ns["metadata"]["labels"] | names.peer_labels(consumer_id) | {names.TENANT: "true"}
+        == tenant_ns["metadata"]["labels"]
     )
     binding = await kube.get(ROLE_BINDINGS, "liqo-peer", namespace=tenant)
     assert binding["metadata"]["labels"] == names.peer_labels(consumer_id)
@@ -380,9 +382,9 @@ async def test_a_consumer_gets_a_short_lived_identity_confined_to_its_tenant_nam
 
 
 async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
-    cluster: LocalCluster, provider: Provider, consumer_id: str, tmp_path: Path
+    cluster: LocalCluster, auth_provider: Provider, consumer_id: str, tmp_path: Path
 ) -> None:
-    identity = await handshake(provider, consumer_id)
+    identity = await handshake(auth_provider, consumer_id)
     config = tmp_path / "identity.kubeconfig"
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -428,11 +430,11 @@ async def test_kubectl_as_the_identity_sees_only_the_role_and_the_defaults(
 
 
 async def test_a_wrong_token_is_refused_and_creates_nothing(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     for token in ("not-the-token", None):
         with pytest.raises(authclient.AuthRejected) as caught:
-            await handshake(provider, consumer_id, token=token)
+            await handshake(auth_provider, consumer_id, token=token)
         assert caught.value.status == 401
     assert await leftovers(kube, consumer_id) == []
 
@@ -444,7 +446,7 @@ async def cluster_lists(kube: KubeClient) -> apirequests.Counts:
 
 
 async def test_a_handshake_lists_nothing_on_the_api_server(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     """Strangers, a wrong token, an enrolment and a renewal: the endpoint reads what it knows from its caches.
 
@@ -455,13 +457,13 @@ async def test_a_handshake_lists_nothing_on_the_api_server(
     for _ in range(5):  # anyone: a key of its own, a fresh nonce, no token
         stranger = str(uuid.uuid4())
         status, answer = await signed_identity_request(
-            provider.auth_url, consumer=stranger, key=ClusterKey.generate(), token=None
+            auth_provider.auth_url, consumer=stranger, key=ClusterKey.generate(), token=None
         )
         assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key")
     with pytest.raises(authclient.AuthRejected):
-        await handshake(provider, consumer_id, token="not-the-token")
-    await handshake(provider, consumer_id)  # enrols
-    await handshake(provider, consumer_id, token=None)  # renews with its key
+        await handshake(auth_provider, consumer_id, token="not-the-token")
+    await handshake(auth_provider, consumer_id)  # enrols
+    await handshake(auth_provider, consumer_id, token=None)  # renews with its key
     after = await cluster_lists(kube)
     assert apirequests.delta(before, after) == {}
 
@@ -480,11 +482,15 @@ MALFORMED_NETWORKS = {
 
 @pytest.mark.parametrize("network", MALFORMED_NETWORKS.values(), ids=MALFORMED_NETWORKS.keys())
 async def test_a_malformed_network_is_refused_and_creates_nothing(
-    kube: KubeClient, provider: Provider, consumer_id: str, network: object
+    kube: KubeClient, auth_provider: Provider, consumer_id: str, network: object
 ) -> None:
     """Signed with the consumer's own key and the token, as a hostile peer would send it: 400, nothing made."""
     status, answer = await signed_identity_request(
-        provider.auth_url, consumer=consumer_id, key=key_of(consumer_id), token=await provider.mint(), network=network
+        auth_provider.auth_url,
+        consumer=consumer_id,
+        key=key_of(consumer_id),
+        token=await auth_provider.mint(),
+        network=network,
     )
     assert status == 400
     assert "'network" in answer["reason"]
@@ -492,12 +498,12 @@ async def test_a_malformed_network_is_refused_and_creates_nothing(
 
 
 async def test_an_enrolled_consumer_sending_a_malformed_network_changes_nothing(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
-    await handshake(provider, consumer_id)
+    await handshake(auth_provider, consumer_id)
     [before] = await foreign_clusters_of(kube, consumer_id)
     status, answer = await signed_identity_request(
-        provider.auth_url,
+        auth_provider.auth_url,
         consumer=consumer_id,
         key=key_of(consumer_id),
         token=None,
@@ -514,14 +520,14 @@ async def test_an_enrolled_consumer_sending_a_malformed_network_changes_nothing(
 
 
 async def test_another_key_claiming_an_enrolled_consumers_id_is_refused_without_side_effects(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     """A token holder cannot become another consumer: the first to enrol a cluster ID pins its key."""
-    genuine = await handshake(provider, consumer_id)
+    genuine = await handshake(auth_provider, consumer_id)
     before = sorted(await leftovers(kube, consumer_id))
     [fc] = await foreign_clusters_of(kube, consumer_id)
     with pytest.raises(authclient.AuthRejected) as caught:
-        await handshake(provider, consumer_id, key=ClusterKey.generate())
+        await handshake(auth_provider, consumer_id, key=ClusterKey.generate())
     assert caught.value.status == 403
     assert "another key is registered" in caught.value.reason
     assert sorted(await leftovers(kube, consumer_id)) == before
@@ -532,34 +538,34 @@ async def test_another_key_claiming_an_enrolled_consumers_id_is_refused_without_
 
 
 async def test_a_revoked_token_enrols_no_one_and_breaks_no_one_enrolled(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
-    enrolled_with = await provider.mint()
-    await handshake(provider, consumer_id, token=enrolled_with)
-    revoked = await provider.mint()
-    assert await enrolment.revoke(kube, [provider.minted[-1]]) == [provider.minted[-1]]
-    renewed = await handshake(provider, consumer_id, token=enrolled_with)  # it still holds its own: no matter
+    enrolled_with = await auth_provider.mint()
+    await handshake(auth_provider, consumer_id, token=enrolled_with)
+    revoked = await auth_provider.mint()
+    assert await enrolment.revoke(kube, [auth_provider.minted[-1]]) == [auth_provider.minted[-1]]
+    renewed = await handshake(auth_provider, consumer_id, token=enrolled_with)  # it still holds its own: no matter
     assert renewed.namespace == names.tenant_namespace(consumer_id)
     newcomer = str(uuid.uuid4())
     try:
         with pytest.raises(authclient.AuthRejected, match=r"\(401\): unknown enrolment token"):
-            await handshake(provider, newcomer, token=revoked)
+            await handshake(auth_provider, newcomer, token=revoked)
         assert await leftovers(kube, newcomer) == []
-        await handshake(provider, newcomer)  # a token of its own enrols it
+        await handshake(auth_provider, newcomer)  # a token of its own enrols it
     finally:
         await forget(kube, newcomer)
 
 
 async def test_a_revoked_consumer_stays_refused_until_allowed_again(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
-    await handshake(provider, consumer_id)
+    await handshake(auth_provider, consumer_id)
     [fc] = await foreign_clusters_of(kube, consumer_id)
     await kube.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "No"}})
     await kube.delete(NAMESPACES, names.tenant_namespace(consumer_id))  # what the manager's release does
     for token in (FRESH, None):
         with pytest.raises(authclient.AuthRejected) as caught:
-            await handshake(provider, consumer_id, token=token)
+            await handshake(auth_provider, consumer_id, token=token)
         assert caught.value.status == 403
         assert "does not accept cluster" in caught.value.reason
     assert await leftovers(kube, consumer_id) == [f"ForeignCluster {fc['metadata']['name']}"]
@@ -573,12 +579,12 @@ async def test_a_revoked_consumer_stays_refused_until_allowed_again(
         return False
 
     await eventually(namespace_gone, timeout=60, message="the revoked tenant namespace is gone")
-    allowed_again = await handshake(provider, consumer_id)
+    allowed_again = await handshake(auth_provider, consumer_id)
     assert allowed_again.namespace == names.tenant_namespace(consumer_id)
 
 
 async def test_a_failed_signature_leaves_nothing_behind(
-    cluster: LocalCluster, kube: KubeClient, manager: KubeClient, crds: None
+    cluster: LocalCluster, kube: KubeClient, as_manager: KubeClient, crds: None
 ) -> None:
     """A provisioning that fails half-way (here: no certificate in time) takes back what it created.
 
@@ -586,9 +592,14 @@ async def test_a_failed_signature_leaves_nothing_behind(
     slow the machine: a timeout alone races with a signer that answers first.
     """
     consumer = str(uuid.uuid4())
-    records = AuthCaches(SharedInformers(manager), local_id=str(uuid.uuid4()))  # not run: it knows no one
+    records = AuthCaches(SharedInformers(as_manager), local_id=str(uuid.uuid4()))  # not run: it knows no one
     provisioner = KubeProvisioner(
-        client=manager, records=records, api_server_url=kube.server, ca_pem="", identity_ttl=TTL, certificate_timeout=1
+        client=as_manager,
+        records=records,
+        api_server_url=kube.server,
+        ca_pem="",
+        identity_ttl=TTL,
+        certificate_timeout=1,
     )
     async with stopped(cluster, "kube-controller-manager"):
         with pytest.raises(ProvisioningError, match="signed no certificate"):
@@ -604,7 +615,7 @@ async def test_a_failed_signature_leaves_nothing_behind(
 
 
 async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_alone(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     name = unique("admin-fc")
     spec = {"clusterID": consumer_id, "clusterName": "by-admin", "outgoingPeeringEnabled": "Yes"}
@@ -619,11 +630,11 @@ async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_a
     )
 
     async def seen() -> bool:  # the endpoint knows consumers from its caches: made this instant, it waits for them
-        return provider.caches.foreign_cluster(consumer_id) is not None
+        return auth_provider.caches.foreign_cluster(consumer_id) is not None
 
     await eventually(seen, timeout=30, message="the endpoint's cache holds the admin's ForeignCluster")
-    first = await handshake(provider, consumer_id)
-    second = await handshake(provider, consumer_id)
+    first = await handshake(auth_provider, consumer_id)
+    second = await handshake(auth_provider, consumer_id)
     assert first.cert_pem != second.cert_pem
     assert first.key_pem != second.key_pem
     [fc] = await foreign_clusters_of(kube, consumer_id)
@@ -636,17 +647,19 @@ async def test_renewal_reuses_everything_and_an_admins_foreign_cluster_is_left_a
 
 
 async def test_a_tenant_whose_consumer_never_asks_for_resources_is_collected(
-    kube: KubeClient, manager: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, as_manager: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     """A token holder could otherwise mint tenants at will: one that never sends a request goes away."""
     engaged_id = str(uuid.uuid4())
-    await handshake(provider, consumer_id)
-    engaged = await handshake(provider, engaged_id)
+    await handshake(auth_provider, consumer_id)
+    engaged = await handshake(auth_provider, engaged_id)
     try:
         async with KubeClient.from_kubeconfig_dict(engaged.kubeconfig(), name="engaged") as peer:
             await peer.create(RESOURCE_REQUESTS, resource_request(engaged.namespace, engaged_id))
-        informers = SharedInformers(manager)
-        incoming = IncomingPeering(client=manager, informers=informers, abandoned_after=datetime.timedelta(seconds=2))
+        informers = SharedInformers(as_manager)
+        incoming = IncomingPeering(
+            client=as_manager, informers=informers, abandoned_after=datetime.timedelta(seconds=2)
+        )
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(informers.run())]
             assert await informers.wait_synced(30)
@@ -672,12 +685,16 @@ async def outstanding_ids(kube: KubeClient) -> set[str]:
     return {token.id for token in await enrolment.outstanding(kube)}
 
 
-async def test_one_token_enrols_one_cluster_even_when_two_race_for_it(kube: KubeClient, provider: Provider) -> None:
+async def test_one_token_enrols_one_cluster_even_when_two_race_for_it(
+    kube: KubeClient, auth_provider: Provider
+) -> None:
     """Two fresh cluster IDs, each with a key of its own, one token, at once: one identity, one refusal."""
-    token = await provider.mint()
+    token = await auth_provider.mint()
     racers = [str(uuid.uuid4()), str(uuid.uuid4())]
     try:
-        outcomes = await asyncio.gather(*(handshake(provider, c, token=token) for c in racers), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(handshake(auth_provider, c, token=token) for c in racers), return_exceptions=True
+        )
         [winner] = [racer for racer, got in zip(racers, outcomes, strict=True) if isinstance(got, authclient.Identity)]
         [refusal] = [got for got in outcomes if isinstance(got, authclient.AuthRejected)]
         assert (refusal.status, refusal.reason) == (401, tokens.UNKNOWN_TOKEN)
@@ -687,37 +704,37 @@ async def test_one_token_enrols_one_cluster_even_when_two_race_for_it(kube: Kube
             [f"ForeignCluster {fc['metadata']['name']}" for fc in await foreign_clusters_of(kube, winner)]
             + [f"Namespace {names.tenant_namespace(winner)}"]
         )
-        assert provider.minted[-1] not in await outstanding_ids(kube)  # used up
+        assert auth_provider.minted[-1] not in await outstanding_ids(kube)  # used up
     finally:
         for racer in racers:
             await forget(kube, racer)
 
 
 async def test_an_expired_token_is_refused_saying_when_and_is_collected(
-    kube: KubeClient, manager: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, as_manager: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     def expired_token(ago: datetime.timedelta) -> tuple[str, dict[str, Any]]:
         token = tokens.new_token()
         fingerprint = tokens.enrolment_key(token).fingerprint
-        provider.minted.append(tokens.token_id(fingerprint))  # deleted after the test, collected or not
+        auth_provider.minted.append(tokens.token_id(fingerprint))  # deleted after the test, collected or not
         expiry = datetime.datetime.now(datetime.UTC).replace(microsecond=0) - ago
         return token, tokens.token_secret(fingerprint=fingerprint, expires_at=expiry)
 
     token, secret = expired_token(datetime.timedelta(minutes=1))
-    expired = provider.minted[-1]
+    expired = auth_provider.minted[-1]
     await kube.create(SECRETS, secret)
     with pytest.raises(authclient.AuthRejected) as caught:
-        await handshake(provider, consumer_id, token=token)
+        await handshake(auth_provider, consumer_id, token=token)
     assert caught.value.status == 401
     expiry = secret["metadata"]["annotations"][names.EXPIRES_AT]
     assert caught.value.reason.startswith(f"the enrolment token expired at {expiry}: ask"), caught.value.reason
     assert await leftovers(kube, consumer_id) == []
     assert expired in await outstanding_ids(kube)  # not used up either
 
-    await provider.mint()
-    valid = provider.minted[-1]
-    informers = SharedInformers(manager)  # the manager's rights: it deletes tokens with them
-    collector = TokenCollector(client=manager, informers=informers)
+    await auth_provider.mint()
+    valid = auth_provider.minted[-1]
+    informers = SharedInformers(as_manager)  # the manager's rights: it deletes tokens with them
+    collector = TokenCollector(client=as_manager, informers=informers)
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(informers.run())]
         assert await informers.wait_synced(30)
@@ -730,20 +747,22 @@ async def test_an_expired_token_is_refused_saying_when_and_is_collected(
         # One more expired after the first sync: once it is gone, the valid token (queued before it) was judged.
         _, later = expired_token(datetime.timedelta(seconds=1))
         await kube.create(SECRETS, later)
-        await eventually(lambda: gone(provider.minted[-1]), timeout=30, message="a later expired token is collected")
+        await eventually(
+            lambda: gone(auth_provider.minted[-1]), timeout=30, message="a later expired token is collected"
+        )
         assert valid in await outstanding_ids(kube)
         for task in tasks:
             task.cancel()
 
 
-def our_offer(provider: Provider, consumer: str) -> dict[str, Any]:
+def our_offer(auth_provider: Provider, consumer: str) -> dict[str, Any]:
     """The provider's offer to ``consumer`` (the offer controller's job, done by hand: no manager runs here)."""
     return {
         "apiVersion": RESOURCE_OFFERS.api_version,
         "kind": RESOURCE_OFFERS.kind,
-        "metadata": {"name": provider.cluster_id, "namespace": names.tenant_namespace(consumer)},
+        "metadata": {"name": auth_provider.cluster_id, "namespace": names.tenant_namespace(consumer)},
         "spec": {
-            "providerClusterID": provider.cluster_id,
+            "providerClusterID": auth_provider.cluster_id,
             "providerClusterName": "provider",
             "resources": {"cpu": "1", "memory": "1Gi", "pods": 10},
             "expiry": "2030-01-01T00:00:00Z",
@@ -751,12 +770,12 @@ def our_offer(provider: Provider, consumer: str) -> dict[str, Any]:
     }
 
 
-async def accept(identity: authclient.Identity, provider: Provider) -> None:
+async def accept(identity: authclient.Identity, auth_provider: Provider) -> None:
     """The consumer accepts the provider's offer, with its own identity (its word: the phase)."""
     async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
         await peer.patch(
             RESOURCE_OFFERS,
-            provider.cluster_id,
+            auth_provider.cluster_id,
             {"status": {"phase": "Accepted"}},
             namespace=identity.namespace,
             subresource="status",
@@ -764,7 +783,7 @@ async def accept(identity: authclient.Identity, provider: Provider) -> None:
 
 
 async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_nothing_is_made(
-    kube: KubeClient, manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
+    kube: KubeClient, as_manager: KubeClient, crds: None, liqo_namespace: None, tmp_path: Path
 ) -> None:
     """With a token of its own, a consumer still waits while as many as the cap are enrolled and accept nothing."""
 
@@ -777,32 +796,32 @@ async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_
     already = len(enrolment.occupancy(bindings=bindings, offers=[], local_id="none").tenants)  # earlier tests'
     limits = TenantLimits(max_tenants=already + 10, max_pending=already + 2)
     consumers = [str(uuid.uuid4()) for _ in range(3)]
-    async with auth_endpoint(kube, manager, tmp_path, limits=limits) as provider:
+    async with auth_endpoint(kube, as_manager, tmp_path, limits=limits) as auth_provider:
         try:
-            first = await handshake(provider, consumers[0])
-            await handshake(provider, consumers[1])
-            token = await provider.mint()
+            first = await handshake(auth_provider, consumers[0])
+            await handshake(auth_provider, consumers[1])
+            token = await auth_provider.mint()
             with pytest.raises(authclient.AuthRejected) as caught:
-                await handshake(provider, consumers[2], token=token)
+                await handshake(auth_provider, consumers[2], token=token)
             assert caught.value.status == 429
             assert (
                 f"this cluster has {already + 2} consumer(s) enrolled that have not accepted an offer yet, the most"
                 f" it takes ({limits.max_pending}): retry once one of them has accepted or left" in caught.value.reason
             ), caught.value.reason
             assert await leftovers(kube, consumers[2]) == []
-            assert provider.minted[-1] in await outstanding_ids(kube)  # not used up: it enrols once there is room
+            assert auth_provider.minted[-1] in await outstanding_ids(kube)  # not used up: it enrols once there is room
             # One of them accepts our offer: room for one more, and the same token enrols the third.
-            await kube.create(RESOURCE_OFFERS, our_offer(provider, consumers[0]))
-            await accept(first, provider)
+            await kube.create(RESOURCE_OFFERS, our_offer(auth_provider, consumers[0]))
+            await accept(first, auth_provider)
 
             async def accepted() -> bool:  # counted from the endpoint's caches: once their watch brings it
-                offer = provider.caches.offers.store.get(
-                    f"{names.tenant_namespace(consumers[0])}/{provider.cluster_id}"
+                offer = auth_provider.caches.offers.store.get(
+                    f"{names.tenant_namespace(consumers[0])}/{auth_provider.cluster_id}"
                 )
                 return offer is not None and (offer.get("status") or {}).get("phase") == "Accepted"
 
             await eventually(accepted, timeout=30, message="the endpoint's cache holds the accepted offer")
-            third = await handshake(provider, consumers[2], token=token)
+            third = await handshake(auth_provider, consumers[2], token=token)
             assert third.namespace == names.tenant_namespace(consumers[2])
         finally:
             for consumer in consumers:
@@ -828,7 +847,7 @@ async def gateway_of(kube: KubeClient, consumer: str) -> list[str]:
 
 
 async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
-    kube: KubeClient, provider: Provider, consumer_id: str
+    kube: KubeClient, auth_provider: Provider, consumer_id: str
 ) -> None:
     """Enrolled, asking for resources, its network word written: still no Deployment, no node port, until it accepts.
 
@@ -841,8 +860,8 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
     identities: dict[str, authclient.Identity] = {}
 
     async def tenant_asking(consumer: str) -> None:
-        identities[consumer] = identity = await handshake(provider, consumer)
-        await kube.create(RESOURCE_OFFERS, our_offer(provider, consumer))
+        identities[consumer] = identity = await handshake(auth_provider, consumer)
+        await kube.create(RESOURCE_OFFERS, our_offer(auth_provider, consumer))
         async with KubeClient.from_kubeconfig_dict(identity.kubeconfig(), name="peer") as peer:
             await peer.create(RESOURCE_REQUESTS, resource_request(identity.namespace, consumer))
             word = our_word(
@@ -863,7 +882,7 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
         configs = NetworkConfigs(
             client=kube,
             informers=informers,
-            local_id=provider.cluster_id,
+            local_id=auth_provider.cluster_id,
             network=PROVIDER_NETWORK,
             events=EventRecorder(client=kube, component="test-network-configs"),
         )
@@ -876,11 +895,11 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
                 return await gateway_of(kube, consumer) == ["Deployment", "Service"]
 
             await tenant_asking(accepted_id)
-            await accept(identities[accepted_id], provider)
+            await accept(identities[accepted_id], auth_provider)
             await eventually(lambda: has_gateway(accepted_id), timeout=30, message="the accepted peer's gateway")
             assert await gateway_of(kube, consumer_id) == []
             # It accepts: its gateway follows, so acceptance was all it lacked.
-            await accept(identities[consumer_id], provider)
+            await accept(identities[consumer_id], auth_provider)
             await eventually(lambda: has_gateway(consumer_id), timeout=30, message="a gateway once it accepts")
             for task in tasks:
                 task.cancel()

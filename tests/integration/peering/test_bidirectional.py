@@ -31,7 +31,8 @@ from liqo.peering.authcaches import AuthCaches
 from liqo.peering.authprotocol import make_csr
 from liqo.peering.incoming import REQUESTED
 from liqo.peering.provisioning import KubeProvisioner
-from tests.helpers import Site, eventually, expect_clean, stopped
+from tests.integration.helpers import Site, expect_clean, stopped
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 

@@ -28,7 +28,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import EVENTS, SECRETS
 from liqo.peering import operations
-from tests.helpers import Obj, Offloaded, Site, eventually
+from tests.integration.helpers import Offloaded, Site
+from tests.shared import Obj, eventually
 
 
 @contextlib.asynccontextmanager

@@ -35,17 +35,8 @@ from liqo.local import clusters
 from liqo.network.links import InvalidWord, check_peer_word, read_word
 from liqo.peering import operations
 from liqo.peering.tokens import new_token
-from tests.helpers import (
-    Obj,
-    Offloaded,
-    Site,
-    api_pods,
-    eventually,
-    from_address,
-    offloaded_to,
-    signed_identity_request,
-    stopped,
-)
+from tests.integration.helpers import Offloaded, Site, from_address, offloaded_to, signed_identity_request, stopped
+from tests.shared import Obj, api_pods, eventually
 
 pytestmark = pytest.mark.timeout(900)
 # One peering serves every example (the fixtures are the module's, by design); a failing example is printed

@@ -16,8 +16,8 @@ from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import EVENTS
 from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean, signed_identity_request
-from tests.integration.peering.test_peer_identity import liqoctl, provider_side
+from tests.integration.helpers import Site, expect_clean, held_for, liqoctl_run, signed_identity_request
+from tests.shared import eventually
 
 ROME = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 MILAN = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.96.0.0/16")
@@ -108,7 +108,7 @@ async def test_the_same_pod_cidr_is_an_overlap_on_both_sides_with_a_warning_even
             [event] = await overlap_events(client, fc)
             assert event["involvedObject"]["kind"] == "ForeignCluster"
             assert "overlaps" in event["message"]
-        done = await asyncio.to_thread(liqoctl, "status", f"--kubeconfig={sites['rome'].cluster.kubeconfig}")
+        done = await asyncio.to_thread(liqoctl_run, "status", f"--kubeconfig={sites['rome'].cluster.kubeconfig}")
         output = " ".join(done.stdout.split())
         assert f"{name}: NetworkStatus is Error (CIDROverlap) pod CIDR 10.244.0.0/16 of {name} overlaps" in output
     finally:
@@ -151,20 +151,20 @@ async def test_a_handshake_with_a_malformed_network_is_refused_and_leaves_nothin
     command = await operations.peer_command(milan)
     key = await read_cluster_key(rome)
     assert key is not None
-    before = await provider_side(milan, rome_id)
+    before = await held_for(milan, rome_id)
     for network in (MALFORMED, {"podCIDR": "10.244.3.0/16", "serviceCIDR": "10.96.0.0/16"}, "10.244.0.0/16", None):
         status, answer = await signed_identity_request(
             command.auth_url, consumer=rome_id, key=key, token=command.token, network=network
         )
         assert status == 400, answer
         assert "'network" in answer["reason"]
-    assert await provider_side(milan, rome_id) == before == {"foreign clusters": [], "csrs": [], "tenant": None}
+    assert await held_for(milan, rome_id) == before == {"foreign clusters": [], "csrs": [], "tenant": None}
 
     # Enrolled, the same: its record is not touched.
     await operations.peer(rome, milan, timeout=30)
     try:
         record = await foreign_cluster(milan, rome_id)
-        before = await provider_side(milan, rome_id)
+        before = await held_for(milan, rome_id)
         status, answer = await signed_identity_request(
             command.auth_url, consumer=rome_id, key=key, token=None, network=MALFORMED
         )
@@ -176,7 +176,7 @@ async def test_a_handshake_with_a_malformed_network_is_refused_and_leaves_nothin
         # Its status may move on meanwhile (the offer being accepted): its spec may not.
         assert (after["metadata"]["generation"], after["spec"]) == (record["metadata"]["generation"], record["spec"])
         assert after["spec"]["network"] == ROME.to_message()
-        assert {k: v for k, v in (await provider_side(milan, rome_id)).items() if k != "foreign clusters"} == {
+        assert {k: v for k, v in (await held_for(milan, rome_id)).items() if k != "foreign clusters"} == {
             k: v for k, v in before.items() if k != "foreign clusters"
         }
     finally:

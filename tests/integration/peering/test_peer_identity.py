@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import datetime
 import ssl
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -39,22 +37,24 @@ from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
-from liqo.kube.resources import CSRS, NAMESPACES, ROLE_BINDINGS, SECRETS
+from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, SECRETS
 from liqo.peering import authclient, enrolment, operations, tokens
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import RateLimit, auth_app
 from liqo.peering.enrolment import Refusal
 from liqo.peering.tokens import EnrolmentToken
-from tests.helpers import Site, eventually, expect_clean, from_address, signed_identity_request
-from tests.integration.conftest import RUN_ID
+from tests.integration.helpers import (
+    RUN_ID,
+    Site,
+    expect_clean,
+    from_address,
+    held_for,
+    liqoctl_run,
+    signed_identity_request,
+)
+from tests.shared import eventually
 
 ATTACKERS_NETWORK = ClusterNetwork.parse(pod_cidr="10.66.0.0/16", service_cidr="10.67.0.0/16")
-
-
-def liqoctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=180
-    )
 
 
 async def attack(
@@ -73,31 +73,6 @@ async def attack(
     )
 
 
-async def provider_side(milan: KubeClient, consumer: str) -> dict[str, Any]:
-    """What milan holds for ``consumer``, to compare before and after an attack."""
-    fcs, _ = await milan.list_all(FOREIGN_CLUSTERS)
-    csrs, _ = await milan.list_all(CSRS, label_selector=f"{names.REMOTE_CLUSTER_ID}={consumer}")
-    try:
-        tenant = (await milan.get(NAMESPACES, names.tenant_namespace(consumer)))["metadata"]["uid"]
-    except NotFoundError:
-        tenant = None
-    # The spec is what an impersonation would rewrite (key fingerprint, network); the status keeps moving
-    # for a while after a peering by the provider's own controllers, so resourceVersion would flake.
-    return {
-        "foreign clusters": sorted(
-            (
-                f["metadata"]["name"],
-                f["metadata"].get("generation"),
-                orjson.dumps(f["spec"], option=orjson.OPT_SORT_KEYS),
-            )
-            for f in fcs
-            if f["spec"]["clusterID"] == consumer
-        ),
-        "csrs": [c["metadata"]["name"] for c in csrs],
-        "tenant": tenant,
-    }
-
-
 async def forget(milan: KubeClient, consumer: str) -> None:
     """Delete milan's record of ``consumer`` (a revoked peer's stays until the admin forgets it)."""
     fcs, _ = await milan.list_all(FOREIGN_CLUSTERS)
@@ -114,7 +89,7 @@ async def test_a_wrong_token_fails_liqoctl_peer_at_once_with_the_providers_reaso
     rome_kc = f"--kubeconfig={sites['rome'].cluster.kubeconfig}"
     started = time.monotonic()
     done = await asyncio.to_thread(
-        liqoctl,
+        liqoctl_run,
         "peer", "out-of-band", command.name, f"--auth-url={command.auth_url}", f"--cluster-id={command.cluster_id}",
         f"--key-fingerprint={command.key_fingerprint}", "--auth-token=not-the-token", rome_kc,
     )  # fmt: skip
@@ -124,7 +99,7 @@ async def test_a_wrong_token_fails_liqoctl_peer_at_once_with_the_providers_reaso
         message = " ".join(done.stderr.split())
         assert "the provider refused (401): unknown enrolment token" in message, message
         assert elapsed < operations.PEER_TIMEOUT / 2, f"waited {elapsed:.0f}s for a refusal"
-        assert (await provider_side(milan, sites["rome"].cluster_id))["tenant"] is None
+        assert (await held_for(milan, sites["rome"].cluster_id))["tenant"] is None
     finally:
         await operations.unpeer(rome, command.cluster_id, timeout=60, force=True)
     await expect_clean(rome, milan)
@@ -140,12 +115,12 @@ async def test_a_consumer_cannot_claim_another_consumers_cluster_id(
         command = await operations.peer_command(milan)
         naples_key = await read_cluster_key(naples)
         assert naples_key is not None
-        before = await provider_side(milan, rome_id)
+        before = await held_for(milan, rome_id)
         with pytest.raises(authclient.AuthRejected) as caught:
             await attack(command, claim=rome_id, key=naples_key, name="rome")
         assert caught.value.status == 403
         assert "another key is registered" in caught.value.reason
-        assert await provider_side(milan, rome_id) == before
+        assert await held_for(milan, rome_id) == before
     finally:
         await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
     await expect_clean(rome, milan, naples)
@@ -168,7 +143,7 @@ async def test_one_peer_command_enrols_one_cluster_and_a_second_is_refused_with_
             await attack(command, claim=second, key=ClusterKey.generate(), name="second")
         assert caught.value.status == 401
         assert "already used" in caught.value.reason, caught.value.reason
-        assert await provider_side(milan, second) == {"foreign clusters": [], "csrs": [], "tenant": None}
+        assert await held_for(milan, second) == {"foreign clusters": [], "csrs": [], "tenant": None}
     finally:
         for consumer in (first, second):
             await forget(milan, consumer)
@@ -237,10 +212,10 @@ class AttackersEnrolments:
 @pytest.fixture
 async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operations.PeerCommand]:
     """An HTTPS endpoint run by a holder of a token of milan's, posing as milan (it lies about its key in /ids)."""
-    real = await operations.peer_command(milan)
+    genuine = await operations.peer_command(milan)
     app = auth_app(
-        cluster_id=real.cluster_id,
-        cluster_name=real.name,
+        cluster_id=genuine.cluster_id,
+        cluster_name=genuine.name,
         key=ClusterKey.generate(),
         network=ATTACKERS_NETWORK,
         enrolments=AttackersEnrolments(),
@@ -253,7 +228,11 @@ async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operati
     @web.middleware
     async def lie(request: web.Request, handler: Any) -> web.StreamResponse:
         if request.path == "/ids":
-            body = {"clusterID": real.cluster_id, "clusterName": real.name, "keyFingerprint": real.key_fingerprint}
+            body = {
+                "clusterID": genuine.cluster_id,
+                "clusterName": genuine.name,
+                "keyFingerprint": genuine.key_fingerprint,
+            }
             return web.json_response(body)
         response: web.StreamResponse = await handler(request)
         return response
@@ -268,7 +247,7 @@ async def fake_milan(milan: KubeClient, tmp_path: Path) -> AsyncIterator[operati
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
     url = f"https://127.0.0.1:{runner.addresses[0][1]}"
     try:
-        yield operations.PeerCommand(real.name, url, real.cluster_id, real.key_fingerprint, real.token)
+        yield operations.PeerCommand(genuine.name, url, genuine.cluster_id, genuine.key_fingerprint, genuine.token)
     finally:
         await runner.cleanup()
 
@@ -311,7 +290,7 @@ async def test_a_revoked_consumer_stays_refused_until_the_admin_allows_it_again(
             return auth.get("status") == "Denied" and "does not accept cluster" in auth.get("message", "")
 
         await eventually(refused, timeout=60, message="rome's re-authentication is refused, and says why")
-        side = await provider_side(milan, rome_id)
+        side = await held_for(milan, rome_id)
         assert side["tenant"] is None
         assert side["csrs"] == []
         await operations.allow(milan, rome_id)
@@ -340,7 +319,7 @@ async def test_incoming_peering_disabled_refuses_a_new_peer_at_once_with_the_rea
         with pytest.raises(operations.PeeringError, match="does not accept cluster"):
             await operations.peer(naples, milan, timeout=60)
         assert time.monotonic() - started < 30
-        assert (await provider_side(milan, naples_id))["tenant"] is None
+        assert (await held_for(milan, naples_id))["tenant"] is None
     finally:
         await operations.unpeer(naples, milan_id, timeout=60, force=True)
         await forget(milan, naples_id)
@@ -365,7 +344,7 @@ async def test_a_policy_follows_the_certified_cluster_id_not_the_claimed_name(
         for claimed_name in ("naples", "milan", "Rome-but-renamed"):
             with pytest.raises(authclient.AuthRejected, match="denies peering with you"):
                 await attack(command, claim=rome_id, key=rome_key, name=claimed_name)
-        assert (await provider_side(milan, rome_id))["tenant"] is None
+        assert (await held_for(milan, rome_id))["tenant"] is None
         # A policy naming peers by name would be dodged (or borrowed) by renaming: the schema refuses it.
         by_name = policy | {"metadata": {"name": f"by-name-{RUN_ID}"}, "spec": {"peers": ["rome"], "action": "Deny"}}
         with pytest.raises(ApiError) as caught:
@@ -388,13 +367,13 @@ async def test_revoking_a_token_keeps_established_peers_and_refuses_its_command(
     assert old.enrolment is not None
     await operations.peer(rome, milan, timeout=30)
     try:
-        listed = await asyncio.to_thread(liqoctl, "token", "list", "-o", "json", milan_kc)
+        listed = await asyncio.to_thread(liqoctl_run, "token", "list", "-o", "json", milan_kc)
         assert listed.returncode == 0, listed.stderr
         ids = [token["id"] for token in orjson.loads(listed.stdout)]
         assert old.enrolment.id in ids
-        revoked = await asyncio.to_thread(liqoctl, "token", "revoke", old.enrolment.id, milan_kc)
+        revoked = await asyncio.to_thread(liqoctl_run, "token", "revoke", old.enrolment.id, milan_kc)
         assert (revoked.returncode, revoked.stdout.strip()) == (0, f"revoked enrolment token {old.enrolment.id}")
-        listed = await asyncio.to_thread(liqoctl, "token", "list", "-o", "yaml", milan_kc)
+        listed = await asyncio.to_thread(liqoctl_run, "token", "list", "-o", "yaml", milan_kc)
         assert old.enrolment.id not in listed.stdout
         # rome renews from scratch (its identity deleted): its key is enough, its token long used up.
         await rome.delete(SECRETS, names.IDENTITY_SECRET, namespace=names.tenant_namespace(milan_id))
@@ -439,7 +418,7 @@ async def test_over_the_pending_cap_liqoctl_peer_fails_at_once_with_the_provider
             assert status == 200, answer
         started = time.monotonic()
         done = await asyncio.to_thread(
-            liqoctl,
+            liqoctl_run,
             "peer", "out-of-band", command.name, f"--auth-url={command.auth_url}", f"--cluster-id={milan_id}",
             f"--key-fingerprint={command.key_fingerprint}", f"--auth-token={command.token}", naples_kc,
         )  # fmt: skip
@@ -449,7 +428,7 @@ async def test_over_the_pending_cap_liqoctl_peer_fails_at_once_with_the_provider
         assert "the provider refused (429): this cluster has" in message, message
         assert f"have not accepted an offer yet, the most it takes ({enrolment.DEFAULT_MAX_PENDING_TENANTS})" in message
         assert elapsed < operations.PEER_TIMEOUT / 2, f"waited {elapsed:.0f}s for a refusal"
-        assert await provider_side(milan, naples_id) == {"foreign clusters": [], "csrs": [], "tenant": None}
+        assert await held_for(milan, naples_id) == {"foreign clusters": [], "csrs": [], "tenant": None}
         assert command.enrolment is not None
         assert command.enrolment.id in {token.id for token in await enrolment.outstanding(milan)}  # kept for later
     finally:
@@ -513,7 +492,7 @@ async def test_a_cluster_name_with_control_characters_is_refused_naming_the_fiel
         assert status == 400, answer
         assert answer["reason"].startswith("'clusterName' "), answer
         assert "control character" in answer["reason"], answer
-        assert await provider_side(milan, consumer) == {"foreign clusters": [], "csrs": [], "tenant": None}
+        assert await held_for(milan, consumer) == {"foreign clusters": [], "csrs": [], "tenant": None}
         assert command.enrolment is not None
         assert command.enrolment.id in {token.id for token in await enrolment.outstanding(milan)}
         log = (sites["milan"].cluster.dir.logs / f"{manifests.MANAGER}.log").read_text(errors="replace")

@@ -25,8 +25,8 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters
 from liqo.peering import enrolment, operations
-from tests.helpers import Site, eventually, expect_clean, kubectl, stopped
-from tests.integration.conftest import RUN_ID
+from tests.integration.helpers import RUN_ID, Site, expect_clean, kubectl, stopped
+from tests.shared import eventually
 
 
 async def free_cpu_and_memory(client: KubeClient) -> tuple[Decimal, Decimal]:

@@ -17,7 +17,8 @@ from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean
+from tests.integration.helpers import Site, expect_clean
+from tests.shared import eventually
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import DEPLOYMENTS, NODES, PODS
 from liqo.sharing.policy import REPUBLISH_SECONDS
-from tests.helpers import Offloaded, Site, deployment, eventually, running
+from tests.integration.helpers import Offloaded, Site, deployment, running
+from tests.shared import eventually
 
 BURST = 100
 MAX_REWRITES = 5

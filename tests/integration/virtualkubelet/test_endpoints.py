@@ -25,7 +25,8 @@ from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, POD
 from liqo.local.realnodes.nodes import UNDERLAY_HOST
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
-from tests.helpers import Obj, Offloaded, Site, deployment, eventually, offloaded_to, pod, stopped, unique
+from tests.integration.helpers import Offloaded, Site, deployment, offloaded_to, pod, stopped, unique
+from tests.shared import Obj, eventually
 
 ROME_PODS = ipaddress.ip_network("10.244.0.0/16")
 MILAN_PODS = ipaddress.ip_network("10.245.0.0/16")
@@ -146,11 +147,11 @@ async def test_overlapping_pod_cidrs_are_reported_and_nothing_is_written_wrong(
         events, _ = await rome.list_all(EVENTS, namespace=namespace)
         messages = [e["message"] for e in events if e["reason"] in ("PodIPNotReachable", "EndpointsNotReflected")]
         assert all("overlaps" in m for m in messages), messages
-        offloaded = [
+        offloaded_pods = [
             p for p in (await rome.list_all(PODS, namespace=namespace))[0] if p["spec"].get("nodeName") == made.node
         ]
-        assert offloaded
-        assert all(not (p.get("status") or {}).get("podIP") for p in offloaded)
+        assert offloaded_pods
+        assert all(not (p.get("status") or {}).get("podIP") for p in offloaded_pods)
         at_home = ready_addresses(await slices_of(rome, namespace, "web"))
         assert all(ipaddress.ip_address(ip) in ROME_PODS for ip in at_home)
         assert len(at_home) == 1  # rome's own pod only

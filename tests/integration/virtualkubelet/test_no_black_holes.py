@@ -25,8 +25,8 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS
 from liqo.offloading import operations as offloading
 from liqo.peering import operations
-from tests.helpers import Site, eventually, expect_clean, unique
-from tests.integration.conftest import RUN_ID
+from tests.integration.helpers import RUN_ID, Site, expect_clean, unique
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 REASON = "DoesNotFitRemote"

@@ -17,7 +17,8 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
 from liqo.virtualkubelet.forge import configdata as forge_configdata
 from liqo.virtualkubelet.forge import tokens as forge_tokens
-from tests.helpers import Obj, Offloaded, Site, eventually, pod, running_pods, unique
+from tests.integration.helpers import Offloaded, Site, pod, running_pods, unique
+from tests.shared import Obj, eventually
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
 

@@ -24,7 +24,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource
 from liqo.peering import operations as peering
-from tests.helpers import Obj, Offloaded, Site, apply_patch, eventually, stopped, unique
+from tests.integration.helpers import Offloaded, Site, stopped, unique
+from tests.shared import Obj, apply_patch, eventually
 
 
 def service(name: str, namespace: str, **spec: Any) -> Obj:

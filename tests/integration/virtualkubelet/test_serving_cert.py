@@ -41,7 +41,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CSRS, NODES, PODS
 from liqo.local import clusters
-from tests.helpers import LocalCluster, eventually, unique
+from tests.integration.helpers import LocalCluster, unique
+from tests.shared import eventually
 
 TTL = csr.MIN_EXPIRATION_SECONDS
 """The shortest lifetime the API server accepts: renewal is driven by an injected schedule, not by waiting."""
@@ -187,9 +188,9 @@ def ca_of(cluster: LocalCluster) -> bytes:
 async def test_the_virtual_kubelet_gets_a_certificate_of_its_address_that_the_api_server_accepts(
     cluster: LocalCluster, kube: KubeClient, as_virtual_kubelet: KubeClient, labels: dict[str, str], kubelet: Kubelet
 ) -> None:
-    pair = await obtain_for(as_virtual_kubelet, labels)()
+    certified = await obtain_for(as_virtual_kubelet, labels)()
 
-    cert = x509.load_pem_x509_certificate(pair.cert.encode())
+    cert = x509.load_pem_x509_certificate(certified.cert.encode())
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_of(cluster)))
     assert cert.subject.rfc4514_string() == f"CN=system:node:{VIRTUAL_KUBELET},O=system:nodes"
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -199,11 +200,11 @@ async def test_the_virtual_kubelet_gets_a_certificate_of_its_address_that_the_ap
         ExtendedKeyUsageOID.SERVER_AUTH
     ]
     # Short-lived: what was asked (the signer backdates the start by a few minutes).
-    left = pair.not_after - datetime.datetime.now(datetime.UTC)
+    left = certified.not_after - datetime.datetime.now(datetime.UTC)
     assert datetime.timedelta(seconds=TTL - 60) < left <= datetime.timedelta(seconds=TTL + 5)
     assert await requests_labelled(kube, labels) == []  # the request is deleted once read
 
-    pair.load_into(kubelet.context)
+    certified.load_into(kubelet.context)
     assert await kubelet.logs_through_the_api_server(kube) == "logs of app\n"
     # What the virtual kubelet served before, as a pod: a self-signed pair, which the API server refuses.
     self_signed = pki.issue(pki.make_ca("liqo-kubelet-ca"), common_name="vk", ip_addresses=["127.0.0.1"], server=True)
@@ -223,7 +224,7 @@ async def test_renewal_swaps_the_certificate_a_live_listener_serves(
     assert await kubelet.logs_through_the_api_server(kube) == "logs of app\n"
 
     due: list[datetime.datetime] = []
-    installed: list[csr.CertifiedKey] = []
+    served: list[csr.CertifiedKey] = []
     renewed = asyncio.Event()
 
     async def schedule(seconds: float) -> None:
@@ -232,9 +233,9 @@ async def test_renewal_swaps_the_certificate_a_live_listener_serves(
         if len(due) > 1:
             await asyncio.Event().wait()
 
-    def install(pair: csr.CertifiedKey) -> None:
-        pair.load_into(kubelet.context)
-        installed.append(pair)
+    def install(certified: csr.CertifiedKey) -> None:
+        certified.load_into(kubelet.context)
+        served.append(certified)
         renewed.set()
 
     renewal = asyncio.create_task(csr.keep_renewed(obtain, current=first, install=install, sleep=schedule))
@@ -252,7 +253,7 @@ async def test_renewal_swaps_the_certificate_a_live_listener_serves(
     assert earliest - slack <= due[0] <= latest + slack
 
     after = await kubelet.served_serial(ca_of(cluster))
-    assert after == x509.load_pem_x509_certificate(installed[0].cert.encode()).serial_number != before
+    assert after == x509.load_pem_x509_certificate(served[0].cert.encode()).serial_number != before
     assert await kubelet.logs_through_the_api_server(kube) == "logs of app\n"
     assert await requests_labelled(kube, labels) == []
 

@@ -24,7 +24,8 @@ from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, PODS
-from tests.helpers import Offloaded, Site, eventually, pod, running_pods, unique
+from tests.integration.helpers import Offloaded, Site, pod, running_pods, unique
+from tests.shared import eventually
 
 TIMEOUT = 30
 

@@ -10,7 +10,7 @@ from liqo.install.bootstrap import ensure_identity
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.resources import Resource
-from tests.helpers import install_manifests
+from tests.unit.helpers import install_manifests
 
 Key = tuple[str, str | None, str]
 

@@ -9,7 +9,7 @@ from typing import Any
 from liqo.kube.cache import Changes, Index
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import EVENTS, Resource
-from tests.helpers import eventually
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 

@@ -13,7 +13,7 @@ from liqo.kube.cache import InformerGroup
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
 from liqo.kube.resources import PODS, Resource
-from tests.helpers import eventually
+from tests.shared import eventually
 
 
 class SilentApi:

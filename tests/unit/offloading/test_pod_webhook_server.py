@@ -33,7 +33,7 @@ from liqo.offloading.webhook import (
     parse_review,
     review_response,
 )
-from tests.helpers import install_manifests
+from tests.unit.helpers import install_manifests
 
 Object = dict[str, Any]
 

@@ -16,7 +16,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.resources import ROLE_BINDINGS, Resource
 from liqo.peering.authcaches import AuthCaches
 from liqo.peering.enrolment import KubeEnrolments, TenantLimits
-from tests.helpers import eventually
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 LOCAL = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"

@@ -25,7 +25,7 @@ from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.pods import PodReflector
-from tests.helpers import eventually
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)

@@ -34,7 +34,7 @@ from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolic
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.tokens import TokenReflector, token_secrets
-from tests.helpers import eventually
+from tests.shared import eventually
 
 Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)

@@ -1,48 +1,44 @@
-"""Shared test helpers: condition waits with deadlines (never bare sleeps), local cluster handles."""
+"""The integration tests' helpers: local clusters (start, purge, kubectl, liqoctl), sites with liqo installed,
+peering and offloading for the duration of a test, components stopped and restarted, what must be left clean.
+
+Waiting goes through :func:`tests.shared.eventually` (never bare sleeps); the pure helpers the unit tests
+share are in :mod:`tests.shared`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
+import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from hypothesis import strategies as st
+import orjson
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
-from liqo.api.resources import SHARING_POLICIES, VIRTUAL_NODES
-from liqo.install import manifests
+from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install
-from liqo.install.values import Values
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import NAMESPACES, NODES, PODS, SECRETS
+from liqo.kube.errors import NotFoundError
+from liqo.kube.resources import CSRS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
-from liqo.local.layout import ClusterDir
+from liqo.local.layout import ClusterDir, read_json
+from liqo.local.realnodes.nodes import RealNode, real_nodes
 from liqo.local.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.peering.authprotocol import make_csr, sign_request
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, message: str, every: float = 0.1) -> None:
-    """Wait until ``check()`` is true; fail with ``message`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
-        await asyncio.sleep(every)
+from tests.shared import Obj, eventually
 
 
 def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, every: float = 0.1) -> None:
@@ -52,22 +48,6 @@ def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
         time.sleep(every)
-
-
-class Signal:
-    """Wakes a waiting test whenever the code under test reports progress (no sleeping to synchronise)."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def fire(self) -> None:
-        self._event.set()
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                self._event.clear()
-                await self._event.wait()
 
 
 @dataclass(frozen=True)
@@ -93,6 +73,19 @@ class LocalCluster:
 
     def kubectl(self) -> list[str]:
         return [str(toolchain.bin_dir() / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
+
+
+def only_real_node(cluster: LocalCluster) -> RealNode:
+    """The real node of a cluster made with one (``real_nodes=1``)."""
+    stored = read_json(cluster.dir.cluster_file)
+    [node] = real_nodes(cluster=cluster.name, count=1, underlay=int(stored["underlay"]), cluster_root=cluster.dir.root)
+    return node
+
+
+KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
+"""Keep the session clusters when the run ends, under fixed names, and reuse them on the next run."""
+RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
+"""In the name of every session cluster (``t<RUN_ID>-rome``), so that concurrent runs never collide."""
 
 
 def unique(prefix: str) -> str:
@@ -151,6 +144,14 @@ def liqoctl(cluster: LocalCluster, *args: str, timeout: float = 180) -> str:
     )
     assert result.returncode == 0, f"liqoctl {' '.join(args)}: {result.stdout}{result.stderr}"
     return result.stdout
+
+
+def liqoctl_run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """liqoctl as a user runs it, with ``args`` only (no kubeconfig added): its result, unchecked, for the tests
+    of what it prints and refuses."""
+    return subprocess.run(
+        [sys.executable, "-m", "liqo.cli.main", *args], capture_output=True, text=True, check=False, timeout=timeout
+    )
 
 
 def install_liqo(local: LocalCluster) -> str:
@@ -247,6 +248,32 @@ async def liqo_objects(client: KubeClient) -> list[str]:
     return found
 
 
+async def held_for(provider: KubeClient, consumer: str) -> dict[str, Any]:
+    """What ``provider`` holds for ``consumer`` (records, CSRs, tenant namespace), to compare before and after an
+    attack."""
+    fcs, _ = await provider.list_all(FOREIGN_CLUSTERS)
+    csrs, _ = await provider.list_all(CSRS, label_selector=f"{names.REMOTE_CLUSTER_ID}={consumer}")
+    try:
+        tenant = (await provider.get(NAMESPACES, names.tenant_namespace(consumer)))["metadata"]["uid"]
+    except NotFoundError:
+        tenant = None
+    # The spec is what an impersonation would rewrite (key fingerprint, network); the status keeps moving
+    # for a while after a peering by the provider's own controllers, so resourceVersion would flake.
+    return {
+        "foreign clusters": sorted(
+            (
+                f["metadata"]["name"],
+                f["metadata"].get("generation"),
+                orjson.dumps(f["spec"], option=orjson.OPT_SORT_KEYS),
+            )
+            for f in fcs
+            if f["spec"]["clusterID"] == consumer
+        ),
+        "csrs": [c["metadata"]["name"] for c in csrs],
+        "tenant": tenant,
+    }
+
+
 async def expect_clean(*clients: KubeClient) -> None:
     for client in clients:
         left: list[str] = []
@@ -259,27 +286,6 @@ async def expect_clean(*clients: KubeClient) -> None:
             await eventually(clean, timeout=60, message=f"no liqo objects left on {client.name}")
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {', '.join(left)}") from None
-
-
-Obj = dict[str, Any]
-
-
-SAMPLE_VALUES = Values(
-    api_server_url="https://127.0.0.1:6443",
-    pod_cidr="10.244.0.0/16",
-    service_cidr="10.96.0.0/16",
-    cluster_name="rome",
-    image="img",
-)
-
-
-def install_manifests(*, webhook_client_config: Any = None, placement_policy: bool = True, **values: Any) -> list[Obj]:
-    """What ``liqoctl install`` would apply on a real cluster with sample values (``values`` override fields)."""
-    return manifests.manifests(
-        dataclasses.replace(SAMPLE_VALUES, **values),
-        webhook_client_config=webhook_client_config,
-        placement_policy=placement_policy,
-    )
 
 
 def from_address(source: str | None) -> aiohttp.ClientSession:
@@ -346,7 +352,7 @@ def deployment(name: str, namespace: str, *, replicas: int, cpu: str = "100m", *
 
 
 def pod(name: str, namespace: str, **spec: Any) -> Obj:
-    # Small requests, so that many fit the offer (pods without any run too: test_budget).
+    # Small requests, so that many fit the offer (pods without any run too: offloading/test_budget.py).
     requests = {"requests": {"cpu": "50m", "memory": "16Mi"}}
     base = {"containers": [{"name": "app", "image": "nginx", "resources": requests}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": base | spec}
@@ -417,90 +423,3 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
 def helm_binary() -> str:
     """The helm binary ``make setup`` fetched (``liqoctl local build``)."""
     return str(toolchain.helm_path())
-
-
-_AMOUNTS = st.sampled_from(["100m", "1", "2", "64Mi", "1Gi", "0"])
-_RESOURCE_LISTS = st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), _AMOUNTS, max_size=3)
-_NOISE = st.fixed_dictionaries({"env": st.just([{"name": "E", "value": "v"}]), "image": st.just("nginx")})
-
-
-@st.composite
-def _containers(draw: st.DrawFn, *, init: bool) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": draw(st.text("abc", min_size=1, max_size=3))} | draw(_NOISE)
-    resources = draw(st.fixed_dictionaries({}, optional={"requests": _RESOURCE_LISTS, "limits": _RESOURCE_LISTS}))
-    if draw(st.booleans()):
-        container["resources"] = resources
-    if init and draw(st.booleans()):
-        container["restartPolicy"] = "Always"
-    return container
-
-
-@st.composite
-def api_pods(draw: st.DrawFn, *, nodes: tuple[str, ...] = ("n1", "n2")) -> dict[str, Any]:
-    """A pod as an API server returns it, with every field a projection might wrongly drop or keep."""
-    name = draw(st.text("abcdef", min_size=1, max_size=4))
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": draw(st.sampled_from(["default", "liqo-tenant-x", "twin"])),
-        "uid": f"uid-{name}",
-        "resourceVersion": str(draw(st.integers(1, 100))),
-        "labels": {"app": name},
-        "ownerReferences": [{"uid": draw(st.sampled_from(["s1", "s2"])), "controller": draw(st.booleans())}],
-        "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:spec": {}}}],
-    }
-    if draw(st.booleans()):
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    spec: dict[str, Any] = {
-        "containers": draw(st.lists(_containers(init=False), min_size=1, max_size=3)),
-        "volumes": [{"name": "v", "emptyDir": {}}],
-        "tolerations": [{"key": "k", "operator": "Exists"}],
-    }
-    if draw(st.booleans()):
-        spec["initContainers"] = draw(st.lists(_containers(init=True), max_size=3))
-    if draw(st.booleans()):
-        spec["nodeName"] = draw(st.sampled_from(nodes))
-    if draw(st.booleans()):
-        spec["overhead"] = draw(_RESOURCE_LISTS)
-    if draw(st.booleans()):
-        spec["resources"] = {"requests": draw(_RESOURCE_LISTS)}
-    if draw(st.booleans()):
-        spec["terminationGracePeriodSeconds"] = draw(st.integers(0, 100))
-    status = {
-        "phase": draw(st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])),
-        "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [{"name": "a", "ready": True}],
-    }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
-
-
-def _tokens(path: str) -> list[str]:
-    assert path.startswith("/"), path
-    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
-
-
-def apply_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """``document`` with an RFC 6902 ``add``/``replace``/``remove`` patch applied (as the API server applies ours)."""
-    result = copy.deepcopy(document)
-    for op in patch:
-        *parents, last = _tokens(op["path"])
-        target: Any = result
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if op["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-            continue
-        value = copy.deepcopy(op["value"])
-        if op["op"] == "add":
-            if isinstance(target, list):
-                target.insert(len(target) if last == "-" else int(last), value)
-            else:
-                target[last] = value
-        elif op["op"] == "replace":
-            if isinstance(target, list):
-                target[int(last)] = value
-            else:
-                assert last in target, f"replace of a missing member {op['path']}"
-                target[last] = value
-        else:
-            raise AssertionError(f"unexpected op {op['op']}")
-    return result

@@ -420,6 +420,32 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
         await expect_clean(consumer, producer)
 
 
+@contextlib.asynccontextmanager
+async def peer_identity(consumer: KubeClient, provider_id: str, *, name: str = "") -> AsyncIterator[KubeClient]:
+    """A client on the provider holding the consumer's identity there (the kubeconfig the provider issued it):
+    what a hostile consumer would use."""
+    async with KubeClient.from_kubeconfig_dict(await peering.peer_kubeconfig(consumer, provider_id), name=name) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def sharing_policy(provider: KubeClient, consumer_id: str, *, prefix: str, **spec: Any) -> AsyncIterator[str]:
+    """A SharingPolicy of ``provider`` for ``consumer_id`` alone (its name: ``prefix-…``), deleted afterwards."""
+    name = unique(prefix)
+    body = {
+        "apiVersion": SHARING_POLICIES.api_version,
+        "kind": SHARING_POLICIES.kind,
+        "metadata": {"name": name},
+        "spec": {"peers": [consumer_id], "action": "Share"} | spec,
+    }
+    await provider.apply(SHARING_POLICIES, body)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(NotFoundError):
+            await provider.delete(SHARING_POLICIES, name)
+
+
 def helm_binary() -> str:
     """The helm binary ``make setup`` fetched (``liqoctl local build``)."""
     return str(toolchain.helm_path())

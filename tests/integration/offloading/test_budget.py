@@ -12,7 +12,6 @@ import contextlib
 import subprocess
 from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
@@ -32,9 +31,11 @@ from tests.integration.helpers import (
     Site,
     deployment,
     expect_clean,
+    peer_identity,
     pod,
     running,
     running_pods,
+    sharing_policy,
     stopped,
     unique,
 )
@@ -48,31 +49,6 @@ ADMISSION_POLICIES = Resource(
 ADMISSION_POLICY_BINDINGS = Resource(
     _ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", namespaced=False
 )
-
-
-@contextlib.asynccontextmanager
-async def identity(rome: KubeClient, milan_id: str) -> AsyncIterator[KubeClient]:
-    """A client on milan holding rome's identity there: what a hostile rome would use."""
-    async with KubeClient.from_kubeconfig_dict(await operations.peer_kubeconfig(rome, milan_id)) as client:
-        yield client
-
-
-@contextlib.asynccontextmanager
-async def policy(milan: KubeClient, consumer_id: str, **spec: Any) -> AsyncIterator[str]:
-    """A SharingPolicy of milan for ``consumer_id`` alone (its name), deleted afterwards."""
-    name = unique("budget")
-    body = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": name},
-        "spec": {"peers": [consumer_id], "action": "Share"} | spec,
-    }
-    await milan.apply(SHARING_POLICIES, body)
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(NotFoundError):
-            await milan.delete(SHARING_POLICIES, name)
 
 
 async def offer_on(milan: KubeClient, sites: dict[str, Site]) -> Obj:
@@ -184,9 +160,9 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
     more = [await offload_namespace(rome, sites) for _ in range(2)]
     twins = [offloaded.twin, *(o.twin for o in more)]
     try:
-        async with policy(milan, rome_id, percentage=100, limits={"cpu": "1"}):
+        async with sharing_policy(milan, rome_id, prefix="budget", percentage=100, limits={"cpu": "1"}):
             await budget_cpu(milan, sites, "1")
-            async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+            async with peer_identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
                 # Six pods of 400m, two per twin: each twin alone would fit two, together only two fit at all.
                 for twin in twins:
                     for name in ("a", "b"):
@@ -271,10 +247,10 @@ async def test_the_consumer_writing_the_offer_status_lifts_nothing(
 ) -> None:
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     twin = offloaded.twin
-    async with policy(milan, rome_id, percentage=100, limits={"cpu": "1"}):
+    async with sharing_policy(milan, rome_id, prefix="budget", percentage=100, limits={"cpu": "1"}):
         await budget_cpu(milan, sites, "1")
         offered = (await offer_on(milan, sites))["spec"]["resources"]
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+        async with peer_identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             await peer.create(SHADOW_PODS, shadow_pod("big", twin, rome_id, cpu="1500m"))
             await peer.create(SHADOW_PODS, shadow_pod("small", twin, rome_id, cpu="300m"))
             await running_pods(milan, twin, 1)
@@ -335,9 +311,9 @@ async def test_a_smaller_offer_keeps_the_running_pods_and_holds_back_new_ones(
 ) -> None:
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     twin = offloaded.twin
-    async with policy(milan, rome_id, limits={"cpu": "1"}) as name:
+    async with sharing_policy(milan, rome_id, prefix="budget", limits={"cpu": "1"}) as name:
         await budget_cpu(milan, sites, "1")
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+        async with peer_identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             for pod_name in ("one", "two"):
                 await peer.create(SHADOW_PODS, shadow_pod(pod_name, twin, rome_id, cpu="400m"))
             before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running_pods(milan, twin, 2)}
@@ -389,7 +365,7 @@ async def test_no_pod_runs_in_a_twin_before_the_offer_is_accepted(
             return (offer.get("status") or {}).get("phase") == "ManualActionRequired"
 
         await eventually(offered, timeout=60, message="milan's offer to rome, waiting for rome's decision")
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+        async with peer_identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             home = unique("early")
             twin = names.twin_namespace(home, home_cluster_id=rome_id)
             namespace_map = {
@@ -449,7 +425,7 @@ async def test_after_a_deny_the_pods_stop_and_run_again_when_shared(
     await rome.create(DEPLOYMENTS, deployment("steady", offloaded.namespace, replicas=2))
     await running_pods(milan, offloaded.twin, 2)
     await running_pods(rome, offloaded.namespace, 2)
-    async with policy(milan, rome_id, action="Deny"):
+    async with sharing_policy(milan, rome_id, prefix="budget", action="Deny"):
 
         async def stopped_everywhere() -> bool:
             remote = (await milan.list_all(PODS, namespace=offloaded.twin))[0]
@@ -479,7 +455,7 @@ async def test_a_pod_over_budget_waits_at_home_and_starts_once_room_frees(
 ) -> None:
     """Home schedules by requests (the virtual node's capacity is the offer); milan also counts limits."""
     rome_id = sites["rome"].cluster_id
-    async with policy(milan, rome_id, limits={"cpu": "1"}):
+    async with sharing_policy(milan, rome_id, prefix="budget", limits={"cpu": "1"}):
         await budget_cpu(milan, sites, "1")
 
         async def node_shrunk() -> bool:
@@ -689,10 +665,10 @@ async def test_a_pod_raised_after_admission_is_judged_again_when_its_pod_is_made
     provider's admin deleted it, as a drain would) only if it fits, from the spec as it is then."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     twin = offloaded.twin
-    async with policy(milan, rome_id, percentage=100, limits={"cpu": "8"}):
+    async with sharing_policy(milan, rome_id, prefix="budget", percentage=100, limits={"cpu": "8"}):
         await budget_cpu(milan, sites, "8")
         async with (
-            identity(rome, milan_id) as peer,
+            peer_identity(rome, milan_id) as peer,
             stopped(sites["rome"], *ROME_COMPONENTS),
             cpu_held(milan, twin) as held,
         ):
@@ -736,10 +712,10 @@ async def test_flipping_the_offer_phase_never_runs_more_than_the_budget(
     away from Accepted and back while their pods still terminate: one runs, the other waits, never both."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     twin, tenant = offloaded.twin, names.tenant_namespace(rome_id)
-    async with policy(milan, rome_id, percentage=100, limits={"cpu": "8"}):
+    async with sharing_policy(milan, rome_id, prefix="budget", percentage=100, limits={"cpu": "8"}):
         await budget_cpu(milan, sites, "8")
         async with (
-            identity(rome, milan_id) as peer,
+            peer_identity(rome, milan_id) as peer,
             stopped(sites["rome"], *ROME_COMPONENTS),
             cpu_held(milan, twin) as held,
         ):

@@ -7,8 +7,7 @@ or undo what the peer does. Only milan's defences stand: its quotas, its RBAC, i
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, object_quota, quota_matches
 from liqo.api.networks import ClusterNetwork, PodNetwork, pods_seen_at, recorded_network, remapped_pod_cidr
-from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHARING_POLICIES
+from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -34,39 +33,12 @@ from liqo.kube.resources import (
 )
 from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_network_policy
 from liqo.peering import operations
-from tests.integration.helpers import Offloaded, Site, stopped, unique
+from tests.integration.helpers import Offloaded, Site, peer_identity, sharing_policy, stopped, unique
 from tests.shared import Obj, eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
 LEASE_COUNT = "count/leases.coordination.k8s.io"
 SERVICE_COUNT = "count/services"
-
-
-@contextlib.asynccontextmanager
-async def identity(rome: KubeClient, milan_id: str) -> AsyncIterator[KubeClient]:
-    """A client on milan holding rome's identity there: what a hostile rome would use."""
-    async with KubeClient.from_kubeconfig_dict(
-        await operations.peer_kubeconfig(rome, milan_id), name="rome@milan"
-    ) as c:
-        yield c
-
-
-@contextlib.asynccontextmanager
-async def policy(milan: KubeClient, consumer_id: str, **spec: Any) -> AsyncIterator[str]:
-    """A SharingPolicy of milan for ``consumer_id`` alone, deleted afterwards."""
-    name = unique("bounds")
-    body = {
-        "apiVersion": SHARING_POLICIES.api_version,
-        "kind": SHARING_POLICIES.kind,
-        "metadata": {"name": name},
-        "spec": {"peers": [consumer_id], "action": "Share"} | spec,
-    }
-    await milan.apply(SHARING_POLICIES, body)
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(NotFoundError):
-            await milan.delete(SHARING_POLICIES, name)
 
 
 def service(name: str, namespace: str) -> Obj:
@@ -110,7 +82,7 @@ async def test_a_peer_fills_its_twin_and_its_tenant_namespace_only_up_to_their_q
         quota = await milan.get(RESOURCE_QUOTAS, names.PEER_QUOTA, namespace=namespace)
         assert quota_matches(quota, object_quota(namespace=namespace, peer_id=rome_id, hard=hard)), quota["spec"]
     try:
-        async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+        async with peer_identity(rome, milan_id, name="rome@milan") as peer, stopped(sites["rome"], *ROME_COMPONENTS):
             # Its request, map and NetworkConfig are its own, one each, by name.
             other: Obj = {
                 "apiVersion": NAMESPACE_MAPS.api_version,
@@ -192,7 +164,7 @@ async def test_every_twin_holds_a_network_policy_that_follows_the_providers_poli
     # The provider opens the internet (and its ingress controller's namespace) to rome's pods: the twin follows,
     # with the metadata endpoint, milan's pods and Services left out of the block.
     opened = {"egress": [{"cidr": "0.0.0.0/0"}], "ingress": [{"namespace": "ingress-nginx"}]}
-    async with policy(milan, rome_id, podNetwork=opened):
+    async with sharing_policy(milan, rome_id, prefix="bounds", podNetwork=opened):
         wanted = (await expected_network_policy(milan, sites, twin, PodNetwork.from_spec(opened)))["spec"]
 
         async def followed() -> bool:
@@ -207,7 +179,7 @@ async def test_every_twin_holds_a_network_policy_that_follows_the_providers_poli
         block = blocks["0.0.0.0/0"]
         assert {"169.254.0.0/16", "10.245.0.0/16"} <= set(block["except"]), block
 
-    async with identity(rome, milan_id) as peer:
+    async with peer_identity(rome, milan_id, name="rome@milan") as peer:
         own = dict(made, metadata={"name": unique("mine"), "namespace": twin})
         for call in (
             partial(peer.delete, NETWORK_POLICIES, names.PEER_NETWORK_POLICY, namespace=twin),
@@ -227,7 +199,10 @@ async def test_a_peer_cannot_have_milan_mint_a_service_account_token_in_its_twin
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     twin = offloaded.twin
-    async with identity(rome, sites["milan"].cluster_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+    async with (
+        peer_identity(rome, sites["milan"].cluster_id, name="rome@milan") as peer,
+        stopped(sites["rome"], *ROME_COMPONENTS),
+    ):
         for kind in PEER_REFUSED_SECRET_TYPES:
             name = unique("minted")
             body = {
@@ -273,9 +248,9 @@ async def test_after_a_deny_the_peer_writes_nothing_in_its_twin_until_shared_aga
         except NotFoundError:
             return None
 
-    async with identity(rome, milan_id) as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+    async with peer_identity(rome, milan_id, name="rome@milan") as peer, stopped(sites["rome"], *ROME_COMPONENTS):
         await peer.create(SERVICES, service("before", twin))
-        async with policy(milan, rome_id, action="Deny"):
+        async with sharing_policy(milan, rome_id, prefix="bounds", action="Deny"):
 
             async def offer_gone() -> bool:
                 return await offer() is None

@@ -18,7 +18,8 @@ more:
   (``deletionTimestamp``), as the kubelet or the finalizer's owner must finish it; a Secret's ``stringData``
   is stored base64-encoded in ``data``.
 
-Server-side apply is approximated: the applied object's fields are merged into the stored one (a status apply
+Every answer is a copy of what the API holds (as decoded JSON is), never an alias a caller could change it
+through. Server-side apply is approximated: the applied object's fields are merged into the stored one (a status apply
 replaces the status whole, as one field manager owning it does). What a test scripts, it scripts here too:
 :meth:`put`/:meth:`remove` change what the API holds as another writer would (``notify=False``: a watch that
 has not delivered it yet), :meth:`refuse` makes a verb fail (before or after it takes effect), ``listing``
@@ -42,10 +43,11 @@ DELETED_AT = "2030-01-01T00:00:00Z"
 """The ``deletionTimestamp`` a marking delete sets."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Call:
     """One request: its verb (``get``, ``list``, ``watch``, ``create``, ``replace``, ``patch``, ``apply``,
-    ``delete``), the resource's plural, the namespace and name it addressed, and what it sent."""
+    ``delete``), the resource's plural, the namespace and name it addressed, what it sent, and whether a write
+    took effect (``landed``; whatever the caller was answered)."""
 
     verb: str
     plural: str
@@ -53,6 +55,12 @@ class Call:
     name: str | None = None
     body: Any = None
     options: dict[str, Any] = field(default_factory=dict)
+    landed: bool = False
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, or ``name`` (as :func:`liqo.kube.resources.object_key`)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else str(self.name)
 
 
 @dataclass
@@ -172,7 +180,7 @@ class FakeApi:
 
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         self._record(Call("get", resource.plural, namespace, name))
-        return self._found(resource, namespace, name)
+        return copy.deepcopy(self._found(resource, namespace, name))
 
     async def list_all(
         self,
@@ -193,7 +201,7 @@ class FakeApi:
         self._record(call)
         await self.listing.wait()
         items = [
-            obj
+            copy.deepcopy(obj)
             for (plural, ns, _), obj in self.objects.items()
             if plural == resource.plural
             and (namespace is None or ns == namespace)
@@ -218,7 +226,7 @@ class FakeApi:
         self._watchers.append(watcher)
         try:
             while True:
-                event = await queue.get()
+                event = copy.deepcopy(await queue.get())
                 if selects(label_selector, event["object"]) and _fields_select(field_selector, event["object"]):
                     yield event
         finally:
@@ -227,14 +235,14 @@ class FakeApi:
     async def create(self, resource: Resource, obj: Obj, *, namespace: str | None = None, dry_run: bool = False) -> Obj:
         meta = obj.get("metadata") or {}
         ns = namespace or meta.get("namespace") if resource.namespaced else None
-        self._record(Call("create", resource.plural, ns, meta.get("name"), obj, {"dry_run": dry_run}))
-        return await self._refused("create", resource, lambda: self._create(resource, obj, ns, dry_run=dry_run))
+        call = self._record(Call("create", resource.plural, ns, meta.get("name"), obj, {"dry_run": dry_run}))
+        return await self._refused(call, lambda: self._create(resource, obj, ns, dry_run=dry_run))
 
     async def replace(
         self, resource: Resource, obj: Obj, *, subresource: str | None = None, dry_run: bool = False
     ) -> Obj:
         meta = obj["metadata"]
-        self._record(
+        call = self._record(
             Call("replace", resource.plural, meta.get("namespace"), meta["name"], obj, {"subresource": subresource})
         )
 
@@ -246,7 +254,7 @@ class FakeApi:
             kept = {"uid": current["metadata"]["uid"]}
             return self._write(resource, copy.deepcopy(obj) | {"metadata": meta | kept}, dry_run)
 
-        return await self._refused("replace", resource, replace)
+        return await self._refused(call, replace)
 
     async def patch(
         self,
@@ -259,7 +267,7 @@ class FakeApi:
         subresource: str | None = None,
         dry_run: bool = False,
     ) -> Obj:
-        self._record(Call("patch", resource.plural, namespace, name, patch, {"patch_type": patch_type}))
+        call = self._record(Call("patch", resource.plural, namespace, name, patch, {"patch_type": patch_type}))
 
         def patched() -> Obj:
             current = self._found(resource, namespace, name)
@@ -268,7 +276,7 @@ class FakeApi:
             self._precondition(current, ((patch.get("metadata") or {}).get("resourceVersion")))
             return self._write(resource, merge_patch(current, patch), dry_run)
 
-        return await self._refused("patch", resource, patched)
+        return await self._refused(call, patched)
 
     async def apply(
         self,
@@ -282,7 +290,7 @@ class FakeApi:
     ) -> Obj:
         meta = obj["metadata"]
         namespace = meta.get("namespace") if resource.namespaced else None
-        self._record(Call("apply", resource.plural, namespace, meta["name"], obj, {"subresource": subresource}))
+        call = self._record(Call("apply", resource.plural, namespace, meta["name"], obj, {"subresource": subresource}))
 
         def applied() -> Obj:
             current = self.stored(resource, meta["name"], namespace=namespace)
@@ -298,7 +306,7 @@ class FakeApi:
             }
             return self._write(resource, merge_patch(current, desired), dry_run)
 
-        return await self._refused("apply", resource, applied)
+        return await self._refused(call, applied)
 
     async def apply_status(
         self,
@@ -328,7 +336,7 @@ class FakeApi:
         uid: str | None = None,
     ) -> Obj:
         options = {"grace_period_seconds": grace_period_seconds, "uid": uid}
-        self._record(Call("delete", resource.plural, namespace, name, options=options))
+        call = self._record(Call("delete", resource.plural, namespace, name, options=options))
 
         def deleted() -> Obj:
             current = self._found(resource, namespace, name)
@@ -342,15 +350,16 @@ class FakeApi:
                 return self._write(resource, current | {"metadata": marked}, dry_run=False)
             return self.remove(resource, name, namespace=namespace)
 
-        return await self._refused("delete", resource, deleted)
+        return await self._refused(call, deleted)
 
     # -- inside --------------------------------------------------------------------------------------------
 
     def _key(self, resource: Resource, namespace: str | None, name: str) -> tuple[str, str | None, str]:
         return (resource.plural, namespace if resource.namespaced else None, name)
 
-    def _record(self, call: Call) -> None:
+    def _record(self, call: Call) -> Call:
         self.calls.append(call)
+        return call
 
     def _found(self, resource: Resource, namespace: str | None, name: str) -> Obj:
         obj = self.stored(resource, name, namespace=namespace)
@@ -381,7 +390,9 @@ class FakeApi:
         return made if dry_run else self.put(resource, made)
 
     def _write(self, resource: Resource, obj: Obj, dry_run: bool) -> Obj:
-        return obj if dry_run else self.put(resource, obj)
+        """A new version of an object: a copy of its own, as an API server's answer is (never an alias of
+        the version before, which a cache under test may hold)."""
+        return obj if dry_run else self.put(resource, copy.deepcopy(obj))
 
     def _notify(self, resource: Resource, kind: str, obj: Obj) -> None:
         namespace = obj["metadata"].get("namespace")
@@ -389,14 +400,16 @@ class FakeApi:
             if plural == resource.plural and watched in (None, namespace):
                 queue.put_nowait({"type": kind, "object": obj})
 
-    async def _refused(self, verb: str, resource: Resource, act: Callable[[], Obj]) -> Obj:
-        refusal = self._refusals.get((verb, resource.plural))
-        if refusal is None:
-            return act()
-        if refusal.times is not None:
+    async def _refused(self, call: Call, act: Callable[[], Obj]) -> Obj:
+        refusal = self._refusals.get((call.verb, call.plural))
+        if refusal is not None and refusal.times is not None:
             refusal.times -= 1
             if refusal.times <= 0:
-                del self._refusals[(verb, resource.plural)]
-        if refusal.after:
-            act()
-        raise refusal.error
+                del self._refusals[(call.verb, call.plural)]
+        if refusal is not None and not refusal.after:
+            raise refusal.error
+        done = copy.deepcopy(act())
+        call.landed = True
+        if refusal is not None:
+            raise refusal.error
+        return done

@@ -179,8 +179,8 @@ class FakeApi:
     # -- what the code under test calls --------------------------------------------------------------------
 
     async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
-        self._record(Call("get", resource.plural, namespace, name))
-        return copy.deepcopy(self._found(resource, namespace, name))
+        call = self._record(Call("get", resource.plural, namespace, name))
+        return await self._refused(call, lambda: self._found(resource, namespace, name))
 
     async def list_all(
         self,

@@ -10,8 +10,8 @@ more:
 - ``get``/``patch``/``replace``/``delete`` of a missing object raise :class:`NotFoundError`; ``create`` of an
   existing name, a write on a stale ``metadata.resourceVersion`` and a delete with another ``uid`` raise
   :class:`ConflictError`;
-- ``list_all`` filters by namespace, label selector (``k=v``, ``k``, ``!k``, comma-joined) and the
-  ``metadata.name``/``metadata.namespace`` field selectors, applies ``transform`` like an informer's list;
+- ``list_all`` filters by namespace, label selector (``k=v``, ``k!=v``, ``k``, ``!k``, comma-joined) and
+  field selector (``spec.nodeName=n``, ``metadata.name!=x``), applies ``transform`` as for an informer's list;
 - ``watch`` streams ``ADDED``/``MODIFIED``/``DELETED`` to every watcher of the resource and namespace, from
   the moment it starts (the informers under test list first);
 - a pod (unless deleted with grace 0) or an object with finalizers is only marked by a delete
@@ -91,12 +91,14 @@ def selects(selector: str | None, obj: Obj) -> bool:
 
 
 def _fields_select(selector: str | None, obj: Obj) -> bool:
-    meta = obj.get("metadata") or {}
+    """Whether a field selector (``path=value``, ``path!=value``, comma-joined) selects ``obj`` (pure)."""
     for term in filter(None, (t.strip() for t in (selector or "").split(","))):
-        path, value = term.split("=", 1)
-        if path not in ("metadata.name", "metadata.namespace"):
-            raise ValueError(f"field selector {path} is not served by the fake API")
-        if meta.get(path.split(".", 1)[1]) != value:
+        negated = "!=" in term
+        path, value = term.split("!=" if negated else "==" if "==" in term else "=", 1)
+        found: Any = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if (str(found if found is not None else "") == value) == negated:
             return False
     return True
 

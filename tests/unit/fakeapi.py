@@ -237,7 +237,9 @@ class FakeApi:
     async def create(self, resource: Resource, obj: Obj, *, namespace: str | None = None, dry_run: bool = False) -> Obj:
         meta = obj.get("metadata") or {}
         ns = namespace or meta.get("namespace") if resource.namespaced else None
-        call = self._record(Call("create", resource.plural, ns, meta.get("name"), obj, {"dry_run": dry_run}))
+        call = self._record(
+            Call("create", resource.plural, ns, meta.get("name"), obj, {"dry_run": dry_run, "namespace": namespace})
+        )
         return await self._refused(call, lambda: self._create(resource, obj, ns, dry_run=dry_run))
 
     async def replace(

@@ -119,7 +119,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
 class FakeApi:
     """An in-memory API server for :class:`liqo.kube.client.KubeClient`'s verbs (see the module's docstring)."""
 
-    def __init__(self, *objects: tuple[Resource, Obj], listing: bool = True) -> None:
+    def __init__(
+        self,
+        *objects: tuple[Resource, Obj],
+        listing: bool = True,
+        lands: bool = True,
+        answer: Callable[[str, str, Any], Obj] | None = None,
+    ) -> None:
         self.objects: dict[tuple[str, str | None, str], Obj] = {}
         """What the API holds, by (plural, namespace, name); tests read it, and write it with :meth:`put`."""
         self.calls: list[Call] = []
@@ -130,7 +136,13 @@ class FakeApi:
         self.version = 0
         self._uids = 0
         self._watchers: list[tuple[str, str | None, asyncio.Queue[Obj]]] = []
-        self._refusals: dict[tuple[str, str], _Refusal] = {}
+        self._refusals: dict[tuple[str, str, str | None], _Refusal] = {}
+        self.lands = lands
+        """Whether writes take effect. Off, every write is recorded and answered with what was sent, and nothing
+        changes: for the tests that land what they choose themselves (:meth:`put`), as a reconcile's test does."""
+        self.answer = answer
+        """Answers :meth:`request` (a raw request: a TokenRequest, a SelfSubjectReview), given the method, the path
+        and the body; without it a request is a 404."""
         for resource, obj in objects:
             self.put(resource, obj)
 
@@ -165,14 +177,21 @@ class FakeApi:
         return self.objects.get(self._key(resource, namespace, name))
 
     def refuse(
-        self, verb: str, resource: Resource, error: Exception, *, times: int | None = None, after: bool = False
+        self,
+        verb: str,
+        resource: Resource,
+        error: Exception,
+        *,
+        name: str | None = None,
+        times: int | None = None,
+        after: bool = False,
     ) -> None:
-        """Make ``verb`` on ``resource`` raise ``error`` (``times`` times, or until :meth:`allow`); ``after``:
-        once the request took effect (an answer lost on the way back)."""
-        self._refusals[(verb, resource.plural)] = _Refusal(error, times, after)
+        """Make ``verb`` on ``resource`` (of that ``name`` only, if given) raise ``error``, ``times`` times or until
+        :meth:`allow`; ``after``: once the request took effect (an answer lost on the way back)."""
+        self._refusals[(verb, resource.plural, name)] = _Refusal(error, times, after)
 
-    def allow(self, verb: str, resource: Resource) -> None:
-        self._refusals.pop((verb, resource.plural), None)
+    def allow(self, verb: str, resource: Resource, *, name: str | None = None) -> None:
+        self._refusals.pop((verb, resource.plural, name), None)
 
     def called(self, verb: str, resource: Resource | None = None) -> list[Call]:
         """The requests of ``verb`` (on ``resource``), in order."""
@@ -356,6 +375,14 @@ class FakeApi:
 
         return await self._refused(call, deleted)
 
+    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
+        """A raw request, answered by :attr:`answer`."""
+        call = self._record(Call("request", "", name=path, body=body, options={"method": method}))
+        if self.answer is None:
+            raise NotFoundError(404, "NotFound", f"{method} {path}")
+        answer, call.landed = self.answer(method, path, body), True
+        return answer
+
     # -- inside --------------------------------------------------------------------------------------------
 
     def _key(self, resource: Resource, namespace: str | None, name: str) -> tuple[str, str | None, str]:
@@ -377,6 +404,11 @@ class FakeApi:
             raise ConflictError(409, "Conflict", f"{name}: the object has been modified; resourceVersion moved")
 
     def _create(self, resource: Resource, obj: Obj, namespace: str | None, *, dry_run: bool) -> Obj:
+        if not self.lands:
+            name = (obj.get("metadata") or {}).get("name")
+            if name and self.stored(resource, name, namespace=namespace) is not None:
+                raise ConflictError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
+            return copy.deepcopy(obj)
         made = copy.deepcopy(obj)
         meta = made.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -405,15 +437,21 @@ class FakeApi:
                 queue.put_nowait({"type": kind, "object": obj})
 
     async def _refused(self, call: Call, act: Callable[[], Obj]) -> Obj:
-        refusal = self._refusals.get((call.verb, call.plural))
-        if refusal is not None and refusal.times is not None:
+        """Run a request's ``act``, unless a refusal stands in its way (before it, or after it took effect)."""
+        keys = ((call.verb, call.plural, call.name), (call.verb, call.plural, None))
+        key = next((k for k in keys if k in self._refusals), None)
+        refusal = self._refusals.get(key) if key is not None else None
+        if key is not None and refusal is not None and refusal.times is not None:
             refusal.times -= 1
             if refusal.times <= 0:
-                del self._refusals[(call.verb, call.plural)]
+                del self._refusals[key]
         if refusal is not None and not refusal.after:
             raise refusal.error
-        done = copy.deepcopy(act())
-        call.landed = True
+        if self.lands or call.verb in ("get", "create"):  # an unlanded create is refused on a name taken
+            done = copy.deepcopy(act())
+        else:
+            done = copy.deepcopy(call.body) if call.verb in ("replace", "apply") else {}
+        call.landed = self.lands
         if refusal is not None:
             raise refusal.error
         return done

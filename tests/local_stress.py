@@ -9,7 +9,7 @@ Before each purge the loop notes what the cluster made on this machine — its p
 time, from ``status.json``), and with real nodes their veths, cgroups, namespace mounts and nftables
 table — and after it checks that each is gone; at the end nothing of the run may be left in the clusters'
 root (no directory, no tombstone). Any failed command or leftover is a problem; the exit code is 1 if
-there is one. Run by ``scripts/local-stress`` and by ``tests/integration/test_local_concurrency.py``.
+there is one. Run by ``scripts/local-stress`` and by ``tests/integration/local/test_concurrency.py``.
 """
 
 from __future__ import annotations

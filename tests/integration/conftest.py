@@ -15,7 +15,6 @@ shared clusters (under fixed names, reused by the next run) instead of purging t
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -26,11 +25,19 @@ from liqo.install.installer import wait_crds_established
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
 from liqo.local.spec import ClusterSpec
-from tests.helpers import LocalCluster, Offloaded, Site, install_liqo, offloaded_to, purge, start, unique
+from tests.integration.helpers import (
+    KEEP,
+    RUN_ID,
+    LocalCluster,
+    Offloaded,
+    Site,
+    install_liqo,
+    offloaded_to,
+    purge,
+    start,
+    unique,
+)
 from tests.lanes import SHARED
-
-KEEP = os.environ.get("LIQO_TEST_KEEP") == "1"
-RUN_ID = "keep" if KEEP else f"{os.getpid() % 100000}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -127,7 +134,7 @@ def sites(families: Families) -> dict[str, Site]:
 def _start_sites() -> dict[str, Site]:
     specs = {
         "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
-        # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (test_networks.py).
+        # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (peering/test_networks.py).
         "milan": ClusterSpec(
             name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi", pod_cidr="10.245.0.0/16"
         ),

@@ -1,7 +1,9 @@
 """The tests the docs name exist: a threat model row that names a renamed test proves nothing any more.
 
-``docs/security.md`` names, for each rule, the test that proves it (``test_file.py::test_name``); test files
-have unique basenames (:mod:`test_test_names`), so a file and a function name one test.
+``docs/security.md`` names, for each rule, the test that proves it: ``test_file.py::test_name``, or with the end
+of its path where the basename alone is not one file (``integration/peering/test_auth.py::test_name``; the
+integration packages may repeat a basename, :mod:`test_test_names`). A named file is the one test file whose
+path ends so, and the function is defined in it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMED = re.compile(r"\b(test_\w+\.py)::(test_\w+)")
+NAMED = re.compile(r"(?<![\w/])((?:[\w-]+/)*test_\w+\.py)::(test_\w+)")
 
 
 def named_tests() -> list[tuple[str, str, str]]:
@@ -22,13 +24,18 @@ def named_tests() -> list[tuple[str, str, str]]:
     ]
 
 
+def resolve(named: str, paths: list[str]) -> list[str]:
+    """The test files (paths relative to the repository) whose path ends with ``named`` (pure)."""
+    return [path for path in paths if path == named or path.endswith(f"/{named}")]
+
+
 def test_every_test_a_doc_names_exists() -> None:
-    files = {path.name: path.read_text() for path in (ROOT / "tests").rglob("test_*.py")}
-    missing = [
-        f"{doc}: {file}::{function}"
-        for doc, file, function in named_tests()
-        if not re.search(rf"def {function}\(", files.get(file, ""))
-    ]
+    files = {str(path.relative_to(ROOT)): path for path in (ROOT / "tests").rglob("test_*.py")}
+    missing = []
+    for doc, file, function in named_tests():
+        found = resolve(file, list(files))
+        if len(found) != 1 or not re.search(rf"def {function}\(", files[found[0]].read_text()):
+            missing.append(f"{doc}: {file}::{function}" + (f" (one of {found})" if len(found) > 1 else ""))
     assert not missing, "\n".join(missing)
 
 

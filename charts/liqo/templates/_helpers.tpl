@@ -1,7 +1,7 @@
 {{/*
 Hand-written helpers. The chart's static half (CRDs, RBAC, webhook registrations, values.yaml) is generated
 from src/liqo/install by `make chart`; the templates here mirror liqo.install.manifests, and
-tests/integration/test_chart.py holds `helm template` equal to it.
+tests/integration/install/test_chart.py holds `helm template` equal to it.
 */}}
 
 {{/* liqo lives in the namespace `liqo`: every name in the code says so. */}}

@@ -10,7 +10,7 @@ renewals would pile them up.
 
 Approval is the step to get right. The right to approve is granted per signer, not per request: whoever
 may approve for a signer may approve *anyone's* request for it (the API server checks nothing else;
-tests/integration/test_vk_serving_cert.py shows it). So :meth:`CsrIssuer.sign` approves nothing but the
+tests/integration/virtualkubelet/test_serving_cert.py shows it). So :meth:`CsrIssuer.sign` approves nothing but the
 object its own create returned, and only once that object says it is ours: our user (the API server's
 answer to a SelfSubjectReview) as the requester, our request, our signer. The approval is a PUT at that
 object's resourceVersion, so a request changed in between is a conflict, never approved.

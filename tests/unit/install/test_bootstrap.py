@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
-import base64
-from typing import Any, cast
+from typing import cast
 
 from liqo.api import names
 from liqo.install.bootstrap import ensure_identity
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError, NotFoundError
-from liqo.kube.resources import Resource
-from tests.helpers import install_manifests
-
-Key = tuple[str, str | None, str]
-
-
-class FakeApi:
-    """Objects by (plural, namespace, name): get, create, delete and apply as the API server does them."""
-
-    def __init__(self) -> None:
-        self.objects: dict[Key, dict[str, Any]] = {("namespaces", None, "kube-system"): {"metadata": {"uid": "u-1"}}}
-
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
-        try:
-            return self.objects[(resource.plural, namespace, name)]
-        except KeyError:
-            raise NotFoundError(404, "NotFound", name) from None
-
-    async def create(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        key = (resource.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])
-        if key in self.objects:
-            raise ConflictError(409, "AlreadyExists", key[2])
-        data = {k: base64.b64encode(v.encode()).decode() for k, v in (obj.get("stringData") or {}).items()}
-        self.objects[key] = stored = {k: v for k, v in obj.items() if k != "stringData"} | {"data": data}
-        return stored
-
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None) -> dict[str, Any]:
-        try:
-            return self.objects.pop((resource.plural, namespace, name))
-        except KeyError:
-            raise NotFoundError(404, "NotFound", name) from None
-
-    async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        self.objects[(resource.plural, obj["metadata"].get("namespace"), obj["metadata"]["name"])] = obj
-        return obj
+from liqo.kube.resources import NAMESPACES, SECRETS
+from tests.unit.fakeapi import FakeApi
+from tests.unit.helpers import install_manifests
 
 
 def settings() -> dict[str, str]:
@@ -52,9 +18,10 @@ def settings() -> dict[str, str]:
 
 
 async def test_the_key_is_made_once_and_the_shared_token_of_earlier_versions_is_deleted() -> None:
-    api = FakeApi()
+    api = FakeApi((NAMESPACES, {"metadata": {"name": "kube-system", "uid": "u-1"}}))
     legacy = ("secrets", names.LIQO_NAMESPACE, names.LEGACY_AUTH_TOKEN_SECRET)
-    api.objects[legacy] = {"metadata": {"name": names.LEGACY_AUTH_TOKEN_SECRET}, "data": {"token": "dG9rZW4="}}
+    metadata = {"name": names.LEGACY_AUTH_TOKEN_SECRET, "namespace": names.LIQO_NAMESPACE}
+    api.put(SECRETS, {"metadata": metadata, "data": {"token": "dG9rZW4="}})
     client = cast(KubeClient, api)
     identity, key = await ensure_identity(client, settings())
     assert legacy not in api.objects

@@ -11,7 +11,7 @@ from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork
 from liqo.install.bootstrap import InvalidSettings, identity_configmap, identity_from_settings
 from liqo.install.installer import InstallError, resolve_network
-from tests.helpers import install_manifests
+from tests.unit.helpers import install_manifests
 
 LOCAL = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 PREVIOUS = ClusterNetwork.parse(pod_cidr="10.8.0.0/14", service_cidr="10.12.0.0/16")

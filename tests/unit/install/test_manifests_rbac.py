@@ -1,5 +1,5 @@
 """The install manifests' RBAC, without a cluster: least privilege by construction (the API server's view of it
-is tested in tests/integration/test_manager_rights.py)."""
+is tested in tests/integration/install/test_manager_rights.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from liqo.install import fabric, manifests
 from liqo.install.installer import _admission_policies
 from liqo.offloading.twins import twin_rules, twin_writer_rules
 from liqo.peering.provisioning import peer_rules
-from tests.helpers import install_manifests
+from tests.unit.helpers import install_manifests
 
 RBAC = "rbac.authorization.k8s.io"
 READ = ("get", "list", "watch")

@@ -3,35 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from liqo.kube.cache import Changes, Index
 from liqo.kube.informer import HandlerFuncs, Informer
-from liqo.kube.resources import EVENTS, Resource
-from tests.helpers import eventually
+from liqo.kube.resources import EVENTS
+from tests.shared import eventually
+from tests.unit.fakeapi import FakeApi
 
 Obj = dict[str, Any]
 
 
-class FakeWatch:
-    """Lists what it was given, then streams what the test sends."""
-
-    def __init__(self, *objects: Obj) -> None:
-        self.objects = list(objects)
-        self.queue: asyncio.Queue[Obj] = asyncio.Queue()
-
-    async def list_all(self, resource: Resource, **_: Any) -> tuple[list[Obj], str]:
-        return self.objects, "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Obj]:
-        while True:
-            yield await self.queue.get()
-
-
-def event(name: str, about: str | None, version: str = "1") -> Obj:
+def event(name: str, about: str | None) -> Obj:
     involved = {"kind": "Pod", "name": about} if about else {}
-    return {"metadata": {"name": name, "namespace": "t", "resourceVersion": version}, "involvedObject": involved}
+    return {"metadata": {"name": name, "namespace": "t"}, "involvedObject": involved}
 
 
 def _about(obj: Obj) -> str | None:
@@ -40,7 +25,7 @@ def _about(obj: Obj) -> str | None:
 
 
 async def test_an_index_follows_adds_updates_and_deletes() -> None:
-    api = FakeWatch(event("a", "web-1"), event("b", "web-1"), event("c", None))
+    api = FakeApi((EVENTS, event("a", "web-1")), (EVENTS, event("b", "web-1")), (EVENTS, event("c", None)))
     informer = Informer(client=api, resource=EVENTS, namespace="t")
     index = Index(informer, by=_about)
     seen: list[list[str]] = []
@@ -53,9 +38,9 @@ async def test_an_index_follows_adds_updates_and_deletes() -> None:
         assert index.keys("web-2") == []
         assert seen[0] == ["t/a"]  # at a's add, the index already holds it (and not yet b)
 
-        api.queue.put_nowait({"type": "MODIFIED", "object": event("b", "web-2", version="2")})
-        api.queue.put_nowait({"type": "DELETED", "object": event("a", "web-1", version="3")})
-        api.queue.put_nowait({"type": "ADDED", "object": event("d", "web-2", version="4")})
+        api.put(EVENTS, event("b", "web-2"))  # MODIFIED
+        api.remove(EVENTS, "a", namespace="t")
+        api.put(EVENTS, event("d", "web-2"))
 
         async def moved() -> bool:
             return index.keys("web-1") == [] and sorted(index.keys("web-2")) == ["t/b", "t/d"]
@@ -68,7 +53,7 @@ async def test_an_index_follows_adds_updates_and_deletes() -> None:
 
 
 async def test_an_index_made_on_a_synced_informer_holds_its_objects() -> None:
-    api = FakeWatch(event("a", "web-1"))
+    api = FakeApi((EVENTS, event("a", "web-1")))
     informer = Informer(client=api, resource=EVENTS, namespace="t")
     task = asyncio.create_task(informer.run())
     try:
@@ -81,7 +66,7 @@ async def test_an_index_made_on_a_synced_informer_holds_its_objects() -> None:
 
 async def test_changes_wake_a_waiter_once_its_condition_holds_and_a_bound_ends_the_wait() -> None:
     """Read-your-writes: a caller that wrote waits for its cache to show the write, event by event, no polling."""
-    api = FakeWatch(event("a", "web-1"))
+    api = FakeApi((EVENTS, event("a", "web-1")))
     informer = Informer(client=api, resource=EVENTS, namespace="t")
     changes = Changes(informer)
     task = asyncio.create_task(informer.run())
@@ -89,13 +74,13 @@ async def test_changes_wake_a_waiter_once_its_condition_holds_and_a_bound_ends_t
         assert await informer.wait_synced(5)
         assert await changes.until(lambda: "t/a" in informer.store, timeout=0)  # holds already: no wait at all
         waiting = asyncio.create_task(changes.until(lambda: "t/c" in informer.store, timeout=5))
-        api.queue.put_nowait({"type": "ADDED", "object": event("b", "web-1", version="2")})  # not yet
-        api.queue.put_nowait({"type": "ADDED", "object": event("c", "web-1", version="3")})
+        api.put(EVENTS, event("b", "web-1"))  # not yet
+        api.put(EVENTS, event("c", "web-1"))
         assert await waiting
         assert not await changes.until(lambda: "t/never" in informer.store, timeout=0.05)
         # A waiter that gave up takes no one's wake-up with it.
         late = asyncio.create_task(changes.until(lambda: "t/d" in informer.store, timeout=5))
-        api.queue.put_nowait({"type": "ADDED", "object": event("d", "web-1", version="4")})
+        api.put(EVENTS, event("d", "web-1"))
         assert await late
     finally:
         task.cancel()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import pytest
@@ -14,24 +13,8 @@ from liqo.kube.client import KubeClient
 from liqo.kube.component import Component, run_components
 from liqo.kube.controller import Controller
 from liqo.kube.metrics import CacheGauge
-from liqo.kube.resources import PODS, Resource
-
-
-class Api:
-    """Lists nothing once ``listing`` is set, and watches forever."""
-
-    def __init__(self, *, lists: bool) -> None:
-        self.listing = asyncio.Event()
-        if lists:
-            self.listing.set()
-
-    async def list_all(self, resource: Resource, **_: Any) -> tuple[list[Any], str]:
-        await self.listing.wait()
-        return [], "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        await asyncio.Event().wait()
-        yield {}
+from liqo.kube.resources import PODS
+from tests.unit.fakeapi import FakeApi
 
 
 class Counting(Component):
@@ -53,7 +36,7 @@ class Counting(Component):
 
 
 async def test_loops_run_once_the_caches_synced_and_every_component_is_closed_on_the_way_out() -> None:
-    api = Api(lists=True)
+    api = FakeApi()
     informers = SharedInformers(cast(KubeClient, api))
     informers.informer(PODS)
     first, second = Counting(), Counting()
@@ -66,7 +49,7 @@ async def test_loops_run_once_the_caches_synced_and_every_component_is_closed_on
 
 
 async def test_caches_that_never_sync_are_an_error_and_still_close_everything() -> None:
-    informers = SharedInformers(cast(KubeClient, Api(lists=False)))
+    informers = SharedInformers(cast(KubeClient, FakeApi(listing=False)))
     informers.informer(PODS)
     component = Counting()
     with pytest.raises(ExceptionGroup) as failed:
@@ -84,7 +67,7 @@ class Gauged(Counting):
 
 async def test_a_components_gauges_are_served_while_its_loops_run() -> None:
     registry = CollectorRegistry()
-    informers = SharedInformers(cast(KubeClient, Api(lists=True)))
+    informers = SharedInformers(cast(KubeClient, FakeApi()))
     informers.informer(PODS)
     component = Gauged()
     task = asyncio.create_task(run_components([component], informers=informers, registry=registry))

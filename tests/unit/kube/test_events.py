@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from liqo.kube.errors import ApiError, NotFoundError, UnreachableError, api_error, namespace_terminating
+from liqo.kube.errors import ApiError, UnreachableError, api_error, namespace_terminating
 from liqo.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, build_event, event_name
-from liqo.kube.resources import EVENTS, Resource
+from liqo.kube.resources import EVENTS
+from tests.unit.fakeapi import FakeApi
 
 Object = dict[str, Any]
 
@@ -100,37 +102,22 @@ def test_event_name_stays_a_valid_name() -> None:
 # -- the recorder --------------------------------------------------------------------------------------------
 
 
-class FakeEventClient:
-    """Events in memory: records creates and patches; patches of unknown Events raise NotFoundError."""
+def verbs(api: FakeApi) -> list[str]:
+    return [call.verb for call in api.calls]
 
-    def __init__(self) -> None:
-        self.events: dict[tuple[str, str], Object] = {}
-        self.calls: list[tuple[str, str]] = []  # (verb, name)
-        self.fail: BaseException | None = None
 
-    async def create(self, resource: Resource, obj: Object, *, namespace: str | None = None) -> Object:
-        assert resource == EVENTS
-        assert namespace == obj["metadata"]["namespace"]
-        self.calls.append(("create", obj["metadata"]["name"]))
-        if self.fail is not None:
-            raise self.fail
-        self.events[(namespace or "", obj["metadata"]["name"])] = dict(obj)
-        return dict(obj)
+def only_event(api: FakeApi) -> Object:
+    [event] = [obj for (plural, _, _), obj in api.objects.items() if plural == EVENTS.plural]
+    return event
 
-    async def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None) -> Object:
-        assert resource == EVENTS
-        self.calls.append(("patch", name))
-        if self.fail is not None:
-            raise self.fail
-        event = self.events.get((namespace or "", name))
-        if event is None:
-            raise NotFoundError(404, "NotFound", f"events {name!r} not found")
-        event.update(patch)
-        return dict(event)
 
-    def only_event(self) -> Object:
-        assert len(self.events) == 1
-        return next(iter(self.events.values()))
+def failing(api: FakeApi, error: Exception | None) -> None:
+    """Every write of the recorder fails with ``error`` from now on (None: none does)."""
+    for verb in ("create", "patch"):
+        if error is None:
+            api.allow(verb, EVENTS)
+        else:
+            api.refuse(verb, EVENTS, error)
 
 
 class Clock:
@@ -142,8 +129,13 @@ class Clock:
 
 
 @pytest.fixture
-def client() -> FakeEventClient:
-    return FakeEventClient()
+def client() -> Iterator[FakeApi]:
+    api = FakeApi()
+    yield api
+    for call in api.calls:  # Events only, each created in its own namespace, named there
+        assert call.plural == EVENTS.plural, call
+        if call.verb == "create":
+            assert call.options["namespace"] == call.body["metadata"]["namespace"], call
 
 
 @pytest.fixture
@@ -152,27 +144,25 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def recorder(client: FakeEventClient, clock: Clock) -> EventRecorder:
+def recorder(client: FakeApi, clock: Clock) -> EventRecorder:
     return EventRecorder(client=client, component="liqo-manager", host="manager-0", clock=clock)
 
 
-async def test_repeats_are_counted_on_the_same_event(
-    client: FakeEventClient, clock: Clock, recorder: EventRecorder
-) -> None:
+async def test_repeats_are_counted_on_the_same_event(client: FakeApi, clock: Clock, recorder: EventRecorder) -> None:
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
     clock.now += timedelta(minutes=9)
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
     clock.now += timedelta(minutes=9)  # the window slides with each occurrence
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
 
-    assert [verb for verb, _ in client.calls] == ["create", "patch", "patch"]
-    event = client.only_event()
+    assert verbs(client) == ["create", "patch", "patch"]
+    event = only_event(client)
     assert event["count"] == 3
     assert event["firstTimestamp"] == "2026-11-25T21:00:00Z"
     assert event["lastTimestamp"] == "2026-11-25T21:18:00Z"
 
 
-async def test_different_events_are_not_aggregated(client: FakeEventClient, recorder: EventRecorder) -> None:
+async def test_different_events_are_not_aggregated(client: FakeApi, recorder: EventRecorder) -> None:
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
     await recorder.record(POD, type="Warning", reason="Failed", message="bang")
     await recorder.record(POD, type="Normal", reason="Failed", message="boom")
@@ -181,49 +171,50 @@ async def test_different_events_are_not_aggregated(client: FakeEventClient, reco
         {**POD, "metadata": {**POD["metadata"], "uid": "u-9"}}, type="Warning", reason="Failed", message="boom"
     )
 
-    assert [verb for verb, _ in client.calls] == ["create"] * 5
+    assert verbs(client) == ["create"] * 5
 
 
 async def test_a_repeat_after_the_window_creates_a_new_event(
-    client: FakeEventClient, clock: Clock, recorder: EventRecorder
+    client: FakeApi, clock: Clock, recorder: EventRecorder
 ) -> None:
     await recorder.record(POD, type="Normal", reason="Synced", message="ok")
     clock.now += timedelta(minutes=10)
     await recorder.record(POD, type="Normal", reason="Synced", message="ok")
 
-    assert [verb for verb, _ in client.calls] == ["create", "create"]
+    assert verbs(client) == ["create", "create"]
 
 
-async def test_a_vanished_event_is_created_anew(client: FakeEventClient, recorder: EventRecorder) -> None:
+async def test_a_vanished_event_is_created_anew(client: FakeApi, recorder: EventRecorder) -> None:
     await recorder.record(POD, type="Normal", reason="Synced", message="ok")
-    client.events.clear()  # the API server's event TTL ran out
+    for _, namespace, name in list(client.objects):  # the API server's event TTL ran out
+        client.remove(EVENTS, name, namespace=namespace)
     await recorder.record(POD, type="Normal", reason="Synced", message="ok")
     await recorder.record(POD, type="Normal", reason="Synced", message="ok")
 
-    assert [verb for verb, _ in client.calls] == ["create", "patch", "create", "patch"]
-    assert client.only_event()["count"] == 2
+    assert verbs(client) == ["create", "patch", "create", "patch"]
+    assert only_event(client)["count"] == 2
 
 
-async def test_long_messages_aggregate_on_their_truncation(client: FakeEventClient, recorder: EventRecorder) -> None:
+async def test_long_messages_aggregate_on_their_truncation(client: FakeApi, recorder: EventRecorder) -> None:
     await recorder.record(POD, type="Warning", reason="Failed", message="x" * 2000 + "1")
     await recorder.record(POD, type="Warning", reason="Failed", message="x" * 2000 + "2")
 
-    assert [verb for verb, _ in client.calls] == ["create", "patch"]
-    assert len(client.only_event()["message"]) == MAX_MESSAGE_LENGTH
+    assert verbs(client) == ["create", "patch"]
+    assert len(only_event(client)["message"]) == MAX_MESSAGE_LENGTH
 
 
-async def test_the_cache_is_bounded(client: FakeEventClient) -> None:
+async def test_the_cache_is_bounded(client: FakeApi) -> None:
     recorder = EventRecorder(client=client, component="c", cache_size=2)
     for reason in ("A", "B", "C", "A"):
         await recorder.record(POD, type="Normal", reason=reason, message="m")
 
-    assert [verb for verb, _ in client.calls] == ["create"] * 4
+    assert verbs(client) == ["create"] * 4
 
 
 async def test_failures_are_logged_and_swallowed(
-    client: FakeEventClient, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+    client: FakeApi, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client.fail = UnreachableError("connection refused")
+    failing(client, UnreachableError("connection refused"))
     with caplog.at_level(logging.WARNING, logger="liqo.kube.events"):
         await recorder.record(POD, type="Warning", reason="Failed", message="boom")
         await recorder.record({"kind": "Pod", "metadata": {}}, type="Warning", reason="Failed", message="boom")
@@ -232,9 +223,9 @@ async def test_failures_are_logged_and_swallowed(
     assert "Failed" in caplog.records[0].getMessage()
     assert "shop/web" in caplog.records[0].getMessage()
     # A failed create leaves nothing to aggregate on: the next occurrence creates again.
-    client.fail = None
+    failing(client, None)
     await recorder.record(POD, type="Warning", reason="Failed", message="boom")
-    assert client.calls[-1][0] == "create"
+    assert client.calls[-1].verb == "create"
 
 
 TERMINATING: Object = {
@@ -254,19 +245,20 @@ def test_a_namespace_being_deleted_is_told_from_other_refusals() -> None:
 
 
 async def test_an_event_in_a_terminating_namespace_is_dropped_without_a_warning(
-    client: FakeEventClient, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
+    client: FakeApi, recorder: EventRecorder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    client.fail = api_error(403, TERMINATING)
-    assert isinstance(client.fail, ApiError)
+    terminating = api_error(403, TERMINATING)
+    assert isinstance(terminating, ApiError)
+    failing(client, terminating)
     with caplog.at_level(logging.WARNING, logger="liqo.kube.events"):
         await recorder.record(POD, type="Warning", reason="PodRefused", message="namespace shop is terminating")
     assert caplog.records == []
 
 
-async def test_events_have_unique_names(client: FakeEventClient, recorder: EventRecorder) -> None:
+async def test_events_have_unique_names(client: FakeApi, recorder: EventRecorder) -> None:
     for reason in ("A", "B", "C"):
         await recorder.record(POD, type="Normal", reason=reason, message="m")
 
-    names = [name for _, name in client.calls]
+    names = [str(call.name) for call in client.calls]
     assert len(set(names)) == 3
     assert all(name.startswith("web.") for name in names)

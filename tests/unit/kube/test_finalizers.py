@@ -14,7 +14,8 @@ from liqo.kube.finalizers import (
     with_finalizer,
     without_finalizer,
 )
-from liqo.kube.resources import CONFIGMAPS, NAMESPACES, Resource
+from liqo.kube.resources import CONFIGMAPS, NAMESPACES
+from tests.unit.fakeapi import FakeApi
 
 Object = dict[str, Any]
 
@@ -69,50 +70,50 @@ def test_no_finalizers_at_all() -> None:
     assert with_finalizer(obj(None), finalizer=OURS) == {"metadata": {"finalizers": [OURS], "resourceVersion": "42"}}
 
 
-class FakeClient:
-    def __init__(self, error: Exception | None = None) -> None:
-        self.error = error
-        self.patches: list[tuple[Resource, str, Any, str | None]] = []
-
-    async def patch(self, resource: Resource, name: str, patch: Any, *, namespace: str | None = None) -> Object:
-        self.patches.append((resource, name, patch, namespace))
-        if self.error is not None:
-            raise self.error
-        return {}
+def patches(api: FakeApi) -> list[tuple[str, str | None, Any, str | None]]:
+    """Every patch sent: (resource, name, body, namespace)."""
+    return [(call.plural, call.name, call.body, call.namespace) for call in api.called("patch")]
 
 
 async def test_add_writes_only_when_missing() -> None:
-    client = FakeClient()
-    assert await add_finalizer(client, CONFIGMAPS, obj(["kubernetes"]), finalizer=OURS)
-    assert client.patches == [
-        (CONFIGMAPS, "x", {"metadata": {"finalizers": ["kubernetes", OURS], "resourceVersion": "42"}}, "ns")
+    api = FakeApi()
+    stored = api.put(CONFIGMAPS, obj(["kubernetes"]))
+    version = stored["metadata"]["resourceVersion"]
+    assert await add_finalizer(api, CONFIGMAPS, stored, finalizer=OURS)
+    assert patches(api) == [
+        ("configmaps", "x", {"metadata": {"finalizers": ["kubernetes", OURS], "resourceVersion": version}}, "ns")
     ]
-    assert not await add_finalizer(client, CONFIGMAPS, obj([OURS]), finalizer=OURS)
-    assert len(client.patches) == 1
+    assert not await add_finalizer(api, CONFIGMAPS, obj([OURS]), finalizer=OURS)
+    assert len(patches(api)) == 1
 
 
 async def test_remove_writes_only_when_present() -> None:
-    client = FakeClient()
-    await remove_finalizer(client, NAMESPACES, obj(["kubernetes"], namespace=None), finalizer=OURS)
-    assert client.patches == []
-    await remove_finalizer(client, NAMESPACES, obj([OURS, "kubernetes"], namespace=None), finalizer=OURS)
-    assert client.patches == [
-        (NAMESPACES, "x", {"metadata": {"finalizers": ["kubernetes"], "resourceVersion": "42"}}, None)
+    api = FakeApi()
+    await remove_finalizer(api, NAMESPACES, obj(["kubernetes"], namespace=None), finalizer=OURS)
+    assert patches(api) == []
+    stored = api.put(NAMESPACES, obj([OURS, "kubernetes"], namespace=None))
+    version = stored["metadata"]["resourceVersion"]
+    await remove_finalizer(api, NAMESPACES, stored, finalizer=OURS)
+    assert patches(api) == [
+        ("namespaces", "x", {"metadata": {"finalizers": ["kubernetes"], "resourceVersion": version}}, None)
     ]
 
 
 async def test_removing_from_an_object_gone_is_done() -> None:
-    await remove_finalizer(FakeClient(NotFoundError(404, "NotFound", "gone")), CONFIGMAPS, obj([OURS]), finalizer=OURS)
+    await remove_finalizer(FakeApi(), CONFIGMAPS, obj([OURS]), finalizer=OURS)
 
 
 async def test_adding_to_an_object_gone_is_an_error() -> None:
     with pytest.raises(NotFoundError):
-        await add_finalizer(FakeClient(NotFoundError(404, "NotFound", "gone")), CONFIGMAPS, obj([]), finalizer=OURS)
+        await add_finalizer(FakeApi(), CONFIGMAPS, obj([]), finalizer=OURS)
 
 
 async def test_a_stale_object_is_a_conflict_both_ways() -> None:
-    client = FakeClient(ConflictError(409, "Conflict", "the object has been modified"))
+    api = FakeApi()
+    read = api.put(CONFIGMAPS, obj([OURS]))
+    stale = {"metadata": dict(read["metadata"])}  # what a cache read, before someone else wrote
+    api.put(CONFIGMAPS, read)  # the object has been modified since
     with pytest.raises(ConflictError):
-        await add_finalizer(client, CONFIGMAPS, obj([]), finalizer=OURS)
+        await add_finalizer(api, CONFIGMAPS, {"metadata": stale["metadata"] | {"finalizers": []}}, finalizer=OURS)
     with pytest.raises(ConflictError):
-        await remove_finalizer(client, CONFIGMAPS, obj([OURS]), finalizer=OURS)
+        await remove_finalizer(api, CONFIGMAPS, stale, finalizer=OURS)

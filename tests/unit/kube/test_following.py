@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,28 +10,13 @@ from hypothesis import strategies as st
 from liqo.kube.cache import InformerGroup
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
-from liqo.kube.resources import PODS, Resource
-from tests.helpers import eventually
-
-
-class SilentApi:
-    """Lists nothing (or waits while ``blocked``), and watches forever."""
-
-    def __init__(self) -> None:
-        self.blocked = asyncio.Event()
-        self.blocked.set()
-
-    async def list_all(self, resource: Resource, **_: Any) -> tuple[list[Any], str]:
-        await self.blocked.wait()
-        return [], "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        await asyncio.Event().wait()
-        yield {}
+from liqo.kube.resources import PODS
+from tests.shared import eventually
+from tests.unit.fakeapi import FakeApi
 
 
 class Group(InformerGroup):
-    def __init__(self, api: SilentApi, member: str, spec: str) -> None:
+    def __init__(self, api: FakeApi, member: str, spec: str) -> None:
         self.spec = spec
         self.stopped = False
         super().__init__([Informer(client=api, resource=PODS, namespace=member)], name=f"group {member}")
@@ -44,7 +27,7 @@ class Group(InformerGroup):
 
 
 async def test_new_changed_and_gone_members() -> None:
-    api = SilentApi()
+    api = FakeApi()
     stops: list[str] = []
     following: Following[str, str, Group] = Following(
         make=lambda member, spec: Group(api, member, spec), on_stop=lambda member, _group: stops.append(member)
@@ -71,8 +54,8 @@ async def test_new_changed_and_gone_members() -> None:
 
 
 async def test_on_synced_is_called_once_every_informer_has_listed() -> None:
-    api = SilentApi()
-    api.blocked.clear()
+    api = FakeApi()
+    api.listing.clear()
     synced: list[str] = []
     following: Following[str, str, Group] = Following(
         make=lambda member, spec: Group(api, member, spec), on_synced=lambda member, _group: synced.append(member)
@@ -82,7 +65,7 @@ async def test_on_synced_is_called_once_every_informer_has_listed() -> None:
     assert group is not None
     assert not await group.informers[0].wait_synced(0.05)
     assert synced == []  # still listing
-    api.blocked.set()
+    api.listing.set()
 
     async def replayed() -> bool:
         return synced == ["a"]
@@ -94,7 +77,7 @@ async def test_on_synced_is_called_once_every_informer_has_listed() -> None:
 @given(st.lists(st.dictionaries(st.sampled_from("abcd"), st.sampled_from("xy")), max_size=6))
 def test_the_followed_members_are_always_the_wanted_ones(steps: list[dict[str, str]]) -> None:
     async def run() -> None:
-        api = SilentApi()
+        api = FakeApi()
         following: Following[str, str, Group] = Following(make=lambda member, spec: Group(api, member, spec))
         for wanted in steps:
             following.follow(wanted)

@@ -26,7 +26,7 @@ from liqo.kube.informer import (
 )
 from liqo.kube.projection import keep
 from liqo.kube.resources import PODS, Resource, object_key
-from tests.helpers import Signal
+from tests.unit.helpers import Signal
 
 Object = dict[str, Any]
 

@@ -22,7 +22,7 @@ from liqo.kube.leaderelection import (
 )
 from liqo.kube.resources import LEASES, Resource
 from liqo.kube.timefmt import format_micro_time
-from tests.helpers import Signal
+from tests.unit.helpers import Signal
 
 Object = dict[str, Any]
 

@@ -25,7 +25,7 @@ from liqo.offloading.webhook import (
     pod_patch,
     required_terms,
 )
-from tests.helpers import apply_patch
+from tests.shared import apply_patch
 
 Object = dict[str, Any]
 TYPE = names.VIRTUAL_NODE_TYPE

@@ -1,4 +1,4 @@
-"""The pod webhook over real loopback HTTP, with a fake API (list, a silent watch, get): what it answers.
+"""The pod webhook over real loopback HTTP, with the fake API (list, watch, get): what it answers.
 
 Also the pure parts of its registration: the AdmissionReview parsing, the install manifest, the CA bundle
 patch and the shared serving certificate's checks.
@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import builtins
 import datetime
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -22,8 +21,7 @@ from aiohttp import web
 from liqo.api import names
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.install import manifests
-from liqo.kube.errors import NotFoundError, UnreachableError
-from liqo.kube.resources import Resource
+from liqo.kube.errors import UnreachableError
 from liqo.offloading import registration
 from liqo.offloading.webhook import (
     MAX_REVIEW,
@@ -33,7 +31,8 @@ from liqo.offloading.webhook import (
     parse_review,
     review_response,
 )
-from tests.helpers import install_manifests
+from tests.unit.fakeapi import FakeApi
+from tests.unit.helpers import install_manifests
 
 Object = dict[str, Any]
 
@@ -42,7 +41,7 @@ def offloading(namespace: str, strategy: str = "Remote") -> Object:
     return {
         "apiVersion": "offloading.liqo.io/v1alpha1",
         "kind": "NamespaceOffloading",
-        "metadata": {"name": "offloading", "namespace": namespace, "resourceVersion": "1"},
+        "metadata": {"name": "offloading", "namespace": namespace},
         "spec": {"podOffloadingStrategy": strategy},
     }
 
@@ -67,55 +66,19 @@ def review(namespace: str = "web", *, operation: str = "CREATE", kind: str = "Po
     }
 
 
-@dataclass
-class FakeApi:
-    """List answers ``listed`` (or never, until ``synced`` is set); the watch stays silent; get reads ``live``."""
+def gets(api: FakeApi) -> list[str]:
+    """The namespaces whose NamespaceOffloading was read from the API server, in order."""
+    return [str(call.namespace) for call in api.called("get")]
 
-    listed: list[Object] = field(default_factory=list)
-    live: dict[str, Object] = field(default_factory=dict)
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
-    unreachable: bool = False
-    gets: list[str] = field(default_factory=list)
 
-    async def list_all(
-        self,
-        resource: Resource,
-        *,
-        namespace: str | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        page_size: int,
-        transform: Callable[[Object], Object],
-    ) -> tuple[builtins.list[Object], str]:
-        assert resource is NAMESPACE_OFFLOADINGS
-        assert namespace is None
-        await self.synced.wait()
-        return [transform(obj) for obj in self.listed], "1"
-
-    async def watch(
-        self,
-        resource: Resource,
-        *,
-        resource_version: str,
-        namespace: str | None,
-        label_selector: str | None,
-        field_selector: str | None,
-        timeout_seconds: int,
-        bookmarks: bool,
-    ) -> AsyncIterator[Object]:
-        await asyncio.Event().wait()
-        yield {}
-
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Object:
-        assert resource is NAMESPACE_OFFLOADINGS
-        assert name == names.OFFLOADING
-        assert namespace is not None
-        self.gets.append(namespace)
-        if self.unreachable:
-            raise UnreachableError("connection refused")
-        if namespace not in self.live:
-            raise NotFoundError(404, "NotFound", "not found")
-        return self.live[namespace]
+def only_what_the_webhook_may_ask(api: FakeApi) -> None:
+    """Its informer lists and watches NamespaceOffloadings across namespaces; a miss reads one by name."""
+    for call in api.calls:
+        assert call.plural == NAMESPACE_OFFLOADINGS.plural, call
+        if call.verb == "get":
+            assert (call.name, call.namespace is not None) == (names.OFFLOADING, True), call
+        else:
+            assert (call.verb, call.namespace) in {("list", None), ("watch", None)}, call
 
 
 @dataclass
@@ -140,7 +103,11 @@ class Server:
 
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
-    api = FakeApi(listed=[offloading("web", "Remote"), offloading("home", "Local")])
+    api = FakeApi(
+        (NAMESPACE_OFFLOADINGS, offloading("web", "Remote")),
+        (NAMESPACE_OFFLOADINGS, offloading("home", "Local")),
+        listing=False,
+    )
     webhook = PodWebhook(client=api)
     # The manager's endpoint keeps small bodies for authentication; the webhook must not inherit that.
     app = web.Application(client_max_size=64 * 1024)
@@ -151,10 +118,11 @@ async def server() -> AsyncIterator[Server]:
     async with aiohttp.ClientSession() as session:
         yield Server(f"http://127.0.0.1:{runner.addresses[0][1]}", api, webhook, session)
     await runner.cleanup()
+    only_what_the_webhook_may_ask(api)
 
 
 async def synced(server: Server) -> None:
-    server.api.synced.set()
+    server.api.listing.set()
     assert await server.webhook.informer.wait_synced(5)
 
 
@@ -171,7 +139,7 @@ async def test_a_pod_in_a_remote_namespace_gets_the_toleration_and_affinity(serv
     patch = decoded_patch(response)
     assert patch[0] == {"op": "add", "path": "/spec/tolerations", "value": [names.virtual_node_toleration()]}
     assert patch[1]["path"] == "/spec/affinity"
-    assert server.api.gets == []  # served from the cache
+    assert gets(server.api) == []  # served from the cache
 
 
 async def test_a_local_namespace_gets_the_affinity_only(server: Server) -> None:
@@ -182,17 +150,17 @@ async def test_a_local_namespace_gets_the_affinity_only(server: Server) -> None:
 
 async def test_a_cache_miss_asks_the_api_server(server: Server) -> None:
     await synced(server)
-    server.api.live["new"] = offloading("new", "LocalAndRemote")
+    server.api.put(NAMESPACE_OFFLOADINGS, offloading("new", "LocalAndRemote"), notify=False)  # not watched yet
     patch = decoded_patch(await server.answer(review("new")))
     assert len(patch) == 2
     response = await server.answer(review("plain"))
     assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
-    assert server.api.gets == ["new", "plain"]
+    assert gets(server.api) == ["new", "plain"]
 
 
 async def test_an_api_server_it_cannot_reach_on_a_miss_refuses_the_pod(server: Server) -> None:
     await synced(server)
-    server.api.unreachable = True
+    server.api.refuse("get", NAMESPACE_OFFLOADINGS, UnreachableError("connection refused"))
     response = await server.answer(review("new"))
     assert response["allowed"] is False
     assert response["status"]["code"] == 500
@@ -259,8 +227,7 @@ def test_a_refusal_carries_no_patch() -> None:
 
 
 async def test_the_informer_stops_with_the_application() -> None:
-    api = FakeApi(listed=[])
-    api.synced.set()
+    api = FakeApi()
     webhook = PodWebhook(client=api)
     app = web.Application()
     webhook.attach(app)

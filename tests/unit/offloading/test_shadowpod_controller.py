@@ -2,7 +2,7 @@
 
 Its caches are seeded as a list would fill them and its API is a fake holding the pods that "really" exist,
 so that a test can hold the cache behind the API server: a pod created but not shown yet, one whose creation
-timed out. Real clusters: ``tests/integration/test_budget.py``.
+timed out. Real clusters: ``tests/integration/offloading/test_budget.py``.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from liqo.api import names
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError, NotFoundError, UnreachableError
+from liqo.kube.errors import UnreachableError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
-from liqo.kube.resources import PODS, Resource, object_key
+from liqo.kube.resources import EVENTS, PODS, object_key
 from liqo.offloading.shadowpods import KEYS_NOT_COPIED, ShadowPods
 from liqo.sharing.policy import PodSecurity
+from tests.unit.fakeapi import FakeApi
 
 Obj = dict[str, Any]
 TWIN = "web-rome"
@@ -33,51 +34,27 @@ class Policy:
     pod_security: PodSecurity = field(default_factory=PodSecurity)
 
 
-class FakeApi:
-    """Pods as the API server has them; every other write is recorded or ignored."""
+def pods(api: FakeApi) -> dict[str, Obj]:
+    """The pods the API holds, by key."""
+    return {f"{ns}/{name}": obj for (plural, ns, name), obj in api.objects.items() if plural == PODS.plural}
 
-    def __init__(self) -> None:
-        self.pods: dict[str, Obj] = {}
-        self.creations: list[str] = []
-        self.gets: list[str] = []
-        self.statuses: dict[str, Obj] = {}
-        self.events: list[Obj] = []
-        self.failure: Exception | None = None
-        """Raised by the next pod creation, after the pod is made (a timeout that hid a success)."""
 
-    async def create(self, resource: Resource, body: Obj, **_: Any) -> Obj:
-        if resource != PODS:
-            self.events.append(body)
-            return body
-        key = object_key(body)
-        if key in self.pods:
-            raise ConflictError(409, "AlreadyExists", f"pods {key} already exists")
-        self.pods[key] = body | {"metadata": body["metadata"] | {"uid": f"pod-{len(self.creations)}"}}
-        self.creations.append(key)
-        if self.failure is not None:
-            failure, self.failure = self.failure, None
-            raise failure
-        return self.pods[key]
+def creations(api: FakeApi) -> list[str]:
+    """The pods created, in order (a create that conflicted made nothing; one whose answer was lost did)."""
+    return [call.key for call in api.called("create", PODS) if call.landed]
 
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
-        assert resource == PODS
-        key = f"{namespace}/{name}"
-        self.gets.append(key)
-        if key not in self.pods:
-            raise NotFoundError(404, "NotFound", f"pods {key} not found")
-        return self.pods[key]
 
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any) -> Obj:
-        key = f"{namespace}/{name}"
-        self.pods[key]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        return self.pods[key]
+def gets(api: FakeApi) -> list[str]:
+    return [call.key for call in api.called("get", PODS)]
 
-    async def apply_status(self, resource: Resource, *, name: str, namespace: str, status: Obj, **_: Any) -> Obj:
-        self.statuses[f"{namespace}/{name}"] = status
-        return {}
 
-    async def patch(self, *_: Any, **__: Any) -> Obj:
-        return {}
+def statuses(api: FakeApi) -> dict[str, Obj]:
+    """The last status written on each ShadowPod."""
+    return {call.key: call.body["status"] for call in api.called("apply", SHADOW_PODS)}
+
+
+def events(api: FakeApi) -> list[Obj]:
+    return [call.body for call in api.called("create", EVENTS)]
 
 
 def put(informer: Informer, obj: Obj) -> None:
@@ -132,7 +109,7 @@ def set_offer(made: ShadowPods, *, cpu: str = "8", phase: str) -> None:
 
 
 def cpu_of(api: FakeApi, key: str) -> str:
-    return str(api.pods[key]["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+    return str(pods(api)[key]["spec"]["containers"][0]["resources"]["requests"]["cpu"])
 
 
 async def test_a_spec_raised_after_admission_is_checked_when_the_pod_is_made_again() -> None:
@@ -141,21 +118,21 @@ async def test_a_spec_raised_after_admission_is_checked_when_the_pod_is_made_aga
     for name, cpu in (("big", "7"), ("small", "10m")):
         put(shadow_pods.shadows, shadow(name, cpu=cpu))
         await shadow_pods.reconcile(f"{TWIN}/{name}")
-        put(shadow_pods.pods, api.pods[f"{TWIN}/{name}"])
-    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
+        put(shadow_pods.pods, pods(api)[f"{TWIN}/{name}"])
+    assert creations(api) == [f"{TWIN}/big", f"{TWIN}/small"]
 
     # The peer raises small to 7 CPU; its pod runs on as it was admitted.
     put(shadow_pods.shadows, shadow("small", cpu="7"))
     await shadow_pods.reconcile(f"{TWIN}/small")
-    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
+    assert creations(api) == [f"{TWIN}/big", f"{TWIN}/small"]
     assert cpu_of(api, f"{TWIN}/small") == "10m"
 
     # Its pod gone (a drain): the next one would be 7 CPU beside big's 7 of 8, so it waits.
-    del api.pods[f"{TWIN}/small"]
+    api.remove(PODS, "small", namespace=TWIN)
     drop(shadow_pods.pods, f"{TWIN}/small")
     await shadow_pods.reconcile(f"{TWIN}/small")
-    assert api.creations == [f"{TWIN}/big", f"{TWIN}/small"]
-    status = api.statuses[f"{TWIN}/small"]
+    assert creations(api) == [f"{TWIN}/big", f"{TWIN}/small"]
+    status = statuses(api)[f"{TWIN}/small"]
     assert (status["phase"], status["reason"]) == ("Waiting", "OverBudget")
     assert status["message"].startswith("cpu requests: the pod requests 7,")
     assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
@@ -166,58 +143,58 @@ async def test_a_pod_the_cache_has_not_shown_yet_is_neither_made_twice_nor_let_g
     shadow_pods = controller(api)
     put(shadow_pods.shadows, shadow("first", cpu="7"))
     await shadow_pods.reconcile(f"{TWIN}/first")
-    assert api.creations == [f"{TWIN}/first"]
+    assert creations(api) == [f"{TWIN}/first"]
 
     # Before the pod's event, the peer lowers the spec and the ShadowPod's event comes first: the API server
     # is asked, the pod found, its 7 CPU still held; nothing is made again.
     put(shadow_pods.shadows, shadow("first", cpu="10m"))
     await shadow_pods.reconcile(f"{TWIN}/first")
-    assert api.creations == [f"{TWIN}/first"]
-    assert api.gets == [f"{TWIN}/first"]
+    assert creations(api) == [f"{TWIN}/first"]
+    assert gets(api) == [f"{TWIN}/first"]
     put(shadow_pods.shadows, shadow("second", cpu="7"))
     await shadow_pods.reconcile(f"{TWIN}/second")
-    assert api.creations == [f"{TWIN}/first"]
-    assert api.statuses[f"{TWIN}/second"]["reason"] == "OverBudget"
+    assert creations(api) == [f"{TWIN}/first"]
+    assert statuses(api)[f"{TWIN}/second"]["reason"] == "OverBudget"
 
     # The phase flipped away and back before the cache showed the pod: its room is not let go while it runs.
     set_offer(shadow_pods, phase="Refused")
     await shadow_pods.reconcile(f"{TWIN}/first")
-    assert api.pods[f"{TWIN}/first"]["metadata"].get("deletionTimestamp")  # stopped, still terminating
+    assert pods(api)[f"{TWIN}/first"]["metadata"].get("deletionTimestamp")  # stopped, still terminating
     set_offer(shadow_pods, phase="Accepted")
     await shadow_pods.reconcile(f"{TWIN}/second")
-    assert api.creations == [f"{TWIN}/first"]
+    assert creations(api) == [f"{TWIN}/first"]
     assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
 
     # Once the cache has shown the pod, it is not asked for again; gone, its room is free: first is made
     # again as its spec says now (10m), and second fits beside it.
-    put(shadow_pods.pods, api.pods[f"{TWIN}/first"])
+    put(shadow_pods.pods, pods(api)[f"{TWIN}/first"])
     await shadow_pods.reconcile(f"{TWIN}/first")
-    asked = len(api.gets)
-    del api.pods[f"{TWIN}/first"]
+    asked = len(gets(api))
+    api.remove(PODS, "first", namespace=TWIN)
     drop(shadow_pods.pods, f"{TWIN}/first")
     await shadow_pods.reconcile(f"{TWIN}/first")
     await shadow_pods.reconcile(f"{TWIN}/second")
-    assert len(api.gets) == asked
-    assert api.creations == [f"{TWIN}/first", f"{TWIN}/first", f"{TWIN}/second"]
+    assert len(gets(api)) == asked
+    assert creations(api) == [f"{TWIN}/first", f"{TWIN}/first", f"{TWIN}/second"]
     assert cpu_of(api, f"{TWIN}/first") == "10m"
 
 
 async def test_a_creation_without_an_answer_keeps_its_room_until_the_pod_is_known_absent() -> None:
     api = FakeApi()
     shadow_pods = controller(api)
-    api.failure = UnreachableError("milan: timed out")  # the pod was made all the same
+    api.refuse("create", PODS, UnreachableError("milan: timed out"), times=1, after=True)  # made all the same
     put(shadow_pods.shadows, shadow("first", cpu="7"))
     result = await shadow_pods.reconcile(f"{TWIN}/first")
     assert result is not None  # tried again later
     put(shadow_pods.shadows, shadow("second", cpu="7"))
     await shadow_pods.reconcile(f"{TWIN}/second")
-    assert api.creations == [f"{TWIN}/first"]  # second waits: first may run
+    assert creations(api) == [f"{TWIN}/first"]  # second waits: first may run
 
     await shadow_pods.reconcile(f"{TWIN}/first")  # found: counted, not made again
-    assert api.creations == [f"{TWIN}/first"]
-    del api.pods[f"{TWIN}/first"]  # gone before the cache ever showed it
+    assert creations(api) == [f"{TWIN}/first"]
+    api.remove(PODS, "first", namespace=TWIN)  # gone before the cache ever showed it
     await shadow_pods.reconcile(f"{TWIN}/first")  # known absent: admitted afresh, made again
-    assert api.creations == [f"{TWIN}/first", f"{TWIN}/first"]
+    assert creations(api) == [f"{TWIN}/first", f"{TWIN}/first"]
     assert shadow_pods.ledger.in_use(CONSUMER).requests["cpu"] == 7
 
 
@@ -232,12 +209,12 @@ async def test_a_pod_is_made_without_the_keys_off_the_list_and_a_normal_event_na
     for made in (charted, plain):
         put(shadow_pods.shadows, made)
         await shadow_pods.reconcile(object_key(made))
-    assert api.creations == [f"{TWIN}/charted", f"{TWIN}/plain"]
-    meta = api.pods[f"{TWIN}/charted"]["metadata"]
+    assert creations(api) == [f"{TWIN}/charted", f"{TWIN}/plain"]
+    meta = pods(api)[f"{TWIN}/charted"]["metadata"]
     assert meta["labels"] == names.peer_labels(CONSUMER) | {"app": "shop", names.SHADOW_POD: "charted"}
     assert meta["annotations"] == {"kubectl.kubernetes.io/restartedAt": "x", names.HOME_POD_UID: ""}
     # On the ShadowPod, and on the pod (whose Events the consumer's virtual kubelet mirrors home); none for plain.
-    on_shadow, on_pod = api.events
+    on_shadow, on_pod = events(api)
     assert (on_shadow["involvedObject"]["kind"], on_shadow["involvedObject"]["uid"]) == ("ShadowPod", "uid-charted")
     assert (on_pod["involvedObject"]["kind"], on_pod["involvedObject"]["uid"]) == ("Pod", meta["uid"])
     for event in (on_shadow, on_pod):
@@ -254,4 +231,4 @@ async def test_a_pod_is_made_without_the_keys_off_the_list_and_a_normal_event_na
             "podSecurity.allowedAnnotationKeys",
         ):
             assert key in event["message"], event["message"]
-    assert f"{TWIN}/charted" not in api.statuses  # nothing refused, nothing waiting
+    assert f"{TWIN}/charted" not in statuses(api)  # nothing refused, nothing waiting

@@ -12,7 +12,7 @@ from liqo.kube.projection import strip_bookkeeping
 from liqo.kube.resources import terminating
 from liqo.offloading.budget import UnreadablePod, pod_usage
 from liqo.offloading.shadowpods import POD_FIELDS, _owner_uid, _terminal, grace_period, made_for
-from tests.helpers import api_pods
+from tests.shared import api_pods
 
 Object = dict[str, Any]
 

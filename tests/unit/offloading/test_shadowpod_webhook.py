@@ -7,9 +7,7 @@ its policy from the SharingPolicies, an unchanged update passes, a cold cache or
 from __future__ import annotations
 
 import asyncio
-import builtins
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -17,11 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
-from liqo.kube.errors import NotFoundError
-from liqo.kube.resources import NAMESPACES, Resource
+from liqo.api.resources import SHARING_POLICIES
+from liqo.kube.resources import NAMESPACES
 from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook, unchanged
 from liqo.offloading.webhook import PodReview
 from liqo.sharing.policy import PodSecurity, select_policy
+from tests.unit.fakeapi import FakeApi
 
 Object = dict[str, Any]
 ROME = "rome-id"
@@ -29,36 +28,18 @@ ROME = "rome-id"
 
 def twin(name: str, consumer: str = ROME) -> Object:
     labels = {names.REMOTE_CLUSTER_ID: consumer, names.ORIGIN_NAMESPACE: "web"}
-    return {"metadata": {"name": name, "labels": labels, "resourceVersion": "1"}}
+    return {"metadata": {"name": name, "labels": labels}}
 
 
 def policy(name: str, *, peers: list[str], level: str) -> Object:
     spec = {"action": "Share", "peers": peers, "podSecurity": {"level": level}}
-    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+    return {"metadata": {"name": name}, "spec": spec}
 
 
-@dataclass
-class FakeApi:
-    namespaces: list[Object] = field(default_factory=list)
-    policies: list[Object] = field(default_factory=list)
-    live: dict[str, Object] = field(default_factory=dict)
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
-    gets: list[str] = field(default_factory=list)
-
-    async def list_all(self, resource: Resource, **_: Any) -> tuple[builtins.list[Object], str]:
-        await self.synced.wait()
-        return (self.namespaces if resource is NAMESPACES else self.policies), "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Object]:
-        await asyncio.Event().wait()
-        yield {}
-
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Object:
-        assert resource is NAMESPACES
-        self.gets.append(name)
-        if name not in self.live:
-            raise NotFoundError(404, "NotFound", "not found")
-        return self.live[name]
+def gets(api: FakeApi) -> list[str]:
+    """The namespaces read from the API server (only ever namespaces: the rest comes from the caches)."""
+    assert all(call.plural == NAMESPACES.plural for call in api.called("get"))
+    return [str(call.name) for call in api.called("get")]
 
 
 def select(policies: Sequence[Mapping[str, Any]], consumer: str) -> PodSecurity:
@@ -102,8 +83,10 @@ ROOT = {"containers": [{"name": "c", "image": "nginx", "securityContext": {"runA
 @pytest.fixture
 async def webhook() -> AsyncIterator[tuple[ShadowPodWebhook, FakeApi]]:
     api = FakeApi(
-        namespaces=[twin("web-rome"), twin("web-naples", consumer="naples-id")],
-        policies=[policy("strict-naples", peers=["naples-id"], level="restricted")],
+        (NAMESPACES, twin("web-rome")),
+        (NAMESPACES, twin("web-naples", consumer="naples-id")),
+        (SHARING_POLICIES, policy("strict-naples", peers=["naples-id"], level="restricted")),
+        listing=False,
     )
     hook = ShadowPodWebhook(client=api, select=select)
     tasks = [asyncio.create_task(i.run()) for i in (hook.namespaces, hook.policies)]
@@ -111,10 +94,11 @@ async def webhook() -> AsyncIterator[tuple[ShadowPodWebhook, FakeApi]]:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    gets(api)  # nothing else was read
 
 
 async def synced(hook: ShadowPodWebhook, api: FakeApi) -> None:
-    api.synced.set()
+    api.listing.set()
     assert await hook.namespaces.wait_synced(5)
     assert await hook.policies.wait_synced(5)
 
@@ -145,12 +129,12 @@ async def test_the_consumers_policy_is_the_namespaces(webhook: tuple[ShadowPodWe
 async def test_a_namespace_missing_from_the_cache_is_looked_up(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
     hook, api = webhook
     await synced(hook, api)
-    api.live["fresh-rome"] = twin("fresh-rome")
+    api.put(NAMESPACES, twin("fresh-rome"), notify=False)  # not watched yet
     assert answer(await hook.review(review("fresh-rome", PLAIN)))[0]
     allowed, code, message = answer(await hook.review(review("kube-system", PLAIN)))
     assert (allowed, code) == (False, 403)
     assert "metadata.namespace" in message
-    assert api.gets == ["fresh-rome", "kube-system"]
+    assert gets(api) == ["fresh-rome", "kube-system"]
 
 
 async def test_an_update_that_leaves_the_pod_alone_passes_whatever_the_policy_says_now(
@@ -260,7 +244,7 @@ async def test_other_requests_pass(webhook: tuple[ShadowPodWebhook, FakeApi]) ->
 async def test_a_malformed_policy_refuses_rather_than_guess(webhook: tuple[ShadowPodWebhook, FakeApi]) -> None:
     hook, api = webhook
     broken = {"action": "Share", "peers": [ROME], "limits": {"cpu": "lots"}}
-    api.policies.append({"metadata": {"name": "broken", "resourceVersion": "1"}, "spec": broken})
+    api.put(SHARING_POLICIES, {"metadata": {"name": "broken"}, "spec": broken})
     await synced(hook, api)
     allowed, code, message = answer(await hook.review(review("web-rome", PLAIN)))
     assert (allowed, code) == (False, 500)

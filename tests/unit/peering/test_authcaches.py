@@ -13,10 +13,11 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.kube.resources import ROLE_BINDINGS, Resource
+from liqo.kube.resources import ROLE_BINDINGS
 from liqo.peering.authcaches import AuthCaches
 from liqo.peering.enrolment import KubeEnrolments, TenantLimits
-from tests.helpers import eventually
+from tests.shared import eventually
+from tests.unit.fakeapi import FakeApi
 
 Obj = dict[str, Any]
 LOCAL = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
@@ -25,33 +26,19 @@ NAPLES = "b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 KEY = "sha256:" + "a" * 64
 
 
-class FakeApi:
-    """Lists what each resource holds, then streams what the test sends; every call the caches make, recorded."""
-
-    def __init__(self, objects: dict[Resource, list[Obj]]) -> None:
-        self.objects = objects
-        self.queues: dict[Resource, asyncio.Queue[Obj]] = {resource: asyncio.Queue() for resource in objects}
-        self.lists: list[tuple[str, str | None]] = []
-
-    async def list_all(
-        self, resource: Resource, *, field_selector: str | None = None, **_: Any
-    ) -> tuple[list[Obj], str]:
-        self.lists.append((resource.plural, field_selector))
-        return self.objects[resource], "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Obj]:
-        while True:
-            yield await self.queues[resource].get()
+def lists(api: FakeApi) -> list[tuple[str, str | None]]:
+    """Every list the caches made: (resource, field selector)."""
+    return [(c.plural, c.options["field_selector"]) for c in api.called("list")]
 
 
 def foreign_cluster(name: str, cluster_id: str, **spec: Any) -> Obj:
-    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": {"clusterID": cluster_id, **spec}}
+    return {"metadata": {"name": name}, "spec": {"clusterID": cluster_id, **spec}}
 
 
-def binding(consumer: str, version: str = "1") -> Obj:
+def binding(consumer: str) -> Obj:
     namespace = names.tenant_namespace(consumer)
     return {
-        "metadata": {"name": names.PEER_BINDING, "namespace": namespace, "resourceVersion": version},
+        "metadata": {"name": names.PEER_BINDING, "namespace": namespace},
         "roleRef": {"name": names.PEER_TENANT_ROLE},
     }
 
@@ -59,7 +46,7 @@ def binding(consumer: str, version: str = "1") -> Obj:
 def offer(consumer: str) -> Obj:
     namespace = names.tenant_namespace(consumer)
     return {
-        "metadata": {"name": LOCAL, "namespace": namespace, "resourceVersion": "1"},
+        "metadata": {"name": LOCAL, "namespace": namespace},
         "status": {"phase": "Accepted"},
     }
 
@@ -67,14 +54,10 @@ def offer(consumer: str) -> Obj:
 @pytest.fixture
 async def cluster() -> AsyncIterator[tuple[FakeApi, AuthCaches]]:
     api = FakeApi(
-        {
-            FOREIGN_CLUSTERS: [
-                foreign_cluster("rome", ROME, keyFingerprint=KEY),
-                foreign_cluster("other", NAPLES[::-1]),
-            ],
-            ROLE_BINDINGS: [binding(ROME)],
-            RESOURCE_OFFERS: [offer(ROME)],
-        }
+        (FOREIGN_CLUSTERS, foreign_cluster("rome", ROME, keyFingerprint=KEY)),
+        (FOREIGN_CLUSTERS, foreign_cluster("other", NAPLES[::-1])),
+        (ROLE_BINDINGS, binding(ROME)),
+        (RESOURCE_OFFERS, offer(ROME)),
     )
     informers = SharedInformers(cast(KubeClient, api))
     caches = AuthCaches(informers, local_id=LOCAL)
@@ -91,7 +74,7 @@ async def test_a_consumer_is_found_by_its_cluster_id_and_its_tenants_counted_wit
     cluster: tuple[FakeApi, AuthCaches],
 ) -> None:
     api, caches = cluster
-    listed = sorted(api.lists, key=str)
+    listed = sorted(lists(api), key=str)
     assert listed == sorted(
         [
             ("foreignclusters", None),
@@ -106,7 +89,7 @@ async def test_a_consumer_is_found_by_its_cluster_id_and_its_tenants_counted_wit
     assert caches.foreign_cluster(NAPLES) is None
     enrolments = KubeEnrolments(client=cast(KubeClient, api), caches=caches, limits=TenantLimits(max_pending=1))
     assert await enrolments.refusal() is None  # rome is enrolled and accepted: no one pending
-    api.queues[ROLE_BINDINGS].put_nowait({"type": "ADDED", "object": binding(NAPLES, version="2")})
+    api.put(ROLE_BINDINGS, binding(NAPLES))
 
     async def seen() -> bool:
         return f"{names.tenant_namespace(NAPLES)}/{names.PEER_BINDING}" in caches.bindings.store
@@ -116,7 +99,8 @@ async def test_a_consumer_is_found_by_its_cluster_id_and_its_tenants_counted_wit
     refusal = await enrolments.refusal()
     assert refusal is not None
     assert refusal.status == 429
-    assert len(api.lists) == 3  # nothing listed since
+    assert len(lists(api)) == 3  # nothing listed since
+    assert {c.verb for c in api.calls} == {"list", "watch"}  # nor asked anything else
 
 
 async def test_an_enrolment_settles_once_the_caches_show_its_record_and_its_binding(
@@ -125,14 +109,8 @@ async def test_an_enrolment_settles_once_the_caches_show_its_record_and_its_bind
     api, caches = cluster
     enrolments = KubeEnrolments(client=cast(KubeClient, api), caches=caches, limits=TenantLimits())
     settling = asyncio.create_task(enrolments.settle(NAPLES, key_fingerprint=KEY))
-    api.queues[FOREIGN_CLUSTERS].put_nowait(
-        {
-            "type": "ADDED",
-            "object": foreign_cluster("naples", NAPLES, keyFingerprint=KEY)
-            | {"metadata": {"name": "naples", "resourceVersion": "2"}},
-        }
-    )
-    api.queues[ROLE_BINDINGS].put_nowait({"type": "ADDED", "object": binding(NAPLES, version="3")})
+    api.put(FOREIGN_CLUSTERS, foreign_cluster("naples", NAPLES, keyFingerprint=KEY))
+    api.put(ROLE_BINDINGS, binding(NAPLES))
     await asyncio.wait_for(settling, timeout=5)
     assert caches.enrolled(NAPLES, key_fingerprint=KEY)
     assert not caches.enrolled(NAPLES, key_fingerprint="sha256:" + "b" * 64)

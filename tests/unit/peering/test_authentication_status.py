@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 
 import pytest
 
-from liqo.api.networks import ClusterNetwork
 from liqo.peering.observations import Observation
-from liqo.peering.status import PeerState, peer_status
+from liqo.peering.status import peer_status
+from tests.unit.peering.status_support import NOW, peer_state
 
-NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
-STATE = PeerState(
-    foreign_cluster={
-        "metadata": {"name": "milan"},
-        "spec": {"clusterID": PEER, "clusterName": "Milan", "outgoingPeeringEnabled": "Yes"},
-    },
-    local_id="rome-id",
-    local_name="rome",
-    local_network=ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
-    identity=None,
-    our_request=None,
-    their_offer=None,
-    virtual_nodes=[],
-    their_request=None,
-    our_offer=None,
-    authentication=None,
-    api_server=None,
-    api_server_url=None,
-)
+STATE = peer_state(outgoing="Yes")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 The fake keeps the provider's records in memory and pins a new consumer's key as the real one does, so the
 checks' order and outcomes — who needs the token, who is refused, what is never looked at — are tested here;
-the Kubernetes side of pinning is tested on a real cluster (tests/integration/test_auth.py).
+the Kubernetes side of pinning is tested on a real cluster (tests/integration/peering/test_auth.py).
 """
 
 from __future__ import annotations

@@ -3,40 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from typing import Any
 
 import pytest
 
-from liqo.api.networks import ClusterNetwork
 from liqo.peering.operations import problems
 from liqo.peering.status import PeerState, overlap_first_seen, peer_status
-
-NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
-PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
-ROME = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
-
-
-def state(network: Any = None, *, status: dict[str, Any] | None = None) -> PeerState:
-    spec: dict[str, Any] = {"clusterID": PEER, "clusterName": "Milan", "outgoingPeeringEnabled": "No"}
-    if network is not None:
-        spec["network"] = network
-    fc = {"metadata": {"name": "milan"}, "spec": spec, "status": status or {}}
-    return PeerState(
-        foreign_cluster=fc,
-        local_id="rome-id",
-        local_name="rome",
-        local_network=ROME,
-        identity=None,
-        our_request=None,
-        their_offer=None,
-        virtual_nodes=[],
-        their_request=None,
-        our_offer=None,
-        authentication=None,
-        api_server=None,
-        api_server_url=None,
-    )
+from tests.unit.peering.status_support import NOW, peer_state
 
 
 def network_condition(peer: PeerState) -> dict[str, str]:
@@ -46,7 +19,7 @@ def network_condition(peer: PeerState) -> dict[str, str]:
 
 
 def test_disjoint_pod_cidrs_are_direct_routing() -> None:
-    condition = network_condition(state({"podCIDR": "10.245.0.0/16", "serviceCIDR": "10.96.0.0/16"}))
+    condition = network_condition(peer_state({"podCIDR": "10.245.0.0/16", "serviceCIDR": "10.96.0.0/16"}))
     assert (condition["status"], condition["reason"]) == ("Established", "DirectRouting")
     assert condition["message"] == (
         "pod CIDRs do not overlap: addresses pass unchanged (milan: pods 10.245.0.0/16, services 10.96.0.0/16;"
@@ -55,7 +28,7 @@ def test_disjoint_pod_cidrs_are_direct_routing() -> None:
 
 
 def test_the_same_pod_cidr_is_an_overlap_reported_both_ways() -> None:
-    condition = network_condition(state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"}))
+    condition = network_condition(peer_state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"}))
     assert (condition["status"], condition["reason"]) == ("Error", "CIDROverlap")
     assert condition["message"] == (
         "pod CIDR 10.244.0.0/16 of milan overlaps ours (10.244.0.0/16): its addresses cannot be reached until the"
@@ -65,7 +38,7 @@ def test_the_same_pod_cidr_is_an_overlap_reported_both_ways() -> None:
 
 
 def test_a_pod_cidr_on_the_other_sides_services_is_an_overlap_one_way() -> None:
-    condition = network_condition(state({"podCIDR": "10.245.0.0/16", "serviceCIDR": "10.244.0.0/16"}))
+    condition = network_condition(peer_state({"podCIDR": "10.245.0.0/16", "serviceCIDR": "10.244.0.0/16"}))
     assert (condition["status"], condition["reason"]) == ("Error", "CIDROverlap")
     assert condition["message"] == (
         "pod CIDR 10.244.0.0/16 of rome overlaps the service CIDR of milan (10.244.0.0/16): milan cannot reach its"
@@ -74,13 +47,13 @@ def test_a_pod_cidr_on_the_other_sides_services_is_an_overlap_one_way() -> None:
 
 
 def test_an_unknown_network_is_pending_never_guessed() -> None:
-    condition = network_condition(state())
+    condition = network_condition(peer_state())
     assert (condition["status"], condition["reason"]) == ("Pending", "NetworkUnknown")
     assert condition["message"].startswith("the network of milan is not known yet")
 
 
 def test_a_network_written_by_hand_into_garbage_is_unknown_with_the_reason() -> None:
-    condition = network_condition(state({"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}))
+    condition = network_condition(peer_state({"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}))
     assert (condition["status"], condition["reason"]) == ("Pending", "NetworkUnknown")
     assert "'spec.network.podCIDR': 127.0.0.0/8 overlaps the special-purpose range" in condition["message"]
     assert condition["message"].endswith("the next handshake records it again")
@@ -109,9 +82,9 @@ def test_a_warning_event_is_due_when_an_overlap_is_first_seen(
 
 def test_the_condition_keeps_its_transition_time_while_unchanged() -> None:
     network = {"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"}
-    first = network_condition(state(network))
+    first = network_condition(peer_state(network))
     earlier = {"conditions": [first | {"lastTransitionTime": "2029-01-01T00:00:00Z"}]}
-    assert network_condition(state(network, status=earlier))["lastTransitionTime"] == "2029-01-01T00:00:00Z"
+    assert network_condition(peer_state(network, status=earlier))["lastTransitionTime"] == "2029-01-01T00:00:00Z"
 
 
 def report(status: str, reason: str) -> dict[str, Any]:
@@ -129,7 +102,7 @@ def with_tunnel(connection: dict[str, Any] | None) -> PeerState:
     config: dict[str, Any] = {"spec": {"remappedPodCIDR": "10.71.0.0/16"}}
     if connection is not None:
         config["status"] = {"connection": connection}
-    base = state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"})
+    base = peer_state({"podCIDR": "10.244.0.0/16", "serviceCIDR": "10.97.0.0/16"})
     return dataclasses.replace(base, network_config=config, peer_network_config={"spec": {}})
 
 

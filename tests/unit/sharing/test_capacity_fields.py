@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from liqo.api.podrequests import pod_limits, pod_requests
 from liqo.kube.projection import strip_bookkeeping
 from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, is_placeable, largest_slots
-from tests.helpers import api_pods
+from tests.shared import api_pods
 from tests.unit.sharing.capacity_support import ledger_of
 from tests.unit.sharing.test_capacity import node
 

@@ -10,7 +10,6 @@ key back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from liqo.api import names
@@ -18,49 +17,28 @@ from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError
-from liqo.kube.resources import Resource
 from liqo.sharing.virtualnodes import OfferAcceptance
+from tests.unit.fakeapi import FakeApi
 
 PROVIDER = "milan-id"
 NAMESPACE = names.tenant_namespace(PROVIDER)
 
 
-class RecordingApi:
-    """Lists fixed objects, streams nothing; records status applies and may refuse them with a conflict."""
-
-    def __init__(self, objects: dict[str, list[dict[str, Any]]], *, conflict: bool) -> None:
-        self.objects = objects
-        self.conflict = conflict
-        self.status_writes: list[dict[str, Any]] = []
-        self.applies: list[dict[str, Any]] = []
-
-    async def list_all(self, resource: Resource, **_: Any) -> tuple[list[Any], str]:
-        return list(self.objects.get(resource.plural, [])), "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[dict[str, Any]]:
-        await asyncio.Event().wait()
-        yield {}
-
-    async def apply_status(self, resource: Resource, **kwargs: Any) -> dict[str, Any]:
-        self.status_writes.append(kwargs)
-        if self.conflict:
-            raise ConflictError(409, "Conflict", "the object has been modified")
-        return {}
-
-    async def apply(self, resource: Resource, obj: dict[str, Any], **_: Any) -> dict[str, Any]:
-        self.applies.append(obj)
-        return obj
-
-    async def delete(self, resource: Resource, name: str, **_: Any) -> dict[str, Any]:
-        return {}
+def status_writes(api: FakeApi) -> list[dict[str, Any]]:
+    """The offer statuses applied, each with the resourceVersion it was conditional on."""
+    return [call.body for call in api.called("apply", RESOURCE_OFFERS) if call.options["subresource"] == "status"]
 
 
-def offer(version: str, status: dict[str, Any] | None) -> dict[str, Any]:
+def applies(api: FakeApi) -> list[dict[str, Any]]:
+    """Every other apply (the VirtualNode)."""
+    return [call.body for call in api.called("apply") if call.options["subresource"] != "status"]
+
+
+def offer(status: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "metadata": {
             "name": PROVIDER,
             "namespace": NAMESPACE,
-            "resourceVersion": version,
             "labels": {names.REPLICATED: "true"},
         },
         "spec": {"providerClusterName": "milan", "resources": {"cpu": "4"}},
@@ -70,12 +48,12 @@ def offer(version: str, status: dict[str, Any] | None) -> dict[str, Any]:
 
 def foreign_cluster(mode: str) -> dict[str, Any]:
     return {
-        "metadata": {"name": "milan", "resourceVersion": "3"},
+        "metadata": {"name": "milan"},
         "spec": {"clusterID": PROVIDER, "outgoingPeeringEnabled": "Yes", "offerPolicy": {"mode": mode}},
     }
 
 
-async def reconciled(api: RecordingApi) -> None:
+async def reconciled(api: FakeApi) -> None:
     informers = SharedInformers(cast(KubeClient, api))
     acceptance = OfferAcceptance(client=cast(KubeClient, api), informers=informers)
     running = asyncio.create_task(informers.run())
@@ -88,33 +66,26 @@ async def reconciled(api: RecordingApi) -> None:
 
 
 async def test_the_verdict_is_written_over_the_version_it_was_decided_from() -> None:
-    api = RecordingApi(
-        {RESOURCE_OFFERS.plural: [offer("41", None)], FOREIGN_CLUSTERS.plural: [foreign_cluster("Manual")]},
-        conflict=False,
-    )
+    api = FakeApi((FOREIGN_CLUSTERS, foreign_cluster("Manual")))
+    decided_from = api.put(RESOURCE_OFFERS, offer(None))["metadata"]["resourceVersion"]
     await reconciled(api)
-    [write] = api.status_writes
+    [write] = status_writes(api)
     assert write["status"]["phase"] == "ManualActionRequired"
-    assert write["resource_version"] == "41"
+    assert write["metadata"]["resourceVersion"] == decided_from
 
 
 async def test_a_conflict_ends_the_reconcile_without_touching_the_virtual_node() -> None:
-    api = RecordingApi(
-        {RESOURCE_OFFERS.plural: [offer("41", None)], FOREIGN_CLUSTERS.plural: [foreign_cluster("Auto")]},
-        conflict=True,
-    )
+    api = FakeApi((RESOURCE_OFFERS, offer(None)), (FOREIGN_CLUSTERS, foreign_cluster("Auto")))
+    api.refuse("apply", RESOURCE_OFFERS, ConflictError(409, "Conflict", "the object has been modified"))
     await reconciled(api)  # no exception: the newer version's event brings the key back
-    assert [w["status"]["phase"] for w in api.status_writes] == ["Accepted"]
-    assert api.applies == []
+    assert [w["status"]["phase"] for w in status_writes(api)] == ["Accepted"]
+    assert applies(api) == []
 
 
 async def test_a_human_verdict_in_manual_mode_is_kept() -> None:
     verdict = {"phase": "Accepted", "reason": "approved"}
-    api = RecordingApi(
-        {RESOURCE_OFFERS.plural: [offer("42", verdict)], FOREIGN_CLUSTERS.plural: [foreign_cluster("Manual")]},
-        conflict=False,
-    )
+    api = FakeApi((RESOURCE_OFFERS, offer(verdict)), (FOREIGN_CLUSTERS, foreign_cluster("Manual")))
     await reconciled(api)
-    [write] = api.status_writes
+    [write] = status_writes(api)
     assert write["status"] == verdict | {"virtualNode": names.virtual_node_name("milan")}
-    assert [a["metadata"]["name"] for a in api.applies] == [names.virtual_node_name("milan")]
+    assert [a["metadata"]["name"] for a in applies(api)] == [names.virtual_node_name("milan")]

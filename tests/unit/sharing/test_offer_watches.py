@@ -18,7 +18,7 @@ from liqo.kube.informer import HandlerFuncs
 from liqo.kube.resources import NODES, PODS, Resource
 from liqo.offloading.shadowpods import ShadowPods
 from liqo.sharing.offers import CAPACITY, OfferController
-from tests.helpers import Signal
+from tests.unit.helpers import Signal
 
 LOCAL = ClusterIdentity(
     cluster_id="milan-id",

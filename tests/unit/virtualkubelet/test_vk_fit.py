@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any, cast
 
@@ -18,14 +17,15 @@ from liqo.api.resources import NAMESPACE_OFFLOADINGS, SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
-from liqo.kube.resources import EVENTS, PODS, Resource
+from liqo.kube.resources import EVENTS, PODS
 from liqo.sharing.virtualnodes import virtual_node
 from liqo.virtualkubelet import fit
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.pods import PodReflector
-from tests.helpers import eventually
+from tests.shared import eventually
+from tests.unit.fakeapi import FakeApi
 
 Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
@@ -179,42 +179,14 @@ def test_a_running_pod_does_not_keep_the_reason_it_once_waited_for() -> None:
 # -- the reflector holds a pod back, then sends it once a slot holds it -------------------------------------------
 
 
-class FakeApi:
-    """Lists what it holds, watches forever, and records every write."""
-
-    def __init__(self, objects: dict[str, list[Obj]]) -> None:
-        self.objects = objects
-        self.writes: list[tuple[str, str, Any]] = []
-
-    async def list_all(self, resource: Resource, *, namespace: str | None = None, **_: Any) -> tuple[list[Obj], str]:
-        found = self.objects.get(resource.plural, [])
-        return [o for o in found if namespace in (None, o["metadata"].get("namespace"))], "1"
-
-    async def watch(self, resource: Resource, **_: Any) -> AsyncIterator[Obj]:
-        await asyncio.Event().wait()
-        yield {}
-
-    async def apply(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
-        self.writes.append(("apply", resource.plural, obj))
-        return obj
-
-    async def patch(self, resource: Resource, name: str, patch: Any, **_: Any) -> Obj:
-        self.writes.append(("patch", resource.plural, patch))
-        return {}
-
-    async def create(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
-        self.writes.append(("create", resource.plural, obj))
-        return obj
-
-
 def offloading() -> Obj:
     twin = {"clusterID": "m", "phase": "Ready", "remoteNamespace": "demo-rome"}
     return {"metadata": {"name": "offloading", "namespace": "demo"}, "status": {"remoteNamespacesConditions": [twin]}}
 
 
 async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slots_grow() -> None:
-    home = FakeApi({"pods": [pod(container(cpu="6", memory="64Mi"))], NAMESPACE_OFFLOADINGS.plural: [offloading()]})
-    provider = FakeApi({})
+    home = FakeApi((PODS, pod(container(cpu="6", memory="64Mi"))), (NAMESPACE_OFFLOADINGS, offloading()))
+    provider = FakeApi()
     current = virtual_node(
         offer(largestSlots=[{"cpu": "4", "memory": "8Gi"}]), provider_id="m", foreign_cluster="milan"
     )
@@ -236,7 +208,7 @@ async def test_a_pod_no_slot_holds_waits_with_its_reason_then_goes_when_the_slot
     )
 
     def writes(verb: str, plural: str) -> list[Any]:
-        return [body for v, p, body in [*home.writes, *provider.writes] if (v, p) == (verb, plural)]
+        return [call.body for call in [*home.calls, *provider.calls] if (call.verb, call.plural) == (verb, plural)]
 
     async def held_back() -> bool:
         return bool(writes("create", EVENTS.plural))

@@ -3,7 +3,7 @@
 The stand-in is a tiny aiohttp server on loopback playing the provider's API server (its pod subresource
 WebSockets, and its refusals); the virtual kubelet's application runs as it does in production, minus TLS.
 What crosses the relay is checked frame by frame, which is what a KWOK provider cannot show: its exec never
-closes a command's stdin (tests/integration/test_offloaded_streams.py tells the story).
+closes a command's stdin (tests/integration/virtualkubelet/test_streams.py tells the story).
 """
 
 from __future__ import annotations

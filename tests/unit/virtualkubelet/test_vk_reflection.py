@@ -34,7 +34,8 @@ from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolic
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.tokens import TokenReflector, token_secrets
-from tests.helpers import eventually
+from tests.shared import eventually
+from tests.unit.fakeapi import FakeApi
 
 Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
@@ -337,91 +338,33 @@ def test_the_virtual_kubelet_may_request_tokens_and_apply_events_at_home() -> No
 # -- reconciles, on a fake API ------------------------------------------------------------------------------
 
 
-class FakeApi:
-    """Lists and watches what it holds, and records every write (the test decides what lands in it)."""
+def api(*objects: tuple[Resource, Obj]) -> FakeApi:
+    """The fake API, its writes recorded and none landing (each test lands what it chooses, with ``put``);
+    TokenRequests answered with tokens ``token-1``, ``token-2``... of the lifetime asked."""
+    minted = 0
 
-    def __init__(self, *objects: tuple[Resource, Obj]) -> None:
-        self.objects: dict[tuple[str, str, str], Obj] = {}
-        self.calls: list[tuple[str, str, Any]] = []
-        self.watchers: list[tuple[Resource, str | None, asyncio.Queue[Obj]]] = []
-        self.token = 0
-        self.version = 0
-        self.existing: set[tuple[str, str]] = set()
-        """``(plural, name)`` a create conflicts on (made but not listed)."""
-        self.refusing: dict[str, ApiError] = {}
-        """Plurals whose creates this API refuses, and how (its admission)."""
-        for resource, obj in objects:
-            self.put(resource, obj)
-
-    def put(self, resource: Resource, obj: Obj, *, kind: str = "ADDED") -> None:
-        self.version += 1
-        meta = obj["metadata"]
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = str(self.version)
-        key = (resource.plural, meta.get("namespace", ""), meta["name"])
-        if kind == "DELETED":
-            del self.objects[key]
-        else:
-            self.objects[key] = obj
-        for watched, namespace, queue in self.watchers:
-            if watched == resource and namespace in (None, meta.get("namespace")):
-                queue.put_nowait({"type": kind, "object": obj})
-
-    async def list_all(
-        self, resource: Resource, *, namespace: str | None, label_selector: str | None, **_: Any
-    ) -> tuple[list[Obj], str]:
-        items = [
-            obj
-            for (plural, ns, _name), obj in self.objects.items()
-            if plural == resource.plural and namespace in (None, ns) and _selects(label_selector, obj)
-        ]
-        return items, str(self.version)
-
-    async def watch(self, resource: Resource, *, namespace: str | None, **_: Any) -> AsyncIterator[Obj]:
-        queue: asyncio.Queue[Obj] = asyncio.Queue()
-        self.watchers.append((resource, namespace, queue))
-        while True:
-            yield await queue.get()
-
-    async def apply(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
-        self.calls.append(("apply", resource.plural, obj))
-        return obj
-
-    async def replace(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
-        self.calls.append(("replace", resource.plural, obj))
-        return obj
-
-    async def delete(self, resource: Resource, name: str, *, namespace: str | None = None, **_: Any) -> Obj:
-        self.calls.append(("delete", resource.plural, f"{namespace}/{name}"))
-        return {}
-
-    async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Obj:
-        self.calls.append((method, path, body))
-        self.token += 1
+    def token(method: str, path: str, body: Any) -> Obj:
+        nonlocal minted
+        minted += 1
         lifetime = datetime.timedelta(seconds=body["spec"]["expirationSeconds"])
         expires = (NOW + lifetime).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {"status": {"token": f"token-{self.token}", "expirationTimestamp": expires}}
+        return {"status": {"token": f"token-{minted}", "expirationTimestamp": expires}}
 
-    async def create(self, resource: Resource, obj: Obj, **_: Any) -> Obj:
-        self.calls.append(("create", resource.plural, obj))
-        if resource.plural in self.refusing:
-            raise self.refusing[resource.plural]
-        if (resource.plural, obj["metadata"]["name"]) in self.existing:
-            raise ConflictError(409, "AlreadyExists", "already exists")
-        return obj
-
-    async def patch(self, resource: Resource, name: str, patch: Any, **_: Any) -> Obj:
-        return {}
+    return FakeApi(*objects, lands=False, answer=token)
 
 
-def _selects(selector: str | None, obj: Obj) -> bool:
-    if not selector:
-        return True
-    labels = obj["metadata"].get("labels") or {}
-    if selector.startswith("!"):
-        return selector[1:] not in labels
-    key, _, value = selector.partition("=")
-    return key in labels and (not value or labels[key] == value)
+def writes(api: FakeApi) -> list[tuple[str, str, Any]]:
+    """Every write and raw request, in order: (verb, plural, body), a delete's ``namespace/name``, a request's
+    (method, path, body)."""
+    done: list[tuple[str, str, Any]] = []
+    for call in api.calls:
+        if call.verb == "request":
+            done.append((call.options["method"], str(call.name), call.body))
+        elif call.verb == "delete":
+            done.append(("delete", call.plural, f"{call.namespace}/{call.name}"))
+        elif call.verb in ("create", "replace", "apply"):
+            done.append((call.verb, call.plural, call.body))
+    return done
 
 
 OFFLOADING = {
@@ -496,14 +439,14 @@ ROOT_CA = {"metadata": {"name": configdata.ROOT_CA_CONFIGMAP, "namespace": "demo
 
 
 async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
-    home = FakeApi((PODS, home_pod()), (CONFIGMAPS, dict(ROOT_CA)))
-    provider = FakeApi()
+    home = api((PODS, home_pod()), (CONFIGMAPS, dict(ROOT_CA)))
+    provider = api()
     async with reflection(home, provider) as made:
         result = await made.tokens.reconcile("demo/web-1")
-        method, path, body = home.calls[0]
+        method, path, body = writes(home)[0]
         assert (method, path) == ("POST", "/api/v1/namespaces/demo/serviceaccounts/builder/token")
         assert body["spec"]["boundObjectRef"]["uid"] == "u1"
-        [(verb, plural, written)] = provider.calls
+        [(verb, plural, written)] = writes(provider)
         assert (verb, plural) == ("create", "secrets")  # a name only we write: no server-side apply
         assert written["data"]["token"] == b64("token-1")
         assert written["data"]["ca.crt"] == b64("HOME CA")
@@ -514,40 +457,40 @@ async def test_a_pod_gets_a_token_secret_renewed_at_80_percent() -> None:
         provider.put(SECRETS, written)
         await eventually(lambda: _true(_remote(made, SECRETS, written)), timeout=5, message="the Secret seen")
         result = await made.tokens.reconcile("demo/web-1")
-        assert len(home.calls) == 1
+        assert len(writes(home)) == 1
         assert result is not None
         assert result.requeue_after == pytest.approx(0.8 * 3607, abs=1)
 
         # Due (the clock moved past the renewal time): a new token.
         made.tokens._clock = lambda: NOW + datetime.timedelta(seconds=0.81 * 3607)
         await made.tokens.reconcile("demo/web-1")
-        assert len(home.calls) == 2
-        verb, _, renewed = provider.calls[-1]
+        assert len(writes(home)) == 2
+        verb, _, renewed = writes(provider)[-1]
         assert (verb, renewed["data"]["token"]) == ("replace", b64("token-2"))
         cached = _remote(made, SECRETS, written)
         assert cached is not None
         assert renewed["metadata"]["resourceVersion"] == cached["metadata"]["resourceVersion"]
 
         # The pod is gone: so goes its Secret.
-        home.put(PODS, home.objects[("pods", "demo", "web-1")], kind="DELETED")
+        home.remove(PODS, "web-1", namespace="demo")
         await eventually(lambda: _true(not made.home_pods.store.list()), timeout=5, message="the pod gone")
         assert await made.tokens.reconcile("demo/web-1") is None
-        assert provider.calls[-1] == ("delete", "secrets", f"demo-rome/{forge_tokens.token_secret_name('web-1')}")
+        assert writes(provider)[-1] == ("delete", "secrets", f"demo-rome/{forge_tokens.token_secret_name('web-1')}")
 
 
 async def test_no_token_without_the_projected_volume_nor_before_the_home_ca() -> None:
-    home = FakeApi((PODS, home_pod(volumes=[])), (PODS, home_pod("web-2", "u2")))
-    provider = FakeApi()
+    home = api((PODS, home_pod(volumes=[])), (PODS, home_pod("web-2", "u2")))
+    provider = api()
     async with reflection(home, provider) as made:
         assert await made.tokens.reconcile("demo/web-1") is None
         assert await made.tokens.reconcile("demo/web-2") is None  # kube-root-ca.crt not published yet
-        assert not home.calls
-        assert not provider.calls
+        assert not writes(home)
+        assert not writes(provider)
 
 
 async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
     settings, theirs, changed = configmap(), configmap("theirs"), configmap("changed", data={"v": "2"})
-    home = FakeApi(
+    home = api(
         *[(CONFIGMAPS, obj) for obj in (settings, theirs, changed, dict(ROOT_CA))],
         (SECRETS, secret()),
     )
@@ -556,7 +499,7 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
         return configdata.reflected_copy(obj, resource=resource, namespace="demo-rome", home_cluster_id=HOME_ID)
 
     foreign = {"metadata": {"name": "theirs", "namespace": "demo-rome"}, "data": {"x": "y"}}
-    provider = FakeApi(
+    provider = api(
         (CONFIGMAPS, foreign),
         (CONFIGMAPS, copy(CONFIGMAPS, configmap("gone"))),
         (CONFIGMAPS, copy(CONFIGMAPS, configmap("changed", data={"v": "1"}))),
@@ -564,10 +507,10 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
     )
     async with reflection(home, provider, secrets="None") as made:
         await made.copies.reconcile(("configmaps", "demo", "settings"))
-        assert provider.calls[-1][:2] == ("create", "configmaps")
-        assert provider.calls[-1][2]["data"] == settings["data"]
+        assert writes(provider)[-1][:2] == ("create", "configmaps")
+        assert writes(provider)[-1][2]["data"] == settings["data"]
         await made.copies.reconcile(("configmaps", "demo", "changed"))  # at the version the cache holds
-        [(verb, _, updated)] = provider.calls[1:]
+        [(verb, _, updated)] = writes(provider)[1:]
         assert (verb, updated["data"]) == ("replace", {"v": "2"})
         assert (
             updated["metadata"]["resourceVersion"]
@@ -575,12 +518,12 @@ async def test_copies_follow_home_and_never_touch_what_is_not_ours() -> None:
         )
         await made.copies.reconcile(("configmaps", "demo", "theirs"))  # a namesake on the provider: left alone
         await made.copies.reconcile(("configmaps", "demo", configdata.ROOT_CA_CONFIGMAP))
-        assert len(provider.calls) == 2
-        assert any(c[0] == "create" and c[2]["reason"] == "ReflectionConflict" for c in home.calls)
+        assert len(writes(provider)) == 2
+        assert any(c[0] == "create" and c[2]["reason"] == "ReflectionConflict" for c in writes(home))
         await made.copies.reconcile(("configmaps", "demo", "gone"))  # deleted at home
-        assert provider.calls[-1] == ("delete", "configmaps", "demo-rome/gone")
+        assert writes(provider)[-1] == ("delete", "configmaps", "demo-rome/gone")
         await made.copies.reconcile(("secrets", "demo", "creds"))  # the policy says None: the old copy goes
-        assert provider.calls[-1] == ("delete", "secrets", "demo-rome/creds")
+        assert writes(provider)[-1] == ("delete", "secrets", "demo-rome/creds")
 
 
 async def test_what_is_not_copied_is_said_at_home_once_and_a_refused_copy_is_retried() -> None:
@@ -592,20 +535,20 @@ async def test_what_is_not_copied_is_said_at_home_once_and_a_refused_copy_is_ret
         "metadata": {"name": "site", "namespace": "demo", "uid": "i1"},
         "spec": {"ingressClassName": "public", "rules": [{"host": "site.example.com"}]},
     }
-    home = FakeApi((SERVICES, alias), (INGRESSES, site))
-    provider = FakeApi()
+    home = api((SERVICES, alias), (INGRESSES, site))
+    provider = api()
     refusal = (
         "ValidatingAdmissionPolicy denied request: spec.ingressClassName: public is not a class this cluster offers"
     )
-    provider.refusing["ingresses"] = ApiError(403, "Forbidden", refusal)
+    provider.refuse("create", INGRESSES, ApiError(403, "Forbidden", refusal))
 
     def said(reason: str) -> list[str]:
-        return [c[2]["message"] for c in home.calls if c[0] == "create" and c[2].get("reason") == reason]
+        return [c[2]["message"] for c in writes(home) if c[0] == "create" and c[2].get("reason") == reason]
 
     async with reflection(home, provider) as made:
         for _ in range(2):
             assert await made.copies.reconcile(("services", "demo", "alias")) is None
-        assert not provider.calls  # an ExternalName is never copied...
+        assert not writes(provider)  # an ExternalName is never copied...
         [not_reflected] = said("NotReflected")  # ...and said once, not at every look
         assert "ExternalName" in not_reflected
 
@@ -616,11 +559,11 @@ async def test_what_is_not_copied_is_said_at_home_once_and_a_refused_copy_is_ret
         assert second is not None
         assert (first.requeue_after, second.requeue_after) == (1.0, 2.0)  # retried, backing off
 
-        del provider.refusing["ingresses"]  # the provider's policy now offers the class
+        provider.allow("create", INGRESSES)  # the provider's policy now offers the class
         assert await made.copies.reconcile(("ingresses", "demo", "site")) is None
-        assert provider.calls[-1][:2] == ("create", "ingresses")
+        assert writes(provider)[-1][:2] == ("create", "ingresses")
         later = "ValidatingAdmissionPolicy denied request: spec.rules[].host: site.example.com not within the hosts"
-        provider.refusing["ingresses"] = ApiError(403, "Forbidden", later)  # the policy tightened since
+        provider.refuse("create", INGRESSES, ApiError(403, "Forbidden", later))  # the policy tightened since
         again = await made.copies.reconcile(("ingresses", "demo", "site"))
         assert again is not None
         assert again.requeue_after == 1.0  # a new refusal starts over
@@ -646,35 +589,35 @@ async def test_events_about_our_pods_are_mirrored_once_per_event() -> None:
     other["involvedObject"] = other["involvedObject"] | {"uid": "old-pod"}
     mirrored = forge_events.mirrored_event(remote_event(), home_object=home_pod(), provider_id=PROVIDER_ID)
     mirrored["metadata"] |= {"name": "web-1.17c", "namespace": "demo-rome"}
-    home = FakeApi((PODS, home_pod()))
-    provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()), (EVENTS, other), (EVENTS, mirrored))
+    home = api((PODS, home_pod()))
+    provider = api((PODS, remote_pod), (EVENTS, remote_event()), (EVENTS, other), (EVENTS, mirrored))
     async with reflection(home, provider) as made:
         await made.events.reconcile("demo-rome/web-1.17a")
-        [(verb, plural, event)] = home.calls
+        [(verb, plural, event)] = writes(home)
         assert (verb, plural, event["involvedObject"]["uid"], event["count"]) == ("create", "events", "u1", 4)
         await made.events.reconcile("demo-rome/web-1.17a")  # re-queued (its pod appearing...): nothing new
         await made.events.reconcile("demo-rome/web-1.17b")  # about an earlier pod of that name
         await made.events.reconcile("demo-rome/web-1.17c")  # itself a mirror
-        assert len(home.calls) == 1
+        assert len(writes(home)) == 1
 
         # Its count grows on the provider: the mirror exists, so it is applied.
         grown = remote_event() | {"count": 5}
-        provider.put(EVENTS, grown, kind="MODIFIED")
+        provider.put(EVENTS, grown)  # MODIFIED
         await eventually(
             lambda: _true((_remote(made, EVENTS, grown) or {}).get("count") == 5), timeout=5, message="seen"
         )
         await made.events.reconcile("demo-rome/web-1.17a")
-        assert [(c[0], c[2]["count"]) for c in home.calls[1:]] == [("apply", 5)]
+        assert [(c[0], c[2]["count"]) for c in writes(home)[1:]] == [("apply", 5)]
 
 
 async def test_a_mirror_found_made_by_a_previous_run_is_applied() -> None:
     remote_pod = remote_web_pod()
-    home = FakeApi((PODS, home_pod()))
-    home.existing.add(("events", "web-1.17a"))
-    provider = FakeApi((PODS, remote_pod), (EVENTS, remote_event()))
+    home = api((PODS, home_pod()))
+    home.refuse("create", EVENTS, ConflictError(409, "AlreadyExists", "already exists"), name="web-1.17a")
+    provider = api((PODS, remote_pod), (EVENTS, remote_event()))
     async with reflection(home, provider) as made:
         await made.events.reconcile("demo-rome/web-1.17a")
-        assert [c[:2] for c in home.calls] == [("create", "events"), ("apply", "events")]
+        assert [c[:2] for c in writes(home)] == [("create", "events"), ("apply", "events")]
 
 
 def _remote(made: Reflected, resource: Resource, obj: Obj) -> Obj | None:
@@ -702,13 +645,11 @@ async def test_events_about_our_service_copies_are_mirrored_onto_the_home_servic
             reason="SyncLoadBalancerFailed",
         )
 
-    home = FakeApi((SERVICES, home_service), (SERVICES, {"metadata": {"name": "db", "namespace": "demo"}}))
-    provider = FakeApi(
-        (SERVICES, copy), (SERVICES, theirs), (EVENTS, about("web", "rs1")), (EVENTS, about("db", "rs2"))
-    )
+    home = api((SERVICES, home_service), (SERVICES, {"metadata": {"name": "db", "namespace": "demo"}}))
+    provider = api((SERVICES, copy), (SERVICES, theirs), (EVENTS, about("web", "rs1")), (EVENTS, about("db", "rs2")))
     async with reflection(home, provider) as made:
         await made.events.reconcile("demo-rome/web.1")
-        [(verb, plural, event)] = home.calls
+        [(verb, plural, event)] = writes(home)
         assert (verb, plural) == ("create", "events")
         assert event["involvedObject"] == {
             "apiVersion": "v1",
@@ -719,4 +660,4 @@ async def test_events_about_our_service_copies_are_mirrored_onto_the_home_servic
         }
         assert event["reason"] == "SyncLoadBalancerFailed"
         await made.events.reconcile("demo-rome/db.1")  # a Service the provider made: not ours to report
-        assert len(home.calls) == 1
+        assert len(writes(home)) == 1

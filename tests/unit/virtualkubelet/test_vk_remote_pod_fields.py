@@ -11,7 +11,7 @@ from liqo.api import names
 from liqo.kube.projection import strip_bookkeeping
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.reflection.pods import REMOTE_POD_FIELDS
-from tests.helpers import api_pods
+from tests.shared import api_pods
 
 Object = dict[str, Any]
 

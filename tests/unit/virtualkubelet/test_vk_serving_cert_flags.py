@@ -6,7 +6,7 @@ import pytest
 
 from liqo.apps.virtualkubelet import parse_args
 from liqo.install.manifests import virtual_kubelet_rules, virtual_kubelet_workload
-from tests.helpers import SAMPLE_VALUES
+from tests.shared import SAMPLE_VALUES
 
 CERTIFICATES = "certificates.k8s.io"
 

@@ -1,0 +1,1 @@
+"""liqo.network: the fabric's pods, tunnels and routes between clusters, ``liqoctl test network``, peer pools."""

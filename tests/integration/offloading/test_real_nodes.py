@@ -1,0 +1,87 @@
+"""A pod offloaded from home onto a provider's real node: a real container, managed with kubectl at home.
+
+The home cluster (rome, fake nodes) peers with florence, whose only node is real. Every kubectl command
+runs against rome; it reaches the container through rome's API server, the virtual kubelet, florence's API
+server and florence's kubelet, containerd and runc.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liqo.kube.resources import PODS
+from liqo.local.realnodes import images
+from liqo.local.spec import ClusterSpec
+from tests.integration.helpers import (
+    Site,
+    install_liqo,
+    kubectl,
+    offloaded_to,
+    pod,
+    port_forward,
+    purge,
+    running_pods,
+    start,
+    unique,
+)
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root"),
+]
+
+TOOLBOX = images.TOOLBOX_PINNED
+SERVER = ["sh", "-c", "echo started; exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo pong'"]
+
+
+@pytest.fixture(scope="module")
+def florence() -> Iterator[Site]:
+    local = start(ClusterSpec(name=unique("florence"), nodes=0, real_nodes=1, pod_cidr="10.246.0.0/16"))
+    yield Site(local, install_liqo(local))
+    purge(local)
+
+
+@pytest.fixture(scope="module")
+def rome_site(sites: dict[str, Site]) -> Site:
+    return sites["rome"]
+
+
+async def test_a_pod_offloaded_to_a_real_node_answers_kubectl_at_home(
+    rome_site: Site, florence: Site, tmp_path: Path
+) -> None:
+    async with offloaded_to(rome_site, florence, strategy="Remote", prefix="rn") as offloaded:
+        home, ns = rome_site.cluster, offloaded.namespace
+        container = {"name": "app", "image": TOOLBOX, "command": SERVER}
+        async with rome_site.client() as consumer:
+            await consumer.create(PODS, pod("worker", ns, containers=[container]))
+            await running_pods(consumer, ns, 1)
+        async with florence.client() as provider:
+            (twin,) = await running_pods(provider, offloaded.twin, 1)
+            assert twin["spec"]["nodeName"] == f"{florence.cluster.name}-real-1"
+
+        assert "started" in kubectl(home, "logs", "-n", ns, "worker")
+        assert kubectl(home, "exec", "-n", ns, "worker", "--", "cat", "/proc/1/cmdline").startswith("socat\0")
+        # stdin's end crosses both API servers and the virtual kubelet: cat ends, so does kubectl.
+        echoed = kubectl(home, "exec", "-i", "-n", ns, "worker", "--", "cat", stdin="across\n", timeout=30)
+        assert echoed == "across\n"
+        (tmp_path / "in.txt").write_text("copied across\n")
+        kubectl(home, "cp", str(tmp_path / "in.txt"), f"{ns}/worker:/tmp/in.txt", timeout=30)
+        kubectl(home, "cp", f"{ns}/worker:/tmp/in.txt", str(tmp_path / "out.txt"), timeout=30)
+        assert (tmp_path / "out.txt").read_text() == "copied across\n"
+
+        with port_forward(home, ns, "worker", 8080) as port:
+            for _ in range(2):  # one connection after another over the same forward
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                    assert conn.recv(100) == b"pong\n"
+
+        # kubectl run -it: the pod is created, scheduled on the virtual node, attached to through it.
+        shell = kubectl(
+            home, "run", "shell", "-n", ns, f"--image={TOOLBOX}", "--restart=Never", "-i", "--rm", "--quiet",
+            "--", "sh", "-c", "read line; echo got $line on $(hostname)", stdin="hello\n", timeout=120,
+        )  # fmt: skip
+        assert shell.startswith("got hello on shell")

@@ -1,0 +1,1 @@
+"""liqo.peering: authentication, identities, tenants, peer and unpeer, what a peer may send and write."""

@@ -1,0 +1,1 @@
+"""liqo.sharing: offers, and how often a provider rewrites them."""

@@ -1,0 +1,1 @@
+"""liqo.virtualkubelet: reflection (Services, endpoints, ConfigMaps...), streams, fit, its serving certificate."""

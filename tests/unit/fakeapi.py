@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from liqo.kube.client import status_body
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.resources import Resource
 from tests.shared import Obj, apply_patch
@@ -340,12 +341,7 @@ class FakeApi:
         status: Obj,
         resource_version: str | None = None,
     ) -> Obj:
-        metadata = (
-            {"name": name}
-            | ({"namespace": namespace} if namespace else {})
-            | ({"resourceVersion": resource_version} if resource_version else {})
-        )
-        body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}
+        body = status_body(resource, name=name, namespace=namespace, status=status, resource_version=resource_version)
         return await self.apply(resource, body, subresource="status")
 
     async def delete(

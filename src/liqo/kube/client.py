@@ -385,12 +385,7 @@ class KubeClient:
         ConflictError if the object moved since): for a status decided from the object as the cache saw
         it, where someone else may have written since (a human's verdict) and a forced apply would undo it.
         """
-        metadata = (
-            {"name": name}
-            | ({"namespace": namespace} if namespace else {})
-            | ({"resourceVersion": resource_version} if resource_version else {})
-        )
-        body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}
+        body = status_body(resource, name=name, namespace=namespace, status=status, resource_version=resource_version)
         return await self.apply(resource, body, subresource="status")
 
     async def delete(
@@ -533,3 +528,15 @@ def _decode_status(raw: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return {"message": raw.decode("utf-8", "replace")[:500]}
     return decoded if isinstance(decoded, dict) else None
+
+
+def status_body(
+    resource: Resource, *, name: str, namespace: str | None, status: dict[str, Any], resource_version: str | None
+) -> dict[str, Any]:
+    """The body of a status apply: the object's identity and ``status``, nothing else (pure)."""
+    metadata = (
+        {"name": name}
+        | ({"namespace": namespace} if namespace else {})
+        | ({"resourceVersion": resource_version} if resource_version else {})
+    )
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status}

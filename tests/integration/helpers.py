@@ -26,7 +26,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
-from liqo.api.resources import FOREIGN_CLUSTERS, SHARING_POLICIES, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -367,7 +367,9 @@ async def running_pods(client: KubeClient, namespace: str, count: int) -> list[O
 
     async def all_running() -> bool:
         nonlocal found
-        found = [p for p in (await client.list_all(PODS, namespace=namespace))[0] if running(p)]
+        # A pod being deleted still says Running until its containers stop: not one the caller waits for.
+        pods = (await client.list_all(PODS, namespace=namespace))[0]
+        found = [p for p in pods if running(p) and not p["metadata"].get("deletionTimestamp")]
         return len(found) == count
 
     await eventually(all_running, timeout=60, message=f"{count} pods Running in {client.name}/{namespace}")
@@ -397,10 +399,13 @@ async def stopped(site: Site | LocalCluster, *components: str) -> AsyncIterator[
 
 
 @contextlib.asynccontextmanager
-async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str = "off") -> AsyncIterator[Offloaded]:
+async def offloaded_to(
+    home: Site, provider: Site, *, strategy: str, prefix: str = "off", keep_peering: bool = False
+) -> AsyncIterator[Offloaded]:
     """``home`` peered with ``provider`` and a fresh namespace offloaded there with ``strategy``, for the duration.
 
-    On the way out: unoffloaded, the namespace deleted, unpeered, and both clusters checked clean.
+    On the way out: unoffloaded (its twin gone), the namespace deleted; unless ``keep_peering``, also
+    unpeered and both clusters checked clean (then :func:`unpeered` does that later, once).
     """
     async with home.client() as consumer, provider.client() as producer:
         await peering.peer(consumer, producer, timeout=30)
@@ -416,8 +421,60 @@ async def offloaded_to(home: Site, provider: Site, *, strategy: str, prefix: str
         finally:
             await offloading.unoffload(consumer, namespace, timeout=120)
             await consumer.delete(NAMESPACES, namespace)
+    if not keep_peering:
+        await unpeered(home, provider)
+
+
+async def unpeered(home: Site, provider: Site) -> None:
+    """``home`` no longer consuming from ``provider`` (a no-op if it was not), and both clusters checked clean."""
+    async with home.client() as consumer, provider.client() as producer:
+        try:
             await peering.unpeer(consumer, provider.cluster_id, timeout=90)
+        except peering.PeeringError as exc:
+            if not str(exc).startswith("no peer named"):
+                raise
         await expect_clean(consumer, producer)
+
+
+async def offload_fresh(consumer: KubeClient, home_id: str) -> Offloaded:
+    """A new namespace of ``home_id`` offloaded (Remote) (peered already); undo with :func:`drop_offloaded`."""
+    namespace = unique("off")
+    await consumer.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    await offloading.offload(consumer, namespace, pod_offloading_strategy="Remote")
+    await offloading.wait_offloaded(consumer, namespace, timeout=60)
+    return Offloaded(namespace=namespace, twin=names.twin_namespace(namespace, home_cluster_id=home_id), node="")
+
+
+async def drop_offloaded(consumer: KubeClient, namespace: str) -> None:
+    await offloading.unoffload(consumer, namespace, timeout=120)
+    await consumer.delete(NAMESPACES, namespace)
+
+
+def shadow_pod(name: str, twin: str, consumer_id: str, *, cpu: str) -> Obj:
+    """A ShadowPod as a peer may write it: a plain baseline pod asking for ``cpu``."""
+    resources: Obj = {"requests": {"cpu": cpu, "memory": "16Mi"}}
+    return {
+        "apiVersion": SHADOW_PODS.api_version,
+        "kind": SHADOW_PODS.kind,
+        "metadata": {"name": name, "namespace": twin, "labels": names.peer_labels(consumer_id)},
+        "spec": {
+            "pod": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "app", "image": "nginx", "resources": resources}],
+            },
+            "homePodUID": f"uid-{name}",
+        },
+    }
+
+
+def namespace_map(consumer_id: str, mappings: dict[str, str]) -> Obj:
+    """A consumer's NamespaceMap on its provider (home namespace → twin), as its manager or a peer writes it."""
+    return {
+        "apiVersion": NAMESPACE_MAPS.api_version,
+        "kind": NAMESPACE_MAPS.kind,
+        "metadata": {"name": consumer_id, "namespace": names.tenant_namespace(consumer_id)},
+        "spec": {"consumerClusterID": consumer_id, "mappings": mappings},
+    }
 
 
 @contextlib.asynccontextmanager

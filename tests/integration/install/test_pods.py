@@ -252,7 +252,8 @@ async def test_the_leader_killed_mid_burst_hands_over_and_loses_no_pod(
     async with porto.client() as consumer, lisbon.client() as provider:
         leader = await holder(provider)
         pod_name = leader.rsplit("-", 2)[0]
-        await consumer.create(DEPLOYMENTS, deployment("burst", offloaded_ns, replicas=replicas, containers=[WEB]))
+        burst = deployment("burst", offloaded_ns, replicas=replicas, containers=[WEB], terminationGracePeriodSeconds=1)
+        await consumer.create(DEPLOYMENTS, burst)
 
         async def burst_started() -> bool:
             pods = (await provider.list_all(PODS, namespace=twin(offloaded_ns, porto), label_selector="app=burst"))[0]
@@ -276,9 +277,20 @@ async def test_the_leader_killed_mid_burst_hands_over_and_loses_no_pod(
         remote = (await provider.list_all(PODS, namespace=twin(offloaded_ns, porto), label_selector="app=burst"))[0]
         assert len(remote) == replicas, "no duplicate and no lost pod on the provider"
         await consumer.delete(DEPLOYMENTS, "burst", namespace=offloaded_ns)
+        await gone_at_both_ends(consumer, provider, offloaded_ns, twin(offloaded_ns, porto), prefix="burst-")
 
 
-async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offloaded_ns: str) -> None:
+async def gone_at_both_ends(consumer: KubeClient, provider: KubeClient, home: str, remote: str, *, prefix: str) -> None:
+    """Wait until no pod named ``prefix``… is left at home or in the provider: the next test counts pods."""
+
+    async def none_left() -> bool:
+        pods = (await consumer.list_all(PODS, namespace=home))[0] + (await provider.list_all(PODS, namespace=remote))[0]
+        return not any(p["metadata"]["name"].startswith(prefix) for p in pods)
+
+    await eventually(none_left, timeout=120, message=f"the pods {prefix}* gone at both ends")
+
+
+async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbon: Site, offloaded_ns: str) -> None:
     async with porto.client() as consumer:
         kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{manifests.MANAGER}")
         created, refused = 0, []
@@ -287,7 +299,8 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offlo
             nonlocal created
             name = f"during-{created}"
             try:
-                await consumer.create(PODS, pod(name, offloaded_ns, containers=[WEB]))
+                # httpd as PID 1 ignores SIGTERM: a short grace, so that they are gone before the next test.
+                await consumer.create(PODS, pod(name, offloaded_ns, containers=[WEB], terminationGracePeriodSeconds=1))
             except KubeError as exc:
                 refused.append(f"{name}: {exc}")
             created += 1
@@ -306,6 +319,8 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, offlo
         assert not refused
         for index in range(created):
             await consumer.delete(PODS, f"during-{index}", namespace=offloaded_ns)
+        async with lisbon.client() as provider:
+            await gone_at_both_ends(consumer, provider, offloaded_ns, twin(offloaded_ns, porto), prefix="during-")
 
 
 def chart_version(directory: Path, version: str, *, grace: int) -> Path:

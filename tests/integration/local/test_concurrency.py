@@ -1,8 +1,9 @@
 """Concurrent ``liqoctl local``: two loops of up / peer / purge beside ``local list``, no error, nothing left.
 
 The loops are :mod:`tests.local_stress` (``scripts/local-stress`` runs them longer by hand); here for a
-bounded time, ``LIQO_STRESS_MINUTES`` (default 3). The second loop's provider has a real node when the run
-is root, so underlay slots, veths and namespaces are made and released concurrently too.
+bounded time, ``LIQO_STRESS_MINUTES`` (default 1: a round or two per loop, ~3 minutes on 2 busy cores; the
+suite's lanes bring up and purge clusters concurrently all along besides). The second loop's provider has a
+real node when the run is root, so underlay slots, veths and namespaces are made and released concurrently too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from tests import local_stress
 
-MINUTES = float(os.environ.get("LIQO_STRESS_MINUTES", "3"))
+MINUTES = float(os.environ.get("LIQO_STRESS_MINUTES", "1"))
 
 
 # Rounds start until MINUTES are up; the last one then finishes (a few minutes on 2 busy cores).

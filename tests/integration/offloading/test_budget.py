@@ -24,17 +24,19 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, Resource
 from liqo.local import clusters
-from liqo.offloading import operations as offloading
 from liqo.peering import operations
 from tests.integration.helpers import (
     Offloaded,
     Site,
     deployment,
+    drop_offloaded,
     expect_clean,
+    offload_fresh,
     peer_identity,
     pod,
     running,
     running_pods,
+    shadow_pod,
     sharing_policy,
     stopped,
     unique,
@@ -70,23 +72,6 @@ async def budget_cpu(milan: KubeClient, sites: dict[str, Site], cpu: str) -> Non
     await eventually(offered, timeout=30, message=f"milan's offer to rome accepted with cpu={cpu}")
 
 
-def shadow_pod(name: str, twin: str, consumer_id: str, *, cpu: str) -> Obj:
-    """A ShadowPod as a peer may write it: a plain baseline pod asking for ``cpu``."""
-    resources: Obj = {"requests": {"cpu": cpu, "memory": "16Mi"}}
-    return {
-        "apiVersion": SHADOW_PODS.api_version,
-        "kind": SHADOW_PODS.kind,
-        "metadata": {"name": name, "namespace": twin, "labels": names.peer_labels(consumer_id)},
-        "spec": {
-            "pod": {
-                "automountServiceAccountToken": False,
-                "containers": [{"name": "app", "image": "nginx", "resources": resources}],
-            },
-            "homePodUID": f"uid-{name}",
-        },
-    }
-
-
 async def shadows_in(milan: KubeClient, twins: list[str]) -> dict[str, Obj]:
     found: dict[str, Obj] = {}
     for twin in twins:
@@ -106,20 +91,6 @@ async def pods_in(milan: KubeClient, twins: list[str]) -> dict[str, Obj]:
 def phase(shadow: Obj) -> tuple[str | None, str | None]:
     status = shadow.get("status") or {}
     return status.get("phase"), status.get("reason")
-
-
-async def offload_namespace(rome: KubeClient, sites: dict[str, Site]) -> Offloaded:
-    namespace = unique("off")
-    await rome.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    await offloading.offload(rome, namespace, pod_offloading_strategy="Remote")
-    await offloading.wait_offloaded(rome, namespace, timeout=60)
-    twin = names.twin_namespace(namespace, home_cluster_id=sites["rome"].cluster_id)
-    return Offloaded(namespace=namespace, twin=twin, node="")
-
-
-async def drop_offloaded(rome: KubeClient, namespace: str) -> None:
-    await offloading.unoffload(rome, namespace, timeout=120)
-    await rome.delete(NAMESPACES, namespace)
 
 
 def home_reason(pod: Obj) -> str:
@@ -157,7 +128,7 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
-    more = [await offload_namespace(rome, sites) for _ in range(2)]
+    more = [await offload_fresh(rome, sites["rome"].cluster_id) for _ in range(2)]
     twins = [offloaded.twin, *(o.twin for o in more)]
     try:
         async with sharing_policy(milan, rome_id, prefix="budget", percentage=100, limits={"cpu": "1"}):
@@ -349,7 +320,7 @@ async def test_a_smaller_offer_keeps_the_running_pods_and_holds_back_new_ones(
 
 
 async def test_no_pod_runs_in_a_twin_before_the_offer_is_accepted(
-    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, not_peered: None
 ) -> None:
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     tenant = names.tenant_namespace(rome_id)

@@ -29,7 +29,16 @@ from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.forge import pods as forge_pods
-from tests.integration.helpers import Offloaded, Site, expect_clean, pod, running_pods, stopped, unique
+from tests.integration.helpers import (
+    Offloaded,
+    Site,
+    expect_clean,
+    namespace_map,
+    pod,
+    running_pods,
+    stopped,
+    unique,
+)
 from tests.shared import Obj, eventually
 
 RBAC = "rbac.authorization.k8s.io"
@@ -222,15 +231,6 @@ async def test_a_virtual_node_replaced_by_a_namesake_is_left_to_it_even_by_unpee
 
 
 # -- NamespaceMap: bounds, reserved names, no hot loop -------------------------------------------------------
-
-
-def namespace_map(consumer_id: str, mappings: dict[str, str]) -> Obj:
-    return {
-        "apiVersion": NAMESPACE_MAPS.api_version,
-        "kind": NAMESPACE_MAPS.kind,
-        "metadata": {"name": consumer_id, "namespace": names.tenant_namespace(consumer_id)},
-        "spec": {"consumerClusterID": consumer_id, "mappings": mappings},
-    }
 
 
 async def refusing_policy(client: KubeClient, *, name: str, prefix: str) -> None:
@@ -484,7 +484,7 @@ async def test_malformed_grace_periods_never_jam_deletion(
 
 
 async def test_uninstall_purge_of_a_provider_removes_its_twins_and_everything_of_liqos(
-    sites: dict[str, Site], rome: KubeClient, naples: KubeClient
+    sites: dict[str, Site], rome: KubeClient, naples: KubeClient, not_peered: None
 ) -> None:
     rome_id, naples_id = sites["rome"].cluster_id, sites["naples"].cluster_id
     await peering.peer(rome, naples, timeout=60)

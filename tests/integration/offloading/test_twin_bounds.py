@@ -16,7 +16,7 @@ import pytest
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, object_quota, quota_matches
 from liqo.api.networks import ClusterNetwork, PodNetwork, pods_seen_at, recorded_network, remapped_pod_cidr
-from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS
+from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHADOW_PODS
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -25,15 +25,28 @@ from liqo.kube.resources import (
     LEASES,
     NAMESPACES,
     NETWORK_POLICIES,
+    PODS,
     RESOURCE_QUOTAS,
     ROLE_BINDINGS,
     SECRETS,
     SERVICES,
     Resource,
 )
+from liqo.offloading import operations as offloading
 from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_network_policy
 from liqo.peering import operations
-from tests.integration.helpers import Offloaded, Site, peer_identity, sharing_policy, stopped, unique
+from tests.integration.helpers import (
+    Offloaded,
+    Site,
+    drop_offloaded,
+    namespace_map,
+    offload_fresh,
+    peer_identity,
+    shadow_pod,
+    sharing_policy,
+    stopped,
+    unique,
+)
 from tests.shared import Obj, eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
@@ -298,3 +311,54 @@ async def test_after_a_deny_the_peer_writes_nothing_in_its_twin_until_shared_aga
         binding = await milan.get(ROLE_BINDINGS, names.PEER_WRITER_BINDING, namespace=twin)
         assert binding["roleRef"]["name"] == names.PEER_TWIN_WRITER_ROLE
         await peer.delete(SERVICES, "after", namespace=twin)
+
+
+# -- 5. a dropped twin ------------------------------------------------------------------------------------------
+
+
+async def test_a_dropped_twin_takes_its_own_shadow_pods_and_nothing_else(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
+) -> None:
+    """Milan deletes a dropped twin (its UID a precondition), then the ShadowPods listed in it, each by name and UID.
+
+    The peer names its ShadowPods and drops the twin itself: a namesake in its other twin stays, with its pod.
+    """
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    tenant = names.tenant_namespace(rome_id)
+    other = await offload_fresh(rome, rome_id)
+    try:
+        async with peer_identity(rome, milan_id, name="rome@milan") as peer, stopped(sites["rome"], *ROME_COMPONENTS):
+            for twin in (offloaded.twin, other.twin):
+                await peer.create(SHADOW_PODS, shadow_pod("namesake", twin, rome_id, cpu="10m"))
+            await peer.create(SHADOW_PODS, shadow_pod("only-here", offloaded.twin, rome_id, cpu="10m"))
+
+            async def pods_made() -> bool:
+                made = [(await count(milan, PODS, twin)) for twin in (offloaded.twin, other.twin)]
+                return made == [2, 1]
+
+            await eventually(pods_made, timeout=60, message="milan made the three ShadowPods' pods")
+            kept = await milan.get(SHADOW_PODS, "namesake", namespace=other.twin)
+            mappings = (await milan.get(NAMESPACE_MAPS, rome_id, namespace=tenant))["spec"]["mappings"]
+            assert set(mappings) == {offloaded.namespace, other.namespace}
+            del mappings[offloaded.namespace]
+            await peer.apply(NAMESPACE_MAPS, namespace_map(rome_id, mappings))
+
+            async def dropped() -> bool:
+                try:
+                    await milan.get(NAMESPACES, offloaded.twin)
+                except NotFoundError:
+                    return True
+                return False
+
+            await eventually(dropped, timeout=60, message=f"the dropped twin {offloaded.twin} gone, its pods with it")
+            now = await milan.get(SHADOW_PODS, "namesake", namespace=other.twin)
+            assert now["metadata"]["uid"] == kept["metadata"]["uid"]
+            assert "deletionTimestamp" not in now["metadata"]
+            assert [
+                p["metadata"].get("deletionTimestamp") for p in (await milan.list_all(PODS, namespace=other.twin))[0]
+            ] == [None]
+            await peer.delete(SHADOW_PODS, "namesake", namespace=other.twin)
+        # rome's manager, back, asks for the twin again: the fixture's unoffload then finds it as it left it.
+        await offloading.wait_offloaded(rome, offloaded.namespace, timeout=60)
+    finally:
+        await drop_offloaded(rome, other.namespace)

@@ -134,10 +134,11 @@ def test_a_small_block_in_a_crowded_8_is_found_without_trying_every_block() -> N
     start = int(net("10.0.0.0/8").network_address)
     taken = [IPv4Network((start + 32 * i, 28)) for i in range(40_000)] + [net("10.19.136.0/21")]
     reserved = [IPv4Network((start + 32 * i + 16, 28)) for i in range(40_000)]
-    began = time.perf_counter()
+    # This process's CPU time, not the wall clock: beside a loaded suite the wall clock measures the neighbours.
+    began = time.process_time()
     block = allocate(net("10.244.0.0/28"), reserved=[*OURS, *reserved], taken=taken)
     assert block == net("10.19.144.0/28")
-    assert time.perf_counter() - began < 5
+    assert time.process_time() - began < 5
 
 
 def test_default_pools_are_the_private_ranges() -> None:

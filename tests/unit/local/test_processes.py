@@ -4,6 +4,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from liqo.local.processes import ProcessRef, is_alive, ref_of, terminate, wait_gone
 
 
@@ -53,6 +55,23 @@ def test_wait_gone_times_out_on_a_live_process() -> None:
         ref = ref_of(proc.pid)
         assert ref is not None
         assert not wait_gone(ref, timeout=0.1)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_a_process_that_exits_as_its_pidfd_is_opened_counts_as_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a purge in CI met: pidfd_open failing with ENOENT for a component exiting at that moment.
+    proc = spawn("import time; time.sleep(60)")
+    try:
+        ref = ref_of(proc.pid)
+        assert ref is not None
+
+        def vanished(pid: int) -> int:
+            raise FileNotFoundError(2, "No such file or directory")
+
+        monkeypatch.setattr(os, "pidfd_open", vanished)
+        assert wait_gone(ref, timeout=0.1)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

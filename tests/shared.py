@@ -19,12 +19,18 @@ Obj = dict[str, Any]
 """A Kubernetes object as the API server sends it, and as liqo handles it: a plain dict."""
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float, message: str, every: float = 0.1) -> None:
-    """Wait until ``check()`` is true; fail with ``message`` after ``timeout`` seconds."""
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float, message: str | Callable[[], str], every: float = 0.1
+) -> None:
+    """Wait until ``check()`` is true; fail with ``message`` after ``timeout`` seconds.
+
+    ``message`` may be a function, called once at the deadline: what the check last saw, the first thing a
+    reader of a failed CI run needs (a slow start and a lost pod both time out, only the state tells which).
+    """
     deadline = time.monotonic() + timeout
     while not await check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
+            raise AssertionError(f"timed out after {timeout:.0f}s: {message() if callable(message) else message}")
         await asyncio.sleep(every)
 
 

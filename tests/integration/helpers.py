@@ -8,6 +8,7 @@ share are in :mod:`tests.shared`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import subprocess
@@ -362,18 +363,38 @@ def running(obj: Obj) -> bool:
     return bool((obj.get("status") or {}).get("phase") == "Running")
 
 
-async def running_pods(client: KubeClient, namespace: str, count: int) -> list[Obj]:
+async def running_pods(client: KubeClient, namespace: str, count: int, *, timeout: float = 60) -> list[Obj]:
     found: list[Obj] = []
+    seen: list[Obj] = []
 
     async def all_running() -> bool:
-        nonlocal found
+        nonlocal found, seen
         # A pod being deleted still says Running until its containers stop: not one the caller waits for.
-        pods = (await client.list_all(PODS, namespace=namespace))[0]
-        found = [p for p in pods if running(p) and not p["metadata"].get("deletionTimestamp")]
+        seen = (await client.list_all(PODS, namespace=namespace))[0]
+        found = [p for p in seen if running(p) and not p["metadata"].get("deletionTimestamp")]
         return len(found) == count
 
-    await eventually(all_running, timeout=60, message=f"{count} pods Running in {client.name}/{namespace}")
+    def last_seen() -> str:
+        states = collections.Counter(pod_state(p) for p in seen)
+        return f"{count} pods Running in {client.name}/{namespace}; last seen: " + (
+            ", ".join(f"{n} {state}" for state, n in states.most_common()) or "no pod"
+        )
+
+    await eventually(all_running, timeout=timeout, message=last_seen)
     return found
+
+
+def pod_state(pod: Obj) -> str:
+    """A pod's phase and why, in a few words: ``Pending/ContainerCreating``, ``Running (deleting)``."""
+    status = pod.get("status") or {}
+    waiting = [
+        (c.get("state") or {}).get("waiting", {}).get("reason")
+        for c in status.get("containerStatuses") or []
+        if (c.get("state") or {}).get("waiting")
+    ]
+    reason = status.get("reason") or next((r for r in waiting if r), "")
+    deleting = " (deleting)" if pod["metadata"].get("deletionTimestamp") else ""
+    return f"{status.get('phase', 'NoPhase')}{'/' + reason if reason else ''}{deleting}"
 
 
 @contextlib.asynccontextmanager

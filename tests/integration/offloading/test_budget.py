@@ -404,9 +404,17 @@ async def test_after_a_deny_the_pods_stop_and_run_again_when_shared(
             return not remote and len(home) == 2 and all(p["status"].get("phase") == "Pending" for p in home)
 
         await eventually(stopped_everywhere, timeout=150, message="no pod in milan, rome's pods Pending")
-        for shadow in (await shadows_in(milan, [offloaded.twin])).values():
-            if not shadow["metadata"].get("deletionTimestamp"):  # those rome has not withdrawn yet wait
-                assert phase(shadow) == ("Waiting", "NoAcceptedOffer")
+        waiting: dict[str, tuple[str | None, str | None]] = {}
+
+        async def left_shadows_wait() -> bool:
+            # Those rome has not withdrawn yet wait; one rome has just written may not have a status yet.
+            shadows = (await shadows_in(milan, [offloaded.twin])).values()
+            waiting.clear()
+            left = [s for s in shadows if not s["metadata"].get("deletionTimestamp")]
+            waiting.update((s["metadata"]["name"], phase(s)) for s in left)
+            return all(p == ("Waiting", "NoAcceptedOffer") for p in waiting.values())
+
+        await eventually(left_shadows_wait, timeout=30, message=lambda: f"shadows Waiting/NoAcceptedOffer: {waiting}")
         for home in (await rome.list_all(PODS, namespace=offloaded.namespace))[0]:
             # The virtual node goes with the offer: its pods are replaced by Pending ones nothing can schedule,
             # until then they show milan's reason.

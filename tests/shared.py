@@ -15,9 +15,6 @@ from hypothesis import strategies as st
 
 from liqo.install.values import Values
 
-Obj = dict[str, Any]
-"""A Kubernetes object as the API server sends it, and as liqo handles it: a plain dict."""
-
 
 async def eventually(
     check: Callable[[], Awaitable[bool]], *, timeout: float, message: str | Callable[[], str], every: float = 0.1

@@ -31,6 +31,7 @@ from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, SHADOW_PODS, SH
 from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CSRS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.local import clusters, toolchain
 from liqo.local.layout import ClusterDir, read_json
@@ -39,7 +40,7 @@ from liqo.local.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.peering.authprotocol import make_csr, sign_request
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 
 def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, every: float = 0.1) -> None:

@@ -37,8 +37,9 @@ from typing import Any
 
 from liqo.kube.client import status_body
 from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import Resource
-from tests.shared import Obj, apply_patch
+from tests.shared import apply_patch
 
 DELETED_AT = "2030-01-01T00:00:00Z"
 """The ``deletionTimestamp`` a marking delete sets."""

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from liqo.install import manifests
-from tests.shared import SAMPLE_VALUES, Obj
+from liqo.kube.objects import Obj
+from tests.shared import SAMPLE_VALUES
 
 
 class Signal:

@@ -97,10 +97,16 @@ def tenant_namespace(cluster_id: str) -> str:
     return f"{TENANT_NAMESPACE_PREFIX}{cluster_id}"
 
 
+def tenant_peer_id(namespace: str) -> str | None:
+    """The peer whose tenant namespace ``namespace`` is, if it is one: the one reading of that name (pure)."""
+    if namespace.startswith(TENANT_NAMESPACE_PREFIX):
+        return namespace.removeprefix(TENANT_NAMESPACE_PREFIX) or None
+    return None
+
+
 def tenant_peer(obj: Mapping[str, Any]) -> list[str]:
     """The peer whose tenant namespace holds ``obj``, as a controller's watch maps it: one ID, or none (pure)."""
-    namespace = (obj.get("metadata") or {}).get("namespace") or ""
-    peer = namespace.removeprefix(TENANT_NAMESPACE_PREFIX) if namespace.startswith(TENANT_NAMESPACE_PREFIX) else ""
+    peer = tenant_peer_id((obj.get("metadata") or {}).get("namespace") or "")
     return [peer] if peer else []
 
 

@@ -61,8 +61,8 @@ def identity_provider(secret: Mapping[str, Any]) -> str:
     """
     meta = secret.get("metadata") or {}
     namespace, name = meta.get("namespace") or "", meta.get("name") or ""
-    provider_id = namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX) if isinstance(namespace, str) else ""
-    if name != names.IDENTITY_SECRET or provider_id == namespace or not _CLUSTER_ID.fullmatch(provider_id):
+    provider_id = (names.tenant_peer_id(namespace) if isinstance(namespace, str) else None) or ""
+    if name != names.IDENTITY_SECRET or not _CLUSTER_ID.fullmatch(provider_id):
         raise UntrustedIdentity(
             f"identities are only read from Secret {names.IDENTITY_SECRET} in a provider's tenant namespace"
             f" ({names.TENANT_NAMESPACE_PREFIX}<cluster ID>)"

@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from liqo.kube.errors import ApiError, GoneError, UnreachableError
+from liqo.kube.objects import Obj
 from liqo.kube.projection import Projection, project, widest
 from liqo.kube.resources import Resource, object_key
 
 log = logging.getLogger(__name__)
 
-Object = dict[str, Any]
 
 _MIN_WATCH_TIMEOUT = 300
 """Watches last a random 300-600 s, as client-go's, so that many informers do not reconnect in lockstep."""
@@ -62,8 +62,8 @@ class WatchClient(Protocol):
         label_selector: str | None,
         field_selector: str | None,
         page_size: int,
-        transform: Callable[[Object], Object],
-    ) -> tuple[builtins.list[Object], str]:
+        transform: Callable[[Obj], Obj],
+    ) -> tuple[builtins.list[Obj], str]:
         """Every object of the collection (each through ``transform``, page by page) and its resourceVersion."""
 
     def watch(
@@ -76,7 +76,7 @@ class WatchClient(Protocol):
         field_selector: str | None,
         timeout_seconds: int,
         bookmarks: bool,
-    ) -> AsyncIterator[Object]:
+    ) -> AsyncIterator[Obj]:
         """Watch events from ``resource_version``; ERROR events are raised, 410 as GoneError."""
 
 
@@ -88,13 +88,13 @@ class EventHandler(Protocol):
     the informer. An exception is logged and does not stop the informer or the other handlers.
     """
 
-    def on_add(self, obj: Object) -> None:
+    def on_add(self, obj: Obj) -> None:
         """An object appeared (or is in the first list)."""
 
-    def on_update(self, old: Object, new: Object) -> None:
+    def on_update(self, old: Obj, new: Obj) -> None:
         """An object's resourceVersion changed."""
 
-    def on_delete(self, obj: Object) -> None:
+    def on_delete(self, obj: Obj) -> None:
         """An object is gone; ``obj`` is its final state, or the last one seen if the deletion was missed."""
 
 
@@ -102,21 +102,21 @@ class EventHandler(Protocol):
 class HandlerFuncs:
     """An :class:`EventHandler` made of optional callables, for handlers that care about some events only."""
 
-    add: Callable[[Object], None] | None = None
-    update: Callable[[Object, Object], None] | None = None
-    delete: Callable[[Object], None] | None = None
+    add: Callable[[Obj], None] | None = None
+    update: Callable[[Obj, Obj], None] | None = None
+    delete: Callable[[Obj], None] | None = None
 
-    def on_add(self, obj: Object) -> None:
+    def on_add(self, obj: Obj) -> None:
         """Call ``add`` if set."""
         if self.add is not None:
             self.add(obj)
 
-    def on_update(self, old: Object, new: Object) -> None:
+    def on_update(self, old: Obj, new: Obj) -> None:
         """Call ``update`` if set."""
         if self.update is not None:
             self.update(old, new)
 
-    def on_delete(self, obj: Object) -> None:
+    def on_delete(self, obj: Obj) -> None:
         """Call ``delete`` if set."""
         if self.delete is not None:
             self.delete(obj)
@@ -127,7 +127,7 @@ class Added:
     """A notification owed to the handlers: ``obj`` appeared."""
 
     key: str
-    obj: Object
+    obj: Obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +135,8 @@ class Updated:
     """A notification owed to the handlers: ``old`` became ``obj``."""
 
     key: str
-    old: Object
-    obj: Object
+    old: Obj
+    obj: Obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,7 @@ class Deleted:
     """A notification owed to the handlers: ``obj`` (its final or last known state) is gone."""
 
     key: str
-    obj: Object
+    obj: Obj
 
 
 Change = Added | Updated | Deleted
@@ -159,7 +159,7 @@ def _uid(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def diff(cache: Mapping[str, Object], fresh: Iterable[Object]) -> builtins.list[Change]:
+def diff(cache: Mapping[str, Obj], fresh: Iterable[Obj]) -> builtins.list[Change]:
     """The changes that turn ``cache`` into the state of a fresh list, in notification order.
 
     - An object whose resourceVersion is the cached one produces nothing, so a re-list after a reconnect
@@ -192,7 +192,7 @@ def diff(cache: Mapping[str, Object], fresh: Iterable[Object]) -> builtins.list[
     return changes
 
 
-def apply_changes(cache: MutableMapping[str, Object], changes: Iterable[Change]) -> None:
+def apply_changes(cache: MutableMapping[str, Obj], changes: Iterable[Change]) -> None:
     """Apply changes from :func:`diff` to a cache, in order."""
     for change in changes:
         if isinstance(change, Deleted):
@@ -221,14 +221,14 @@ class Store:
 
     __slots__ = ("_objects",)
 
-    def __init__(self, objects: Mapping[str, Object]) -> None:
+    def __init__(self, objects: Mapping[str, Obj]) -> None:
         self._objects = objects
 
-    def get(self, key: str) -> Object | None:
+    def get(self, key: str) -> Obj | None:
         """The cached object with that key, if any."""
         return self._objects.get(key)
 
-    def list(self) -> builtins.list[Object]:
+    def list(self) -> builtins.list[Obj]:
         """Every cached object."""
         return builtins.list(self._objects.values())
 
@@ -310,7 +310,7 @@ class Informer:
         self.page_size = page_size
         self.name = name or (f"{resource.plural}/{namespace}" if namespace else resource.plural)
         self.projection = projection
-        self._cache: dict[str, Object] = {}
+        self._cache: dict[str, Obj] = {}
         self.store = Store(self._cache)
         self._handlers: builtins.list[EventHandler] = []
         self._synced = asyncio.Event()
@@ -359,7 +359,7 @@ class Informer:
             raise RuntimeError(f"{self.name}: projection widened after the first list")
         self.projection = widened
 
-    def _ingest(self, obj: Object) -> Object:
+    def _ingest(self, obj: Obj) -> Obj:
         return project(self.projection, obj)
 
     def add_handler(self, handler: EventHandler) -> None:
@@ -462,7 +462,7 @@ class Informer:
         if rv:
             self._resource_version = rv
 
-    def _apply_event(self, kind: str, obj: Object) -> None:
+    def _apply_event(self, kind: str, obj: Obj) -> None:
         try:
             key = object_key(obj)
         except ValueError as exc:

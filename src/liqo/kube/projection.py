@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-Object = dict[str, Any]
+from liqo.kube.objects import Obj
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 """The annotation ``kubectl apply`` stores the whole applied manifest in."""
@@ -37,7 +37,7 @@ _Tree = dict[str, "_Tree | None"]
 """A compiled projection: the keys kept at each level; None keeps the whole value."""
 
 
-def strip_bookkeeping(obj: Object) -> Object:
+def strip_bookkeeping(obj: Obj) -> Obj:
     """``obj`` without ``metadata.managedFields`` and the last-applied annotation (pure; ``obj`` is not changed).
 
     Applied to every object every cache keeps, projected or not.
@@ -78,9 +78,9 @@ class Projection:
     def _tree(self) -> _Tree:
         return _compile(self.paths)
 
-    def __call__(self, obj: Object) -> Object:
+    def __call__(self, obj: Obj) -> Obj:
         """``obj`` with only the declared paths, the server's bookkeeping dropped (pure; idempotent)."""
-        projected: Object = _project(strip_bookkeeping(obj), self._tree)
+        projected: Obj = _project(strip_bookkeeping(obj), self._tree)
         return projected
 
 
@@ -94,7 +94,7 @@ def widest(a: Projection | None, b: Projection | None) -> Projection | None:
     return None if a is None or b is None else a | b
 
 
-def project(projection: Projection | None, obj: Object) -> Object:
+def project(projection: Projection | None, obj: Obj) -> Obj:
     """``obj`` as a cache with ``projection`` keeps it (None: whole but for the server's bookkeeping)."""
     return strip_bookkeeping(obj) if projection is None else projection(obj)
 

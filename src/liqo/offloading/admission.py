@@ -37,6 +37,7 @@ from liqo.api import names
 from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES
 from liqo.offloading.podsecurity import BOOKKEEPING_ANNOTATIONS, PolicySelector, Verdict, shadow_pod_verdict
 from liqo.offloading.registration import VALIDATE_PATH
@@ -44,7 +45,6 @@ from liqo.offloading.webhook import LOOKUP_TIMEOUT, PodReview, WebhookClient, re
 
 log = logging.getLogger(__name__)
 
-Object = dict[str, Any]
 
 NOT_SYNCED = (
     "liqo's ShadowPod webhook has not loaded the twin namespaces and sharing policies yet (the manager is"
@@ -114,7 +114,7 @@ class ShadowPodWebhook:
         """Answer one AdmissionReview."""
         return await serve_review(request, self.review)
 
-    async def review(self, review: PodReview) -> Object:
+    async def review(self, review: PodReview) -> Obj:
         """Allowed, or refused (403) with every violation of the ShadowPod named."""
         if not is_shadow_pod_write(review) or unchanged(review):
             return review_response(uid=review.uid)
@@ -142,7 +142,7 @@ class ShadowPodWebhook:
             policy_of=lambda consumer: self._select(policies, consumer),
         )
 
-    async def _namespace(self, name: str) -> Object | None:
+    async def _namespace(self, name: str) -> Obj | None:
         cached = self.namespaces.store.get(name)
         if cached is not None:
             return cached

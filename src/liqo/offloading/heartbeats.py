@@ -32,11 +32,11 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError, NotFoundError
 from liqo.kube.informer import HandlerFuncs
+from liqo.kube.objects import Obj
 from liqo.kube.resources import ENDPOINT_SLICES, LEASES, NAMESPACES
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 SILENCE_SECONDS = 40.0
 """How long a heartbeat may go unrenewed before the consumer's endpoints are taken as unknown (a node's
@@ -44,13 +44,6 @@ Lease duration: the same judgement Kubernetes makes of a silent kubelet)."""
 
 
 # -- pure decisions --------------------------------------------------------------------------------------
-
-
-def consumer_of_tenant(namespace: str) -> str | None:
-    """The consumer whose tenant namespace ``namespace`` is, if it is one (pure)."""
-    if namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
-        return namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX) or None
-    return None
 
 
 def consumer_of_twin(namespace: Obj | None) -> str | None:
@@ -120,7 +113,7 @@ class Heartbeats(Component):
 
     def _beat(self, lease: Obj) -> None:
         meta = lease["metadata"]
-        consumer = consumer_of_tenant(meta.get("namespace") or "")
+        consumer = names.tenant_peer_id(meta.get("namespace") or "")
         if consumer is None or meta["name"] != names.CONSUMER_HEARTBEAT:
             return
         version = meta.get("resourceVersion", "")

@@ -93,6 +93,7 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, NETWORK_POLICIES, RESOURCE_QUOTAS, ROLE_BINDINGS, terminating
 from liqo.offloading.budget import Budget, budget_of
 from liqo.offloading.namespaces import retry_delay
@@ -110,7 +111,6 @@ from liqo.offloading.twins import (
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 BUILTIN_RESERVED = ("default", "kube-*", f"{names.LIQO_NAMESPACE}*")
 """Names no twin may take, whatever the provider configures: the system's, and liqo's own (``liqo``, tenant

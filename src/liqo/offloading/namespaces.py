@@ -39,11 +39,11 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, terminating
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 RESYNC = 15.0
 """How often a provider with namespaces offloaded to it is probed (and its map compared) when all is well."""

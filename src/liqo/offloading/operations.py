@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from liqo.api import names
 from liqo.api.crds import NAMESPACE_MAPPING_STRATEGIES, POD_OFFLOADING_STRATEGIES
@@ -24,11 +24,11 @@ from liqo.api.identity import read_identity
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, InvalidError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, terminating
 from liqo.offloading.namespaces import selected_providers, twin_name
 
 Progress = Callable[[str], None]
-Obj = dict[str, Any]
 
 OFFLOAD_TIMEOUT = 60.0
 UNOFFLOAD_TIMEOUT = 60.0

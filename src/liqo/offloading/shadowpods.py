@@ -57,6 +57,7 @@ from liqo.kube.errors import ApiError, ConflictError, KubeError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.metrics import CacheGauge
+from liqo.kube.objects import Obj
 from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
@@ -67,7 +68,6 @@ from liqo.offloading.twins import is_twin_of
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 KEYS_NOT_COPIED = "KeysNotCopied"
 """The Normal Event on a ShadowPod whose pod was made without some of its labels or annotations."""
@@ -236,11 +236,7 @@ class ShadowPods(Component):
         ]
 
     def _consumer_of_offer(self, offer: Obj) -> list[str]:
-        meta = offer["metadata"]
-        namespace = meta.get("namespace") or ""
-        if meta["name"] != self._local_id or not namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
-            return []
-        return [namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX)]
+        return names.tenant_peer(offer) if offer["metadata"]["name"] == self._local_id else []
 
     def _consumers(self) -> list[str]:
         """Every consumer with an offer from us or with ShadowPods in the ledger (a policy concerns them all)."""

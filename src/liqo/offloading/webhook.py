@@ -41,6 +41,7 @@ from liqo.api import names
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer, WatchClient
+from liqo.kube.objects import Obj
 from liqo.kube.resources import Resource, terminating
 from liqo.offloading.registration import PATH
 
@@ -57,7 +58,6 @@ STRATEGIES: tuple[Strategy, ...] = ("Local", "Remote", "LocalAndRemote")
 DEFAULT_STRATEGY: Strategy = "LocalAndRemote"
 """The CRD's default, used when the field is absent (an object written before the default existed)."""
 
-Object = dict[str, Any]
 Requirement = dict[str, Any]
 """A NodeSelectorRequirement: ``{key, operator, values}``."""
 JsonPatch = list[dict[str, Any]]
@@ -101,7 +101,7 @@ def _implies(expressions: Sequence[Mapping[str, Any]], ours: Sequence[Requiremen
     return all(_requirement_id(r) in present for r in ours)
 
 
-def merge_terms(existing: Sequence[Mapping[str, Any]], ours: Sequence[Sequence[Requirement]]) -> list[Object]:
+def merge_terms(existing: Sequence[Mapping[str, Any]], ours: Sequence[Sequence[Requirement]]) -> list[Obj]:
     """The pod's node selector terms AND ours, still as one list of ORed terms.
 
     Kubernetes ORs the terms of ``nodeSelectorTerms`` and ANDs the expressions inside a term, so
@@ -113,7 +113,7 @@ def merge_terms(existing: Sequence[Mapping[str, Any]], ours: Sequence[Sequence[R
     Pending, as the namespace's strategy demands; dropping them could leave no term at all, which the API
     server rejects.
     """
-    merged: list[Object] = []
+    merged: list[Obj] = []
     for term in existing:
         expressions = list(term.get("matchExpressions") or [])
         if any(_implies(expressions, our) for our in ours):
@@ -221,8 +221,8 @@ class PodReview:
     kind: str
     group: str
     sub_resource: str
-    obj: Object | None
-    old_obj: Object | None = None
+    obj: Obj | None
+    old_obj: Obj | None = None
     """The object before an UPDATE (None otherwise)."""
 
     @property
@@ -268,9 +268,9 @@ def parse_review(body: bytes) -> PodReview:
     )
 
 
-def review_response(*, uid: str, patch: JsonPatch | None = None, denied: tuple[int, str] | None = None) -> Object:
+def review_response(*, uid: str, patch: JsonPatch | None = None, denied: tuple[int, str] | None = None) -> Obj:
     """The AdmissionReview answer: allowed (with ``patch`` if non-empty), or refused with (code, message)."""
-    response: Object = {"uid": uid, "allowed": denied is None}
+    response: Obj = {"uid": uid, "allowed": denied is None}
     if denied is not None:
         code, message = denied
         response["status"] = {"code": code, "message": message}
@@ -286,7 +286,7 @@ def review_response(*, uid: str, patch: JsonPatch | None = None, denied: tuple[i
 class WebhookClient(WatchClient, Protocol):
     """The API calls of the webhook: list+watch for the informer, a get for a cache miss."""
 
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Object:
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         """One object."""
 
 
@@ -321,7 +321,7 @@ class PodWebhook:
         """Answer one AdmissionReview."""
         return await serve_review(request, self.review)
 
-    async def review(self, review: PodReview) -> Object:
+    async def review(self, review: PodReview) -> Obj:
         """The answer to ``review``: the patch of the namespace's strategy, or why the pod must wait."""
         if not review.is_pod_create or review.obj is None:
             return review_response(uid=review.uid)
@@ -339,7 +339,7 @@ class PodWebhook:
             log.debug("pod %s/%s: %s", review.namespace, _pod_name(review.obj), patch)
         return review_response(uid=review.uid, patch=patch)
 
-    async def _offloading(self, namespace: str) -> Object | None:
+    async def _offloading(self, namespace: str) -> Obj | None:
         cached = self.informer.store.get(f"{namespace}/{names.OFFLOADING}")
         if cached is not None:
             return cached
@@ -353,7 +353,7 @@ class PodWebhook:
             return None
 
 
-async def serve_review(request: web.Request, review: Callable[[PodReview], Awaitable[Object]]) -> web.Response:
+async def serve_review(request: web.Request, review: Callable[[PodReview], Awaitable[Obj]]) -> web.Response:
     """Parse the AdmissionReview of ``request`` and answer it with ``review`` (400/413 for what is none)."""
     try:
         parsed = parse_review(await request.clone(client_max_size=MAX_REVIEW).read())
@@ -370,6 +370,6 @@ def _pod_name(pod: Mapping[str, Any]) -> str:
     return str(meta.get("name") or f"{meta.get('generateName') or ''}*")
 
 
-def json_response(body: Object, *, status: int = 200) -> web.Response:
+def json_response(body: Obj, *, status: int = 200) -> web.Response:
     """A JSON answer."""
     return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")

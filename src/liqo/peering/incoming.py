@@ -42,6 +42,7 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import NotFoundError
 from liqo.kube.finalizers import has_finalizer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
 from liqo.kube.timefmt import parse_time
 
@@ -54,8 +55,6 @@ ENGAGED = "true"
 LEFT = "left"
 ABANDONED_AFTER = datetime.timedelta(minutes=10)
 """A consumer sends its request seconds after its handshake; one that has not after this never will."""
-
-Obj = dict[str, Any]
 
 
 class Verdict(enum.Enum):

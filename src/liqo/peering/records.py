@@ -39,6 +39,7 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, terminating
 
 CLAIM = "liqo.io/foreign-cluster"
@@ -46,7 +47,6 @@ CLAIM = "liqo.io/foreign-cluster"
 ATTEMPTS = 5
 """Looks at most, each after the other writer changed something first."""
 
-Obj = dict[str, Any]
 _RETRY = "retry once it is gone"
 
 

@@ -104,10 +104,7 @@ class Replicator(Component):
         self.controller.queue.add(("peer", provider_id))
 
     def _keys(self, kind: Kind, obj: dict[str, Any]) -> list[Key]:
-        namespace = obj["metadata"].get("namespace") or ""
-        if not namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
-            return []
-        return [(kind, namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX))]
+        return [(kind, peer) for peer in names.tenant_peer(obj)]
 
     def _remote_enqueue(self, provider_id: str) -> Callable[[Kind], None]:
         return lambda kind: self.controller.queue.add((kind, provider_id))

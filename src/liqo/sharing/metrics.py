@@ -19,8 +19,8 @@ from typing import Any
 from liqo.api import names
 from liqo.api.quantity import QuantityError, parse_quantity
 from liqo.kube.metrics import Sample
+from liqo.kube.objects import Obj
 
-Obj = Mapping[str, Any]
 ACCEPTED = "Accepted"
 
 
@@ -44,13 +44,12 @@ def offers_made(offers: Iterable[Obj], *, local_id: str, accepted_only: bool = F
     cache are offers received, replicated from providers.
     """
     for offer in offers:
-        meta = offer["metadata"]
-        namespace = meta.get("namespace") or ""
-        if meta["name"] != local_id or not namespace.startswith(names.TENANT_NAMESPACE_PREFIX):
+        consumer = names.tenant_peer_id(offer["metadata"].get("namespace") or "")
+        if offer["metadata"]["name"] != local_id or consumer is None:
             continue
         if accepted_only and (offer.get("status") or {}).get("phase") != ACCEPTED:
             continue
-        yield from resource_samples(namespace.removeprefix(names.TENANT_NAMESPACE_PREFIX), _resources(offer))
+        yield from resource_samples(consumer, _resources(offer))
 
 
 def offers_received(offers: Iterable[Obj]) -> Iterator[Sample]:

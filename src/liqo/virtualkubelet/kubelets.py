@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from liqo.api.names import IDENTITY_SECRET, tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
@@ -26,6 +25,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
+from liqo.kube.objects import Obj
 from liqo.kube.resources import SECRETS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.node import NodeController
@@ -37,8 +37,6 @@ from liqo.virtualkubelet.reflection.pods import PodReflector
 from liqo.virtualkubelet.reflection.tokens import TokenReflector
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass

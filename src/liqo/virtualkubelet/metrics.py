@@ -14,7 +14,7 @@ records nothing: the histogram measures how stale the provider's copy was, not h
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -24,8 +24,8 @@ from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import QuantityError
 from liqo.kube.controller import Controller
 from liqo.kube.metrics import Sample
+from liqo.kube.objects import Obj
 
-Obj = Mapping[str, Any]
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 REFLECTION_LAG = Histogram(

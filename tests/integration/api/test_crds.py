@@ -29,10 +29,10 @@ from liqo.api.resources import (
 )
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import InvalidError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import Resource
 from tests.integration.helpers import LocalCluster, unique
 
-Obj = dict[str, Any]
 Created = list[tuple[Resource, str]]
 
 

@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from liqo.kube.client import KubeClient
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVICES
 from liqo.local import clusters
 from liqo.local.layout import read_json
@@ -46,7 +47,6 @@ pytestmark = [
 ]
 
 TOOLBOX = images.TOOLBOX_PINNED
-Obj = dict[str, Any]
 
 
 def host_sysctls() -> dict[str, str]:

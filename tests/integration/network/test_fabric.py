@@ -37,6 +37,7 @@ from liqo.install import fabric as install_fabric
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SECRETS, SERVICES
 from liqo.local.realnodes import images
 from liqo.local.realnodes.nodes import RealNode
@@ -56,7 +57,6 @@ pytestmark = [
     pytest.mark.skipif(images.project_source() is None, reason="liqo's image is built from the source tree"),
 ]
 
-Obj = dict[str, Any]
 TALK = textwrap.dedent(
     """\
     a={address}

@@ -22,12 +22,12 @@ import re
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
 from liqo.kube.client import KubeClient
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, NODES, PODS
 from liqo.local.layout import read_json
 from liqo.local.realnodes import host, images
@@ -52,7 +52,6 @@ pytestmark = [
     pytest.mark.skipif(images.project_source() is None, reason="liqo's image is built from the source tree"),
 ]
 
-Obj = dict[str, Any]
 LIQO_IMAGE = images.liqo_image_ref()
 REMAPPED = "10.71.0.0/16"
 """The name this cluster would give a peer's pods: routed to the gateway, never masqueraded."""

@@ -23,7 +23,6 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 import pytest
@@ -35,6 +34,7 @@ from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUES
 from liqo.install import fabric as install_fabric
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, PODS
 from liqo.local.realnodes import images
 from liqo.network import gateways, ipam, rules, wireguard
@@ -50,7 +50,6 @@ pytestmark = [
     pytest.mark.skipif(images.project_source() is None, reason="liqo's image is built from the source tree"),
 ]
 
-Obj = dict[str, Any]
 POOLS = ipam.DEFAULT_POOLS
 """The provider's pools: the install's default."""
 OUTSIDE = ("100.64.0.0/16", "8.8.0.0/16")

@@ -22,6 +22,7 @@ from liqo.api.resources import NAMESPACE_MAPS, RESOURCE_OFFERS, SHADOW_PODS, SHA
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, Resource
 from liqo.local import clusters
 from liqo.peering import operations
@@ -41,7 +42,7 @@ from tests.integration.helpers import (
     stopped,
     unique,
 )
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
 _ADMISSION = "admissionregistration.k8s.io"

@@ -24,6 +24,7 @@ from liqo.install.installer import InstallOptions, install, uninstall
 from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CLUSTER_ROLES, CRDS, CSRS, EVENTS, LEASES, NAMESPACES, NODES, PODS, SECRETS, Resource
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
@@ -39,7 +40,7 @@ from tests.integration.helpers import (
     stopped,
     unique,
 )
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 RBAC = "rbac.authorization.k8s.io"
 POLICIES = Resource(

@@ -19,6 +19,7 @@ from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS, SHARING_POLICIES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CLUSTER_ROLES, CONFIGMAPS, EVENTS, NAMESPACES, PODS, ROLE_BINDINGS, ROLES, SECRETS
 from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError
@@ -27,8 +28,6 @@ from liqo.peering import operations as peering
 from tests.integration.helpers import Site, liqo_objects, liqoctl_run, stopped, unique
 from tests.integration.helpers import expect_clean as _expect_clean
 from tests.shared import eventually
-
-Obj = dict[str, Any]
 
 
 def namespace_manifest(name: str, labels: dict[str, str] | None = None) -> Obj:

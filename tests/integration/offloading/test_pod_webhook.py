@@ -27,6 +27,7 @@ from liqo.install import manifests
 from liqo.install.installer import PLACEMENT_POLICY, InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
@@ -41,7 +42,6 @@ from liqo.offloading.webhook import pod_patch
 from tests.integration.helpers import LocalCluster, liqoctl_run, unique
 from tests.shared import apply_patch, eventually
 
-Object = dict[str, Any]
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TYPE = names.VIRTUAL_NODE_TYPE
 LOCAL_TERM = {"matchExpressions": [{"key": TYPE, "operator": "NotIn", "values": [names.VIRTUAL_NODE]}]}
@@ -65,9 +65,9 @@ _REQUIREMENTS = [
 ]
 
 
-def random_placement(rnd: random.Random) -> Object:
+def random_placement(rnd: random.Random) -> Obj:
     """Tolerations and affinity a user may write, ours among them sometimes."""
-    spec: Object = {}
+    spec: Obj = {}
     ours_for_a_while = {**names.virtual_node_toleration(), "tolerationSeconds": 5}
     tolerations = rnd.choice(
         [None, [], [names.virtual_node_toleration()], [{"key": "x", "operator": "Exists"}], [ours_for_a_while]]
@@ -83,7 +83,7 @@ def random_placement(rnd: random.Random) -> Object:
     elif shape >= 3:
         terms = []
         for _ in range(rnd.randint(1, 3)):
-            term: Object = {"matchExpressions": rnd.sample(_REQUIREMENTS, rnd.randint(1, 3))}
+            term: Obj = {"matchExpressions": rnd.sample(_REQUIREMENTS, rnd.randint(1, 3))}
             if rnd.random() < 0.3:
                 term["matchFields"] = [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
             terms.append(term)
@@ -91,7 +91,7 @@ def random_placement(rnd: random.Random) -> Object:
     return spec
 
 
-def placement_of(spec: Object) -> tuple[Any, ...]:
+def placement_of(spec: Obj) -> tuple[Any, ...]:
     """What placement decides: the required terms, our toleration's count, and the rest of the affinity."""
     affinity = dict(spec.get("affinity") or {})
     node_affinity = dict(affinity.pop("nodeAffinity", None) or {})
@@ -150,7 +150,7 @@ async def make_namespace(installed: LocalCluster, kube: KubeClient) -> AsyncIter
         await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         made.append(name)
         if strategy is not None:
-            spec: Object = {"podOffloadingStrategy": strategy, "clusterSelector": selector or {}}
+            spec: Obj = {"podOffloadingStrategy": strategy, "clusterSelector": selector or {}}
             await kube.create(
                 NAMESPACE_OFFLOADINGS,
                 {
@@ -199,7 +199,7 @@ async def make_namespace(installed: LocalCluster, kube: KubeClient) -> AsyncIter
             await kube.delete(NAMESPACES, name)
 
 
-def pod(namespace: str, **spec: Any) -> Object:
+def pod(namespace: str, **spec: Any) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -208,18 +208,18 @@ def pod(namespace: str, **spec: Any) -> Object:
     }
 
 
-async def create_pod(kube: KubeClient, namespace: str, **spec: Any) -> Object:
+async def create_pod(kube: KubeClient, namespace: str, **spec: Any) -> Obj:
     created = await kube.create(PODS, pod(namespace, **spec))
     return await kube.get(PODS, created["metadata"]["name"], namespace=namespace)
 
 
-def required_terms(pod_obj: Object) -> list[Object] | None:
+def required_terms(pod_obj: Obj) -> list[Obj] | None:
     node_affinity = (pod_obj["spec"].get("affinity") or {}).get("nodeAffinity") or {}
-    terms: list[Object] | None = (node_affinity.get(REQUIRED) or {}).get("nodeSelectorTerms")
+    terms: list[Obj] | None = (node_affinity.get(REQUIRED) or {}).get("nodeSelectorTerms")
     return terms
 
 
-def ours(pod_obj: Object) -> int:
+def ours(pod_obj: Obj) -> int:
     return sum(1 for t in pod_obj["spec"].get("tolerations") or [] if t == names.virtual_node_toleration())
 
 
@@ -232,7 +232,7 @@ def ours(pod_obj: Object) -> int:
     ],
 )
 async def test_the_api_server_has_the_webhook_place_new_pods_by_strategy(
-    kube: KubeClient, make_namespace: NamespaceFactory, strategy: str, tolerated: bool, terms: list[Object]
+    kube: KubeClient, make_namespace: NamespaceFactory, strategy: str, tolerated: bool, terms: list[Obj]
 ) -> None:
     namespace = await make_namespace(labelled=True, strategy=strategy, selector=SELECTOR)
     created = await create_pod(kube, namespace)
@@ -275,7 +275,7 @@ async def test_pods_outside_offloaded_namespaces_are_not_touched(
 
 async def test_the_api_server_places_pods_as_pod_patch_says(kube: KubeClient, make_namespace: NamespaceFactory) -> None:
     """Random pods (their own tolerations, affinities, terms with and without ours) against the definition."""
-    offloadings: dict[str, Object] = {}
+    offloadings: dict[str, Obj] = {}
     for strategy, selector in [
         ("Remote", {}),
         ("LocalAndRemote", SELECTOR),
@@ -310,7 +310,7 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
     finally:
         await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
 
-    placed: list[Object] = []
+    placed: list[Obj] = []
 
     async def admitted_and_placed() -> bool:
         try:  # the restarted manager refuses pods until its NamespaceOffloading cache is synced

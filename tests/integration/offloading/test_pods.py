@@ -15,9 +15,10 @@ from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, LEASES, NODES, PODS
 from tests.integration.helpers import Offloaded, Site, deployment, pod, running, running_pods
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 
 async def test_the_virtual_node_stands_for_the_offer(

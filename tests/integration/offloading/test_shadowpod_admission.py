@@ -29,6 +29,7 @@ from liqo.install.installer import InstallOptions, host_processes
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import (
     EVENTS,
     NAMESPACES,
@@ -45,7 +46,6 @@ from liqo.peering import operations
 from tests.integration.helpers import Offloaded, Site, pod, running, unique
 from tests.shared import eventually
 
-Object = dict[str, Any]
 ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
@@ -53,8 +53,8 @@ REQUESTS = {"requests": {"cpu": "100m", "memory": "64Mi"}}
 """What the twin's quota asks of every pod."""
 
 
-def shadow_pod(name: str, namespace: str, consumer_id: str, **pod: Any) -> Object:
-    spec: Object = {"containers": [{"name": "c", "image": "nginx", "resources": REQUESTS}], **pod}
+def shadow_pod(name: str, namespace: str, consumer_id: str, **pod: Any) -> Obj:
+    spec: Obj = {"containers": [{"name": "c", "image": "nginx", "resources": REQUESTS}], **pod}
     return {
         "apiVersion": SHADOW_PODS.api_version,
         "kind": SHADOW_PODS.kind,
@@ -63,7 +63,7 @@ def shadow_pod(name: str, namespace: str, consumer_id: str, **pod: Any) -> Objec
     }
 
 
-def container(**security_context: Any) -> list[Object]:
+def container(**security_context: Any) -> list[Obj]:
     return [{"name": "c", "image": "nginx", "securityContext": security_context}]
 
 
@@ -82,7 +82,7 @@ CROSS_NAMESPACE_TERM = {
     "topologyKey": HOSTNAME,
 }
 # (name, pod fields, the field the refusal must name); runAsUser 0 is tried under a restricted policy.
-ATTACKS: list[tuple[str, Object, str]] = [
+ATTACKS: list[tuple[str, Obj, str]] = [
     (
         "hostPath /",
         {
@@ -216,15 +216,15 @@ async def nothing_left(milan: KubeClient, namespace: str, name: str) -> None:
             await milan.get(resource, name, namespace=namespace)
 
 
-async def refused(peer: KubeClient, body: Object) -> ApiError:
+async def refused(peer: KubeClient, body: Obj) -> ApiError:
     with pytest.raises(ApiError) as caught:
         await peer.create(SHADOW_PODS, body)
     return caught.value
 
 
-async def pod_made(milan: KubeClient, namespace: str, name: str) -> Object:
+async def pod_made(milan: KubeClient, namespace: str, name: str) -> Obj:
     """The pod milan makes for ShadowPod ``name``, once made."""
-    made: list[Object] = []
+    made: list[Obj] = []
 
     async def found() -> bool:
         try:
@@ -288,7 +288,7 @@ async def test_each_attack_with_the_consumers_identity_is_refused_naming_the_fie
 async def restricted(milan: KubeClient, rome_id: str, twin: str) -> AsyncIterator[None]:
     """milan's SharingPolicy for rome at level restricted, from when milan's webhook applies it; after, the twin
     back to baseline."""
-    policy: Object = {
+    policy: Obj = {
         "apiVersion": SHARING_POLICIES.api_version,
         "kind": SHARING_POLICIES.kind,
         "metadata": {"name": unique("restricted-rome")},
@@ -379,7 +379,7 @@ SAME_NAMESPACE_ANTI_AFFINITY = {
 KEYS_NOT_COPIED = "KeysNotCopied"
 
 
-def keys_of(obj: Object) -> tuple[dict[str, str], dict[str, str]]:
+def keys_of(obj: Obj) -> tuple[dict[str, str], dict[str, str]]:
     """``obj``'s labels and annotations."""
     meta = obj["metadata"]
     return meta.get("labels") or {}, meta.get("annotations") or {}
@@ -387,10 +387,10 @@ def keys_of(obj: Object) -> tuple[dict[str, str], dict[str, str]]:
 
 async def keys_not_copied(
     milan: KubeClient, namespace: str, name: str, *, naming: str, not_naming: str | None = None
-) -> Object:
+) -> Obj:
     """milan's Event on ShadowPod ``name`` naming the keys it did not copy, once one names ``naming`` (and not
     ``not_naming``)."""
-    found: list[Object] = []
+    found: list[Obj] = []
 
     async def recorded() -> bool:
         events, _ = await milan.list_all(EVENTS, namespace=namespace)
@@ -409,9 +409,9 @@ async def keys_not_copied(
     return found[-1]
 
 
-async def made_again(milan: KubeClient, namespace: str, name: str, *, until: Any) -> Object:
+async def made_again(milan: KubeClient, namespace: str, name: str, *, until: Any) -> Obj:
     """ShadowPod ``name``'s pod deleted by milan's admin (a drain) until the one milan makes again passes ``until``."""
-    made: list[Object] = []
+    made: list[Obj] = []
 
     async def remade() -> bool:
         try:
@@ -509,7 +509,7 @@ async def test_keys_the_providers_policy_lists_reach_the_real_pod_and_no_others(
         assert not {"prometheus.io/scrape", "prometheus.io/port", "k8s.v1.cni.cncf.io/networks"} & set(annotations)
         event = await keys_not_copied(milan, offloaded.twin, name, naming="metadata.labels[example.com/team]")
         assert "metadata.annotations[prometheus.io/scrape]" in event["message"]
-        policy: Object = {
+        policy: Obj = {
             "apiVersion": SHARING_POLICIES.api_version,
             "kind": SHARING_POLICIES.kind,
             "metadata": {"name": unique("keys-rome")},
@@ -565,7 +565,7 @@ async def test_a_helm_charts_home_pod_runs_and_is_told_the_keys_left_behind(
         labels, _ = keys_of(await milan.get(PODS, name, namespace=offloaded.twin))
         assert labels["app"] == "shop"
         assert not {"helm.sh/chart", "liqo.io/netcheck"} & set(labels)
-        told: list[Object] = []
+        told: list[Obj] = []
 
         async def told_at_home() -> bool:
             events, _ = await rome.list_all(EVENTS, namespace=offloaded.namespace)
@@ -618,7 +618,7 @@ async def test_a_shadow_pod_outside_a_twin_is_refused(
         # Written by someone else (who may write ShadowPods but not pods), labelled for rome: the webhook
         # is not called outside twins, and the controller refuses to make its pod.
         await milan.create(SHADOW_PODS, shadow_pod("x", plain, rome_id))
-        found: list[Object] = []
+        found: list[Obj] = []
 
         async def marked_refused() -> bool:
             found.append(await milan.get(SHADOW_PODS, "x", namespace=plain))
@@ -706,7 +706,7 @@ async def test_a_home_pod_milan_refuses_shows_the_refused_field_at_home(
     spec["containers"][0]["volumeMounts"] = [{"name": "root", "mountPath": "/host"}]
     spec["volumes"] = [{"name": "root", "hostPath": {"path": "/"}}]
     await rome.create(PODS, pod(name, offloaded.namespace, **spec))
-    ready: list[Object] = []
+    ready: list[Obj] = []
 
     async def refused_at_home() -> bool:
         home = await rome.get(PODS, name, namespace=offloaded.namespace)

@@ -20,6 +20,7 @@ from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS,
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import (
     CONFIGMAPS,
     LEASES,
@@ -47,7 +48,7 @@ from tests.integration.helpers import (
     stopped,
     unique,
 )
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
 LEASE_COUNT = "count/leases.coordination.k8s.io"

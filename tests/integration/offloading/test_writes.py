@@ -18,9 +18,10 @@ from liqo.api import names
 from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, PODS, SECRETS, Resource
 from tests.integration.helpers import Offloaded, deployment
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 REPLICAS = 20
 

@@ -25,6 +25,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, Resource
 from liqo.peering import operations
 from liqo.peering.authcaches import AuthCaches
@@ -33,8 +34,6 @@ from liqo.peering.incoming import REQUESTED
 from liqo.peering.provisioning import KubeProvisioner
 from tests.integration.helpers import Site, expect_clean, stopped
 from tests.shared import eventually
-
-Obj = dict[str, Any]
 
 
 class Records:

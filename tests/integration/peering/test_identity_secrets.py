@@ -26,10 +26,11 @@ from liqo.api import names
 from liqo.api.peers import IDENTITY_LABEL
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, SECRETS
 from liqo.peering import operations
 from tests.integration.helpers import Offloaded, Site
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 
 @contextlib.asynccontextmanager

@@ -30,13 +30,14 @@ from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS
 from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CSRS, NAMESPACES
 from liqo.local import clusters
 from liqo.network.links import InvalidWord, check_peer_word, read_word
 from liqo.peering import operations
 from liqo.peering.tokens import new_token
 from tests.integration.helpers import Offloaded, Site, from_address, offloaded_to, signed_identity_request, stopped
-from tests.shared import Obj, api_pods, eventually
+from tests.shared import api_pods, eventually
 
 pytestmark = pytest.mark.timeout(900)
 # One peering serves every example (the fixtures are the module's, by design); a failing example is printed

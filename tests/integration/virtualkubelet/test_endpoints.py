@@ -21,12 +21,13 @@ from liqo.api import names
 from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, PODS, SERVICES
 from liqo.local.realnodes.nodes import UNDERLAY_HOST
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
 from tests.integration.helpers import Offloaded, Site, deployment, offloaded_to, pod, stopped, unique
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 ROME_PODS = ipaddress.ip_network("10.244.0.0/16")
 MILAN_PODS = ipaddress.ip_network("10.245.0.0/16")

@@ -13,7 +13,6 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
@@ -22,13 +21,13 @@ from liqo.api.quantity import parse_quantity
 from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS
 from liqo.offloading import operations as offloading
 from liqo.peering import operations
 from tests.integration.helpers import RUN_ID, Site, expect_clean, unique
 from tests.shared import eventually
 
-Obj = dict[str, Any]
 REASON = "DoesNotFitRemote"
 
 

@@ -14,11 +14,12 @@ from typing import Any
 from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, EVENTS, PODS, SECRETS, Resource
 from liqo.virtualkubelet.forge import configdata as forge_configdata
 from liqo.virtualkubelet.forge import tokens as forge_tokens
 from tests.integration.helpers import Offloaded, Site, pod, running_pods, unique
-from tests.shared import Obj, eventually
+from tests.shared import eventually
 
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
 

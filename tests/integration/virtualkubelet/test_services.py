@@ -22,10 +22,11 @@ from liqo.api.resources import SHARING_POLICIES
 from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource
 from liqo.peering import operations as peering
 from tests.integration.helpers import Offloaded, Site, stopped, unique
-from tests.shared import Obj, apply_patch, eventually
+from tests.shared import apply_patch, eventually
 
 
 def service(name: str, namespace: str, **spec: Any) -> Obj:

@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api.podrequests import pod_limits, pod_requests
-
-Obj = dict[str, Any]
+from liqo.kube.objects import Obj
 
 
 def pod(*containers: Obj, init: list[Obj] | None = None, **spec: Any) -> Obj:

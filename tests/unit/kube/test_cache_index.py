@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from liqo.kube.cache import Changes, Index
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS
 from tests.shared import eventually
 from tests.unit.fakeapi import FakeApi
-
-Obj = dict[str, Any]
 
 
 def event(name: str, about: str | None) -> Obj:

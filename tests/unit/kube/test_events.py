@@ -3,26 +3,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
 from liqo.kube.errors import ApiError, UnreachableError, api_error, namespace_terminating
 from liqo.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, build_event, event_name
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS
 from tests.unit.fakeapi import FakeApi
 
-Object = dict[str, Any]
-
 NOW = datetime(2026, 11, 25, 21, 0, 0, 123456, tzinfo=UTC)
 
-POD: Object = {
+POD: Obj = {
     "apiVersion": "v1",
     "kind": "Pod",
     "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "7", "labels": {"a": "b"}},
     "spec": {},
 }
-NODE: Object = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "liqo-peer", "uid": "u-2"}}
+NODE: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "liqo-peer", "uid": "u-2"}}
 
 
 def test_build_event_about_a_namespaced_object() -> None:
@@ -106,7 +104,7 @@ def verbs(api: FakeApi) -> list[str]:
     return [call.verb for call in api.calls]
 
 
-def only_event(api: FakeApi) -> Object:
+def only_event(api: FakeApi) -> Obj:
     [event] = [obj for (plural, _, _), obj in api.objects.items() if plural == EVENTS.plural]
     return event
 
@@ -228,7 +226,7 @@ async def test_failures_are_logged_and_swallowed(
     assert client.calls[-1].verb == "create"
 
 
-TERMINATING: Object = {
+TERMINATING: Obj = {
     "kind": "Status",
     "reason": "Forbidden",
     "message": "unable to create new content in namespace shop because it is being terminated",

@@ -14,18 +14,17 @@ from liqo.kube.finalizers import (
     with_finalizer,
     without_finalizer,
 )
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, NAMESPACES
 from tests.unit.fakeapi import FakeApi
-
-Object = dict[str, Any]
 
 OURS = "liqo.io/cleanup"
 finalizer_names = st.sampled_from([OURS, "kubernetes", "foregroundDeletion", "example.com/other"])
 lists = st.lists(finalizer_names, max_size=5)
 
 
-def obj(finalizers: list[str] | None, *, namespace: str | None = "ns") -> Object:
-    meta: Object = {"name": "x", "resourceVersion": "42"}
+def obj(finalizers: list[str] | None, *, namespace: str | None = "ns") -> Obj:
+    meta: Obj = {"name": "x", "resourceVersion": "42"}
     if namespace:
         meta["namespace"] = namespace
     if finalizers is not None:
@@ -33,7 +32,7 @@ def obj(finalizers: list[str] | None, *, namespace: str | None = "ns") -> Object
     return {"metadata": meta}
 
 
-def merged(target: Object, patch: Object | None) -> list[str]:
+def merged(target: Obj, patch: Obj | None) -> list[str]:
     """The finalizers after a merge patch (which replaces the whole list)."""
     if patch is None:
         return list(target["metadata"].get("finalizers") or [])

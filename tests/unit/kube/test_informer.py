@@ -5,7 +5,7 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NoReturn, cast
+from typing import NoReturn, cast
 
 import pytest
 from hypothesis import given
@@ -24,23 +24,22 @@ from liqo.kube.informer import (
     diff,
     needs_relist,
 )
+from liqo.kube.objects import Obj
 from liqo.kube.projection import keep
 from liqo.kube.resources import PODS, Resource, object_key
 from tests.unit.helpers import Signal
 
-Object = dict[str, Any]
 
-
-def pod(name: str, rv: str, *, namespace: str = "ns", uid: str = "") -> Object:
-    meta: Object = {"name": name, "namespace": namespace, "resourceVersion": rv, "uid": uid or f"uid-{name}"}
+def pod(name: str, rv: str, *, namespace: str = "ns", uid: str = "") -> Obj:
+    meta: Obj = {"name": name, "namespace": namespace, "resourceVersion": rv, "uid": uid or f"uid-{name}"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
 
 
-def event(kind: str, obj: Object) -> Object:
+def event(kind: str, obj: Obj) -> Obj:
     return {"type": kind, "object": obj}
 
 
-def bookmark(rv: str) -> Object:
+def bookmark(rv: str) -> Obj:
     return event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": rv}})
 
 
@@ -71,10 +70,10 @@ _states = st.dictionaries(_keys, _versions, max_size=8)
 State = dict[tuple[str, str], tuple[str, int]]
 
 
-def _make(key: tuple[str, str], version: tuple[str, int]) -> Object:
+def _make(key: tuple[str, str], version: tuple[str, int]) -> Obj:
     # The resourceVersion names the uid too, so equal resourceVersions mean equal objects, as on a server.
     (namespace, name), (uid, n) = key, version
-    meta: Object = {"name": name, "uid": uid, "resourceVersion": f"{uid}-{n}"}
+    meta: Obj = {"name": name, "uid": uid, "resourceVersion": f"{uid}-{n}"}
     if namespace:
         meta["namespace"] = namespace
     return {"metadata": meta, "data": {"n": n}}
@@ -121,7 +120,7 @@ class Hang:
 
 
 HANG = Hang()
-Step = Object | BaseException | Hang
+Step = Obj | BaseException | Hang
 
 
 async def _forever() -> NoReturn:
@@ -134,7 +133,7 @@ class FakeClient:
 
     def __init__(self, signal: Signal) -> None:
         self.signal = signal
-        self.lists: deque[tuple[list[Object], str] | BaseException] = deque()
+        self.lists: deque[tuple[list[Obj], str] | BaseException] = deque()
         self.watch_scripts: deque[list[Step]] = deque()
         self.list_calls = 0
         self.watch_rvs: list[str] = []
@@ -149,8 +148,8 @@ class FakeClient:
         label_selector: str | None,
         field_selector: str | None,
         page_size: int,
-        transform: Callable[[Object], Object],
-    ) -> tuple[list[Object], str]:
+        transform: Callable[[Obj], Obj],
+    ) -> tuple[list[Obj], str]:
         self.list_calls += 1
         self.signal.fire()
         if not self.lists:
@@ -171,7 +170,7 @@ class FakeClient:
         field_selector: str | None,
         timeout_seconds: int,
         bookmarks: bool,
-    ) -> AsyncIterator[Object]:
+    ) -> AsyncIterator[Obj]:
         assert bookmarks
         self.watch_rvs.append(resource_version)
         self.watch_timeouts.append(timeout_seconds)
@@ -194,18 +193,18 @@ class Recorder:
         self.signal = signal
         self.seen: list[tuple[str, str, str]] = []
 
-    def _record(self, op: str, obj: Object) -> None:
+    def _record(self, op: str, obj: Obj) -> None:
         self.seen.append((op, object_key(obj), obj["metadata"]["resourceVersion"]))
         self.signal.fire()
 
-    def on_add(self, obj: Object) -> None:
+    def on_add(self, obj: Obj) -> None:
         self._record("add", obj)
 
-    def on_update(self, old: Object, new: Object) -> None:
+    def on_update(self, old: Obj, new: Obj) -> None:
         assert object_key(old) == object_key(new)
         self._record("update", new)
 
-    def on_delete(self, obj: Object) -> None:
+    def on_delete(self, obj: Obj) -> None:
         self._record("delete", obj)
 
 
@@ -360,7 +359,7 @@ async def test_wait_synced_times_out(client: FakeClient, informer: Informer) -> 
 async def test_a_failing_handler_is_logged_and_others_still_run(
     signal: Signal, client: FakeClient, informer: Informer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def explode(obj: Object) -> None:
+    def explode(obj: Obj) -> None:
         raise RuntimeError("handler bug")
 
     informer.add_handler(HandlerFuncs(add=explode))
@@ -424,7 +423,7 @@ async def test_lists_and_events_are_projected_alike(signal: Signal, client: Fake
     recorder = Recorder(signal)
     informer.add_handler(recorder)
 
-    def full(name: str, rv: str) -> Object:
+    def full(name: str, rv: str) -> Obj:
         obj = pod(name, rv)
         obj["metadata"]["managedFields"] = [{"manager": "kubectl"}]
         return obj | {"spec": {"containers": [{"env": []}]}, "status": {"phase": "Running", "conditions": []}}

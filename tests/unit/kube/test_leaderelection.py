@@ -20,11 +20,10 @@ from liqo.kube.leaderelection import (
     lease_duration_seconds,
     released_lease,
 )
+from liqo.kube.objects import Obj
 from liqo.kube.resources import LEASES, Resource
 from liqo.kube.timefmt import format_micro_time
 from tests.unit.helpers import Signal
-
-Object = dict[str, Any]
 
 NOW = datetime(2026, 11, 25, 21, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=7, microseconds=250)
@@ -74,7 +73,7 @@ def test_acquired_lease_creates_a_new_lease() -> None:
     }
 
 
-def _lease(**spec: Any) -> Object:
+def _lease(**spec: Any) -> Obj:
     meta = {"name": "mgr", "namespace": "liqo", "resourceVersion": "42"}
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
@@ -169,17 +168,17 @@ class LeaseServer:
 
     def __init__(self, signal: Signal) -> None:
         self.signal = signal
-        self.objects: dict[str, Object] = {}
+        self.objects: dict[str, Obj] = {}
         self.revision = 0
         self.writes: list[tuple[float, str]] = []  # (monotonic time, holder written)
 
     def client(self) -> FakeLeaseClient:
         return FakeLeaseClient(self)
 
-    def lease(self) -> Object:
+    def lease(self) -> Obj:
         return self.objects["liqo/mgr"]
 
-    def store(self, obj: Object) -> Object:
+    def store(self, obj: Obj) -> Obj:
         self.revision += 1
         stored = copy.deepcopy(obj)
         stored["metadata"]["resourceVersion"] = str(self.revision)
@@ -201,7 +200,7 @@ class FakeLeaseClient:
         if self.down:
             raise UnreachableError("connection refused")
 
-    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Object:
+    async def get(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj:
         assert resource == LEASES
         self._call()
         obj = self.server.objects.get(f"{namespace}/{name}")
@@ -209,14 +208,14 @@ class FakeLeaseClient:
             raise NotFoundError(404, "NotFound", f"leases {name!r} not found")
         return copy.deepcopy(obj)
 
-    async def create(self, resource: Resource, obj: Object, *, namespace: str | None = None) -> Object:
+    async def create(self, resource: Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
         self._call()
         assert "resourceVersion" not in obj["metadata"]
         if f"{namespace}/{obj['metadata']['name']}" in self.server.objects:
             raise ConflictError(409, "AlreadyExists", "already exists")
         return self.server.store(obj)
 
-    async def replace(self, resource: Resource, obj: Object, *, subresource: str | None = None) -> Object:
+    async def replace(self, resource: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
         self._call()
         meta = obj["metadata"]
         current = self.server.objects.get(f"{meta['namespace']}/{meta['name']}")

@@ -8,11 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.kube.objects import Obj
 from liqo.kube.projection import LAST_APPLIED, keep, project, strip_bookkeeping, widest
 
-Object = dict[str, Any]
-
-POD: Object = {
+POD: Obj = {
     "apiVersion": "v1",
     "kind": "Pod",
     "metadata": {
@@ -110,7 +109,7 @@ def _contained(small: Any, big: Any) -> bool:
 
 
 @given(obj=st.dictionaries(_KEYS, _JSON, max_size=4), paths=_PATHS.filter(_valid), more=_PATHS.filter(_valid))
-def test_projection_properties(obj: Object, paths: list[str], more: list[str]) -> None:
+def test_projection_properties(obj: Obj, paths: list[str], more: list[str]) -> None:
     projection = keep(*paths)
     projected = projection(obj)
     assert projection(projected) == projected  # idempotent: a cached object projected again is unchanged

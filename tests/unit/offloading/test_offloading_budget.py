@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.kube.objects import Obj
 from liqo.offloading.budget import (
     Budget,
     Ledger,
@@ -20,7 +21,6 @@ from liqo.offloading.budget import (
     shortfall,
 )
 
-Obj = dict[str, Any]
 GI = Decimal(2**30)
 
 

@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
-from liqo.offloading.heartbeats import Heartbeats, consumer_of_tenant, consumer_of_twin, not_ready, silent_for
-
-Obj = dict[str, Any]
+from liqo.kube.objects import Obj
+from liqo.offloading.heartbeats import Heartbeats, consumer_of_twin, not_ready, silent_for
 
 
 def endpoint(*, ready: bool, terminating: bool = False) -> Obj:
@@ -43,8 +42,8 @@ def test_not_ready_darkens_every_endpoint_and_keeps_the_rest() -> None:
 
 
 def test_the_consumer_is_the_one_our_labels_name() -> None:
-    assert consumer_of_tenant(f"{names.TENANT_NAMESPACE_PREFIX}rome-id") == "rome-id"
-    assert consumer_of_tenant("default") is None
+    assert names.tenant_peer_id(f"{names.TENANT_NAMESPACE_PREFIX}rome-id") == "rome-id"
+    assert names.tenant_peer_id("default") is None
     assert consumer_of_twin(twin("demo-rome", "rome-id")) == "rome-id"
     # A namespace without our twin label is nobody's twin, whatever else it says.
     assert consumer_of_twin({"metadata": {"name": "x", "labels": {names.REMOTE_CLUSTER_ID: "rome-id"}}}) is None

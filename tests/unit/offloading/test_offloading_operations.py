@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +10,7 @@ from typer.testing import CliRunner
 from liqo.api import names
 from liqo.cli.main import app
 from liqo.kube.errors import api_error
+from liqo.kube.objects import Obj
 from liqo.offloading.operations import (
     OffloadingError,
     check_strategies,
@@ -22,7 +22,6 @@ from liqo.offloading.operations import (
     verdict,
 )
 
-Obj = dict[str, Any]
 HOME = "rome0000-1111-2222-3333-444455556666"
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.kube.errors import UnreachableError, api_error
+from liqo.kube.objects import Obj
 from liqo.offloading.namespaces import (
     RETRY_MAX,
     Provider,
@@ -29,7 +30,6 @@ from liqo.offloading.namespaces import (
     twin_name,
 )
 
-Obj = dict[str, Any]
 HOME = "rome0000-1111-2222-3333-444455556666"
 MILAN = Provider("milan-id", "milan")
 NAPLES = Provider("naples-id", "naples")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.networks import SPECIAL_PURPOSE, ClusterNetwork, InvalidNetwork, IPNetwork, NetworkPeer, PodNetwork
+from liqo.kube.objects import Obj
 from liqo.offloading.twins import (
     NAMESPACE_NAME,
     PEER_REFUSED_SECRET_TYPES,
@@ -23,7 +23,6 @@ from liqo.offloading.twins import (
     twins_selector,
 )
 
-Obj = dict[str, Any]
 ROME = "rome0000-1111-2222-3333-444455556666"
 MILAN = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.96.0.0/16")
 HOME_PODS = ipaddress.ip_network("10.0.0.0/16")

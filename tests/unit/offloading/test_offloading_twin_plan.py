@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.kube.errors import ApiError, UnreachableError
+from liqo.kube.objects import Obj
 from liqo.offloading.namespacemaps import (
     BUILTIN_RESERVED,
     TwinStatus,
@@ -36,7 +36,6 @@ from liqo.offloading.twins import (
 )
 from liqo.sharing.policy import IngressOffer
 
-Obj = dict[str, Any]
 ROME = "rome0000-1111-2222-3333-444455556666"
 NAPLES = "naples00-1111-2222-3333-444455556666"
 

@@ -16,6 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.offloading.podsecurity import (
     ANNOTATION_KEYS,
     LABEL_KEYS,
@@ -30,7 +31,6 @@ from liqo.offloading.shadowpods import pod_from_shadow
 from liqo.sharing.policy import PodSecurity
 from liqo.virtualkubelet.forge import pods as forge_pods
 
-Object = dict[str, Any]
 ALLOWED_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "peers", "effect": "NoSchedule"}
 BASELINE = PodSecurity(tolerations=(ALLOWED_TOLERATION,))
 RESTRICTED = PodSecurity(level="restricted", tolerations=(ALLOWED_TOLERATION,))
@@ -43,7 +43,7 @@ json_values = st.recursive(
 )
 
 
-def restricted_context() -> Object:
+def restricted_context() -> Obj:
     return {
         "allowPrivilegeEscalation": False,
         "runAsNonRoot": True,
@@ -52,7 +52,7 @@ def restricted_context() -> Object:
     }
 
 
-ALLOWED_VOLUMES: list[Object] = [
+ALLOWED_VOLUMES: list[Obj] = [
     {"name": "cfg", "configMap": {"name": "cfg"}},
     {"name": "sec", "secret": {"secretName": "s"}},
     {"name": "tmp", "emptyDir": {}},
@@ -119,11 +119,11 @@ handlers = st.sampled_from(
 
 
 @st.composite
-def containers(draw: st.DrawFn, *, restricted: bool) -> Object:
-    container: Object = {"name": draw(st.sampled_from(["web", "side"])), "image": "nginx"}
+def containers(draw: st.DrawFn, *, restricted: bool) -> Obj:
+    container: Obj = {"name": draw(st.sampled_from(["web", "side"])), "image": "nginx"}
     if draw(st.booleans()):
         container["ports"] = [{"containerPort": draw(st.integers(1, 65535)), "hostPort": 0}]
-    context: Object = restricted_context() if restricted else {}
+    context: Obj = restricted_context() if restricted else {}
     if draw(st.booleans()):
         allowed = ["NET_BIND_SERVICE"] if restricted else ["CHOWN", "NET_BIND_SERVICE", "KILL", "SYS_CHROOT"]
         context.setdefault("capabilities", {})["add"] = draw(st.lists(st.sampled_from(allowed), max_size=2))
@@ -145,16 +145,16 @@ def containers(draw: st.DrawFn, *, restricted: bool) -> Object:
 
 
 @st.composite
-def pod_affinity(draw: st.DrawFn) -> Object:
+def pod_affinity(draw: st.DrawFn) -> Obj:
     """Affinity to the pod's own namespace, as Deployments use it: no namespaces named, or only its own."""
 
-    def term() -> Object:
-        found: Object = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    def term() -> Obj:
+        found: Obj = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
         if draw(st.booleans()):
             found["namespaces"] = draw(st.sampled_from([[], [TWIN], [TWIN, TWIN]]))
         return found
 
-    affinity: Object = {"nodeAffinity": {}}
+    affinity: Obj = {"nodeAffinity": {}}
     for kind in draw(st.lists(st.sampled_from(["podAffinity", "podAntiAffinity"]), unique=True, max_size=2)):
         affinity[kind] = {
             "requiredDuringSchedulingIgnoredDuringExecution": [term() for _ in range(draw(st.integers(0, 2)))],
@@ -166,8 +166,8 @@ def pod_affinity(draw: st.DrawFn) -> Object:
 
 
 @st.composite
-def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
-    spec: Object = {"containers": draw(st.lists(containers(restricted=restricted), min_size=1, max_size=2))}
+def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Obj:
+    spec: Obj = {"containers": draw(st.lists(containers(restricted=restricted), min_size=1, max_size=2))}
     if draw(st.booleans()):
         spec["initContainers"] = [draw(containers(restricted=restricted))]
     volumes = draw(st.lists(st.sampled_from(ALLOWED_VOLUMES), max_size=5, unique_by=lambda v: str(v["name"])))
@@ -183,7 +183,7 @@ def allowed_pods(draw: st.DrawFn, *, restricted: bool = False) -> Object:
         spec["serviceAccountName"] = draw(st.sampled_from(["", "default"]))
     if draw(st.booleans()):
         spec["hostNetwork"] = spec["hostPID"] = spec["hostIPC"] = False
-    context: Object = {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]} if draw(st.booleans()) else {}
+    context: Obj = {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]} if draw(st.booleans()) else {}
     if restricted and draw(st.booleans()):
         context["runAsNonRoot"] = True
     if context:
@@ -205,23 +205,23 @@ def dropped(verdict: Verdict) -> set[str]:
 
 
 @given(allowed_pods())
-def test_a_pod_of_allowed_pieces_passes_baseline(spec: Object) -> None:
+def test_a_pod_of_allowed_pieces_passes_baseline(spec: Obj) -> None:
     assert judge(spec, BASELINE).violations == ()
 
 
 @given(allowed_pods(restricted=True))
-def test_a_pod_of_allowed_pieces_passes_restricted(spec: Object) -> None:
+def test_a_pod_of_allowed_pieces_passes_restricted(spec: Obj) -> None:
     assert judge(spec, RESTRICTED).violations == ()
 
 
-Mutation = Callable[[Object], None]
+Mutation = Callable[[Obj], None]
 
 
-def container_context(index: int = 0) -> Callable[[Object], Object]:
+def container_context(index: int = 0) -> Callable[[Obj], Obj]:
     return lambda spec: spec["containers"][index].setdefault("securityContext", {})
 
 
-def add_volume(volume: Object) -> Mutation:
+def add_volume(volume: Obj) -> Mutation:
     return lambda spec: spec.setdefault("volumes", []).append({"name": "extra", **volume})
 
 
@@ -237,11 +237,11 @@ def set_pod_context(field: str, value: Any) -> Mutation:
     return lambda spec: spec.setdefault("securityContext", {}).__setitem__(field, value)
 
 
-def add_affinity_term(kind: str, term: Object, *, preferred: bool = False) -> Mutation:
+def add_affinity_term(kind: str, term: Obj, *, preferred: bool = False) -> Mutation:
     """One more (required or preferred) term of pod ``kind`` affinity, its ``term`` fields over a plain one."""
     full = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname", **term}
 
-    def mutate(spec: Object) -> None:
+    def mutate(spec: Obj) -> None:
         rules = spec.setdefault("affinity", {}).setdefault(kind, {})
         if preferred:
             rules.setdefault(PREFERRED, []).append({"weight": 10, "podAffinityTerm": full})
@@ -254,7 +254,7 @@ def add_affinity_term(kind: str, term: Object, *, preferred: bool = False) -> Mu
 def set_handler(at: str, action: str) -> Mutation:
     """The first container's probe or hook ``at`` (``lifecycle.preStop``) dialling the metadata service."""
 
-    def mutate(spec: Object) -> None:
+    def mutate(spec: Obj) -> None:
         node = spec["containers"][0]
         *parents, leaf = at.split(".")
         for parent in parents:
@@ -403,7 +403,7 @@ RESTRICTED_BREACHES: list[tuple[str, Mutation, str]] = [
 ]
 
 
-def resolved(path: str, spec: Object) -> str:
+def resolved(path: str, spec: Obj) -> str:
     """``[-]`` in an expected path stands for the last index of the list before it."""
     if "[-]" not in path:
         return path
@@ -441,7 +441,7 @@ def test_restricted_refuses_what_baseline_allows(name: str, mutation: Mutation, 
 
 @given(data=st.data(), kind=volume_types_off_the_list, source=volume_sources, share_storage=st.booleans())
 def test_a_volume_of_any_type_off_the_list_is_refused_naming_its_path(
-    data: st.DataObject, kind: str, source: Object, share_storage: bool
+    data: st.DataObject, kind: str, source: Obj, share_storage: bool
 ) -> None:
     """Volume types are an allowlist at every level: anything else, known to Kubernetes or not, is named."""
     for level in ("baseline", "restricted"):
@@ -457,10 +457,10 @@ def test_a_volume_of_any_type_off_the_list_is_refused_naming_its_path(
 
 @given(data=st.data(), kind=st.text(min_size=1, max_size=20), source=volume_sources)
 def test_a_projected_source_off_the_list_is_refused_naming_its_path(
-    data: st.DataObject, kind: str, source: Object
+    data: st.DataObject, kind: str, source: Obj
 ) -> None:
     spec = copy.deepcopy(data.draw(allowed_pods()))
-    sources: list[Object] = [{"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
+    sources: list[Obj] = [{"configMap": {"name": "c"}}, {"secret": {"name": "s"}}]
     index = data.draw(st.integers(0, len(sources)))
     sources.insert(index, {kind: source})
     spec.setdefault("volumes", []).append({"name": "extra", "projected": {"sources": sources}})
@@ -551,7 +551,7 @@ keys_off_the_list = st.sampled_from(KEYS_OTHERS_ACT_ON) | st.builds("{}/{}".form
 
 
 @st.composite
-def accepted_metadata(draw: st.DrawFn) -> tuple[Object, Object]:
+def accepted_metadata(draw: st.DrawFn) -> tuple[Obj, Obj]:
     """Labels and annotations any provider accepts: the user's own keys, Kubernetes' and kubectl's, liqo's."""
     values = st.text(max_size=8)
     labels = draw(st.dictionaries(KEY_NAMES | st.sampled_from(ACCEPTED_LABEL_KEYS), values, max_size=4))
@@ -562,7 +562,7 @@ def accepted_metadata(draw: st.DrawFn) -> tuple[Object, Object]:
 
 
 @given(allowed_pods(), accepted_metadata())
-def test_the_keys_every_provider_accepts_pass(spec: Object, metadata: tuple[Object, Object]) -> None:
+def test_the_keys_every_provider_accepts_pass(spec: Obj, metadata: tuple[Obj, Obj]) -> None:
     labels, annotations = metadata
     verdict = judge(spec, BASELINE, labels=labels, annotations=annotations)
     assert verdict.violations == ()
@@ -577,7 +577,7 @@ def test_the_keys_every_provider_accepts_pass(spec: Object, metadata: tuple[Obje
     st.text(max_size=8),
 )
 def test_a_key_off_the_list_is_left_off_the_pod_naming_it_until_the_providers_policy_lists_it(
-    spec: Object, metadata: tuple[Object, Object], where: str, key: str, value: str
+    spec: Obj, metadata: tuple[Obj, Obj], where: str, key: str, value: str
 ) -> None:
     """Keys other components act on never reach the provider's pod unless the provider says so (by key or prefix);
     the pod is not refused for them."""
@@ -608,7 +608,7 @@ PATTERNS = st.lists(st.sampled_from(["prometheus.io/*", "example.com/team", "sid
 
 @given(allowed_pods(), keyed(ANY_KEYS), keyed(ANY_KEYS), PATTERNS, PATTERNS)
 def test_the_real_pod_never_carries_a_key_off_the_list_whatever_the_shadow_pod_says(
-    spec: Object,
+    spec: Obj,
     labels: dict[str, str],
     annotations: dict[str, str],
     label_patterns: list[str],
@@ -741,7 +741,7 @@ def test_a_helm_charts_pod_and_liqoctls_network_probe_run_without_their_keys() -
 
 
 @given(allowed_pods(), st.integers(0, 600), st.integers(0, 300))
-def test_resets_cap_the_grace_period_unmount_the_token_and_are_idempotent(spec: Object, grace: int, cap: int) -> None:
+def test_resets_cap_the_grace_period_unmount_the_token_and_are_idempotent(spec: Obj, grace: int, cap: int) -> None:
     spec["terminationGracePeriodSeconds"] = grace
     spec["automountServiceAccountToken"] = True
     policy = PodSecurity(max_grace_seconds=cap, tolerations=BASELINE.tolerations)
@@ -773,7 +773,7 @@ def test_the_verdict_never_raises_on_arbitrary_json(spec: Any, labels: Any, anno
 
 @given(allowed_pods(restricted=True), st.data())
 @settings(max_examples=200)
-def test_arbitrary_json_anywhere_in_a_pod_never_raises(spec: Object, data: st.DataObject) -> None:
+def test_arbitrary_json_anywhere_in_a_pod_never_raises(spec: Obj, data: st.DataObject) -> None:
     """Replace one value somewhere in an allowed pod by arbitrary JSON: a verdict always comes back."""
     spots: list[tuple[Any, Any]] = []
 
@@ -803,7 +803,7 @@ def test_a_wrong_type_is_a_violation_not_an_exception(value: Any) -> None:
     }
 
 
-def twin(consumer: str = "rome-id", **labels: str) -> Object:
+def twin(consumer: str = "rome-id", **labels: str) -> Obj:
     return {
         "metadata": {
             "name": "web-rome",
@@ -812,7 +812,7 @@ def twin(consumer: str = "rome-id", **labels: str) -> Object:
     }
 
 
-def shadow(pod: Any, **annotations: str) -> Object:
+def shadow(pod: Any, **annotations: str) -> Obj:
     return {"metadata": {"name": "p", "annotations": annotations}, "spec": {"pod": pod}}
 
 

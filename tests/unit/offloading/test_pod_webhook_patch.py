@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.offloading.webhook import (
     STRATEGIES,
     Strategy,
@@ -27,15 +28,14 @@ from liqo.offloading.webhook import (
 )
 from tests.shared import apply_patch
 
-Object = dict[str, Any]
 TYPE = names.VIRTUAL_NODE_TYPE
 VIRTUAL = names.VIRTUAL_NODE
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TOLERATION = names.virtual_node_toleration()
 
 
-def offloading(strategy: str | None = "Remote", selector: Mapping[str, str] | None = None, **meta: Any) -> Object:
-    spec: Object = {"namespaceMappingStrategy": "DefaultName"}
+def offloading(strategy: str | None = "Remote", selector: Mapping[str, str] | None = None, **meta: Any) -> Obj:
+    spec: Obj = {"namespaceMappingStrategy": "DefaultName"}
     if strategy is not None:
         spec["podOffloadingStrategy"] = strategy
     if selector is not None:
@@ -48,7 +48,7 @@ def offloading(strategy: str | None = "Remote", selector: Mapping[str, str] | No
     }
 
 
-def pod(**spec: Any) -> Object:
+def pod(**spec: Any) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -57,11 +57,11 @@ def pod(**spec: Any) -> Object:
     }
 
 
-def expression(key: str, operator: str, *values: str) -> Object:
+def expression(key: str, operator: str, *values: str) -> Obj:
     return {"key": key, "operator": operator, "values": list(values)}
 
 
-def required(*terms: list[Object]) -> Object:
+def required(*terms: list[Obj]) -> Obj:
     return {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}}}
 
 
@@ -164,7 +164,7 @@ def test_an_absent_strategy_is_the_crd_default_local_and_remote() -> None:
     [None, offloading("Remote", deletionTimestamp="2030-01-01T00:00:00Z")],
     ids=["no NamespaceOffloading", "NamespaceOffloading being deleted"],
 )
-def test_without_a_live_namespace_offloading_pods_are_left_alone(offloading_obj: Object | None) -> None:
+def test_without_a_live_namespace_offloading_pods_are_left_alone(offloading_obj: Obj | None) -> None:
     assert pod_patch(pod=pod(), offloading=offloading_obj) == []
 
 
@@ -232,7 +232,7 @@ def test_terms_with_match_fields_keep_them() -> None:
         ),
     ],
 )
-def test_the_affinity_is_added_at_the_shallowest_missing_level(affinity: Object, path: str) -> None:
+def test_the_affinity_is_added_at_the_shallowest_missing_level(affinity: Obj, path: str) -> None:
     patch = pod_patch(pod=pod(affinity=affinity), offloading=offloading("Local"))
     assert [op["path"] for op in patch] == [path]
     patched = apply_patch(pod(affinity=affinity), patch)
@@ -252,7 +252,7 @@ requirements = st.builds(
 terms = st.lists(
     st.builds(lambda e: {"matchExpressions": e}, st.lists(requirements, min_size=1, max_size=3)), min_size=1, max_size=3
 )
-other_tolerations: st.SearchStrategy[list[Object]] = st.lists(
+other_tolerations: st.SearchStrategy[list[Obj]] = st.lists(
     st.sampled_from(
         [
             {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"},
@@ -280,9 +280,9 @@ affinities = st.one_of(
 
 
 @st.composite
-def pods(draw: st.DrawFn) -> Object:
-    spec: Object = {}
-    tolerations: list[Object] = draw(other_tolerations)
+def pods(draw: st.DrawFn) -> Obj:
+    spec: Obj = {}
+    tolerations: list[Obj] = draw(other_tolerations)
     if draw(st.booleans()):
         tolerations.append(dict(TOLERATION))  # the pod may already carry ours (a copy of a mutated pod)
     empty_list = draw(st.booleans())  # an empty list is not the same document as no list
@@ -299,7 +299,7 @@ selectors = st.dictionaries(st.sampled_from(("zone", "tier")), st.sampled_from(V
 
 @given(pod_obj=pods(), strategy=st.sampled_from(STRATEGIES), selector=selectors)
 def test_the_patched_pod_runs_exactly_where_it_and_the_strategy_both_allow(
-    pod_obj: Object, strategy: Strategy, selector: dict[str, str]
+    pod_obj: Obj, strategy: Strategy, selector: dict[str, str]
 ) -> None:
     nsof = offloading(strategy, selector)
     patch = pod_patch(pod=pod_obj, offloading=nsof)
@@ -333,6 +333,6 @@ def test_the_patched_pod_runs_exactly_where_it_and_the_strategy_both_allow(
 
 
 @given(pod_obj=pods(), strategy=st.sampled_from(STRATEGIES), selector=selectors)
-def test_bound_pods_are_never_patched(pod_obj: Object, strategy: Strategy, selector: dict[str, str]) -> None:
+def test_bound_pods_are_never_patched(pod_obj: Obj, strategy: Strategy, selector: dict[str, str]) -> None:
     pod_obj["spec"]["nodeName"] = "node-1"
     assert pod_patch(pod=pod_obj, offloading=offloading(strategy, selector)) == []

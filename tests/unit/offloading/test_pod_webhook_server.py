@@ -22,6 +22,7 @@ from liqo.api import names
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
 from liqo.install import manifests
 from liqo.kube.errors import UnreachableError
+from liqo.kube.objects import Obj
 from liqo.offloading import registration
 from liqo.offloading.webhook import (
     MAX_REVIEW,
@@ -34,10 +35,8 @@ from liqo.offloading.webhook import (
 from tests.unit.fakeapi import FakeApi
 from tests.unit.helpers import install_manifests
 
-Object = dict[str, Any]
 
-
-def offloading(namespace: str, strategy: str = "Remote") -> Object:
+def offloading(namespace: str, strategy: str = "Remote") -> Obj:
     return {
         "apiVersion": "offloading.liqo.io/v1alpha1",
         "kind": "NamespaceOffloading",
@@ -46,7 +45,7 @@ def offloading(namespace: str, strategy: str = "Remote") -> Object:
     }
 
 
-def review(namespace: str = "web", *, operation: str = "CREATE", kind: str = "Pod", **pod_spec: Any) -> Object:
+def review(namespace: str = "web", *, operation: str = "CREATE", kind: str = "Pod", **pod_spec: Any) -> Obj:
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -88,16 +87,16 @@ class Server:
     webhook: PodWebhook
     session: aiohttp.ClientSession
 
-    async def post(self, body: object, *, raw: bytes | None = None) -> tuple[int, Object]:
+    async def post(self, body: object, *, raw: bytes | None = None) -> tuple[int, Obj]:
         data = raw if raw is not None else orjson.dumps(body)
         async with self.session.post(f"{self.url}/mutate/pods", data=data) as response:
             return response.status, orjson.loads(await response.read())
 
-    async def answer(self, body: object) -> Object:
+    async def answer(self, body: object) -> Obj:
         status, answer = await self.post(body)
         assert status == 200
         assert (answer["apiVersion"], answer["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
-        response: Object = answer["response"]
+        response: Obj = answer["response"]
         return response
 
 
@@ -126,9 +125,9 @@ async def synced(server: Server) -> None:
     assert await server.webhook.informer.wait_synced(5)
 
 
-def decoded_patch(response: Object) -> list[Object]:
+def decoded_patch(response: Obj) -> list[Obj]:
     assert response["patchType"] == "JSONPatch"
-    patch: list[Object] = orjson.loads(base64.b64decode(response["patch"]))
+    patch: list[Obj] = orjson.loads(base64.b64decode(response["patch"]))
     return patch
 
 
@@ -184,7 +183,7 @@ async def test_until_the_cache_is_synced_pods_are_refused_with_a_reason(server: 
     ],
     ids=["update", "not a pod", "already bound"],
 )
-async def test_what_is_not_an_unbound_pod_creation_is_allowed_unchanged(server: Server, body: Object) -> None:
+async def test_what_is_not_an_unbound_pod_creation_is_allowed_unchanged(server: Server, body: Obj) -> None:
     await synced(server)
     response = await server.answer(body)
     assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
@@ -318,7 +317,7 @@ def test_the_webhook_service_is_cluster_internal_and_not_the_peers_one() -> None
 
 
 def test_a_local_cluster_registers_the_loopback_url_and_its_ca() -> None:
-    def config(path: str) -> Object:
+    def config(path: str) -> Obj:
         return manifests.webhook_url_client_config(webhook_url="https://127.0.0.1:40123/", ca_pem=b"CA", path=path)
 
     mutator, validator = install_manifests(webhook_client_config=config, placement_policy=False)[-2:]
@@ -339,7 +338,7 @@ def test_the_manager_may_read_and_patch_its_own_webhook_configurations_only() ->
     assert all(sorted(r["verbs"]) == ["get", "patch"] for r in rules)
 
 
-def configuration(client_config: Object, name: str = registration.WEBHOOK_NAME) -> Object:
+def configuration(client_config: Obj, name: str = registration.WEBHOOK_NAME) -> Obj:
     return {"webhooks": [{"name": name, "clientConfig": client_config}]}
 
 

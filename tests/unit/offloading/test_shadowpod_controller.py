@@ -8,7 +8,7 @@ timed out. Real clusters: ``tests/integration/offloading/test_budget.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from liqo.api import names
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
@@ -17,12 +17,12 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import UnreachableError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, PODS, object_key
 from liqo.offloading.shadowpods import KEYS_NOT_COPIED, ShadowPods
 from liqo.sharing.policy import PodSecurity
 from tests.unit.fakeapi import FakeApi
 
-Obj = dict[str, Any]
 TWIN = "web-rome"
 CONSUMER = "rome-id"
 PROVIDER = "milan-id"

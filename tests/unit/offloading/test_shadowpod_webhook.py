@@ -16,22 +16,22 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.resources import SHARING_POLICIES
+from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES
 from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook, unchanged
 from liqo.offloading.webhook import PodReview
 from liqo.sharing.policy import PodSecurity, select_policy
 from tests.unit.fakeapi import FakeApi
 
-Object = dict[str, Any]
 ROME = "rome-id"
 
 
-def twin(name: str, consumer: str = ROME) -> Object:
+def twin(name: str, consumer: str = ROME) -> Obj:
     labels = {names.REMOTE_CLUSTER_ID: consumer, names.ORIGIN_NAMESPACE: "web"}
     return {"metadata": {"name": name, "labels": labels}}
 
 
-def policy(name: str, *, peers: list[str], level: str) -> Object:
+def policy(name: str, *, peers: list[str], level: str) -> Obj:
     spec = {"action": "Share", "peers": peers, "podSecurity": {"level": level}}
     return {"metadata": {"name": name}, "spec": spec}
 
@@ -48,16 +48,16 @@ def select(policies: Sequence[Mapping[str, Any]], consumer: str) -> PodSecurity:
 
 def review(
     namespace: str,
-    pod: Object,
+    pod: Obj,
     *,
     operation: str = "CREATE",
-    old_pod: Object | None = None,
-    labels: Object | None = None,
-    old_labels: Object | None = None,
-    annotations: Object | None = None,
-    old_annotations: Object | None = None,
+    old_pod: Obj | None = None,
+    labels: Obj | None = None,
+    old_labels: Obj | None = None,
+    annotations: Obj | None = None,
+    old_annotations: Obj | None = None,
 ) -> PodReview:
-    def shadow(spec: Object, labels: Object | None, annotations: Object | None) -> Object:
+    def shadow(spec: Obj, labels: Obj | None, annotations: Obj | None) -> Obj:
         meta = {"name": "p", "namespace": namespace, "labels": labels or {}}
         if annotations is not None:
             meta["annotations"] = annotations
@@ -103,7 +103,7 @@ async def synced(hook: ShadowPodWebhook, api: FakeApi) -> None:
     assert await hook.policies.wait_synced(5)
 
 
-def answer(response: Object) -> tuple[bool, int | None, str]:
+def answer(response: Obj) -> tuple[bool, int | None, str]:
     status = response["response"].get("status") or {}
     return response["response"]["allowed"], status.get("code"), status.get("message", "")
 
@@ -183,7 +183,7 @@ RESTARTED = {"kubectl.kubernetes.io/restartedAt": "2030-01-01T00:00:00Z"}
     ],
 )
 async def test_an_update_of_liqos_bookkeeping_alone_passes_whatever_the_policy_says_now(
-    webhook: tuple[ShadowPodWebhook, FakeApi], before: Object | None, after: Object
+    webhook: tuple[ShadowPodWebhook, FakeApi], before: Obj | None, after: Obj
 ) -> None:
     """ROOT was admitted before naples' policy tightened: its grace period must reach the provider all the same."""
     hook, api = webhook
@@ -195,7 +195,7 @@ async def test_an_update_of_liqos_bookkeeping_alone_passes_whatever_the_policy_s
 
 @pytest.mark.parametrize("after", [RESTARTED, RESTARTED | GRACE, {}])
 async def test_any_other_annotation_change_is_judged_with_the_pod(
-    webhook: tuple[ShadowPodWebhook, FakeApi], after: Object
+    webhook: tuple[ShadowPodWebhook, FakeApi], after: Obj
 ) -> None:
     hook, api = webhook
     await synced(hook, api)

@@ -13,13 +13,13 @@ from liqo.api import names
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
+from liqo.kube.objects import Obj
 from liqo.kube.resources import ROLE_BINDINGS
 from liqo.peering.authcaches import AuthCaches
 from liqo.peering.enrolment import KubeEnrolments, TenantLimits
 from tests.shared import eventually
 from tests.unit.fakeapi import FakeApi
 
-Obj = dict[str, Any]
 LOCAL = "0f7e9b3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b"
 ROME = "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 NAPLES = "b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.peering.incoming import ABANDONED_AFTER, ENGAGED, LEFT, REQUESTED, Verdict, verdict
 
 NOW = datetime.datetime(2030, 1, 1, 12, 0, tzinfo=datetime.UTC)
-Obj = dict[str, Any]
 
 
 def tenant(

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.peering.records import CLAIM, Existing, Make, Unnamed, Wait, claim_of, decide
 
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
 OTHER = "0f0e0d0c-0b0a-4909-8807-060504030201"
 CANDIDATES = names.foreign_cluster_names(cluster_id=PEER, cluster_name="rome")
 NAMES = st.sampled_from([*CANDIDATES, "by-admin", "milan"])
-Obj = dict[str, Any]
 
 
 def record(name: str, peer: str = PEER, *, deleting: bool = False) -> Obj:

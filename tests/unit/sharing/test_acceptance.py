@@ -1,20 +1,19 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.kube.objects import Obj
 from liqo.sharing.acceptance import decide
 
-Object = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
 
-def offer(*, prices: dict[str, str] | None = None, expiry: str | None = "2030-01-02T03:09:05Z") -> Object:
-    spec: Object = {
+def offer(*, prices: dict[str, str] | None = None, expiry: str | None = "2030-01-02T03:09:05Z") -> Obj:
+    spec: Obj = {
         "providerClusterID": "id-milan",
         "providerClusterName": "milan",
         "resources": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"},
@@ -27,7 +26,7 @@ def offer(*, prices: dict[str, str] | None = None, expiry: str | None = "2030-01
 
 
 @pytest.mark.parametrize("policy", [None, {}, {"mode": "Auto"}, {"mode": "Auto", "maxPrices": {"cpu": "0"}}])
-def test_auto_and_no_policy_accept(policy: Object | None) -> None:
+def test_auto_and_no_policy_accept(policy: Obj | None) -> None:
     phase, reason = decide(offer(prices={"cpu": "5"}), policy, now=NOW)
     assert phase == "Accepted"
     assert "Auto" in reason

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,10 +9,9 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
+from liqo.kube.objects import Obj
 from liqo.sharing.capacity import CapacityLedger, is_eligible
 from tests.unit.sharing.capacity_support import free_capacity, ledger_of, node_free
-
-Object = dict[str, Any]
 
 
 def node(
@@ -26,9 +24,9 @@ def node(
     unschedulable: bool = False,
     virtual: bool = False,
     extra: dict[str, str] | None = None,
-) -> Object:
+) -> Obj:
     labels = {names.VIRTUAL_NODE_TYPE: "virtual-node"} if virtual else {"kubernetes.io/hostname": name}
-    spec: Object = {"unschedulable": True} if unschedulable else {}
+    spec: Obj = {"unschedulable": True} if unschedulable else {}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -44,8 +42,8 @@ def node(
     }
 
 
-def container(name: str = "c", *, restart_policy: str | None = None, **requests: str) -> Object:
-    body: Object = {"name": name, "image": "x", "resources": {"requests": requests} if requests else {}}
+def container(name: str = "c", *, restart_policy: str | None = None, **requests: str) -> Obj:
+    body: Obj = {"name": name, "image": "x", "resources": {"requests": requests} if requests else {}}
     if restart_policy:
         body["restartPolicy"] = restart_policy
     return body
@@ -57,12 +55,12 @@ def pod(
     node_name: str | None = "n1",
     namespace: str = "default",
     phase: str = "Running",
-    containers: list[Object] | None = None,
-    init: list[Object] | None = None,
+    containers: list[Obj] | None = None,
+    init: list[Obj] | None = None,
     overhead: dict[str, str] | None = None,
     pod_level: dict[str, str] | None = None,
-) -> Object:
-    spec: Object = {"containers": containers if containers is not None else [container(cpu="1", memory="1Gi")]}
+) -> Obj:
+    spec: Obj = {"containers": containers if containers is not None else [container(cpu="1", memory="1Gi")]}
     if node_name:
         spec["nodeName"] = node_name
     if init:
@@ -84,7 +82,7 @@ GI = Decimal(2**30)
 
 
 def ledger_free(
-    nodes: list[Object], pods: list[Object], *, exclude_namespaces: frozenset[str] = frozenset()
+    nodes: list[Obj], pods: list[Obj], *, exclude_namespaces: frozenset[str] = frozenset()
 ) -> dict[str, Decimal]:
     """The free capacity a ledger fed these nodes and pods gives."""
     return ledger_of(nodes, pods).free(exclude_namespaces=exclude_namespaces)
@@ -146,7 +144,7 @@ def test_subtracts_the_requests_of_running_pods_and_one_pod_each() -> None:
         pod("offloaded", node_name="liqo-milan"),
     ],
 )
-def test_terminal_unbound_and_foreign_pods_do_not_count(ignored: Object) -> None:
+def test_terminal_unbound_and_foreign_pods_do_not_count(ignored: Obj) -> None:
     nodes = [node("n1"), node("cordoned", unschedulable=True), node("liqo-milan", virtual=True)]
     assert ledger_free(nodes, [ignored]) == ledger_free(nodes, [])
 
@@ -253,7 +251,7 @@ PODS = st.builds(
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6), extra=PODS)
-def test_adding_a_pod_never_increases_ledger_free(nodes: list[Object], pods: list[Object], extra: Object) -> None:
+def test_adding_a_pod_never_increases_ledger_free(nodes: list[Obj], pods: list[Obj], extra: Obj) -> None:
     before = ledger_free(nodes, pods)
     after = ledger_free(nodes, [*pods, extra])
     assert after.keys() == before.keys()
@@ -261,14 +259,14 @@ def test_adding_a_pod_never_increases_ledger_free(nodes: list[Object], pods: lis
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6))
-def test_excluding_a_consumers_namespaces_never_decreases_its_capacity(nodes: list[Object], pods: list[Object]) -> None:
+def test_excluding_a_consumers_namespaces_never_decreases_its_capacity(nodes: list[Obj], pods: list[Obj]) -> None:
     everything = ledger_free(nodes, pods)
     for_rome = ledger_free(nodes, pods, exclude_namespaces=frozenset({"liqo-tenant-rome"}))
     assert all(for_rome[r] >= everything[r] for r in everything)
 
 
 @given(nodes=NODES, pods=st.lists(PODS, max_size=6))
-def test_free_capacity_is_between_zero_and_the_eligible_allocatable(nodes: list[Object], pods: list[Object]) -> None:
+def test_free_capacity_is_between_zero_and_the_eligible_allocatable(nodes: list[Obj], pods: list[Obj]) -> None:
     allocatable = ledger_free(nodes, [])
     free = ledger_free(nodes, pods)
     assert free.keys() == allocatable.keys()
@@ -276,7 +274,7 @@ def test_free_capacity_is_between_zero_and_the_eligible_allocatable(nodes: list[
 
 
 @given(containers=CONTAINERS, init=INIT)
-def test_a_pod_requests_at_least_what_any_of_its_containers_does(containers: list[Object], init: list[Object]) -> None:
+def test_a_pod_requests_at_least_what_any_of_its_containers_does(containers: list[Obj], init: list[Obj]) -> None:
     requests = pod_requests(pod("p", containers=containers, init=init))
     for c in [*containers, *init]:
         for resource, amount in c["resources"].get("requests", {}).items():
@@ -297,7 +295,7 @@ EVENT_PODS = st.builds(
 TAINT_EFFECTS = [None, "NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
-def tainted(base: Object, effect: str | None) -> Object:
+def tainted(base: Obj, effect: str | None) -> Obj:
     """``base`` with one taint of ``effect`` (none if None): tainted nodes are eligible but not placeable."""
     return base if effect is None else base | {"spec": base["spec"] | {"taints": [{"key": "k", "effect": effect}]}}
 
@@ -318,16 +316,16 @@ TERMINAL = ("Succeeded", "Failed")
 EXCLUSIONS = [frozenset(), frozenset({"liqo-tenant-rome"}), frozenset({"liqo-tenant-rome", "liqo-tenant-naples"})]
 
 
-def key(obj: Object) -> str:
+def key(obj: Obj) -> str:
     return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
 
 
 @settings(max_examples=300)
 @given(events=EVENTS)
-def test_the_ledger_equals_the_computation_from_scratch_after_any_events(events: list[tuple[str, Object]]) -> None:
+def test_the_ledger_equals_the_computation_from_scratch_after_any_events(events: list[tuple[str, Obj]]) -> None:
     ledger = CapacityLedger()
-    nodes: dict[str, Object] = {}
-    pods: dict[str, Object] = {}
+    nodes: dict[str, Obj] = {}
+    pods: dict[str, Obj] = {}
     for kind, obj in events:
         if kind == "node":
             ledger.set_node(obj)

@@ -1,16 +1,14 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 import pytest
 
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import SHARING_POLICIES
+from liqo.kube.objects import Obj
 from liqo.sharing.gate import PolicyGate
-
-Object = dict[str, Any]
 
 CONSUMER = "6f1c2d3e-0000-4000-8000-000000000001"
 ISSUED = Issued(
@@ -20,7 +18,7 @@ ISSUED = Issued(
     namespace=f"liqo-tenant-{CONSUMER}",
     expires_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC),
 )
-ASK: Object = {
+ASK: Obj = {
     "consumer_id": CONSUMER,
     "consumer_name": "rome",
     "auth_url": "https://127.0.0.1:8443",
@@ -30,8 +28,8 @@ ASK: Object = {
 }
 
 
-def policy(name: str, *, action: str, peers: list[str] | None = None) -> Object:
-    spec: Object = {"action": action} | ({"peers": peers} if peers else {})
+def policy(name: str, *, action: str, peers: list[str] | None = None) -> Obj:
+    spec: Obj = {"action": action} | ({"peers": peers} if peers else {})
     return {
         "apiVersion": SHARING_POLICIES.api_version,
         "kind": "SharingPolicy",
@@ -43,11 +41,11 @@ def policy(name: str, *, action: str, peers: list[str] | None = None) -> Object:
 class Policies:
     """The SharingPolicies as an informer's cache holds them; how often they were read."""
 
-    def __init__(self, *items: Object) -> None:
+    def __init__(self, *items: Obj) -> None:
         self.items = list(items)
         self.reads = 0
 
-    def __call__(self) -> list[Object]:
+    def __call__(self) -> list[Obj]:
         self.reads += 1
         return self.items
 
@@ -55,7 +53,7 @@ class Policies:
 class FakeProvisioner:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
-        self.asked: list[Object] = []
+        self.asked: list[Obj] = []
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
         return PeerRecord(key_fingerprint="sha256:abc", refused=False) if consumer_id == CONSUMER else None
@@ -94,7 +92,7 @@ class FakeProvisioner:
         [policy("by-name", action="Deny", peers=["rome"])],  # the name a consumer claims counts for nothing
     ],
 )
-async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Object]) -> None:
+async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Obj]) -> None:
     reader, provisioner = Policies(*policies), FakeProvisioner()
     assert await PolicyGate(policies=reader, provisioner=provisioner).provision(**ASK) == ISSUED
     assert provisioner.asked == [ASK]
@@ -108,7 +106,7 @@ async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Object]) ->
         [policy("default", action="Share"), policy("no-rome", action="Deny", peers=[CONSUMER])],
     ],
 )
-async def test_a_denied_peer_is_refused_before_anything_is_provisioned(policies: list[Object]) -> None:
+async def test_a_denied_peer_is_refused_before_anything_is_provisioned(policies: list[Obj]) -> None:
     provisioner = FakeProvisioner()
     with pytest.raises(PeerDenied, match="sharing policy denies peering with you"):
         await PolicyGate(policies=Policies(*policies), provisioner=provisioner).provision(**ASK)

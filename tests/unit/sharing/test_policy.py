@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api.quantity import QuantityError, parse_quantity
+from liqo.kube.objects import Obj
 from liqo.kube.timefmt import parse_time
 from liqo.sharing.policy import (
     BUILT_IN_DEFAULT,
@@ -22,12 +23,11 @@ from liqo.sharing.policy import (
     select_policy,
 )
 
-Object = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=datetime.UTC)
 GI = Decimal(2**30)
 
 
-def sharing_policy(name: str, **spec: Any) -> Object:
+def sharing_policy(name: str, **spec: Any) -> Obj:
     return {"apiVersion": "sharing.liqo.io/v1alpha1", "kind": "SharingPolicy", "metadata": {"name": name}, "spec": spec}
 
 
@@ -231,12 +231,12 @@ OFFERED = {"cpu": Decimal(4), "memory": 8 * GI, "pods": Decimal(50)}
 SLOTS = [{"cpu": Decimal(2), "memory": 4 * GI}]
 
 
-def published(resources: dict[str, Decimal] = OFFERED, *, policy: Policy = POLICY) -> Object:
+def published(resources: dict[str, Decimal] = OFFERED, *, policy: Policy = POLICY) -> Obj:
     return offer_spec(provider_id="id", provider_name="milan", resources=resources, slots=SLOTS, policy=policy, now=NOW)
 
 
 def needs_refresh(
-    spec: Object | None,
+    spec: Obj | None,
     resources: dict[str, Decimal],
     policy: Policy,
     *,
@@ -391,7 +391,7 @@ def test_an_offer_past_two_thirds_of_its_life_is_always_refreshed(free: dict[str
     assert needs_refresh(spec, offer, policy, new_slots=[], now=later)
 
 
-def versioned(policy: Object, version: str) -> Object:
+def versioned(policy: Obj, version: str) -> Obj:
     return policy | {"metadata": policy["metadata"] | {"resourceVersion": version}}
 
 

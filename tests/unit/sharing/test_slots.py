@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -13,13 +12,13 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.podrequests import covers
 from liqo.api.quantity import parse_quantity, round_down
+from liqo.kube.objects import Obj
 from liqo.kube.timefmt import parse_time
 from liqo.sharing import capacity
 from liqo.sharing.capacity import MAX_SLOTS, is_placeable
 from liqo.sharing.policy import REPUBLISH_SECONDS, Drift, Policy, next_refresh, offer_spec, slot_drift
 from tests.unit.sharing.capacity_support import ledger_of
 
-Object = dict[str, Any]
 GI = Decimal(2**30)
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 OFFER = {"cpu": Decimal(100), "memory": 1000 * GI, "pods": Decimal(1000)}
@@ -34,11 +33,11 @@ def node(
     ready: str = "True",
     unschedulable: bool = False,
     virtual: bool = False,
-    taints: list[Object] | None = None,
+    taints: list[Obj] | None = None,
     extra: dict[str, str] | None = None,
-) -> Object:
+) -> Obj:
     labels = {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE} if virtual else {}
-    spec: Object = {"unschedulable": True} if unschedulable else {}
+    spec: Obj = {"unschedulable": True} if unschedulable else {}
     if taints:
         spec["taints"] = taints
     return {
@@ -53,7 +52,7 @@ def node(
 
 def pod(
     node_name: str, *, cpu: str = "0", memory: str = "0", namespace: str = "default", phase: str = "Running"
-) -> Object:
+) -> Obj:
     requests = {"cpu": cpu, "memory": memory}
     return {
         "metadata": {"name": "p", "namespace": namespace},
@@ -62,11 +61,11 @@ def pod(
     }
 
 
-def largest_slots(nodes: list[Object], pods: list[Object], *, offer: dict[str, Decimal]) -> list[dict[str, Decimal]]:
+def largest_slots(nodes: list[Obj], pods: list[Obj], *, offer: dict[str, Decimal]) -> list[dict[str, Decimal]]:
     return capacity.largest_slots(ledger_of(nodes, pods).rooms().values(), offer=offer)
 
 
-def node_free(nodes: list[Object], pods: list[Object]) -> dict[str, dict[str, Decimal]]:
+def node_free(nodes: list[Obj], pods: list[Obj]) -> dict[str, dict[str, Decimal]]:
     return ledger_of(nodes, pods).rooms()
 
 
@@ -97,7 +96,7 @@ def test_half_filled_nodes_offer_half_a_node_however_large_the_sum() -> None:
         node("full", cpu="64", pods="0"),
     ],
 )
-def test_nodes_an_offloaded_pod_cannot_land_on_are_no_slot(unplaceable: Object) -> None:
+def test_nodes_an_offloaded_pod_cannot_land_on_are_no_slot(unplaceable: Obj) -> None:
     assert largest_slots([node("n1"), unplaceable], [], offer=OFFER) == [slot("8", "16Gi")]
 
 
@@ -199,7 +198,7 @@ POLICY = Policy(name="p")
 RESOURCES = {"cpu": Decimal(8), "memory": 16 * GI}
 
 
-def published(slots: list[dict[str, Decimal]]) -> Object:
+def published(slots: list[dict[str, Decimal]]) -> Obj:
     return offer_spec(provider_id="id", provider_name="milan", resources=RESOURCES, slots=slots, policy=POLICY, now=NOW)
 
 
@@ -270,7 +269,7 @@ def _key(s: dict[str, Decimal]) -> tuple[Decimal, Decimal]:
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS)
 def test_no_slot_exceeds_a_single_nodes_free_room_nor_the_offer(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal]
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal]
 ) -> None:
     free = node_free(nodes, pods).values()
     for each in largest_slots(nodes, pods, offer=offer):
@@ -281,7 +280,7 @@ def test_no_slot_exceeds_a_single_nodes_free_room_nor_the_offer(
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS)
 def test_the_first_slot_is_the_largest_and_slots_are_few_distinct_and_uncovered(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal]
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal]
 ) -> None:
     slots = largest_slots(nodes, pods, offer=offer)
     assert len(slots) <= MAX_SLOTS
@@ -294,7 +293,7 @@ def test_the_first_slot_is_the_largest_and_slots_are_few_distinct_and_uncovered(
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS)
 def test_the_most_cpu_and_the_most_memory_any_pod_can_get_are_both_in_the_slots(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal]
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal]
 ) -> None:
     rooms = [room for room in node_free(nodes, pods).values() if room.get("pods", Decimal(1)) >= 1]
     slots = largest_slots(nodes, pods, offer=offer)
@@ -306,7 +305,7 @@ def test_the_most_cpu_and_the_most_memory_any_pod_can_get_are_both_in_the_slots(
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS, threshold=st.integers(0, 100))
 def test_published_slots_read_back_unchanged(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal], threshold: int
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal], threshold: int
 ) -> None:
     slots = largest_slots(nodes, pods, offer=offer)
     spec = offer_spec(
@@ -319,7 +318,7 @@ def test_published_slots_read_back_unchanged(
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS, extra=PODS)
 def test_a_shrinking_slot_never_goes_unnoticed(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal], extra: list[Object]
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal], extra: list[Obj]
 ) -> None:
     before = largest_slots(nodes, pods, offer=offer)
     after = largest_slots(nodes, [*pods, *extra], offer=offer)
@@ -330,7 +329,7 @@ def test_a_shrinking_slot_never_goes_unnoticed(
 
 @given(nodes=NODES, pods=PODS, offer=OFFERS, extra=PODS, threshold=st.integers(0, 100))
 def test_a_shrink_is_never_left_unpublished_longer_than_the_bounded_rate(
-    nodes: list[Object], pods: list[Object], offer: dict[str, Decimal], extra: list[Object], threshold: int
+    nodes: list[Obj], pods: list[Obj], offer: dict[str, Decimal], extra: list[Obj], threshold: int
 ) -> None:
     policy = Policy(name="p", refresh_threshold_percent=threshold)
     before = largest_slots(nodes, pods, offer=offer)

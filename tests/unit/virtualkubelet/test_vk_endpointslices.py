@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork, Translation, translate
+from liqo.kube.objects import Obj
 from liqo.virtualkubelet.forge import endpointslices, pods
 
-Obj = dict[str, Any]
 HOME_ID = "rome-id"
 ROME = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")
 MILAN = ClusterNetwork.parse(pod_cidr="10.245.0.0/16", service_cidr="10.97.0.0/16")

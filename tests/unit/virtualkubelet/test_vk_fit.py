@@ -17,6 +17,7 @@ from liqo.api.resources import NAMESPACE_OFFLOADINGS, SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, PODS
 from liqo.sharing.virtualnodes import virtual_node
 from liqo.virtualkubelet import fit
@@ -27,7 +28,6 @@ from liqo.virtualkubelet.reflection.pods import PodReflector
 from tests.shared import eventually
 from tests.unit.fakeapi import FakeApi
 
-Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 
 

@@ -24,6 +24,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, EVENTS, INGRESSES, PODS, SECRETS, SERVICES, Resource
 from liqo.virtualkubelet.forge import common, configdata
 from liqo.virtualkubelet.forge import events as forge_events
@@ -37,7 +38,6 @@ from liqo.virtualkubelet.reflection.tokens import TokenReflector, token_secrets
 from tests.shared import eventually
 from tests.unit.fakeapi import FakeApi
 
-Obj = dict[str, Any]
 NOW = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
 HOME_ID = "rome-id"
 PROVIDER_ID = "milan-id"

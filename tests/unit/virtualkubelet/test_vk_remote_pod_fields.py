@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.kube.projection import strip_bookkeeping
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.reflection.pods import REMOTE_POD_FIELDS
 from tests.shared import api_pods
 
-Object = dict[str, Any]
-
 
 @given(remote=api_pods(), home_uid=st.sampled_from(["h1", "h2"]))
-def test_the_reflectors_answer_the_same_on_a_projected_remote_pod(remote: Object, home_uid: str) -> None:
+def test_the_reflectors_answer_the_same_on_a_projected_remote_pod(remote: Obj, home_uid: str) -> None:
     remote["metadata"]["annotations"] = {names.HOME_POD_UID: "h1"}
     small = REMOTE_POD_FIELDS(remote)
     assert REMOTE_POD_FIELDS(small) == small

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.virtualkubelet.forge import ingresses, services
 
-Obj = dict[str, Any]
 HOME_ID = "rome-id"
 
 ports = st.lists(

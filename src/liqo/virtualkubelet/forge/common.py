@@ -6,12 +6,9 @@ deleted: a twin may hold objects of the same name made by others.
 
 from __future__ import annotations
 
-from typing import Any
-
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.kube.resources import Resource
-
-Obj = dict[str, Any]
 
 DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration", "kubernetes.io/ingress.class"})
 """Annotations never copied: kubectl's own (a copy would be applied back as the original) and the legacy

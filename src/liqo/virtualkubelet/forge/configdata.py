@@ -6,13 +6,9 @@ cluster has of its own (its root CA ConfigMap, ServiceAccount token Secrets).
 
 from __future__ import annotations
 
-from typing import Any
-
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, SECRETS, Resource
 from liqo.virtualkubelet.forge.common import copy_metadata, reflected_by_default, same_metadata
-
-Obj = dict[str, Any]
-
 
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 """Published by every cluster into every namespace: the provider's own must stay (its pods trust its API)."""

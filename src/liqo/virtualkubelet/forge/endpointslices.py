@@ -22,14 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any
 
 from liqo.api import names
 from liqo.api.networks import Refused, Translation
+from liqo.kube.objects import Obj
 from liqo.kube.resources import ENDPOINT_SLICES
 from liqo.virtualkubelet.forge.common import copy_metadata, is_copy, same_metadata
-
-Obj = dict[str, Any]
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 MANAGED_BY_LABEL = names.SLICE_MANAGED_BY

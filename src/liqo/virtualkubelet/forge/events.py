@@ -6,14 +6,10 @@ and a re-list writes nothing new.
 
 from __future__ import annotations
 
-from typing import Any
-
 from liqo.api import names
 from liqo.kube.events import MAX_MESSAGE_LENGTH
+from liqo.kube.objects import Obj
 from liqo.kube.timefmt import format_time, parse_time
-
-Obj = dict[str, Any]
-
 
 MIRRORED_KINDS = {"Pod": "v1", "Service": "v1", "Ingress": "networking.k8s.io/v1"}
 """What Events are mirrored about (kind → the home object's apiVersion): the pods we run, and the copies of

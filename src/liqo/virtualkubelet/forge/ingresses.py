@@ -13,12 +13,10 @@ class may well be its public one, which is exactly what it must choose to offer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from liqo.kube.objects import Obj
 from liqo.kube.resources import INGRESSES
 from liqo.virtualkubelet.forge.common import copy_metadata, reflected_by_default, same_metadata
-
-Obj = dict[str, Any]
 
 
 def reflectable(ingress: Obj) -> bool:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.kube.resources import LEASES, NODES
 from liqo.kube.timefmt import format_micro_time, format_time
-
-Obj = dict[str, Any]
-
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40

@@ -11,17 +11,14 @@ back or refuses it, a Pending status with the provider's reason.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from liqo.api import names
 from liqo.api.crds import SHADOW_POD_WAIT_REASONS
 from liqo.api.networks import Refused, Translation
 from liqo.api.resources import SHADOW_PODS
+from liqo.kube.objects import Obj
 from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS
 from liqo.virtualkubelet.forge.tokens import is_token_volume, token_secret_name
-
-Obj = dict[str, Any]
-
 
 _DROPPED_POD_FIELDS = frozenset(
     {

@@ -16,12 +16,9 @@ alias, inside the provider, of any name, and the provider's API server refuses i
 
 from __future__ import annotations
 
-from typing import Any
-
+from liqo.kube.objects import Obj
 from liqo.kube.resources import SERVICES
 from liqo.virtualkubelet.forge.common import copy_metadata, reflected_by_default, same_metadata
-
-Obj = dict[str, Any]
 
 HEADLESS = "None"
 _KEPT_SPEC = (

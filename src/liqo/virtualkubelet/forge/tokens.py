@@ -9,14 +9,11 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
-from typing import Any
 
 from liqo.api import names
+from liqo.kube.objects import Obj
 from liqo.kube.resources import SECRETS
 from liqo.kube.timefmt import format_time, parse_time
-
-Obj = dict[str, Any]
-
 
 _TOKEN_VOLUME_PREFIX = "kube-api-access-"
 """The projected volume the home ServiceAccount admission adds (token, CA, namespace): the provider mounts

@@ -32,13 +32,13 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
-Obj = dict[str, Any]
 Mode = Literal["All", "None"]
 ObjectKey = tuple[str, str, str]
 """``(plural, home namespace, name)`` of a copied object."""

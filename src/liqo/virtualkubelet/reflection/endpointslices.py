@@ -21,6 +21,7 @@ from typing import Any
 
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
+from liqo.kube.objects import Obj
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import endpointslices as forge
@@ -36,7 +37,6 @@ from liqo.virtualkubelet.reflection.copies import (
 )
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
-Obj = dict[str, Any]
 SliceKey = tuple[str, str]
 """``(home namespace, slice name)``."""
 NOT_REFLECTED = "EndpointsNotReflected"

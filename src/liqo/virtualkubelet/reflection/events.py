@@ -24,6 +24,7 @@ from liqo.kube.cache import Index
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError
 from liqo.kube.informer import HandlerFuncs, Informer, resource_version_of
+from liqo.kube.objects import Obj
 from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource, split_namespaced_key
 from liqo.virtualkubelet.forge import common
 from liqo.virtualkubelet.forge import events as forge
@@ -31,7 +32,6 @@ from liqo.virtualkubelet.forge.pods import runs_home_pod
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.pods import remote_pods
 
-Obj = dict[str, Any]
 Subject = tuple[str, str]
 """``(kind, name)`` of what an Event is about."""
 COPIED = {"Service": SERVICES, "Ingress": INGRESSES}

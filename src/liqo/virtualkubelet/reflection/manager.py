@@ -29,7 +29,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
 from liqo.kube.cache import InformerGroup
@@ -38,12 +37,11 @@ from liqo.kube.component import Component
 from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.projection import Projection
 from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 def twins_on(offloadings: Iterable[Obj], *, provider_id: str) -> dict[str, str]:

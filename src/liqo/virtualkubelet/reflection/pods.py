@@ -47,6 +47,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
@@ -57,7 +58,6 @@ from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionMana
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 GRACE_NOT_PASSED_ON = "GracePeriodNotPassedOn"
 """The Warning Event on a deleted home pod whose grace period the provider refused to take (it was deleted anyway)."""
 POD_IP_NOT_REACHABLE = "PodIPNotReachable"

@@ -33,6 +33,7 @@ from typing import Any
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
 from liqo.kube.projection import keep
 from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
 from liqo.kube.timefmt import parse_time
@@ -42,7 +43,6 @@ from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionMana
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 TOKEN_RETRY_SECONDS = 30.0
 """A refused TokenRequest (ServiceAccount missing, RBAC) is tried again this often."""
 

@@ -25,6 +25,7 @@ from liqo.api.resources import (
     SHARING_POLICIES,
     VIRTUAL_NODES,
 )
+from liqo.api.shadowpods import WAIT_REASONS, ShadowPodPhase
 from liqo.kube import printable
 from liqo.kube.resources import CRDS, Resource
 
@@ -73,12 +74,6 @@ POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
 NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
 OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "AllFailed", "Terminating")
 TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
-SHADOW_POD_PHASES = ("Created", "Refused", "Waiting")
-OVER_BUDGET = "OverBudget"
-"""A ShadowPod waits: its pod would take its consumer beyond the accepted offer."""
-NO_ACCEPTED_OFFER = "NoAcceptedOffer"
-"""A ShadowPod waits: its consumer has no accepted offer from this provider (none, withdrawn, denied)."""
-SHADOW_POD_WAIT_REASONS = (OVER_BUDGET, NO_ACCEPTED_OFFER)
 POD_SECURITY_LEVELS = ("baseline", "restricted")
 """The Pod Security Standards profiles a provider may enforce on a peer's pods (PSA's own level names)."""
 TOLERATION_OPERATORS = ("Exists", "Equal")
@@ -808,9 +803,9 @@ def shadow_pod_crd() -> dict[str, Any]:
         {
             "phase": _enum(
                 "Whether the provider created the pod, refused it, or holds it back until it may run.",
-                SHADOW_POD_PHASES,
+                tuple(ShadowPodPhase),
             ),
-            "reason": _string("Why it waits (OverBudget, NoAcceptedOffer) or was refused, in one word."),
+            "reason": _string(f"Why it waits ({', '.join(WAIT_REASONS)}) or was refused, in one word."),
             "message": _string("Why, when refused or waiting: the resource, and the pod's and the budget's figures."),
         },
     )

@@ -46,9 +46,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from liqo.api import names
-from liqo.api.crds import NO_ACCEPTED_OFFER, OVER_BUDGET
 from liqo.api.podrequests import RESOURCE_PATHS
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
+from liqo.api.shadowpods import ShadowPodPhase, ShadowPodReason
 from liqo.kube.cache import Derived, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -331,7 +331,7 @@ class ShadowPods(Component):
             return None
         consumer = self._consumer_of(namespace)
         if consumer is None:  # not a twin: the verdict says so, naming metadata.namespace
-            await self._refuse(shadow, reason="PodRefused", message=self._verdict(shadow).message())
+            await self._refuse(shadow, reason=ShadowPodReason.POD_REFUSED, message=self._verdict(shadow).message())
             return None
         budget = self.budget(consumer)
         if isinstance(budget, NoBudget):
@@ -355,16 +355,16 @@ class ShadowPods(Component):
         self._free(key)
         verdict = self._verdict(shadow)
         if not verdict.allowed:
-            await self._refuse(shadow, reason="PodRefused", message=verdict.message())
+            await self._refuse(shadow, reason=ShadowPodReason.POD_REFUSED, message=verdict.message())
             return Result(requeue_after=self._retry.when(key))  # a loosened policy lets it through later
         try:
             usage = pod_usage(shadow["spec"]["pod"])
         except UnreadablePod as exc:
-            await self._refuse(shadow, reason="UnreadableResources", message=str(exc))
+            await self._refuse(shadow, reason=ShadowPodReason.UNREADABLE_RESOURCES, message=str(exc))
             return None  # nothing to retry: only a new spec (an update, which re-queues us) can change it
         missing = self.ledger.admit(key, consumer=consumer, uid=shadow["metadata"]["uid"], usage=usage, budget=budget)
         if missing is not None:
-            await self._wait(shadow, reason=OVER_BUDGET, message=missing.message)
+            await self._wait(shadow, reason=ShadowPodReason.OVER_BUDGET, message=missing.message)
             return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner
         match await self._create(shadow, verdict=verdict):
             case "refused":
@@ -411,7 +411,7 @@ class ShadowPods(Component):
             meta = pod["metadata"]
             with contextlib.suppress(NotFoundError):
                 await self._client.delete(PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
-        await self._wait(shadow, reason=NO_ACCEPTED_OFFER, message=message)
+        await self._wait(shadow, reason=ShadowPodReason.NO_ACCEPTED_OFFER, message=message)
         return Result(requeue_after=self._retry.when(key))
 
     async def _create(self, shadow: Obj, *, verdict: Verdict) -> Created:
@@ -432,7 +432,7 @@ class ShadowPods(Component):
         except ApiError as exc:
             if exc.status in (400, 403, 422):  # refused: admission, validation
                 self._unseen.discard(key)
-                await self._refuse(shadow, reason="PodRefused", message=exc.message)
+                await self._refuse(shadow, reason=ShadowPodReason.POD_REFUSED, message=exc.message)
                 return "refused"
             log.warning("could not create pod %s/%s (retried): %s", meta["namespace"], meta["name"], exc)
             return "unknown"
@@ -452,14 +452,14 @@ class ShadowPods(Component):
         key = object_key(shadow)
         self.ledger.stop_waiting(key)
         self._retry.forget(key)
-        if (shadow.get("status") or {}).get("phase") not in (None, "Created"):
-            await self._set_status(shadow, {"phase": "Created"})
+        if (shadow.get("status") or {}).get("phase") not in (None, ShadowPodPhase.CREATED):
+            await self._set_status(shadow, {"phase": ShadowPodPhase.CREATED})
 
-    async def _wait(self, shadow: Obj, *, reason: str, message: str) -> None:
-        await self._report(shadow, {"phase": "Waiting", "reason": reason, "message": message})
+    async def _wait(self, shadow: Obj, *, reason: ShadowPodReason, message: str) -> None:
+        await self._report(shadow, {"phase": ShadowPodPhase.WAITING, "reason": reason, "message": message})
 
-    async def _refuse(self, shadow: Obj, *, reason: str, message: str) -> None:
-        await self._report(shadow, {"phase": "Refused", "reason": reason, "message": message})
+    async def _refuse(self, shadow: Obj, *, reason: ShadowPodReason, message: str) -> None:
+        await self._report(shadow, {"phase": ShadowPodPhase.REFUSED, "reason": reason, "message": message})
 
     async def _report(self, shadow: Obj, status: Obj) -> None:
         """Set ``status`` and record it as a Warning Event, unless the ShadowPod says so already."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from liqo.api import names
-from liqo.api.crds import SHADOW_POD_WAIT_REASONS
 from liqo.api.networks import Refused, Translation
 from liqo.api.resources import SHADOW_PODS
+from liqo.api.shadowpods import WAIT_REASONS, ShadowPodPhase
 from liqo.kube.objects import Obj
 from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS
 from liqo.virtualkubelet.forge.tokens import is_token_volume, token_secret_name
@@ -193,11 +193,11 @@ def held_back(shadow: Obj) -> tuple[str, str] | None:
     """
     status = shadow.get("status") or {}
     message = str(status.get("message", ""))
-    if status.get("phase") == "Refused":
+    if status.get("phase") == ShadowPodPhase.REFUSED:
         return PROVIDER_REFUSED, message
-    if status.get("phase") == "Waiting":
+    if status.get("phase") == ShadowPodPhase.WAITING:
         reason = status.get("reason")
-        return (reason if reason in SHADOW_POD_WAIT_REASONS else PROVIDER_REFUSED), message
+        return (reason if reason in WAIT_REASONS else PROVIDER_REFUSED), message
     return None
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.networks import MAX_CIDR_LENGTH, NETWORK, POD_CIDR, SERVICE_CIDR
+from liqo.api.offers import OfferPhase, OfferState
+from liqo.api.offloadings import OffloadingPhase, TwinPhase
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -59,21 +62,9 @@ CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 
 PEERING_ENABLED = ("Yes", "No", "Auto")
 OFFER_POLICY_MODES = ("Auto", "Manual", "PriceLimit")
-PEERING_CONDITION_TYPES = (
-    "AuthenticationStatus",
-    "OutgoingPeering",
-    "IncomingPeering",
-    "APIServerStatus",
-    "NetworkStatus",
-)
-PEERING_CONDITION_STATUSES = ("None", "Pending", "Established", "Denied", "Error")
-OFFER_STATES = ("None", "Created", "Denied")
-OFFER_PHASES = ("Pending", "Accepted", "Refused", "ManualActionRequired")
 SHARING_ACTIONS = ("Share", "Deny")
 POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
 NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
-OFFLOADING_PHASES = ("Ready", "NoClusterSelected", "InProgress", "SomeFailed", "AllFailed", "Terminating")
-TWIN_PHASES = ("Pending", "Ready", "Conflict", "Error")
 POD_SECURITY_LEVELS = ("baseline", "restricted")
 """The Pod Security Standards profiles a provider may enforce on a peer's pods (PSA's own level names)."""
 TOLERATION_OPERATORS = ("Exists", "Equal")
@@ -383,8 +374,8 @@ def foreign_cluster_crd() -> dict[str, Any]:
             ),
             "conditions": _conditions(
                 "The state of each aspect of the peering.",
-                types=PEERING_CONDITION_TYPES,
-                statuses=PEERING_CONDITION_STATUSES,
+                types=tuple(ConditionType),
+                statuses=tuple(ConditionStatus),
             ),
         },
     )
@@ -424,7 +415,7 @@ def resource_request_crd() -> dict[str, Any]:
     status = _object(
         "The provider's answer.",
         {
-            "offerState": _enum("Whether the provider made an offer.", OFFER_STATES),
+            "offerState": _enum("Whether the provider made an offer.", tuple(OfferState)),
             "message": _string("Why, when the provider denied the request."),
         },
     )
@@ -464,7 +455,7 @@ def resource_offer_crd() -> dict[str, Any]:
     status = _object(
         "The consumer's decision.",
         {
-            "phase": _enum("The consumer's verdict on the offer.", OFFER_PHASES),
+            "phase": _enum("The consumer's verdict on the offer.", tuple(OfferPhase)),
             "reason": _string(
                 "Why the offer is in this phase.", maxLength=MAX_REASON_LENGTH, pattern=printable.PATTERN
             ),
@@ -849,7 +840,7 @@ def namespace_offloading_crd() -> dict[str, Any]:
             "clusterID": _cluster_id("The provider's cluster ID."),
             "clusterName": _string("The provider's human-readable name."),
             "remoteNamespace": _string("The twin namespace's name on the provider."),
-            "phase": _enum("The twin namespace's state.", TWIN_PHASES),
+            "phase": _enum("The twin namespace's state.", tuple(TwinPhase)),
             "message": _string("Why, when it is not Ready."),
         },
         required=("clusterID",),
@@ -858,7 +849,7 @@ def namespace_offloading_crd() -> dict[str, Any]:
         "The observed state of the offloading.",
         {
             "remoteNamespaceName": _string("The twin namespaces' name on every provider."),
-            "offloadingPhase": _enum("The state of the offloading as a whole.", OFFLOADING_PHASES),
+            "offloadingPhase": _enum("The state of the offloading as a whole.", tuple(OffloadingPhase)),
             "remoteNamespacesConditions": {
                 "type": "array",
                 "description": "The twin namespace on each selected provider.",
@@ -901,7 +892,7 @@ def namespace_map_crd() -> dict[str, Any]:
         "The twin of one home namespace.",
         {
             "remoteNamespace": _string("The twin namespace's name here."),
-            "phase": _enum("The twin namespace's state.", TWIN_PHASES),
+            "phase": _enum("The twin namespace's state.", tuple(TwinPhase)),
             "message": _string("Why, when it is not Ready."),
         },
     )

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from liqo.api.offers import OfferPhase
 from liqo.kube.resources import terminating
-
-ACCEPTED = "Accepted"
 
 
 def wants_outgoing(foreign_cluster: Mapping[str, Any] | None) -> bool:
@@ -30,4 +29,4 @@ def offer_accepted(offer: Mapping[str, Any] | None) -> bool:
     """Whether this offer of ours stands and its consumer accepted it (pure)."""
     if offer is None or terminating(offer):
         return False
-    return bool((offer.get("status") or {}).get("phase") == ACCEPTED)
+    return bool((offer.get("status") or {}).get("phase") == OfferPhase.ACCEPTED)

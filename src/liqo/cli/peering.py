@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from liqo.api.foreignclusters import ConditionType
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
@@ -252,10 +253,15 @@ def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format 
                 p["role"],
                 *(
                     p["conditions"].get(c, {}).get("status", "-")
-                    for c in ("OutgoingPeering", "IncomingPeering", "AuthenticationStatus", "APIServerStatus")
+                    for c in (
+                        ConditionType.OUTGOING,
+                        ConditionType.INCOMING,
+                        ConditionType.AUTHENTICATION,
+                        ConditionType.API_SERVER,
+                    )
                 ),
                 # The reason says it all (DirectRouting, CIDROverlap, NetworkUnknown); `status` gives the message.
-                p["conditions"].get("NetworkStatus", {}).get("reason", "-"),
+                p["conditions"].get(ConditionType.NETWORK, {}).get("reason", "-"),
                 ",".join(f"{k}={v}" for k, v in p["accepted"].items()) or "-",
                 ",".join(f"{k}={v}" for k, v in p["offered"].items()) or "-",
             ]

@@ -43,6 +43,7 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.crds import crd_name
+from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
 from liqo.install import fabric, manifests
@@ -588,8 +589,8 @@ async def _active_peers(client: KubeClient) -> list[str]:
         peer["spec"].get("clusterName") or peer["spec"]["clusterID"]
         for peer in peers
         if any(
-            condition.get("type") in ("OutgoingPeering", "IncomingPeering")
-            and condition.get("status") in ("Pending", "Established")
+            condition.get("type") in (ConditionType.OUTGOING, ConditionType.INCOMING)
+            and condition.get("status") in (ConditionStatus.PENDING, ConditionStatus.ESTABLISHED)
             for condition in (peer.get("status") or {}).get("conditions") or []
         )
     ]

@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from liqo.api.offers import OfferPhase
 from liqo.api.podrequests import Resources, pod_limits, pod_requests
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity
 from liqo.kube.resources import terminating
 
 PODS = "pods"
-ACCEPTED = "Accepted"
 _CONTAINER_LISTS = ("containers", "initContainers")
 
 
@@ -137,7 +137,7 @@ def budget_of(offer: Mapping[str, Any] | None, *, count_limits: bool) -> Budget 
             " policy): no pod of the consumer runs here until one is accepted"
         )
     phase = (offer.get("status") or {}).get("phase")
-    if phase != ACCEPTED:
+    if phase != OfferPhase.ACCEPTED:
         return NoBudget(
             f"the consumer has not accepted this provider's offer (its phase is {phase or 'not set'}):"
             " no pod of the consumer runs here until it does"

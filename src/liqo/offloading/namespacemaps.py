@@ -79,6 +79,7 @@ from liqo.api.bounds import (
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, PodNetwork, pods_seen_at, recorded_network
 from liqo.api.networks import remapped_pod_cidr as remapped
+from liqo.api.offloadings import TwinPhase
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
@@ -156,6 +157,7 @@ class TwinStatus:
 
     remote_namespace: str
     phase: str
+    """A :class:`TwinPhase` (a str: a status read back compares equal)."""
     message: str = ""
 
     def to_dict(self) -> dict[str, str]:
@@ -212,8 +214,8 @@ def transient(error: KubeError) -> bool:
 def refusal(twin: str, error: KubeError, *, doing: str) -> TwinStatus:
     """The status of a twin whose write failed: ``Error`` (retried) if transient, else ``Conflict`` (pure)."""
     if transient(error):
-        return TwinStatus(twin, "Error", f"cannot {doing}: {error}")
-    return TwinStatus(twin, "Conflict", f"this cluster refused to {doing}: {error}")
+        return TwinStatus(twin, TwinPhase.ERROR, f"cannot {doing}: {error}")
+    return TwinStatus(twin, TwinPhase.CONFLICT, f"this cluster refused to {doing}: {error}")
 
 
 def origin_of(namespace: Obj) -> str:
@@ -302,29 +304,29 @@ def plan_twins(
     for home, twin in sorted(mappings.items()):
         existing = namespaces.get(twin)
         if home in refusals:
-            plan.status[home] = TwinStatus(twin, "Conflict", refusals[home])
+            plan.status[home] = TwinStatus(twin, TwinPhase.CONFLICT, refusals[home])
         elif winners[twin] != home:
             message = f"home namespaces {winners[twin]} and {home} both map to {twin}: {winners[twin]} has it"
-            plan.status[home] = TwinStatus(twin, "Conflict", message)
+            plan.status[home] = TwinStatus(twin, TwinPhase.CONFLICT, message)
         elif existing is None:
             plan.create[home] = twin
-            plan.status[home] = TwinStatus(twin, "Pending", "creating the twin namespace")
+            plan.status[home] = TwinStatus(twin, TwinPhase.PENDING, "creating the twin namespace")
         elif not is_twin_of(existing, consumer_id=consumer_id):
             message = (
                 f"namespace {twin} already exists on this cluster and is not a twin of this consumer's namespace"
                 f" {home}: it is left untouched"
             )
-            plan.status[home] = TwinStatus(twin, "Conflict", message)
+            plan.status[home] = TwinStatus(twin, TwinPhase.CONFLICT, message)
         elif origin_of(existing) != home:
             # Another home's twin that no mapping wants any more (below, it is deleted): the name frees up.
             message = f"namespace {twin}, the former twin of {origin_of(existing)}, is being deleted"
-            plan.status[home] = TwinStatus(twin, "Pending", message)
+            plan.status[home] = TwinStatus(twin, TwinPhase.PENDING, message)
         elif terminating(existing):
             message = f"the previous twin {twin} is being deleted; it is created again once gone"
-            plan.status[home] = TwinStatus(twin, "Pending", message)
+            plan.status[home] = TwinStatus(twin, TwinPhase.PENDING, message)
         else:
             plan.keep[home] = twin
-            plan.status[home] = TwinStatus(twin, "Ready")
+            plan.status[home] = TwinStatus(twin, TwinPhase.READY)
     for namespace in twins_of(namespaces.values(), consumer_id=consumer_id):
         name, home = namespace["metadata"]["name"], origin_of(namespace)
         if accepted.get(home) == name:
@@ -332,7 +334,7 @@ def plan_twins(
         if not terminating(namespace):
             plan.delete.append(namespace)
         if home not in plan.status:
-            plan.status[home] = TwinStatus(name, "Pending", f"twin {name} is being deleted")
+            plan.status[home] = TwinStatus(name, TwinPhase.PENDING, f"twin {name} is being deleted")
     return plan
 
 
@@ -541,7 +543,7 @@ class NamespaceMapController(Component):
             )
         for home, twin in plan.keep.items():
             status[home] = await self._ensure_twin_metadata(by_name[twin], level=level, annotations=annotations)
-            if status[home].phase == "Ready":
+            if status[home].phase == TwinPhase.READY:
                 status[home] = await self._ensure_rbac(
                     consumer_id=consumer_id, twin=twin, policy=policy, writer=writer, peer_pods=peer_pods
                 )
@@ -552,7 +554,7 @@ class NamespaceMapController(Component):
         desired = map_status(status)
         if (namespace_map.get("status") or {}) != desired:
             await self._client.apply_status(NAMESPACE_MAPS, name=consumer_id, namespace=tenant_name, status=desired)
-        if not any(twin.phase == "Error" for twin in status.values()):
+        if not any(twin.phase == TwinPhase.ERROR for twin in status.values()):
             self._failures.pop(consumer_id, None)
             recounting = any(twin.message == RECOUNTING.format(twin=twin.remote_namespace) for twin in status.values())
             return Result(requeue_after=RECOUNT_SECONDS) if recounting else None
@@ -584,11 +586,11 @@ class NamespaceMapController(Component):
             try:
                 existing = await self._client.get(NAMESPACES, twin)
             except NotFoundError:
-                return TwinStatus(twin, "Pending", f"namespace {twin} is being deleted")
+                return TwinStatus(twin, TwinPhase.PENDING, f"namespace {twin} is being deleted")
             if not is_twin_of(existing, consumer_id=consumer_id) or origin_of(existing) != home:
-                return TwinStatus(twin, "Pending", f"namespace {twin} appeared meanwhile; looking again")
+                return TwinStatus(twin, TwinPhase.PENDING, f"namespace {twin} appeared meanwhile; looking again")
             if terminating(existing):
-                return TwinStatus(twin, "Pending", f"the previous twin {twin} is being deleted")
+                return TwinStatus(twin, TwinPhase.PENDING, f"the previous twin {twin} is being deleted")
         except KubeError as exc:
             return refusal(twin, exc, doing=f"create namespace {twin}")
         return await self._ensure_rbac(
@@ -603,9 +605,9 @@ class NamespaceMapController(Component):
             try:
                 await self._client.patch(NAMESPACES, name, patch)
             except KubeError as exc:
-                return TwinStatus(name, "Error", f"cannot set what the admission of {name} reads: {exc}")
+                return TwinStatus(name, TwinPhase.ERROR, f"cannot set what the admission of {name} reads: {exc}")
             log.info("twin namespace %s: pod security level %s, %s", name, level, annotations)
-        return TwinStatus(name, "Ready")
+        return TwinStatus(name, TwinPhase.READY)
 
     async def _ensure_rbac(
         self, *, consumer_id: str, twin: str, policy: TwinPolicy, writer: bool, peer_pods: IPNetwork | None
@@ -628,7 +630,7 @@ class NamespaceMapController(Component):
                 log.info("twin namespace %s: %s holds no accepted offer, its writes withdrawn", twin, consumer_id)
         except KubeError as exc:
             return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")
-        return TwinStatus(twin, "Ready", "" if writer else WRITES_WITHDRAWN)
+        return TwinStatus(twin, TwinPhase.READY, "" if writer else WRITES_WITHDRAWN)
 
     async def _ensure_binding(self, binding: Obj) -> None:
         meta = binding["metadata"]
@@ -670,7 +672,7 @@ class NamespaceMapController(Component):
         if not granted and not quota_counted(current or {}):
             # Counted without some bounds, it is looked at again on a timer: no event says when to count again.
             waiting = RECOUNTING if uncounted(current or {}) else WAITING_FOR_QUOTA
-            return TwinStatus(twin, "Pending", waiting.format(twin=twin))
+            return TwinStatus(twin, TwinPhase.PENDING, waiting.format(twin=twin))
         self._recounts.pop(twin, None)
         return None
 

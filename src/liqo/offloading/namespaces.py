@@ -28,6 +28,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.offloadings import FAILED, OffloadingPhase, TwinPhase
 from liqo.api.peers import PeerClientSource
 from liqo.api.resources import NAMESPACE_MAPS, NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.cache import InformerGroup, SharedInformers
@@ -50,8 +51,6 @@ RESYNC = 15.0
 RETRY_BASE = 0.5
 RETRY_MAX = 30.0
 """Retries after failing to reach a provider: doubling from RETRY_BASE, at most RETRY_MAX seconds apart."""
-
-FAILED_PHASES = frozenset({"Conflict", "Error"})
 
 
 @dataclass(frozen=True)
@@ -151,7 +150,7 @@ def map_up_to_date(current: Obj | None, desired: Obj) -> bool:
     )
 
 
-def _condition(provider: Provider, twin: str, phase: str, message: str) -> dict[str, str]:
+def _condition(provider: Provider, twin: str, phase: TwinPhase, message: str) -> dict[str, str]:
     condition = {
         "clusterID": provider.cluster_id,
         "clusterName": provider.cluster_name,
@@ -167,22 +166,24 @@ def twin_condition(*, provider: Provider, home: str, twin: str, view: ProviderVi
     """The status of ``home``'s twin on ``provider``, from what we see of our map there (pure)."""
     name = provider.cluster_name
     if view is None:
-        return _condition(provider, twin, "Error", f"no identity on {name}: is the peering established?")
+        return _condition(provider, twin, TwinPhase.ERROR, f"no identity on {name}: is the peering established?")
     if view.error:
-        return _condition(provider, twin, "Error", f"{name} {view.error}")
+        return _condition(provider, twin, TwinPhase.ERROR, f"{name} {view.error}")
     if not view.synced:
-        return _condition(provider, twin, "Pending", f"connecting to {name}")
+        return _condition(provider, twin, TwinPhase.PENDING, f"connecting to {name}")
     namespace_map = view.namespace_map or {}
     wanted = ((namespace_map.get("spec") or {}).get("mappings") or {}).get(home)
     entry = ((namespace_map.get("status") or {}).get("mappings") or {}).get(home)
     if wanted != twin or terminating(view.namespace_map):
-        return _condition(provider, twin, "Pending", f"adding the namespace to the NamespaceMap on {name}")
+        return _condition(provider, twin, TwinPhase.PENDING, f"adding the namespace to the NamespaceMap on {name}")
     if entry is None:
-        return _condition(provider, twin, "Pending", f"waiting for {name} to create the twin namespace")
+        return _condition(provider, twin, TwinPhase.PENDING, f"waiting for {name} to create the twin namespace")
     if entry.get("remoteNamespace") != twin:
         message = f"waiting for {name} to replace the twin {entry.get('remoteNamespace')}"
-        return _condition(provider, twin, "Pending", message)
-    return _condition(provider, twin, str(entry.get("phase") or "Pending"), str(entry.get("message") or ""))
+        return _condition(provider, twin, TwinPhase.PENDING, message)
+    phase = entry.get("phase")
+    reported = TwinPhase(phase) if phase in set(TwinPhase) else TwinPhase.PENDING
+    return _condition(provider, twin, reported, str(entry.get("message") or ""))
 
 
 def still_hosted(home: str, view: ProviderView) -> bool:
@@ -199,30 +200,30 @@ def departure_condition(*, provider: Provider, home: str, view: ProviderView) ->
     """The status of ``home``'s twin on a provider while the offloading is being deleted (pure)."""
     name = provider.cluster_name
     if view.error:
-        return _condition(provider, "", "Error", f"{name} {view.error}; the twin stays until it answers")
+        return _condition(provider, "", TwinPhase.ERROR, f"{name} {view.error}; the twin stays until it answers")
     if not view.synced:
-        return _condition(provider, "", "Pending", f"connecting to {name}")
+        return _condition(provider, "", TwinPhase.PENDING, f"connecting to {name}")
     entry = (((view.namespace_map or {}).get("status") or {}).get("mappings") or {}).get(home) or {}
     return _condition(
-        provider, str(entry.get("remoteNamespace") or ""), "Pending", f"waiting for {name} to delete the twin"
+        provider, str(entry.get("remoteNamespace") or ""), TwinPhase.PENDING, f"waiting for {name} to delete the twin"
     )
 
 
-def offloading_phase(conditions: Iterable[Mapping[str, str]], *, deleting: bool) -> str:
+def offloading_phase(conditions: Iterable[Mapping[str, str]], *, deleting: bool) -> OffloadingPhase:
     """The NamespaceOffloading's ``offloadingPhase`` from its per-provider conditions (pure)."""
     phases = [c["phase"] for c in conditions]
     if deleting:
-        return "Terminating"
+        return OffloadingPhase.TERMINATING
     if not phases:
-        return "NoClusterSelected"
-    failed = sum(phase in FAILED_PHASES for phase in phases)
+        return OffloadingPhase.NO_CLUSTER_SELECTED
+    failed = sum(phase in FAILED for phase in phases)
     if failed == len(phases):
-        return "AllFailed"
+        return OffloadingPhase.ALL_FAILED
     if failed:
-        return "SomeFailed"
-    if all(phase == "Ready" for phase in phases):
-        return "Ready"
-    return "InProgress"
+        return OffloadingPhase.SOME_FAILED
+    if all(phase == TwinPhase.READY for phase in phases):
+        return OffloadingPhase.READY
+    return OffloadingPhase.IN_PROGRESS
 
 
 def offloading_status(*, twin: str, conditions: list[dict[str, str]], deleting: bool) -> Obj:
@@ -243,7 +244,7 @@ def new_conflicts(previous: Obj | None, conditions: Iterable[Mapping[str, str]])
     return [
         c
         for c in conditions
-        if c["phase"] == "Conflict" and before.get(c["clusterID"]) != ("Conflict", c.get("message"))
+        if c["phase"] == TwinPhase.CONFLICT and before.get(c["clusterID"]) != (TwinPhase.CONFLICT, c.get("message"))
     ]
 
 

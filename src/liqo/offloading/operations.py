@@ -21,6 +21,7 @@ from typing import Literal
 from liqo.api import names
 from liqo.api.crds import NAMESPACE_MAPPING_STRATEGIES, POD_OFFLOADING_STRATEGIES
 from liqo.api.identity import read_identity
+from liqo.api.offloadings import OffloadingPhase, TwinPhase
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, InvalidError, NotFoundError
@@ -170,16 +171,16 @@ def verdict(offloading: Obj, *, home_cluster_id: str, expected: set[str]) -> Ver
     if {c.get("clusterID") for c in conditions} != expected:
         return "wait"
     phase = status.get("offloadingPhase")
-    if phase == "NoClusterSelected":
+    if phase == OffloadingPhase.NO_CLUSTER_SELECTED:
         selector = (offloading.get("spec") or {}).get("clusterSelector") or {}
         raise OffloadingError(
             f"no provider matches the cluster selector {selector or '{}'} of {namespace}: "
             "peer with one first, or change --selector (see the labels with `kubectl get virtualnodes -A -o yaml`)"
         )
-    conflicts = [c for c in conditions if c.get("phase") == "Conflict"]
-    if conflicts or phase == "AllFailed":
+    conflicts = [c for c in conditions if c.get("phase") == TwinPhase.CONFLICT]
+    if conflicts or phase == OffloadingPhase.ALL_FAILED:
         raise OffloadingError(f"offloading {namespace} failed: {describe(offloading)}")
-    return "ready" if phase == "Ready" else "wait"
+    return "ready" if phase == OffloadingPhase.READY else "wait"
 
 
 async def _home_cluster_id(client: KubeClient) -> str:

@@ -11,6 +11,8 @@ import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from liqo.api.foreignclusters import Reason
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -22,7 +24,6 @@ class Observation:
     at: datetime.datetime | None = None
 
 
-FORBIDDEN = "Forbidden"
 """The reason of an API health fact when the provider refuses our identity (401/403): revoked, or its rights gone."""
 
 
@@ -48,6 +49,6 @@ class Observations:
             facts[peer_id] = observation
         if previous != observation:
             self.on_change(peer_id)
-        forbidden = observation is not None and observation.reason == FORBIDDEN
-        if facts is self.api_server and forbidden and (previous is None or previous.reason != FORBIDDEN):
+        forbidden = observation is not None and observation.reason == Reason.FORBIDDEN
+        if facts is self.api_server and forbidden and (previous is None or previous.reason != Reason.FORBIDDEN):
             self.on_forbidden(peer_id)

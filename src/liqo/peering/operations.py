@@ -23,8 +23,11 @@ import orjson
 
 from liqo.api import names
 from liqo.api.crds import KEY_FINGERPRINT_PATTERN
+from liqo.api.foreignclusters import ConditionStatus as Status
+from liqo.api.foreignclusters import ConditionType, Reason
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import NETWORK
+from liqo.api.offers import OfferPhase
 from liqo.api.peers import kubeconfig_of
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
@@ -224,14 +227,14 @@ async def wait_established(
     while True:
         fc = await foreign_cluster(client, peer_id)
         conditions = _conditions(fc)
-        outgoing = conditions.get("OutgoingPeering", {})
-        if outgoing.get("status") == "Established":
+        outgoing = conditions.get(ConditionType.OUTGOING, {})
+        if outgoing.get("status") == Status.ESTABLISHED:
             return await client.get(RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id))
         for kind, condition in conditions.items():
             if _final(kind, condition, asked=asked):
                 raise PeeringError(f"peering refused: {kind} {condition['status']}: {condition.get('message', '')}")
         step = f"{outgoing.get('reason') or 'Waiting'}"
-        hint = manual_decision_hint(peer_id) if step == "ManualActionRequired" else ""
+        hint = manual_decision_hint(peer_id) if step == OfferPhase.MANUAL_ACTION_REQUIRED else ""
         if step != last:
             progress(f"waiting: {step}" + (f"; {hint}" if hint else ""))
             last = step
@@ -246,7 +249,7 @@ async def wait_established(
         await asyncio.sleep(0.05)  # polling a condition, with a deadline
 
 
-def manual_decision(peer_id: str, *, phase: str = "Accepted", reason: str = "approved") -> list[str]:
+def manual_decision(peer_id: str, *, phase: str = OfferPhase.ACCEPTED, reason: str = "approved") -> list[str]:
     """The kubectl command (argv) that records an operator's verdict on ``peer_id``'s offer (Manual policy; pure)."""
     status = orjson.dumps({"status": {"phase": phase, "reason": reason}}).decode()
     namespace = names.tenant_namespace(peer_id)
@@ -420,11 +423,11 @@ def _final(kind: str, condition: dict[str, Any], *, asked: datetime.datetime) ->
     the provider — in a handshake tried at ``asked`` or later —, or the outgoing peering itself is denied.
     """
     status = condition.get("status")
-    if kind == "AuthenticationStatus":
-        refused = status == "Denied" or condition.get("reason") == "ProviderNotAuthenticated"
+    if kind == ConditionType.AUTHENTICATION:
+        refused = status == Status.DENIED or condition.get("reason") == Reason.PROVIDER_NOT_AUTHENTICATED
         probed = condition.get("lastProbeTime")
         return refused and bool(probed) and parse_time(str(probed)) >= asked
-    return kind == "OutgoingPeering" and status in ("Error", "Denied")
+    return kind == ConditionType.OUTGOING and status in (Status.ERROR, Status.DENIED)
 
 
 def _now() -> str:
@@ -442,8 +445,8 @@ async def info(client: KubeClient) -> dict[str, Any]:
         their_offer = await _get(client, RESOURCE_OFFERS, peer_id, namespace)
         our_offer = await _get(client, RESOURCE_OFFERS, local.cluster_id, namespace)
         conditions = _conditions(fc)
-        outgoing = conditions.get("OutgoingPeering", {}).get("status") == "Established"
-        incoming = conditions.get("IncomingPeering", {}).get("status") == "Established"
+        outgoing = conditions.get(ConditionType.OUTGOING, {}).get("status") == Status.ESTABLISHED
+        incoming = conditions.get(ConditionType.INCOMING, {}).get("status") == Status.ESTABLISHED
         role = {(True, True): "ConsumerAndProvider", (True, False): "Consumer", (False, True): "Provider"}.get(
             (outgoing, incoming), "None"
         )
@@ -458,7 +461,7 @@ async def info(client: KubeClient) -> dict[str, Any]:
                     for k, v in conditions.items()
                 },
                 "accepted": _resources(their_offer)
-                if (their_offer or {}).get("status", {}).get("phase") == "Accepted"
+                if (their_offer or {}).get("status", {}).get("phase") == OfferPhase.ACCEPTED
                 else {},
                 "offered": _resources(our_offer),
                 "identityExpiresAt": ((fc.get("status") or {}).get("identity") or {}).get("expiresAt"),
@@ -485,8 +488,8 @@ def problems(report: dict[str, Any]) -> list[str]:
         for kind, condition in peer["conditions"].items():
             # A peer's network not known yet is learnt at its next handshake, and nothing waits for it: info
             # shows it; an overlap is an Error, listed like any other.
-            if condition["status"] in ("Error", "Denied") or (
-                condition["status"] == "Pending" and kind != "NetworkStatus"
+            if condition["status"] in (Status.ERROR, Status.DENIED) or (
+                condition["status"] == Status.PENDING and kind != ConditionType.NETWORK
             ):
                 where = f"{peer['name']}: {kind} is {condition['status']} ({condition['reason']})"
                 lines.append(f"{where} {condition['message']}".rstrip())

@@ -32,6 +32,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.foreignclusters import Reason
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, network_patch, recorded_network
 from liqo.api.peerings import wants_outgoing
@@ -50,7 +51,7 @@ from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import identity_secret, renewal_due
-from liqo.peering.observations import FORBIDDEN, Observation, Observations
+from liqo.peering.observations import Observation, Observations
 from liqo.peering.tenants import tenant_namespace_manifest
 from liqo.peering.tokens import token_of
 
@@ -162,7 +163,7 @@ class OutgoingPeering(Component):
         """
         peer_id = fc["spec"]["clusterID"]
         probe = self._observations.api_server.get(peer_id)
-        if probe is None or probe.reason != FORBIDDEN:
+        if probe is None or probe.reason != Reason.FORBIDDEN:
             self._forced.pop(peer_id, None)
             return False
         asked = (fc["metadata"].get("annotations") or {}).get(PEERING_REQUESTED, "")
@@ -192,7 +193,7 @@ class OutgoingPeering(Component):
             self._observations.report(
                 self._observations.authentication,
                 peer_id,
-                Observation(False, "MissingCredentials", "no " + ", no ".join(missing)),
+                Observation(False, Reason.MISSING_CREDENTIALS, "no " + ", no ".join(missing)),
             )
             return Result(requeue_after=RETRY_REFUSED_SECONDS)
         try:
@@ -209,19 +210,19 @@ class OutgoingPeering(Component):
             )
         except authclient.ProviderBusy as exc:
             # Not a verdict: the provider is starting, throttling us, or still releasing our last peering.
-            busy = Observation(False, "ProviderBusy", f"{exc}; asking again in {exc.retry_after:g} s", at=now)
+            busy = Observation(False, Reason.PROVIDER_BUSY, f"{exc}; asking again in {exc.retry_after:g} s", at=now)
             self._observations.report(self._observations.authentication, peer_id, busy)
             return Result(requeue_after=exc.retry_after)
         except (authclient.AuthRejected, authclient.ProviderNotAuthenticated) as exc:
             # Final until someone acts (a new token, the provider's admin, the right fingerprint): reported,
             # tried again after a while, never hammered.
-            reason = "Refused" if isinstance(exc, authclient.AuthRejected) else "ProviderNotAuthenticated"
+            reason = Reason.REFUSED if isinstance(exc, authclient.AuthRejected) else Reason.PROVIDER_NOT_AUTHENTICATED
             refusal = Observation(False, reason, str(exc), at=datetime.datetime.now(datetime.UTC))
             self._observations.report(self._observations.authentication, peer_id, refusal)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
             return Result(requeue_after=RETRY_REFUSED_SECONDS)
         except authclient.AuthError as exc:
-            failure = Observation(False, "HandshakeFailed", str(exc), at=datetime.datetime.now(datetime.UTC))
+            failure = Observation(False, Reason.HANDSHAKE_FAILED, str(exc), at=datetime.datetime.now(datetime.UTC))
             self._observations.report(self._observations.authentication, peer_id, failure)
             await self._events.record(fc, type="Warning", reason="AuthenticationFailed", message=str(exc))
             raise
@@ -233,7 +234,7 @@ class OutgoingPeering(Component):
             provider_id=peer_id, kubeconfig=identity.kubeconfig(), issued_at=now, expires_at=identity.expires_at
         )
         await self._client.apply(SECRETS, secret)
-        self._observations.report(self._observations.authentication, peer_id, Observation(True, "IdentityIssued"))
+        self._observations.report(self._observations.authentication, peer_id, Observation(True, Reason.IDENTITY_ISSUED))
         await self._events.record(
             fc,
             type="Normal",

@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import ConditionStatus as Status
+from liqo.api.foreignclusters import ConditionType, Reason
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
+from liqo.api.offers import OfferPhase, OfferState
 from liqo.api.peerings import wants_outgoing
 from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
@@ -42,16 +45,9 @@ from liqo.kube.timefmt import format_micro_time, format_time
 from liqo.peering import metrics
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.identities import expires_at
-from liqo.peering.observations import FORBIDDEN, Observation, Observations
+from liqo.peering.observations import Observation, Observations
 
 PROBE_INTERVAL = 10.0
-NETWORK_STATUS = "NetworkStatus"
-DIRECT_ROUTING = "DirectRouting"
-"""Neither cluster's pod CIDR overlaps the other's pod or service CIDR: addresses pass unchanged."""
-CIDR_OVERLAP = "CIDROverlap"
-"""A pod CIDR overlaps the other cluster's pod or service CIDR: those addresses cannot be given to the reader."""
-NETWORK_UNKNOWN = "NetworkUnknown"
-"""The peer has not told its network yet (a peering made before networks were exchanged, or no handshake)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ class PeerState:
     """The peer's NetworkConfig; None while it runs no fabric (then no gateway connects either side)."""
 
 
-def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, str]:
+def _condition(kind: ConditionType, status: Status, reason: str, message: str = "") -> dict[str, str]:
     return {"type": kind, "status": status, "reason": reason, "message": message}
 
 
@@ -116,16 +112,21 @@ def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
     return status
 
 
+AUTHENTICATION_SEVERITY: dict[str, Status] = {
+    Reason.MISSING_CREDENTIALS: Status.PENDING,
+    Reason.PROVIDER_BUSY: Status.PENDING,
+    Reason.REFUSED: Status.DENIED,
+}
+"""A failed handshake's reason → AuthenticationStatus, any other an Error. Missing credentials are usually
+about to arrive (the token follows the ForeignCluster), a busy provider answers in seconds (an unpeer still
+releasing); a refusal is the provider's answer, which stays until someone acts."""
+
+
 def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
-    kind = "AuthenticationStatus"
+    kind = ConditionType.AUTHENTICATION
     if outgoing:
         if state.authentication is not None and not state.authentication.ok:
-            # Missing credentials are usually about to arrive (the token follows the ForeignCluster), a busy
-            # provider answers in seconds (an unpeer still releasing); a refusal is the provider's answer,
-            # which stays until someone acts.
-            severity = {"MissingCredentials": "Pending", "ProviderBusy": "Pending", "Refused": "Denied"}.get(
-                state.authentication.reason, "Error"
-            )
+            severity = AUTHENTICATION_SEVERITY.get(state.authentication.reason, Status.ERROR)
             condition = _condition(kind, severity, state.authentication.reason, state.authentication.message)
             if state.authentication.at is not None:
                 # When the handshake was tried: tells `liqoctl peer` a verdict on its request from an older one.
@@ -134,47 +135,53 @@ def _authentication(state: PeerState, *, outgoing: bool) -> dict[str, str]:
             return condition
         if state.identity is not None:
             return _condition(
-                kind, "Established", "IdentityValid", f"identity valid until {expires_at(state.identity)}"
+                kind, Status.ESTABLISHED, Reason.IDENTITY_VALID, f"identity valid until {expires_at(state.identity)}"
             )
-        return _condition(kind, "Pending", "Authenticating")
+        return _condition(kind, Status.PENDING, Reason.AUTHENTICATING)
     if state.their_request is not None:
-        return _condition(kind, "Established", "PeerAuthenticated", "the peer holds an identity on this cluster")
-    return _condition(kind, "None", "NotPeered")
+        return _condition(
+            kind, Status.ESTABLISHED, Reason.PEER_AUTHENTICATED, "the peer holds an identity on this cluster"
+        )
+    return _condition(kind, Status.NONE, Reason.NOT_PEERED)
 
 
 def _outgoing(state: PeerState, *, outgoing: bool) -> dict[str, str]:
-    kind = "OutgoingPeering"
+    kind = ConditionType.OUTGOING
     if not outgoing:
-        return _condition(kind, "None", "Disabled")
+        return _condition(kind, Status.NONE, Reason.DISABLED)
     if state.virtual_nodes:
         return _condition(
-            kind, "Established", "OfferAccepted", f"virtual node {state.virtual_nodes[0]['metadata']['name']}"
+            kind,
+            Status.ESTABLISHED,
+            Reason.OFFER_ACCEPTED,
+            f"virtual node {state.virtual_nodes[0]['metadata']['name']}",
         )
     phase = _phase(state.their_offer, "phase")
-    if phase in ("Refused", "ManualActionRequired"):
+    if phase in (OfferPhase.REFUSED, OfferPhase.MANUAL_ACTION_REQUIRED):
         reason = ((state.their_offer or {}).get("status") or {}).get("reason", "")
-        return _condition(kind, "Denied" if phase == "Refused" else "Pending", phase, reason)
-    if _phase(state.our_request, "offerState") == "Denied":
+        return _condition(kind, Status.DENIED if phase == OfferPhase.REFUSED else Status.PENDING, phase, reason)
+    if _phase(state.our_request, "offerState") == OfferState.DENIED:
         return _condition(
-            kind, "Denied", "RequestDenied", (state.our_request or {}).get("status", {}).get("message", "")
+            kind, Status.DENIED, Reason.REQUEST_DENIED, (state.our_request or {}).get("status", {}).get("message", "")
         )
     if state.their_offer is not None:
-        return _condition(kind, "Pending", "OfferReceived")
-    return _condition(kind, "Pending", "WaitingForOffer" if state.identity else "WaitingForIdentity")
+        return _condition(kind, Status.PENDING, Reason.OFFER_RECEIVED)
+    return _condition(kind, Status.PENDING, Reason.WAITING_FOR_OFFER if state.identity else Reason.WAITING_FOR_IDENTITY)
 
 
 def _incoming(state: PeerState) -> dict[str, str]:
-    kind = "IncomingPeering"
+    kind = ConditionType.INCOMING
     if state.their_request is None:
-        return _condition(kind, "None", "NoRequest")
-    if _phase(state.their_request, "offerState") == "Denied":
-        return _condition(kind, "Denied", "PolicyDenied", (state.their_request.get("status") or {}).get("message", ""))
-    if _phase(state.our_offer, "phase") == "Accepted":
-        return _condition(kind, "Established", "OfferAccepted")
-    return _condition(kind, "Pending", "OfferPending" if state.our_offer else "ComputingOffer")
+        return _condition(kind, Status.NONE, Reason.NO_REQUEST)
+    if _phase(state.their_request, "offerState") == OfferState.DENIED:
+        message = (state.their_request.get("status") or {}).get("message", "")
+        return _condition(kind, Status.DENIED, Reason.POLICY_DENIED, message)
+    if _phase(state.our_offer, "phase") == OfferPhase.ACCEPTED:
+        return _condition(kind, Status.ESTABLISHED, Reason.OFFER_ACCEPTED)
+    return _condition(kind, Status.PENDING, Reason.OFFER_PENDING if state.our_offer else Reason.COMPUTING_OFFER)
 
 
-TUNNEL_STATUS = {"Connected": "Established", "Connecting": "Pending", "Error": "Error"}
+TUNNEL_STATUS = {"Connected": Status.ESTABLISHED, "Connecting": Status.PENDING, "Error": Status.ERROR}
 """A gateway's connection state → the NetworkStatus condition's status."""
 
 
@@ -183,13 +190,15 @@ def _tunnel(config: dict[str, Any]) -> dict[str, str]:
     spec, connection = config.get("spec") or {}, (config.get("status") or {}).get("connection") or {}
     state = connection.get("state")
     if state not in TUNNEL_STATUS:
-        return _condition(NETWORK_STATUS, "Pending", "GatewayStarting", "the gateway has not reported yet")
+        return _condition(
+            ConditionType.NETWORK, Status.PENDING, Reason.GATEWAY_STARTING, "the gateway has not reported yet"
+        )
     message = connection.get("message", "")
     if state == "Connected":
         message = (
             f"{message}; round trip {connection.get('latency', '?')}; its pods are at {spec.get('remappedPodCIDR')}"
         )
-    return _condition(NETWORK_STATUS, TUNNEL_STATUS[state], connection.get("reason") or state, message)
+    return _condition(ConditionType.NETWORK, TUNNEL_STATUS[state], connection.get("reason") or state, message)
 
 
 def _network(state: PeerState) -> dict[str, str]:
@@ -200,20 +209,21 @@ def _network(state: PeerState) -> dict[str, str]:
     try:
         peer = recorded_network(state.foreign_cluster)
     except InvalidNetwork as exc:
-        return _condition(NETWORK_STATUS, "Pending", NETWORK_UNKNOWN, f"{exc}: the next handshake records it again")
+        message = f"{exc}: the next handshake records it again"
+        return _condition(ConditionType.NETWORK, Status.PENDING, Reason.NETWORK_UNKNOWN, message)
     if peer is None:
         message = f"the network of {peer_name} is not known yet: {UNKNOWN_HINT}"
-        return _condition(NETWORK_STATUS, "Pending", NETWORK_UNKNOWN, message)
+        return _condition(ConditionType.NETWORK, Status.PENDING, Reason.NETWORK_UNKNOWN, message)
     ours = state.local_network
     theirs_here = conflict(owner=peer, reader=ours, owner_name=peer_name)
     ours_there = conflict(owner=ours, reader=peer, owner_name=state.local_name, reader_name=peer_name)
     overlaps = [reason for reason in (theirs_here, ours_there) if reason]
     if overlaps:
-        return _condition(NETWORK_STATUS, "Error", CIDR_OVERLAP, "; ".join(overlaps))
+        return _condition(ConditionType.NETWORK, Status.ERROR, Reason.CIDR_OVERLAP, "; ".join(overlaps))
     return _condition(
-        NETWORK_STATUS,
-        "Established",
-        DIRECT_ROUTING,
+        ConditionType.NETWORK,
+        Status.ESTABLISHED,
+        Reason.DIRECT_ROUTING,
         f"pod CIDRs do not overlap: addresses pass unchanged ({peer_name}: {peer}; ours: {ours})",
     )
 
@@ -227,7 +237,7 @@ def overlap_first_seen(before: dict[str, Any] | None, after: dict[str, Any]) -> 
 
     def overlap(status: dict[str, Any] | None) -> str | None:
         for condition in (status or {}).get("conditions") or []:
-            if condition.get("type") == NETWORK_STATUS and condition.get("reason") == CIDR_OVERLAP:
+            if condition.get("type") == ConditionType.NETWORK and condition.get("reason") == Reason.CIDR_OVERLAP:
                 return str(condition.get("message", ""))
         return None
 
@@ -236,14 +246,14 @@ def overlap_first_seen(before: dict[str, Any] | None, after: dict[str, Any]) -> 
 
 
 def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
-    kind = "APIServerStatus"
+    kind = ConditionType.API_SERVER
     if not outgoing or state.identity is None:
-        return _condition(kind, "None", "NoIdentity")
+        return _condition(kind, Status.NONE, Reason.NO_IDENTITY)
     if state.api_server is None:
-        return _condition(kind, "Pending", "NotProbedYet")
+        return _condition(kind, Status.PENDING, Reason.NOT_PROBED_YET)
     if state.api_server.ok:
-        return _condition(kind, "Established", state.api_server.reason)
-    return _condition(kind, "Error", state.api_server.reason, state.api_server.message)
+        return _condition(kind, Status.ESTABLISHED, state.api_server.reason)
+    return _condition(kind, Status.ERROR, state.api_server.reason, state.api_server.message)
 
 
 class ForeignClusterStatus(Component):
@@ -333,7 +343,7 @@ class ForeignClusterStatus(Component):
             await self._client.apply_status(FOREIGN_CLUSTERS, name=fc["metadata"]["name"], status=status)
             overlap = overlap_first_seen(fc.get("status"), status)
             if overlap is not None:
-                await self._events.record(fc, type="Warning", reason=CIDR_OVERLAP, message=overlap)
+                await self._events.record(fc, type="Warning", reason=Reason.CIDR_OVERLAP, message=overlap)
         return Result(requeue_after=PROBE_INTERVAL) if outgoing else None
 
     async def _probe(self, peer_id: str) -> None:
@@ -356,11 +366,11 @@ class ForeignClusterStatus(Component):
         except ApiError as exc:
             if exc.status in (401, 403):
                 message = f"the provider no longer grants this cluster's identity its rights ({exc.status}): revoked?"
-                observation = Observation(False, FORBIDDEN, message)
+                observation = Observation(False, Reason.FORBIDDEN, message)
             else:
-                observation = Observation(False, "Unreachable", str(exc)[:300])
+                observation = Observation(False, Reason.UNREACHABLE, str(exc)[:300])
         except KubeError as exc:
-            observation = Observation(False, "Unreachable", str(exc)[:300])
+            observation = Observation(False, Reason.UNREACHABLE, str(exc)[:300])
         else:
-            observation = Observation(True, "APIServerReady")
+            observation = Observation(True, Reason.API_SERVER_READY)
         self._observations.report(self._observations.api_server, peer_id, observation)

@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
+from liqo.api.offers import OfferPhase
 from liqo.api.quantity import QuantityError, parse_quantity
 from liqo.kube.timefmt import parse_time
-
-Phase = Literal["Accepted", "Refused", "ManualActionRequired"]
-ACCEPTED: Phase = "Accepted"
-REFUSED: Phase = "Refused"
-MANUAL_ACTION_REQUIRED: Phase = "ManualActionRequired"
 
 
 def decide(
@@ -28,7 +24,7 @@ def decide(
     offer_policy: Mapping[str, Any] | None,
     *,
     now: datetime.datetime | None = None,
-) -> tuple[Phase, str]:
+) -> tuple[OfferPhase, str]:
     """The phase of an offer and why.
 
     Args:
@@ -46,29 +42,29 @@ def decide(
         try:
             expiry = parse_time(str(offer_spec["expiry"]))
         except ValueError:
-            return REFUSED, f"the offer's expiry {offer_spec['expiry']!r} is not a timestamp"
+            return OfferPhase.REFUSED, f"the offer's expiry {offer_spec['expiry']!r} is not a timestamp"
         if expiry < now:
-            return REFUSED, f"the offer expired at {offer_spec['expiry']}"
+            return OfferPhase.REFUSED, f"the offer expired at {offer_spec['expiry']}"
     policy = offer_policy or {}
     mode = policy.get("mode") or "Auto"
     if mode == "Auto":
-        return ACCEPTED, "accepted automatically (offer policy Auto)"
+        return OfferPhase.ACCEPTED, "accepted automatically (offer policy Auto)"
     if mode == "Manual":
-        return MANUAL_ACTION_REQUIRED, "waiting for an operator to accept or refuse (offer policy Manual)"
+        return OfferPhase.MANUAL_ACTION_REQUIRED, "waiting for an operator to accept or refuse (offer policy Manual)"
     if mode == "PriceLimit":
         return _within_prices(offer_spec.get("prices") or {}, policy.get("maxPrices") or {})
-    return REFUSED, f"unknown offer policy mode {mode!r}"
+    return OfferPhase.REFUSED, f"unknown offer policy mode {mode!r}"
 
 
-def _within_prices(prices: Mapping[str, Any], max_prices: Mapping[str, Any]) -> tuple[Phase, str]:
+def _within_prices(prices: Mapping[str, Any], max_prices: Mapping[str, Any]) -> tuple[OfferPhase, str]:
     for resource in sorted(prices):
         price = prices[resource]
         if resource not in max_prices:
-            return REFUSED, f"{resource} is priced at {price} but maxPrices sets no maximum for it"
+            return OfferPhase.REFUSED, f"{resource} is priced at {price} but maxPrices sets no maximum for it"
         try:
             too_high = parse_quantity(price) > parse_quantity(max_prices[resource])
         except QuantityError as exc:
-            return REFUSED, f"{resource}: {exc}"
+            return OfferPhase.REFUSED, f"{resource}: {exc}"
         if too_high:
-            return REFUSED, f"{resource} is priced at {price}, above the maximum of {max_prices[resource]}"
-    return ACCEPTED, "every price is within maxPrices (offer policy PriceLimit)"
+            return OfferPhase.REFUSED, f"{resource} is priced at {price}, above the maximum of {max_prices[resource]}"
+    return OfferPhase.ACCEPTED, "every price is within maxPrices (offer policy PriceLimit)"

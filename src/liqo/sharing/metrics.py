@@ -17,11 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from liqo.api import names
+from liqo.api.offers import OfferPhase
 from liqo.api.quantity import QuantityError, parse_quantity
 from liqo.kube.metrics import Sample
 from liqo.kube.objects import Obj
-
-ACCEPTED = "Accepted"
 
 
 def resource_samples(peer: str, resources: Mapping[str, Any]) -> Iterator[Sample]:
@@ -47,7 +46,7 @@ def offers_made(offers: Iterable[Obj], *, local_id: str, accepted_only: bool = F
         consumer = names.tenant_peer_id(offer["metadata"].get("namespace") or "")
         if offer["metadata"]["name"] != local_id or consumer is None:
             continue
-        if accepted_only and (offer.get("status") or {}).get("phase") != ACCEPTED:
+        if accepted_only and (offer.get("status") or {}).get("phase") != OfferPhase.ACCEPTED:
             continue
         yield from resource_samples(consumer, _resources(offer))
 

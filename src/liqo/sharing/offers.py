@@ -28,6 +28,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
+from liqo.api.offers import OfferState
 from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, SHARING_POLICIES
 from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
@@ -47,7 +48,7 @@ CAPACITY = "capacity"
 """The one member of the followed capacity watches (there is one set, for every consumer)."""
 
 
-def request_status(state: str, message: str = "") -> dict[str, Any]:
+def request_status(state: OfferState, message: str = "") -> dict[str, Any]:
     """A ResourceRequest ``status`` (pure)."""
     return {"offerState": state, "message": message}
 
@@ -200,11 +201,11 @@ class OfferController(Component):
         resources = compute_offer(free, policy)
         if resources is None:
             await self._set_request_status(
-                request, request_status("Denied", "the provider's sharing policy denies this peer")
+                request, request_status(OfferState.DENIED, "the provider's sharing policy denies this peer")
             )
             await self._withdraw(consumer_id, offer)
             return None
-        await self._set_request_status(request, request_status("Created"))
+        await self._set_request_status(request, request_status(OfferState.CREATED))
         slots = largest_slots(capacity.ledger.rooms().values(), offer=resources)
         now = datetime.datetime.now(datetime.UTC)
         due = next_refresh(None if offer is None else offer.get("spec"), resources, policy, new_slots=slots, now=now)

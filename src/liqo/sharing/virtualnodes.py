@@ -16,6 +16,7 @@ import datetime
 from typing import Any
 
 from liqo.api import names
+from liqo.api.offers import OfferPhase
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -107,13 +108,13 @@ class OfferAcceptance(Component):
         assert fc is not None
         policy = fc["spec"].get("offerPolicy") or {}
         status = offer.get("status") or {}
-        accepted = status.get("phase") == "Accepted"
+        accepted = status.get("phase") == OfferPhase.ACCEPTED
         phase, reason = decide(offer["spec"], policy, now=None if accepted else datetime.datetime.now(datetime.UTC))
-        if policy.get("mode") == "Manual" and status.get("phase") in ("Accepted", "Refused"):
+        if policy.get("mode") == "Manual" and status.get("phase") in (OfferPhase.ACCEPTED, OfferPhase.REFUSED):
             phase, reason = status["phase"], status.get("reason", "decided by hand")
         desired_node = (
             virtual_node(offer, provider_id=provider_id, foreign_cluster=fc["metadata"]["name"])
-            if phase == "Accepted"
+            if phase == OfferPhase.ACCEPTED
             else None
         )
         desired_status = {"phase": phase, "reason": reason} | (

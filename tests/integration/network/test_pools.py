@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import orjson
 import pytest
 
-from liqo.api import names, peerings
+from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
+from liqo.api.offers import OfferPhase
 from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.install import fabric as install_fabric
 from liqo.kube.client import KubeClient
@@ -124,7 +125,7 @@ async def accept_offer(peer: KubeClient, *, provider_id: str, namespace: str) ->
         return True
 
     await eventually(offered, timeout=60, message=f"the provider's offer in {namespace}", every=0.5)
-    verdict = {"status": {"phase": peerings.ACCEPTED, "reason": "approved"}}
+    verdict = {"status": {"phase": OfferPhase.ACCEPTED, "reason": "approved"}}
     await peer.patch(RESOURCE_OFFERS, provider_id, verdict, namespace=namespace, subresource="status")
 
 

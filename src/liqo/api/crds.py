@@ -14,6 +14,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus, ConditionType
+from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import MAX_CIDR_LENGTH, NETWORK, POD_CIDR, SERVICE_CIDR
 from liqo.api.offers import OfferPhase, OfferState
 from liqo.api.offloadings import OffloadingPhase, TwinPhase
@@ -97,7 +98,6 @@ the consumer's reach into the provider's namespace list; and 1000 entries keep t
 the provider writes back, ~0.6 MB with messages and managed fields) well under etcd's 1.5 MiB object limit."""
 MAX_SLOTS = 16
 GATEWAY_ROLES = ("Server", "Client")
-CONNECTION_STATES = ("Connecting", "Connected", "Error")
 WIREGUARD_KEY_PATTERN = r"^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$"
 """A WireGuard key: 32 bytes in base64 (44 characters, the last byte's padding bits zero)."""
 """A bound on ``largestSlots`` keeping offers small; providers publish a few (liqo's: 3)."""
@@ -972,7 +972,7 @@ def network_config_crd() -> dict[str, Any]:
             "connection": _object(
                 "The connection check: probes through the tunnel to the other gateway.",
                 {
-                    "state": _enum("Whether probes are answered.", CONNECTION_STATES),
+                    "state": _enum("Whether probes are answered.", tuple(ConnectionState)),
                     "latency": _string("The round trip of the latest answered probe (e.g. 0.8ms)."),
                     "reason": _string("A machine-readable, CamelCase reason for the state."),
                     "message": _string("A human-readable explanation of the state."),

@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from liqo.api.networkconfigs import ConnectionReason as Why
+from liqo.api.networkconfigs import ConnectionState as State
+
 PORT = 51821
 """The probes' UDP port, on each gateway's tunnel address."""
 INTERVAL = 1.0
@@ -31,16 +34,12 @@ _PROBE = struct.Struct("!4sQd")
 _MAGIC = b"lqpr"
 _ECHO = b"lqec"
 
-CONNECTING = "Connecting"
-CONNECTED = "Connected"
-ERROR = "Error"
-
 
 @dataclass(frozen=True)
 class Verdict:
     """The tunnel's state as the probes say, with the reason and message for the status."""
 
-    state: str
+    state: State
     reason: str
     message: str
 
@@ -49,14 +48,20 @@ def judge(*, now: float, started: float, last_answer: float | None, peer: str) -
     """The state of the tunnel at ``now`` (monotonic seconds), from when probing started and the latest answer."""
     if last_answer is None:
         if now - started < CONNECT_TIMEOUT:
-            return Verdict(CONNECTING, "WaitingForAnswer", f"probing {peer} through the tunnel")
+            return Verdict(State.CONNECTING, Why.WAITING_FOR_ANSWER, f"probing {peer} through the tunnel")
         return Verdict(
-            ERROR, "NeverAnswered", f"{peer} has not answered a probe through the tunnel in {CONNECT_TIMEOUT:.0f} s"
+            State.ERROR,
+            Why.NEVER_ANSWERED,
+            f"{peer} has not answered a probe through the tunnel in {CONNECT_TIMEOUT:.0f} s",
         )
     silent = now - last_answer
     if silent < LOST_AFTER:
-        return Verdict(CONNECTED, "ProbesAnswered", f"{peer} answers probes through the tunnel")
-    return Verdict(ERROR, "ProbesLost", f"{peer} has not answered a probe through the tunnel for {silent:.0f} s")
+        return Verdict(State.CONNECTED, Why.PROBES_ANSWERED, f"{peer} answers probes through the tunnel")
+    return Verdict(
+        State.ERROR,
+        Why.PROBES_LOST,
+        f"{peer} has not answered a probe through the tunnel for {silent:.0f} s",
+    )
 
 
 def format_latency(seconds: float) -> str:
@@ -68,7 +73,7 @@ def worth_writing(*, written: Mapping[str, Any] | None, verdict: Verdict, now: f
     """Whether the status should be written now: a new state or reason at once, else a stale latency."""
     if written is None or written.get("state") != verdict.state or written.get("reason") != verdict.reason:
         return True
-    return verdict.state == CONNECTED and now - written_at >= LATENCY_REFRESH
+    return verdict.state == State.CONNECTED and now - written_at >= LATENCY_REFRESH
 
 
 def probe(seq: int, sent: float) -> bytes:

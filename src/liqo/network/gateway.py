@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from liqo.api import names
+from liqo.api.networkconfigs import ConnectionReason, ConnectionState
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
@@ -237,7 +238,9 @@ class Gateway:
             now = time.monotonic()
             if self._link is None:
                 started = now  # the clock to the first answer starts with a tunnel to answer through
-                verdict = conncheck.Verdict(conncheck.CONNECTING, "NotConfigured", self._waiting or "")
+                verdict = conncheck.Verdict(
+                    ConnectionState.CONNECTING, ConnectionReason.NOT_CONFIGURED, self._waiting or ""
+                )
             else:
                 seq += 1
                 self.prober.send(seq, str(tunnel_addresses(self._link.role)[1]))
@@ -267,7 +270,7 @@ class Gateway:
             "message": verdict.message,
             "lastTransitionTime": format_time(now) if changed else (written or {}).get("lastTransitionTime"),
         }
-        if verdict.state == conncheck.CONNECTED and self.prober.latency is not None:
+        if verdict.state == ConnectionState.CONNECTED and self.prober.latency is not None:
             connection["latency"] = conncheck.format_latency(self.prober.latency)
         with contextlib.suppress(CommandError):
             dump = wireguard.parse_dump(await self._runner.run(*wireguard.show_dump_argv(interface=INTERFACE)))

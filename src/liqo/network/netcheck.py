@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from liqo.api import names
+from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
 from liqo.kube.client import KubeClient
@@ -224,7 +225,7 @@ async def run_check(
             peer = by_name.get(probe.provider)
             if peer is None:
                 # Through the Service, any provider's pod may answer: a tunnel that is down is the likely hop.
-                peer = next((p for p in providers if (p.tunnel or {}).get("state") != "Connected"), None)
+                peer = next((p for p in providers if (p.tunnel or {}).get("state") != ConnectionState.CONNECTED), None)
             return await _run_probe(client, namespace, probe, peer)
 
     return list(await asyncio.gather(*(one(probe) for probe in probes)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from liqo.api import names
+from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import ClusterNetwork, IPNetwork, Remapped, Unchanged, translate
 
 TCP_PORT = 7001
@@ -123,7 +124,7 @@ def diagnose(probe: Probe, detail: str, *, tunnel: Mapping[str, Any] | None, gat
             " (kubectl -n liqo get pods -l liqo.io/component=gateway)"
         )
     state = (tunnel or {}).get("state")
-    if tunnel is not None and state != "Connected":
+    if tunnel is not None and state != ConnectionState.CONNECTED:
         why = (tunnel or {}).get("message") or "no connection check reported"
         return f"tunnel to {probe.provider}: {state or 'unknown'} ({why})"
     if probe.target.pod.startswith(SERVICE_PREFIX):

@@ -29,6 +29,7 @@ from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus as Status
 from liqo.api.foreignclusters import ConditionType, Reason
 from liqo.api.identity import ClusterIdentity
+from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
 from liqo.api.offers import OfferPhase, OfferState
 from liqo.api.peerings import wants_outgoing
@@ -181,7 +182,11 @@ def _incoming(state: PeerState) -> dict[str, str]:
     return _condition(kind, Status.PENDING, Reason.OFFER_PENDING if state.our_offer else Reason.COMPUTING_OFFER)
 
 
-TUNNEL_STATUS = {"Connected": Status.ESTABLISHED, "Connecting": Status.PENDING, "Error": Status.ERROR}
+TUNNEL_STATUS = {
+    ConnectionState.CONNECTED: Status.ESTABLISHED,
+    ConnectionState.CONNECTING: Status.PENDING,
+    ConnectionState.ERROR: Status.ERROR,
+}
 """A gateway's connection state → the NetworkStatus condition's status."""
 
 
@@ -194,7 +199,7 @@ def _tunnel(config: dict[str, Any]) -> dict[str, str]:
             ConditionType.NETWORK, Status.PENDING, Reason.GATEWAY_STARTING, "the gateway has not reported yet"
         )
     message = connection.get("message", "")
-    if state == "Connected":
+    if state == ConnectionState.CONNECTED:
         message = (
             f"{message}; round trip {connection.get('latency', '?')}; its pods are at {spec.get('remappedPodCIDR')}"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.api.networkconfigs import ConnectionState
 from liqo.network import conncheck
 
 
@@ -26,22 +27,22 @@ def test_arbitrary_datagrams_are_neither_echoed_nor_counted(data: bytes) -> None
 
 def test_connecting_then_connected_then_lost_then_never() -> None:
     judge = conncheck.judge
-    assert judge(now=10, started=0, last_answer=None, peer="p").state == conncheck.CONNECTING
-    assert judge(now=10, started=0, last_answer=9.5, peer="p").state == conncheck.CONNECTED
+    assert judge(now=10, started=0, last_answer=None, peer="p").state == ConnectionState.CONNECTING
+    assert judge(now=10, started=0, last_answer=9.5, peer="p").state == ConnectionState.CONNECTED
     lost = judge(now=20, started=0, last_answer=9.5, peer="p")
-    assert (lost.state, lost.reason) == (conncheck.ERROR, "ProbesLost")
+    assert (lost.state, lost.reason) == (ConnectionState.ERROR, "ProbesLost")
     assert "for 10 s" in lost.message
     never = judge(now=conncheck.CONNECT_TIMEOUT + 1, started=0, last_answer=None, peer="p")
-    assert (never.state, never.reason) == (conncheck.ERROR, "NeverAnswered")
+    assert (never.state, never.reason) == (ConnectionState.ERROR, "NeverAnswered")
 
 
 def test_a_healthy_tunnel_writes_once_a_minute_and_a_change_at_once() -> None:
-    connected = conncheck.Verdict(conncheck.CONNECTED, "ProbesAnswered", "ok")
-    written = {"state": conncheck.CONNECTED, "reason": "ProbesAnswered"}
+    connected = conncheck.Verdict(ConnectionState.CONNECTED, "ProbesAnswered", "ok")
+    written = {"state": ConnectionState.CONNECTED, "reason": "ProbesAnswered"}
     assert conncheck.worth_writing(written=None, verdict=connected, now=0, written_at=0)
     assert not conncheck.worth_writing(written=written, verdict=connected, now=30, written_at=0)
     assert conncheck.worth_writing(written=written, verdict=connected, now=conncheck.LATENCY_REFRESH, written_at=0)
-    lost = conncheck.Verdict(conncheck.ERROR, "ProbesLost", "silent")
+    lost = conncheck.Verdict(ConnectionState.ERROR, "ProbesLost", "silent")
     assert conncheck.worth_writing(written=written, verdict=lost, now=1, written_at=0)
 
 

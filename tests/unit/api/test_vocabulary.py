@@ -55,7 +55,6 @@ NOT_OURS = {
     ("virtualkubelet/forge/services.py", "None"): "a Service's clusterIP",
     ("virtualkubelet/metrics.py", "Pending"): "a pod's phase",
     ("virtualkubelet/reflection/copies.py", "None"): "a Service's clusterIP",
-    ("virtualkubelet/reflection/manager.py", "Ready"): "a Node's condition type",
 }
 
 

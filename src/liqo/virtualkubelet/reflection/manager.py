@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
+from liqo.api.offloadings import TwinPhase
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -51,7 +52,11 @@ def twins_on(offloadings: Iterable[Obj], *, provider_id: str) -> dict[str, str]:
         if terminating(offloading):
             continue
         for twin in (offloading.get("status") or {}).get("remoteNamespacesConditions") or []:
-            if twin.get("clusterID") == provider_id and twin.get("phase") == "Ready" and twin.get("remoteNamespace"):
+            if (
+                twin.get("clusterID") == provider_id
+                and twin.get("phase") == TwinPhase.READY
+                and twin.get("remoteNamespace")
+            ):
                 twins[offloading["metadata"]["namespace"]] = twin["remoteNamespace"]
     return twins
 

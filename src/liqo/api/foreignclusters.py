@@ -1,13 +1,27 @@
-"""The ForeignCluster's words: its condition types, their statuses, and the reasons this cluster writes.
+"""The ForeignCluster: its condition words, and how one is found from the cluster ID it is about.
 
-One controller writes them (``peering.status``); ``liqoctl`` (``peer``, ``info``, ``status``), the installer's
-uninstall check and the metrics read them, and the CRD lists the types and statuses. Spelt once here, so a
-reader and the writer cannot drift apart, and ``kubectl get fc -o yaml`` shows what the docs list.
+One controller writes the conditions (``peering.status``); ``liqoctl`` (``peer``, ``info``, ``status``), the
+installer's uninstall check and the metrics read them, and the CRD lists the types and statuses. Spelt once
+here, so a reader and the writer cannot drift apart, and ``kubectl get fc -o yaml`` shows what the docs list.
+
+A ForeignCluster's name is a hint chosen by whoever made it; what it is about is ``spec.clusterID``. Every
+controller that starts from a peer's cluster ID asks :class:`ForeignClusters` (one index per process, kept by
+the shared informer) or, over a list it read, :func:`record_of`: one rule for which record stands for a peer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
+from typing import Any, TypeVar
+
+from liqo.api.resources import FOREIGN_CLUSTERS
+from liqo.kube.cache import Index, SharedInformers
+from liqo.kube.informer import Informer
+from liqo.kube.objects import Obj
+from liqo.kube.projection import Projection
+
+M = TypeVar("M", bound=Mapping[str, Any])
 
 
 class ConditionType(StrEnum):
@@ -70,3 +84,47 @@ class Reason(StrEnum):
     """A pod CIDR overlaps the other cluster's pod or service CIDR: those addresses cannot be given to the reader."""
     NETWORK_UNKNOWN = "NetworkUnknown"
     """The peer has not told its network yet (a peering made before networks were exchanged, or no handshake)."""
+
+
+def cluster_id(foreign_cluster: Mapping[str, Any]) -> str | None:
+    """The cluster ID a ForeignCluster is about, its ``spec.clusterID`` (pure)."""
+    found = (foreign_cluster.get("spec") or {}).get("clusterID")
+    return found if isinstance(found, str) and found else None
+
+
+def records_of(foreign_clusters: Iterable[M], peer_id: str) -> list[M]:
+    """The ForeignClusters about ``peer_id``, the one that stands for it first: the smallest name (pure).
+
+    Normally one; two only when someone (an admin, an old writer) made another under a name of their own.
+    """
+    return sorted((fc for fc in foreign_clusters if cluster_id(fc) == peer_id), key=lambda fc: fc["metadata"]["name"])
+
+
+def record_of(foreign_clusters: Iterable[M], peer_id: str) -> M | None:
+    """The ForeignCluster that stands for ``peer_id`` among ``foreign_clusters``, if any (pure)."""
+    found = records_of(foreign_clusters, peer_id)
+    return found[0] if found else None
+
+
+class ForeignClusters:
+    """A process's ForeignClusters, found by the cluster ID they are about without a scan of the cache."""
+
+    def __init__(self, informer: Informer) -> None:
+        self.informer = informer
+        self._by_cluster_id = Index(informer, by=cluster_id)
+
+    @classmethod
+    def shared(cls, informers: SharedInformers, *, projection: Projection | None = None) -> ForeignClusters:
+        """The process's one view (one informer, one index), whichever controller asks first."""
+        informer = informers.informer(FOREIGN_CLUSTERS, projection=projection)
+        return informers.view("foreign clusters by cluster ID", lambda: cls(informer))
+
+    def records_of(self, peer_id: str) -> list[Obj]:
+        """The cached ForeignClusters about ``peer_id``, in :func:`records_of`'s order."""
+        found = (self.informer.store.get(key) for key in sorted(self._by_cluster_id.keys(peer_id)))
+        return [fc for fc in found if fc is not None]
+
+    def record_of(self, peer_id: str) -> Obj | None:
+        """The cached ForeignCluster that stands for ``peer_id`` (as :func:`record_of` picks it), if any."""
+        found = self.records_of(peer_id)
+        return found[0] if found else None

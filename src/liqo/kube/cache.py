@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from liqo.kube.client import KubeClient
 from liqo.kube.informer import HandlerFuncs, Informer
@@ -36,6 +36,16 @@ class SharedInformers:
     def __init__(self, client: KubeClient) -> None:
         self.client = client
         self._informers: dict[_Scope, Informer] = {}
+        self._views: dict[str, Any] = {}
+
+    def view(self, name: str, make: Callable[[], T]) -> T:
+        """The view ``name`` over these informers (an :class:`Index` with its lookups), made on first request.
+
+        Shared like the informers: every controller of the process that asks for it gets the same one.
+        """
+        if name not in self._views:
+            self._views[name] = make()
+        return cast(T, self._views[name])
 
     def informer(
         self,

@@ -38,9 +38,10 @@ from ipaddress import IPv4Network
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import ForeignClusters
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network
 from liqo.api.peerings import offer_accepted, wants_outgoing
-from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
+from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -94,7 +95,8 @@ class NetworkConfigs(Component):
         self._reserved = (network.pod_cidr, network.service_cidr, *reserved)
         self._pools = tuple(pools)
         self._events = events
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self._by_cluster_id = ForeignClusters.shared(informers)
+        self.foreign_clusters = self._by_cluster_id.informer
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.configs = informers.informer(NETWORK_CONFIGS)
@@ -199,7 +201,7 @@ class NetworkConfigs(Component):
             await self._client.apply(NETWORK_CONFIGS, desired)
 
     def _foreign_cluster(self, peer_id: str) -> dict[str, Any] | None:
-        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+        fc = self._by_cluster_id.record_of(peer_id)
         return None if fc is None or terminating(fc) else fc
 
     def _allocate(self, peer_id: str, wanted: IPNetwork, ours: dict[str, Any] | None) -> IPNetwork:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import record_of
 from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
@@ -85,7 +86,7 @@ async def peers(client: KubeClient, *, local_id: str) -> list[Peer]:
         peer_id = (node["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
         if not peer_id:
             continue
-        fc = next((f for f in foreign_clusters if f["spec"].get("clusterID") == peer_id), None)
+        fc = record_of(foreign_clusters, peer_id)
         namespace = names.tenant_namespace(peer_id)
         ours = await _get(client, namespace, local_id)
         theirs = await _get(client, namespace, peer_id)

@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS
-from liqo.kube.cache import Changes, Index, SharedInformers
+from liqo.api.foreignclusters import ForeignClusters
+from liqo.api.resources import RESOURCE_OFFERS
+from liqo.kube.cache import Changes, SharedInformers
 from liqo.kube.projection import keep
 from liqo.kube.resources import ROLE_BINDINGS
 
@@ -31,22 +32,16 @@ SETTLE_TIMEOUT = 5.0
 """Seconds an enrolment's answer waits at most for the caches to show it (a watch delivers in milliseconds)."""
 
 
-def cluster_id_of(foreign_cluster: dict[str, Any]) -> str | None:
-    """The cluster ID a ForeignCluster is about (pure)."""
-    cluster_id = (foreign_cluster.get("spec") or {}).get("clusterID")
-    return cluster_id if isinstance(cluster_id, str) and cluster_id else None
-
-
 class AuthCaches:
     """ForeignClusters by cluster ID, the tenants' RoleBindings, this cluster's offers: what the endpoint reads."""
 
     def __init__(self, informers: SharedInformers, *, local_id: str) -> None:
         self.local_id = local_id
-        self.foreign_clusters = informers.informer(
-            FOREIGN_CLUSTERS,
+        self._by_cluster_id = ForeignClusters.shared(
+            informers,
             projection=keep("metadata", "spec.clusterID", "spec.keyFingerprint", "spec.incomingPeeringEnabled"),
         )
-        self._by_cluster_id = Index(self.foreign_clusters, by=cluster_id_of)
+        self.foreign_clusters = self._by_cluster_id.informer
         # Named liqo-peer: a tenant's (and a twin's) binding only; the enrolment counts those in tenant namespaces.
         self.bindings = informers.informer(
             ROLE_BINDINGS, field_selector=f"metadata.name={names.PEER_BINDING}", projection=keep("metadata", "roleRef")
@@ -59,8 +54,7 @@ class AuthCaches:
 
     def foreign_clusters_of(self, peer_id: str) -> list[dict[str, Any]]:
         """This cluster's ForeignClusters of ``peer_id`` as last seen, by name (one, unless the admin made two)."""
-        found = (self.foreign_clusters.store.get(key) for key in sorted(self._by_cluster_id.keys(peer_id)))
-        return [fc for fc in found if fc is not None]
+        return self._by_cluster_id.records_of(peer_id)
 
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
         """This cluster's ForeignCluster of ``consumer_id`` as last seen (the first by name, as provisioning's)."""

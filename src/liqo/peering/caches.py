@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.api.foreignclusters import ForeignClusters
+from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.informer import Informer
 from liqo.kube.resources import SECRETS
@@ -23,7 +24,8 @@ class PeeringCaches:
     """ForeignClusters, liqo's Secrets, requests, offers, virtual nodes and network words, from shared informers."""
 
     def __init__(self, informers: SharedInformers) -> None:
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self.by_cluster_id = ForeignClusters.shared(informers)
+        self.foreign_clusters = self.by_cluster_id.informer
         self.identities = _peering_secrets(informers, names.IDENTITY_SECRET)
         self.peer_tokens = _peering_secrets(informers, names.PEER_TOKEN_SECRET)
         self.requests = informers.informer(RESOURCE_REQUESTS)
@@ -46,10 +48,7 @@ class PeeringCaches:
 
     def foreign_cluster(self, peer_id: str) -> dict[str, Any] | None:
         """The ForeignCluster of ``peer_id`` (found by ``spec.clusterID``, whatever its name)."""
-        for fc in self.foreign_clusters.store.list():
-            if fc["spec"].get("clusterID") == peer_id:
-                return fc
-        return None
+        return self.by_cluster_id.record_of(peer_id)
 
     @staticmethod
     def in_tenant(informer: Informer, peer_id: str) -> list[dict[str, Any]]:

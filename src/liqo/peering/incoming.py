@@ -34,6 +34,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import ForeignClusters
 from liqo.api.peerings import wants_outgoing
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
@@ -129,7 +130,8 @@ class IncomingPeering(Component):
         self._abandoned_after = abandoned_after
         self.namespaces = informers.informer(NAMESPACES, label_selector=f"{names.TENANT}=true")
         self.requests = informers.informer(RESOURCE_REQUESTS)
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self._by_cluster_id = ForeignClusters.shared(informers)
+        self.foreign_clusters = self._by_cluster_id.informer
         self.controller: Controller[str] = Controller(name="incoming-peering", reconcile=self.reconcile)
         self.controller.watch(self.namespaces, _peer_label)
         self.controller.watch(self.requests, lambda rr: [rr["metadata"]["name"]])
@@ -141,7 +143,7 @@ class IncomingPeering(Component):
         return [self.controller]
 
     def _foreign_cluster(self, peer_id: str) -> Obj | None:
-        return next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == peer_id), None)
+        return self._by_cluster_id.record_of(peer_id)
 
     async def reconcile(self, peer_id: str) -> Result | None:
         """Mark a seen request, or release a consumer that left, is refused or never came."""

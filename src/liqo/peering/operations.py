@@ -24,7 +24,7 @@ import orjson
 from liqo.api import names
 from liqo.api.crds import KEY_FINGERPRINT_PATTERN
 from liqo.api.foreignclusters import ConditionStatus as Status
-from liqo.api.foreignclusters import ConditionType, Reason
+from liqo.api.foreignclusters import ConditionType, Reason, record_of
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import NETWORK
 from liqo.api.offers import OfferPhase
@@ -392,7 +392,7 @@ async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_
 async def foreign_cluster(client: KubeClient, peer_id: str) -> dict[str, Any] | None:
     """The ForeignCluster with ``spec.clusterID == peer_id``, if any."""
     items, _ = await client.list_all(FOREIGN_CLUSTERS)
-    return next((fc for fc in items if fc["spec"].get("clusterID") == peer_id), None)
+    return record_of(items, peer_id)
 
 
 async def _find(client: KubeClient, name: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from liqo.api import names
+from liqo.api.foreignclusters import records_of
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
@@ -119,10 +120,7 @@ def decide(
 
     ``candidates`` are the names it would give a new record, best first (:func:`liqo.api.names.foreign_cluster_names`).
     """
-    ours = sorted(
-        (fc for fc in foreign_clusters if (fc.get("spec") or {}).get("clusterID") == peer_id),
-        key=lambda fc: str(fc["metadata"]["name"]),
-    )
+    ours = records_of(foreign_clusters, peer_id)
     if ours:
         record = ours[0]
         if terminating(record):

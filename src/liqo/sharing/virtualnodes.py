@@ -16,8 +16,9 @@ import datetime
 from typing import Any
 
 from liqo.api import names
+from liqo.api.foreignclusters import ForeignClusters
 from liqo.api.offers import OfferPhase
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, VIRTUAL_NODES
+from liqo.api.resources import RESOURCE_OFFERS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -65,7 +66,8 @@ class OfferAcceptance(Component):
     def __init__(self, *, client: KubeClient, informers: SharedInformers) -> None:
         self._client = client
         self.offers = informers.informer(RESOURCE_OFFERS, label_selector=f"{names.REPLICATED}=true")
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self._by_cluster_id = ForeignClusters.shared(informers)
+        self.foreign_clusters = self._by_cluster_id.informer
         self.virtual_nodes = informers.informer(VIRTUAL_NODES)
         self.controller: Controller[str] = Controller(name="offer-acceptance", reconcile=self.reconcile)
         self.controller.watch(self.offers, lambda ro: [ro["metadata"]["name"]])
@@ -100,7 +102,7 @@ class OfferAcceptance(Component):
         """Decide on ``provider_id``'s offer and converge its VirtualNode."""
         namespace = names.tenant_namespace(provider_id)
         offer = self.offers.store.get(f"{namespace}/{provider_id}")
-        fc = next((f for f in self.foreign_clusters.store.list() if f["spec"].get("clusterID") == provider_id), None)
+        fc = self._by_cluster_id.record_of(provider_id)
         wanted = fc is not None and fc["spec"].get("outgoingPeeringEnabled") == "Yes" and not terminating(fc)
         if offer is None or not wanted:
             await self._delete_virtual_nodes(namespace, keep=None)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+from liqo.api.foreignclusters import ForeignClusters
 from liqo.api.names import IDENTITY_SECRET, tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
@@ -98,6 +99,7 @@ class VirtualKubelets:
         )
         self.offloadings = Informer(client=client, resource=NAMESPACE_OFFLOADINGS)
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
+        self._by_cluster_id = ForeignClusters(self.foreign_clusters)
         self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)
         self._networks: Derived[str, ClusterNetwork | None] = Derived()
         self._remapped: Derived[str, IPNetwork | None] = Derived()
@@ -190,10 +192,7 @@ class VirtualKubelets:
         Asked for every remote pod status that carries an IP, so it is parsed again only when the
         ForeignCluster changed: validating the CIDRs each time was 4% of the virtual kubelet's CPU in a rollout.
         """
-        found = next(
-            (fc for fc in self.foreign_clusters.store.list() if (fc.get("spec") or {}).get("clusterID") == provider_id),
-            None,
-        )
+        found = self._by_cluster_id.record_of(provider_id)
         if found is None:
             return None
         return self._networks.get(provider_id, [found], lambda: _valid_network(found))

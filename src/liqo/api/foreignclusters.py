@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from liqo.api.networks import ClusterNetwork, valid_network
 from liqo.api.resources import FOREIGN_CLUSTERS
-from liqo.kube.cache import Index, SharedInformers
+from liqo.kube.cache import Derived, Index, SharedInformers
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
 from liqo.kube.projection import Projection
@@ -112,6 +113,7 @@ class ForeignClusters:
     def __init__(self, informer: Informer) -> None:
         self.informer = informer
         self._by_cluster_id = Index(informer, by=cluster_id)
+        self._networks: Derived[str, ClusterNetwork | None] = Derived()
 
     @classmethod
     def shared(cls, informers: SharedInformers, *, projection: Projection | None = None) -> ForeignClusters:
@@ -128,3 +130,20 @@ class ForeignClusters:
         """The cached ForeignCluster that stands for ``peer_id`` (as :func:`record_of` picks it), if any."""
         found = self.records_of(peer_id)
         return found[0] if found else None
+
+    def network_of(self, peer_id: str) -> ClusterNetwork | None:
+        """The network ``peer_id`` told at its latest handshake, as its record keeps it (:func:`valid_network`).
+
+        Parsed again only when the record changes: asked at every reconcile and for every remote pod status
+        that carries an IP, validating the CIDRs each time was 4% of the virtual kubelet's CPU in a rollout.
+        """
+        found = self.record_of(peer_id)
+        if found is None:
+            return None
+        return self._networks.get(peer_id, [found], lambda: valid_network(found))
+
+
+def peer_key(foreign_cluster: Mapping[str, Any]) -> list[str]:
+    """A watch's mapping of a ForeignCluster event: the cluster ID it is about, the key to queue (pure)."""
+    found = cluster_id(foreign_cluster)
+    return [found] if found else []

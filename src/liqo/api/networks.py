@@ -232,6 +232,18 @@ def recorded_network(foreign_cluster: Mapping[str, Any]) -> ClusterNetwork | Non
     return None if recorded is None else ClusterNetwork.from_message(recorded, field=f"spec.{NETWORK}")
 
 
+def valid_network(foreign_cluster: Mapping[str, Any]) -> ClusterNetwork | None:
+    """The peer's network its ForeignCluster records; None while unknown, or if it is not valid (pure).
+
+    A network edited by hand into garbage is refused like an unknown one, never guessed: the next handshake
+    records the peer's word again. (:func:`recorded_network` says why it is not valid, for a condition.)
+    """
+    try:
+        return recorded_network(foreign_cluster)
+    except InvalidNetwork:
+        return None
+
+
 def network_patch(foreign_cluster: Mapping[str, Any], network: ClusterNetwork) -> dict[str, Any] | None:
     """The merge patch recording ``network`` as the peer's on its ForeignCluster; None if it is recorded.
 

@@ -38,8 +38,8 @@ from ipaddress import IPv4Network
 from typing import Any
 
 from liqo.api import names
-from liqo.api.foreignclusters import ForeignClusters
-from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network
+from liqo.api.foreignclusters import ForeignClusters, peer_key
+from liqo.api.networks import ClusterNetwork, IPNetwork
 from liqo.api.peerings import offer_accepted, wants_outgoing
 from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
@@ -115,7 +115,7 @@ class NetworkConfigs(Component):
             ENDPOINT_SLICES, namespace=namespace, field_selector=f"metadata.name={name}"
         )
         self.controller: Controller[str] = Controller(name="network-configs", reconcile=self.reconcile)
-        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        self.controller.watch(self.foreign_clusters, peer_key)
         self.controller.watch(self.requests, names.tenant_peer)
         self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.configs, names.tenant_peer)
@@ -156,7 +156,7 @@ class NetworkConfigs(Component):
             local_id=self._local_id,
             peer_id=peer_id,
         )
-        peer_network = _network_of(fc)
+        peer_network = None if fc is None else self._by_cluster_id.network_of(peer_id)
         if template is None or gateway_role is None or fc is None or peer_network is None:
             await self._remove(peer_id)
             return
@@ -268,16 +268,6 @@ class NetworkConfigs(Component):
 async def _delete(client: KubeClient, resource: Resource, peer_id: str) -> None:
     with contextlib.suppress(NotFoundError):
         await client.delete(resource, gateways.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE)
-
-
-def _network_of(fc: dict[str, Any] | None) -> ClusterNetwork | None:
-    """The peer's network its ForeignCluster records; None while unknown (the next handshake records it)."""
-    if fc is None:
-        return None
-    try:
-        return recorded_network(fc)
-    except InvalidNetwork:
-        return None
 
 
 def cluster_addresses(nodes: Iterable[dict[str, Any]], api_endpoints: Iterable[dict[str, Any]]) -> list[IPNetwork]:

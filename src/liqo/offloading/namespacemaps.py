@@ -77,11 +77,11 @@ from liqo.api.bounds import (
     uncounted,
 )
 from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
-from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, PodNetwork, pods_seen_at, recorded_network
+from liqo.api.foreignclusters import ForeignClusters, peer_key
+from liqo.api.networks import ClusterNetwork, IPNetwork, PodNetwork, pods_seen_at
 from liqo.api.networks import remapped_pod_cidr as remapped
 from liqo.api.offloadings import TwinPhase
 from liqo.api.resources import (
-    FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,
     NETWORK_CONFIGS,
     RESOURCE_OFFERS,
@@ -382,12 +382,6 @@ def _binding_matches(current: Obj | None, desired: Obj) -> bool:
     )
 
 
-def consumer_of_foreign_cluster(foreign_cluster: Obj) -> list[str]:
-    """The peer a ForeignCluster stands for: its cluster ID (the spec's, which only this cluster writes)."""
-    peer = (foreign_cluster.get("spec") or {}).get("clusterID")
-    return [peer] if peer else []
-
-
 class NamespaceMapController(Component):
     """Creates, reports and deletes the twin namespaces of every consumer's NamespaceMap."""
 
@@ -421,7 +415,8 @@ class NamespaceMapController(Component):
         self.namespaces = informers.informer(NAMESPACES)
         self.bindings = informers.informer(ROLE_BINDINGS, label_selector=names.REMOTE_CLUSTER_ID)
         self.offers = informers.informer(RESOURCE_OFFERS)
-        self.foreign_clusters = informers.informer(FOREIGN_CLUSTERS)
+        self._by_cluster_id = ForeignClusters.shared(informers)
+        self.foreign_clusters = self._by_cluster_id.informer
         self.network_configs = informers.informer(NETWORK_CONFIGS)
         self.quotas = informers.informer(RESOURCE_QUOTAS, field_selector=f"metadata.name={names.PEER_QUOTA}")
         self.network_policies = informers.informer(
@@ -433,7 +428,7 @@ class NamespaceMapController(Component):
         self.controller.watch(self.bindings, _peer_label)
         self.controller.watch(self.policies, self._every_consumer)
         self.controller.watch(self.offers, self._consumer_of_ours)
-        self.controller.watch(self.foreign_clusters, consumer_of_foreign_cluster)
+        self.controller.watch(self.foreign_clusters, peer_key)
         self.controller.watch(self.network_configs, self._consumer_of_ours)
         # A quota's usage moves with every object the consumer makes: only its bounds and whether it counts matter.
         self.controller.watch(
@@ -480,14 +475,8 @@ class NamespaceMapController(Component):
         by this cluster only. None while unknown, or when the pod CIDRs clash and nothing remaps them. One
         source for the twins' admission annotation and their NetworkPolicy's home-pod block: the two never disagree.
         """
-        found = next(
-            (fc for fc in self.foreign_clusters.store.list() if consumer_of_foreign_cluster(fc) == [consumer_id]),
-            None,
-        )
-        try:
-            owner = recorded_network(found) if found is not None and not terminating(found) else None
-        except InvalidNetwork:
-            owner = None
+        found = self._by_cluster_id.record_of(consumer_id)
+        owner = None if found is None or terminating(found) else self._by_cluster_id.network_of(consumer_id)
         ours = self.network_configs.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
         return pods_seen_at(owner=owner, reader=self._network, remapped_pod_cidr=remapped(ours))
 

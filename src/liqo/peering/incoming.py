@@ -34,7 +34,7 @@ import logging
 from typing import Any
 
 from liqo.api import names
-from liqo.api.foreignclusters import ForeignClusters
+from liqo.api.foreignclusters import ForeignClusters, peer_key
 from liqo.api.peerings import wants_outgoing
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
@@ -135,7 +135,7 @@ class IncomingPeering(Component):
         self.controller: Controller[str] = Controller(name="incoming-peering", reconcile=self.reconcile)
         self.controller.watch(self.namespaces, _peer_label)
         self.controller.watch(self.requests, lambda rr: [rr["metadata"]["name"]])
-        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        self.controller.watch(self.foreign_clusters, peer_key)
 
     @property
     def controllers(self) -> list[Controller[Any]]:

@@ -32,9 +32,9 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
-from liqo.api.foreignclusters import Reason
+from liqo.api.foreignclusters import Reason, peer_key
 from liqo.api.identity import ClusterIdentity
-from liqo.api.networks import ClusterNetwork, InvalidNetwork, network_patch, recorded_network
+from liqo.api.networks import ClusterNetwork, network_patch
 from liqo.api.peerings import wants_outgoing
 from liqo.api.peers import PeerClients, UntrustedIdentity, identity_access
 from liqo.api.requests import withdrawn
@@ -108,9 +108,7 @@ class OutgoingPeering(Component):
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
         # Not on status updates: ForeignClusterStatus writes what the handshakes observed, and a refused or busy
         # handshake waking the next one at once would flood the provider (its rate limit then answers 429).
-        self.controller.watch(
-            self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]], changed=changed_beyond_status
-        )
+        self.controller.watch(self.foreign_clusters, peer_key, changed=changed_beyond_status)
         for informer in caches.secrets:
             self.controller.watch(informer, names.tenant_peer)
         self.look_alikes: Controller[str] = Controller(name="identity-look-alikes", reconcile=self.refuse, workers=1)
@@ -145,7 +143,12 @@ class OutgoingPeering(Component):
         await self._client.apply(NAMESPACES, tenant_namespace_manifest(peer_id))
         now = datetime.datetime.now(datetime.UTC)
         due = renewal_due(self.caches.identity(peer_id))
-        if due is None or due <= now or not _knows_network(fc) or self._refused_by_provider(fc):
+        if (
+            due is None
+            or due <= now
+            or self.caches.by_cluster_id.network_of(peer_id) is None
+            or self._refused_by_provider(fc)
+        ):
             renewal = await self._authenticate(fc, now=now)
             if isinstance(renewal, Result):
                 return renewal
@@ -299,14 +302,6 @@ class OutgoingPeering(Component):
                 await self._client.delete(NAMESPACES, namespace)
         await remove_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         return True
-
-
-def _knows_network(fc: dict[str, Any]) -> bool:
-    """Whether the ForeignCluster records a valid network of the peer (else the next handshake records it)."""
-    try:
-        return recorded_network(fc) is not None
-    except InvalidNetwork:
-        return False
 
 
 async def _delete(client: KubeClient, resource: Any, obj: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus as Status
-from liqo.api.foreignclusters import ConditionType, Reason
+from liqo.api.foreignclusters import ConditionType, Reason, peer_key
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
@@ -289,7 +289,7 @@ class ForeignClusterStatus(Component):
         self.virtual_nodes = caches.virtual_nodes
         self.networks = caches.networks
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
-        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        self.controller.watch(self.foreign_clusters, peer_key)
         for informer in (*caches.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
             self.controller.watch(informer, names.tenant_peer)
 

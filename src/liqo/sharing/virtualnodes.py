@@ -16,7 +16,7 @@ import datetime
 from typing import Any
 
 from liqo.api import names
-from liqo.api.foreignclusters import ForeignClusters
+from liqo.api.foreignclusters import ForeignClusters, peer_key
 from liqo.api.offers import OfferPhase
 from liqo.api.resources import RESOURCE_OFFERS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
@@ -71,7 +71,7 @@ class OfferAcceptance(Component):
         self.virtual_nodes = informers.informer(VIRTUAL_NODES)
         self.controller: Controller[str] = Controller(name="offer-acceptance", reconcile=self.reconcile)
         self.controller.watch(self.offers, lambda ro: [ro["metadata"]["name"]])
-        self.controller.watch(self.foreign_clusters, lambda fc: [fc["spec"]["clusterID"]])
+        self.controller.watch(self.foreign_clusters, peer_key)
         self.controller.watch(self.virtual_nodes, lambda vn: [vn["spec"]["clusterID"]])
 
     @property

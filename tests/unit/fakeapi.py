@@ -354,7 +354,8 @@ class FakeApi:
         grace_period_seconds: int | None = None,
         propagation_policy: str | None = None,
         uid: str | None = None,
-    ) -> Obj:
+        missing_ok: bool = False,
+    ) -> Obj | None:
         options = {"grace_period_seconds": grace_period_seconds, "uid": uid}
         call = self._record(Call("delete", resource.plural, namespace, name, options=options))
 
@@ -370,7 +371,12 @@ class FakeApi:
                 return self._write(resource, current | {"metadata": marked}, dry_run=False)
             return self.remove(resource, name, namespace=namespace)
 
-        return await self._refused(call, deleted)
+        try:
+            return await self._refused(call, deleted)
+        except NotFoundError:
+            if missing_ok:
+                return None
+            raise
 
     async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
         """A raw request, answered by :attr:`answer`."""

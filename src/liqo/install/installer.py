@@ -456,8 +456,7 @@ async def _drop_other_placement(client: KubeClient, items: list[dict[str, Any]])
     else:
         stale = list(PLACEMENT_POLICY)
     for resource, name in stale:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, name)
+        await client.delete(resource, name, missing_ok=True)
 
 
 async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
@@ -495,8 +494,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
     # The webhooks go first: with failurePolicy Fail, once the manager is gone every pod created in a
     # namespace still labelled for offloading (every ShadowPod written in a twin) would be refused.
     for resource, name in (*PLACEMENT_POLICY, *((r, n) for r, n, _ in REGISTRATIONS)):
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, name)
+        await client.delete(resource, name, missing_ok=True)
     local = clusters.find_by_server(client.server)
     if local is not None and any(
         c.name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET) for c in clusters.components(local)
@@ -513,8 +511,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         (SERVICES, manifests.VIRTUAL_KUBELET),
     )
     for resource, name in workloads:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, name, namespace=names.LIQO_NAMESPACE)
+        await client.delete(resource, name, namespace=names.LIQO_NAMESPACE, missing_ok=True)
     if purge:
         progress("deleting liqo resources, tenant and twin namespaces, virtual nodes and CRDs")
         await _purge(client)
@@ -525,12 +522,10 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),
         *_admission_policies(),
     ):
-        with contextlib.suppress(NotFoundError):
-            await client.delete(resource, name)
+        await client.delete(resource, name, missing_ok=True)
     if not purge:
         await _delete_installed_default_policy(client)
-    with contextlib.suppress(NotFoundError):
-        await client.delete(NAMESPACES, names.LIQO_NAMESPACE)
+    await client.delete(NAMESPACES, names.LIQO_NAMESPACE, missing_ok=True)
     await _wait_gone(client, NAMESPACES, names.LIQO_NAMESPACE)
 
 
@@ -569,11 +564,9 @@ async def _purge(client: KubeClient) -> None:
     csrs, _ = await client.list_all(CSRS, label_selector=ours)
     for resource, items in ((NAMESPACES, namespaces), (NODES, nodes), (CSRS, csrs)):
         for item in items:
-            with contextlib.suppress(NotFoundError):
-                await client.delete(resource, item["metadata"]["name"])
+            await client.delete(resource, item["metadata"]["name"], missing_ok=True)
     for resource in liqo_resources.ALL:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(CRDS, crd_name(resource))
+        await client.delete(CRDS, crd_name(resource), missing_ok=True)
     for resource in liqo_resources.ALL:
         await _wait_gone(client, CRDS, crd_name(resource))
     for namespace in namespaces:

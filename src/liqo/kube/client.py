@@ -235,6 +235,15 @@ class KubeClient:
         result: dict[str, Any] = await self.request("GET", resource.path(namespace=namespace, name=name))
         return result
 
+    async def get_or_none(
+        self, resource: Resource, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """Read one object; None if there is none."""
+        try:
+            return await self.get(resource, name, namespace=namespace)
+        except NotFoundError:
+            return None
+
     async def serves(self, resource: Resource) -> bool:
         """Whether the API server serves ``resource`` (discovery of its group version)."""
         prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
@@ -397,8 +406,12 @@ class KubeClient:
         grace_period_seconds: int | None = None,
         propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
         uid: str | None = None,
-    ) -> dict[str, Any]:
-        """Delete an object; ``uid`` makes it a precondition so a newer namesake is never deleted."""
+        missing_ok: bool = False,
+    ) -> dict[str, Any] | None:
+        """Delete an object; ``uid`` makes it a precondition so a newer namesake is never deleted.
+
+        ``missing_ok``: an object already gone is what the caller wanted (None, no error).
+        """
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if grace_period_seconds is not None:
             body["gracePeriodSeconds"] = grace_period_seconds
@@ -406,7 +419,14 @@ class KubeClient:
             body["propagationPolicy"] = propagation_policy
         if uid:
             body["preconditions"] = {"uid": uid}
-        result: dict[str, Any] = await self.request("DELETE", resource.path(namespace=namespace, name=name), body=body)
+        try:
+            result: dict[str, Any] = await self.request(
+                "DELETE", resource.path(namespace=namespace, name=name), body=body
+            )
+        except NotFoundError:
+            if missing_ok:
+                return None
+            raise
         return result
 
     async def stream(self, path: str, *, params: Params | None = None) -> AsyncIterator[bytes]:

@@ -46,7 +46,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.errors import ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.projection import keep
@@ -251,8 +251,7 @@ class NetworkConfigs(Component):
         namespace = names.tenant_namespace(peer_id)
         if self.configs.store.get(f"{namespace}/{self._local_id}") is not None:
             log.info("no gateway to %s any more: removing it and our network config", peer_id)
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(NETWORK_CONFIGS, self._local_id, namespace=namespace)
+            await self._client.delete(NETWORK_CONFIGS, self._local_id, namespace=namespace, missing_ok=True)
         await self._remove_gateway(peer_id, keep_key=False)
 
     async def _remove_gateway(self, peer_id: str, *, keep_key: bool) -> None:
@@ -266,8 +265,7 @@ class NetworkConfigs(Component):
 
 
 async def _delete(client: KubeClient, resource: Resource, peer_id: str) -> None:
-    with contextlib.suppress(NotFoundError):
-        await client.delete(resource, gateways.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE)
+    await client.delete(resource, gateways.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE, missing_ok=True)
 
 
 def cluster_addresses(nodes: Iterable[dict[str, Any]], api_endpoints: Iterable[dict[str, Any]]) -> list[IPNetwork]:

@@ -11,7 +11,6 @@ remote ones) and judges it there. The namespace is offloaded by the caller (liqo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import secrets
 from collections.abc import Callable, Mapping
@@ -150,8 +149,7 @@ async def create_namespace(client: KubeClient, namespace: str) -> None:
 
 async def delete_namespace(client: KubeClient, namespace: str) -> None:
     """Remove the run's namespace, its pods and (through its offloading) their copies on the providers."""
-    with contextlib.suppress(NotFoundError):
-        await client.delete(NAMESPACES, namespace)
+    await client.delete(NAMESPACES, namespace, missing_ok=True)
 
 
 async def run_check(

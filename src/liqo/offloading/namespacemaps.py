@@ -614,8 +614,7 @@ class NamespaceMapController(Component):
             if writer:
                 await self._ensure_binding(twin_role_binding(namespace=twin, consumer_id=consumer_id, writer=True))
             elif self.bindings.store.get(f"{twin}/{names.PEER_WRITER_BINDING}") is not None:
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(ROLE_BINDINGS, names.PEER_WRITER_BINDING, namespace=twin)
+                await self._client.delete(ROLE_BINDINGS, names.PEER_WRITER_BINDING, namespace=twin, missing_ok=True)
                 log.info("twin namespace %s: %s holds no accepted offer, its writes withdrawn", twin, consumer_id)
         except KubeError as exc:
             return refusal(twin, exc, doing=f"grant the consumer its rights in {twin}")

@@ -388,8 +388,7 @@ class NamespaceOffloadings(Component):
             elif not mappings:
                 if current is not None:
                     log.info("nothing is offloaded to %s any more: deleting our NamespaceMap there", provider_id)
-                    with contextlib.suppress(NotFoundError):
-                        await remote.client.delete(NAMESPACE_MAPS, self._local_id, namespace=theirs)
+                    await remote.client.delete(NAMESPACE_MAPS, self._local_id, namespace=theirs, missing_ok=True)
             elif not map_up_to_date(current, desired):
                 await remote.client.apply(NAMESPACE_MAPS, desired)
             else:

@@ -13,7 +13,6 @@ VirtualNodes here select (:func:`verdict`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
@@ -289,8 +288,7 @@ async def unoffload(
     existing = await _get(client, namespace)
     if existing is None:
         raise OffloadingError(f"namespace {namespace} is not offloaded")
-    with contextlib.suppress(NotFoundError):
-        await client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
+    await client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace, missing_ok=True)
     if not wait:
         return
     deadline = time.monotonic() + timeout

@@ -317,8 +317,9 @@ class ShadowPods(Component):
             if shadow is None:
                 if pod is not None and not terminating(pod):
                     # Its ShadowPod is gone (the garbage collector would get there too, later).
-                    with contextlib.suppress(NotFoundError):
-                        await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
+                    await self._client.delete(
+                        PODS, name, namespace=namespace, uid=pod["metadata"]["uid"], missing_ok=True
+                    )
             else:
                 await self._release(shadow, pod)
             return None
@@ -326,8 +327,7 @@ class ShadowPods(Component):
             return None  # the update comes back through the informer
         if pod is not None and not made_for(pod, shadow):
             if not terminating(pod):
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"])
+                await self._client.delete(PODS, name, namespace=namespace, uid=pod["metadata"]["uid"], missing_ok=True)
             return None
         consumer = self._consumer_of(namespace)
         if consumer is None:  # not a twin: the verdict says so, naming metadata.namespace
@@ -409,8 +409,7 @@ class ShadowPods(Component):
             self._free(key)
         elif not terminating(pod):
             meta = pod["metadata"]
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+            await self._client.delete(PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"], missing_ok=True)
         await self._wait(shadow, reason=ShadowPodReason.NO_ACCEPTED_OFFER, message=message)
         return Result(requeue_after=self._retry.when(key))
 
@@ -480,13 +479,13 @@ class ShadowPods(Component):
         meta = shadow["metadata"]
         if pod is not None:
             if not terminating(pod):
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(
-                        PODS,
-                        meta["name"],
-                        namespace=meta["namespace"],
-                        grace_period_seconds=grace_period(shadow, pod),
-                        uid=pod["metadata"]["uid"],
-                    )
+                await self._client.delete(
+                    PODS,
+                    meta["name"],
+                    namespace=meta["namespace"],
+                    grace_period_seconds=grace_period(shadow, pod),
+                    uid=pod["metadata"]["uid"],
+                    missing_ok=True,
+                )
             return  # the pod's deletion event re-queues us
         await remove_finalizer(self._client, SHADOW_PODS, shadow, finalizer=names.FINALIZER)

@@ -27,7 +27,6 @@ between changes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import enum
 import logging
@@ -41,7 +40,6 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import NotFoundError
 from liqo.kube.finalizers import has_finalizer
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, ROLE_BINDINGS, terminating
@@ -162,8 +160,9 @@ class IncomingPeering(Component):
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: ENGAGED}}})
         elif decision is Verdict.RELEASE_RECORD and fc is not None:
             log.info("consumer %s left: deleting our record of it, whose teardown releases the tenant", peer_id)
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], uid=fc["metadata"].get("uid"))
+            await self._client.delete(
+                FOREIGN_CLUSTERS, fc["metadata"]["name"], uid=fc["metadata"].get("uid"), missing_ok=True
+            )
         elif decision in (Verdict.RELEASE, Verdict.RELEASE_REFUSED):
             await self._release(peer_id, fc, keep_record=decision is Verdict.RELEASE_REFUSED)
         elif decision is Verdict.WAIT and tenant is not None:
@@ -184,16 +183,13 @@ class IncomingPeering(Component):
                 (RESOURCE_REQUESTS, peer_id),
                 (NETWORK_CONFIGS, peer_id),  # its network word (ours goes with our gateway: liqo.network)
             ):
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(resource, name, namespace=namespace)
+                await self._client.delete(resource, name, namespace=namespace, missing_ok=True)
             # Left, not forgotten: once we stop consuming from it too, the tenant goes at once (verdict).
             await self._client.patch(NAMESPACES, namespace, {"metadata": {"annotations": {REQUESTED: LEFT}}})
             return
         if fc is not None and not keep_record:
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
-        with contextlib.suppress(NotFoundError):
-            await self._client.delete(NAMESPACES, namespace)
+            await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], missing_ok=True)
+        await self._client.delete(NAMESPACES, namespace, missing_ok=True)
 
 
 def _peer_label(obj: Obj) -> list[str]:

@@ -302,8 +302,7 @@ async def unpeer(
     if incoming:
         await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"outgoingPeeringEnabled": "No"}})
     else:
-        with contextlib.suppress(NotFoundError):
-            await client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+        await client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], missing_ok=True)
 
     async def done() -> bool:
         if incoming:
@@ -376,17 +375,14 @@ async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_
             items, _ = await client.list_all(resource, namespace=namespace)
             for item in items:
                 if only is None or item["metadata"]["name"] == only:
-                    with contextlib.suppress(NotFoundError):
-                        await client.delete(resource, item["metadata"]["name"], namespace=namespace)
+                    await client.delete(resource, item["metadata"]["name"], namespace=namespace, missing_ok=True)
     for secret in (names.IDENTITY_SECRET, names.PEER_TOKEN_SECRET):
-        with contextlib.suppress(NotFoundError):
-            await client.delete(SECRETS, secret, namespace=namespace)
+        await client.delete(SECRETS, secret, namespace=namespace, missing_ok=True)
     if keep_namespace:
         return
     with contextlib.suppress(NotFoundError):
         await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"metadata": {"finalizers": None}})
-    with contextlib.suppress(NotFoundError):
-        await client.delete(NAMESPACES, namespace)
+    await client.delete(NAMESPACES, namespace, missing_ok=True)
 
 
 async def foreign_cluster(client: KubeClient, peer_id: str) -> dict[str, Any] | None:

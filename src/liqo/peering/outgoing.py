@@ -24,7 +24,6 @@ so that whoever wonders where it went sees the refusal where they look.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import time
@@ -298,8 +297,7 @@ class OutgoingPeering(Component):
             return True
         incoming = self.requests.store.get(f"{namespace}/{peer_id}") is not None
         if not incoming:
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(NAMESPACES, namespace)
+            await self._client.delete(NAMESPACES, namespace, missing_ok=True)
         await remove_finalizer(self._client, FOREIGN_CLUSTERS, fc, finalizer=names.FINALIZER)
         return True
 

@@ -18,7 +18,6 @@ renewed (a new client), stopped when it goes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Literal
@@ -31,7 +30,6 @@ from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
-from liqo.kube.errors import NotFoundError
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import Resource, terminating
@@ -155,8 +153,7 @@ class Replicator(Component):
         local = self.offers.store.get(f"{ours}/{provider_id}")
         if original is None:
             if local is not None:
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(RESOURCE_OFFERS, provider_id, namespace=ours)
+                await self._client.delete(RESOURCE_OFFERS, provider_id, namespace=ours, missing_ok=True)
             return
         desired = replica(original, resource=RESOURCE_OFFERS, namespace=ours, peer_id=provider_id)
         if local is None or local.get("spec") != desired["spec"] or not _labelled(local, desired):
@@ -173,8 +170,7 @@ class Replicator(Component):
         sent = remote.networks.store.get(f"{theirs}/{self._local_id}")
         if word is None or terminating(word):
             if sent is not None:
-                with contextlib.suppress(NotFoundError):
-                    await remote.client.delete(NETWORK_CONFIGS, self._local_id, namespace=theirs)
+                await remote.client.delete(NETWORK_CONFIGS, self._local_id, namespace=theirs, missing_ok=True)
         else:
             desired = replica(word, resource=NETWORK_CONFIGS, namespace=theirs, peer_id=self._local_id)
             if sent is None or sent.get("spec") != desired["spec"] or not _labelled(sent, desired):
@@ -183,8 +179,7 @@ class Replicator(Component):
         copy = self.networks.store.get(f"{ours}/{provider_id}")
         if original is None:
             if copy is not None:
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(NETWORK_CONFIGS, provider_id, namespace=ours)
+                await self._client.delete(NETWORK_CONFIGS, provider_id, namespace=ours, missing_ok=True)
             return
         desired = replica(original, resource=NETWORK_CONFIGS, namespace=ours, peer_id=provider_id)
         if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):

@@ -22,7 +22,6 @@ busiest path.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 from typing import Any
 
@@ -34,7 +33,6 @@ from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import NotFoundError
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
@@ -244,7 +242,6 @@ class OfferController(Component):
 
     async def _withdraw(self, consumer_id: str, offer: dict[str, Any] | None) -> None:
         if offer is not None:
-            with contextlib.suppress(NotFoundError):
-                await self._client.delete(
-                    RESOURCE_OFFERS, self._local.cluster_id, namespace=names.tenant_namespace(consumer_id)
-                )
+            await self._client.delete(
+                RESOURCE_OFFERS, self._local.cluster_id, namespace=names.tenant_namespace(consumer_id), missing_ok=True
+            )

@@ -11,7 +11,6 @@ known" rather than as "nothing fits".
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 from typing import Any
 
@@ -23,7 +22,7 @@ from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.errors import ConflictError
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import object_key, terminating
 from liqo.sharing import metrics
@@ -147,5 +146,4 @@ class OfferAcceptance(Component):
         for node in self.virtual_nodes.store.list():
             meta = node["metadata"]
             if meta.get("namespace") == namespace and meta["name"] != keep:
-                with contextlib.suppress(NotFoundError):
-                    await self._client.delete(VIRTUAL_NODES, meta["name"], namespace=namespace)
+                await self._client.delete(VIRTUAL_NODES, meta["name"], namespace=namespace, missing_ok=True)

@@ -326,5 +326,4 @@ async def delete_copy(provider: KubeClient, resource: Resource, obj: Obj) -> Non
     if terminating(obj):
         return
     meta = obj["metadata"]
-    with contextlib.suppress(NotFoundError):
-        await provider.delete(resource, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    await provider.delete(resource, meta["name"], namespace=meta["namespace"], uid=meta["uid"], missing_ok=True)

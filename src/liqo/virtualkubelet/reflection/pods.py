@@ -287,15 +287,20 @@ class PodReflector(Reflector):
 
     async def _delete_shadow(self, shadow: Obj) -> None:
         meta = shadow["metadata"]
-        with contextlib.suppress(NotFoundError):
-            await self._provider.delete(SHADOW_PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+        await self._provider.delete(
+            SHADOW_PODS, meta["name"], namespace=meta["namespace"], uid=meta["uid"], missing_ok=True
+        )
 
     async def _delete_home(self, home: Obj, *, grace: int) -> None:
         meta = home["metadata"]
-        with contextlib.suppress(NotFoundError):
-            await self._home.delete(
-                PODS, meta["name"], namespace=meta["namespace"], grace_period_seconds=grace, uid=meta["uid"]
-            )
+        await self._home.delete(
+            PODS,
+            meta["name"],
+            namespace=meta["namespace"],
+            grace_period_seconds=grace,
+            uid=meta["uid"],
+            missing_ok=True,
+        )
 
     async def _set_status(self, home: Obj, status: Obj) -> bool:
         """Patch the home pod's status if it lacks something of ``status``; whether it did."""

@@ -205,6 +205,12 @@ class FakeApi:
         call = self._record(Call("get", resource.plural, namespace, name))
         return await self._refused(call, lambda: self._found(resource, namespace, name))
 
+    async def get_or_none(self, resource: Resource, name: str, *, namespace: str | None = None) -> Obj | None:
+        try:
+            return await self.get(resource, name, namespace=namespace)
+        except NotFoundError:
+            return None
+
     async def list_all(
         self,
         resource: Resource,

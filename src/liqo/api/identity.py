@@ -64,11 +64,8 @@ class ClusterIdentity:
 
 async def read_identity(client: KubeClient) -> ClusterIdentity | None:
     """The installed identity of the cluster behind ``client``; None if liqo is not installed."""
-    try:
-        configmap = await client.get(CONFIGMAPS, names.CLUSTER_IDENTITY, namespace=names.LIQO_NAMESPACE)
-    except NotFoundError:
-        return None
-    return ClusterIdentity.from_configmap(configmap)
+    configmap = await client.get_or_none(CONFIGMAPS, names.CLUSTER_IDENTITY, namespace=names.LIQO_NAMESPACE)
+    return None if configmap is None else ClusterIdentity.from_configmap(configmap)
 
 
 async def read_cluster_key(client: KubeClient) -> ClusterKey | None:

@@ -119,11 +119,8 @@ def cluster_key_secret(key: ClusterKey) -> dict[str, Any]:
 
 async def read_settings(client: KubeClient) -> dict[str, str] | None:
     """The settings' data; None before the install wrote them."""
-    try:
-        configmap = await client.get(CONFIGMAPS, names.CLUSTER_SETTINGS, namespace=names.LIQO_NAMESPACE)
-    except NotFoundError:
-        return None
-    return dict(configmap.get("data") or {})
+    configmap = await client.get_or_none(CONFIGMAPS, names.CLUSTER_SETTINGS, namespace=names.LIQO_NAMESPACE)
+    return None if configmap is None else dict(configmap.get("data") or {})
 
 
 async def ensure_identity(client: KubeClient, settings: Mapping[str, str]) -> tuple[ClusterIdentity, ClusterKey]:

@@ -23,7 +23,7 @@ from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, recorded_network, remapped_pod_cidr
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ApiError, KubeError, NotFoundError
+from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.podexec import execute
 from liqo.kube.resources import ENDPOINT_SLICES, NAMESPACES, NODES, PODS, SERVICES, terminating
 from liqo.kube.waiting import poll_until
@@ -87,8 +87,8 @@ async def peers(client: KubeClient, *, local_id: str) -> list[Peer]:
             continue
         fc = record_of(foreign_clusters, peer_id)
         namespace = names.tenant_namespace(peer_id)
-        ours = await _get(client, namespace, local_id)
-        theirs = await _get(client, namespace, peer_id)
+        ours = await client.get_or_none(NETWORK_CONFIGS, local_id, namespace=namespace)
+        theirs = await client.get_or_none(NETWORK_CONFIGS, peer_id, namespace=namespace)
         running = any(
             (p["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == peer_id
             and (p.get("status") or {}).get("phase") == "Running"
@@ -110,13 +110,6 @@ async def peers(client: KubeClient, *, local_id: str) -> list[Peer]:
             )
         )
     return sorted(found, key=lambda p: p.name)
-
-
-async def _get(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return await client.get(NETWORK_CONFIGS, name, namespace=namespace)
-    except NotFoundError:
-        return None
 
 
 async def local_nodes(client: KubeClient) -> list[str]:

@@ -190,11 +190,7 @@ async def _home_cluster_id(client: KubeClient) -> str:
 
 
 async def _get(client: KubeClient, namespace: str) -> Obj | None:
-    try:
-        found: Obj = await client.get(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
-    except NotFoundError:
-        return None
-    return found
+    return await client.get_or_none(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
 
 
 async def offload(

@@ -205,11 +205,9 @@ class KubeEnrolments:
 
     async def find(self, fingerprint: str) -> EnrolmentToken | None:
         """The token whose key has ``fingerprint`` as its Secret records it; None if there is none (one read)."""
-        try:
-            secret = await self._client.get(SECRETS, secret_name(token_id(fingerprint)), namespace=names.LIQO_NAMESPACE)
-        except NotFoundError:
-            return None
-        return parse_token(secret)
+        name = secret_name(token_id(fingerprint))
+        secret = await self._client.get_or_none(SECRETS, name, namespace=names.LIQO_NAMESPACE)
+        return None if secret is None else parse_token(secret)
 
     async def refusal(self) -> Refusal | None:
         """Why no new consumer may enrol now (a cap reached), or None: from the caches, no API call."""

@@ -294,7 +294,7 @@ async def unpeer(
     fc = await _find(client, name)
     peer_id = fc["spec"]["clusterID"]
     namespace = names.tenant_namespace(peer_id)
-    incoming = await _get(client, RESOURCE_REQUESTS, peer_id, namespace) is not None
+    incoming = await client.get_or_none(RESOURCE_REQUESTS, peer_id, namespace=namespace) is not None
     if fc["spec"].get("outgoingPeeringEnabled") != "Yes":
         await revoke(client, fc, timeout=timeout, progress=progress)
         return
@@ -307,7 +307,7 @@ async def unpeer(
     async def done() -> bool:
         if incoming:
             return (
-                await _get(client, SECRETS, names.IDENTITY_SECRET, namespace) is None
+                await client.get_or_none(SECRETS, names.IDENTITY_SECRET, namespace=namespace) is None
                 and not (await client.list_all(VIRTUAL_NODES, namespace=namespace))[0]
             )
         return not await _exists(client, FOREIGN_CLUSTERS, fc["metadata"]["name"]) and not await _exists(
@@ -438,8 +438,8 @@ async def info(client: KubeClient) -> dict[str, Any]:
     for fc in items:
         peer_id = fc["spec"]["clusterID"]
         namespace = names.tenant_namespace(peer_id)
-        their_offer = await _get(client, RESOURCE_OFFERS, peer_id, namespace)
-        our_offer = await _get(client, RESOURCE_OFFERS, local.cluster_id, namespace)
+        their_offer = await client.get_or_none(RESOURCE_OFFERS, peer_id, namespace=namespace)
+        our_offer = await client.get_or_none(RESOURCE_OFFERS, local.cluster_id, namespace=namespace)
         conditions = _conditions(fc)
         outgoing = conditions.get(ConditionType.OUTGOING, {}).get("status") == Status.ESTABLISHED
         incoming = conditions.get(ConditionType.INCOMING, {}).get("status") == Status.ESTABLISHED
@@ -501,14 +501,6 @@ async def peer_kubeconfig(client: KubeClient, peer: str) -> dict[str, Any]:
     except NotFoundError as exc:
         raise PeeringError(f"no identity on {peer} yet (see `liqoctl status`)") from exc
     return kubeconfig_of(secret)
-
-
-async def _get(client: KubeClient, resource: Any, name: str, namespace: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = await client.get(resource, name, namespace=namespace)
-    except NotFoundError:
-        return None
-    return found
 
 
 def _resources(offer: dict[str, Any] | None) -> dict[str, str]:

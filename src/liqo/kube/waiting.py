@@ -35,3 +35,15 @@ async def poll_until(
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{message} (waited {timeout:.0f}s)")
         await asyncio.sleep(interval)
+
+
+def changes_only(progress: Callable[[str], None]) -> Callable[[str], None]:
+    """``progress``, called only when the line differs from the last one: a wait says each new state once."""
+    last: list[str] = []
+
+    def say(line: str) -> None:
+        if last != [line]:
+            last[:] = [line]
+            progress(line)
+
+    return say

@@ -38,6 +38,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
+from liqo.kube.waiting import WaitTimeout, poll_until
 from liqo.local import toolchain
 from liqo.local.components import (
     WEBHOOK_CLIENT,
@@ -455,7 +456,7 @@ def _start_supervisor(cluster: ClusterDir) -> None:
 async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progress) -> None:
     """Wait for the API, then create the fake nodes and wait for them and the default ServiceAccount."""
     progress("waiting for the API server")
-    await _wait_api(cluster, deadline=time.monotonic() + API_DEADLINE)
+    await _wait_api(cluster)
     async with KubeClient.from_kubeconfig(cluster.kubeconfig, name=spec.name) as client:
         for index in range(1, spec.nodes + 1):
             with suppress(ConflictError):
@@ -466,24 +467,26 @@ async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progr
             await client.apply(CLUSTER_ROLE_BINDINGS, binding)
             await client.apply(ENDPOINT_SLICES, endpoints)
         progress(f"waiting for {spec.all_nodes} node(s) to be Ready")
-        deadline = time.monotonic() + NODES_DEADLINE
-        while True:
-            ready = await _ready_nodes(client) + await _ready_nodes(client, kind="real")
+        problems: list[str] = []
+
+        async def ready() -> bool:
+            count = await _ready_nodes(client) + await _ready_nodes(client, kind="real")
             missing_sa = await _missing_default_service_account(client)
             unhealthy = _unhealthy(_read_status(cluster).get("components", {}))
-            if ready >= spec.all_nodes and not missing_sa and not unhealthy:
-                if spec.real_nodes > 1:
-                    await _route_pods_between_real_nodes(client, cluster)
-                return
-            if time.monotonic() > deadline:
-                problems = [f"{ready}/{spec.all_nodes} nodes Ready"]
-                problems += ["no default ServiceAccount yet"] * missing_sa
-                problems += [f"unhealthy: {', '.join(unhealthy)}"] * bool(unhealthy)
-                raise ClusterError(
-                    f"cluster {spec.name} not ready after {NODES_DEADLINE:.0f}s ({'; '.join(problems)}); "
-                    f"see `liqoctl local list` and the logs in {cluster.logs}"
-                )
-            await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
+            problems[:] = [f"{count}/{spec.all_nodes} nodes Ready"]
+            problems.extend(["no default ServiceAccount yet"] * missing_sa)
+            problems.extend([f"unhealthy: {', '.join(unhealthy)}"] * bool(unhealthy))
+            return count >= spec.all_nodes and not missing_sa and not unhealthy
+
+        try:
+            await poll_until(ready, timeout=NODES_DEADLINE, interval=POLL, message=f"cluster {spec.name} ready")
+        except WaitTimeout:
+            raise ClusterError(
+                f"cluster {spec.name} not ready after {NODES_DEADLINE:.0f}s ({'; '.join(problems)}); "
+                f"see `liqoctl local list` and the logs in {cluster.logs}"
+            ) from None
+        if spec.real_nodes > 1:
+            await _route_pods_between_real_nodes(client, cluster)
 
 
 def _unhealthy(components: dict[str, Any]) -> list[str]:
@@ -495,24 +498,26 @@ def _unhealthy(components: dict[str, Any]) -> list[str]:
     ]
 
 
-async def _wait_api(cluster: ClusterDir, *, deadline: float) -> None:
+async def _wait_api(cluster: ClusterDir) -> None:
     """Wait until the supervisor reports the API server healthy; fail early if the supervisor died."""
-    while True:
+    components: dict[str, Any] = {}
+
+    async def healthy() -> bool:
         status = _read_status(cluster)
-        components = status.get("components", {})
-        if components.get("kube-apiserver", {}).get("healthy"):
-            return
+        components.clear()
+        components.update(status.get("components", {}))
         if status and supervisor_ref(cluster) is None:
             raise ClusterError(f"the supervisor of {cluster.name} exited; see {cluster.supervisor_log}")
-        if time.monotonic() > deadline:
-            problems = [
-                f"{name}: {c.get('phase')} {c.get('probeError') or ''}".strip() for name, c in components.items()
-            ]
-            raise ClusterError(
-                f"the API server of {cluster.name} was not healthy within {API_DEADLINE:.0f}s "
-                f"({'; '.join(problems) or 'supervisor not reporting'}); logs: {cluster.logs}"
-            )
-        await asyncio.sleep(POLL)  # between two checks of a condition with a deadline
+        return bool(components.get("kube-apiserver", {}).get("healthy"))
+
+    try:
+        await poll_until(healthy, timeout=API_DEADLINE, interval=POLL, message=f"the API server of {cluster.name}")
+    except WaitTimeout:
+        problems = [f"{name}: {c.get('phase')} {c.get('probeError') or ''}".strip() for name, c in components.items()]
+        raise ClusterError(
+            f"the API server of {cluster.name} was not healthy within {API_DEADLINE:.0f}s "
+            f"({'; '.join(problems) or 'supervisor not reporting'}); logs: {cluster.logs}"
+        ) from None
 
 
 async def _route_pods_between_real_nodes(client: KubeClient, cluster: ClusterDir) -> None:

@@ -12,8 +12,6 @@ VirtualNodes here select (:func:`verdict`).
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
@@ -26,6 +24,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, InvalidError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, terminating
+from liqo.kube.waiting import WaitTimeout, changes_only, poll_until
 from liqo.offloading.namespaces import selected_providers, twin_name
 
 Progress = Callable[[str], None]
@@ -247,9 +246,9 @@ async def wait_offloaded(
         OffloadingError: it failed (see :func:`verdict`), vanished, or was not Ready within ``timeout``.
     """
     home_cluster_id = await _home_cluster_id(client)
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
+    say, last = changes_only(progress), [""]
+
+    async def ready() -> Obj | None:
         offloading = await _get(client, namespace)
         if offloading is None:
             raise OffloadingError(f"namespace {namespace} is not offloaded (its NamespaceOffloading is gone)")
@@ -258,13 +257,14 @@ async def wait_offloaded(
         expected = {p.cluster_id for p in selected_providers(nodes, selector)}
         if verdict(offloading, home_cluster_id=home_cluster_id, expected=expected) == "ready":
             return offloading
-        line = describe(offloading)
-        if line != last:
-            progress(f"waiting: {line}")
-            last = line
-        if time.monotonic() > deadline:
-            raise OffloadingError(f"{namespace} was not offloaded within {timeout:.0f}s: {line}")
-        await asyncio.sleep(0.2)  # polling a status, with a deadline
+        last[0] = describe(offloading)
+        say(f"waiting: {last[0]}")
+        return None
+
+    try:
+        return await poll_until(ready, timeout=timeout, interval=0.2, message=f"{namespace} offloaded")
+    except WaitTimeout:
+        raise OffloadingError(f"{namespace} was not offloaded within {timeout:.0f}s: {last[0]}") from None
 
 
 async def unoffload(
@@ -287,16 +287,20 @@ async def unoffload(
     await client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace, missing_ok=True)
     if not wait:
         return
-    deadline = time.monotonic() + timeout
-    last = ""
-    while (offloading := await _get(client, namespace)) is not None:
-        line = describe(offloading)
-        if line != last:
-            progress(f"waiting for the twins to go: {line}")
-            last = line
-        if time.monotonic() > deadline:
-            raise OffloadingError(
-                f"the twins of {namespace} were not all deleted within {timeout:.0f}s: {line} "
-                "(is the manager running, is every provider reachable? `liqoctl status`)"
-            )
-        await asyncio.sleep(0.2)  # polling for a deletion, with a deadline
+    say, last = changes_only(progress), [""]
+
+    async def gone() -> bool:
+        offloading = await _get(client, namespace)
+        if offloading is None:
+            return True
+        last[0] = describe(offloading)
+        say(f"waiting for the twins to go: {last[0]}")
+        return False
+
+    try:
+        await poll_until(gone, timeout=timeout, interval=0.2, message=f"the twins of {namespace} deleted")
+    except WaitTimeout:
+        raise OffloadingError(
+            f"the twins of {namespace} were not all deleted within {timeout:.0f}s: {last[0]} "
+            "(is the manager running, is every provider reachable? `liqoctl status`)"
+        ) from None

@@ -8,13 +8,11 @@ every failure names the condition that did not come true and its message.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime
 import re
 import shlex
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +32,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
 from liqo.kube.timefmt import format_micro_time, parse_time
-from liqo.kube.waiting import WaitTimeout, poll_until
+from liqo.kube.waiting import WaitTimeout, changes_only, poll_until
 from liqo.peering import authclient, enrolment, records
 from liqo.peering.outgoing import PEERING_REQUESTED
 from liqo.peering.tenants import tenant_namespace_manifest
@@ -221,32 +219,36 @@ async def wait_established(
     Fails at once on a refusal the manager learned at ``since`` or later (default: now), never on an older
     one still shown from a previous attempt.
     """
-    deadline = time.monotonic() + timeout
     asked = since or datetime.datetime.now(datetime.UTC)
-    last = ""
-    while True:
-        fc = await foreign_cluster(client, peer_id)
-        conditions = _conditions(fc)
+    say = changes_only(progress)
+    seen: dict[str, Any] = {"conditions": {}, "hint": ""}
+
+    async def established() -> dict[str, Any] | None:
+        conditions = seen["conditions"] = _conditions(await foreign_cluster(client, peer_id))
         outgoing = conditions.get(ConditionType.OUTGOING, {})
         if outgoing.get("status") == Status.ESTABLISHED:
-            return await client.get(RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id))
+            offer: dict[str, Any] = await client.get(
+                RESOURCE_OFFERS, peer_id, namespace=names.tenant_namespace(peer_id)
+            )
+            return offer
         for kind, condition in conditions.items():
             if _final(kind, condition, asked=asked):
                 raise PeeringError(f"peering refused: {kind} {condition['status']}: {condition.get('message', '')}")
         step = f"{outgoing.get('reason') or 'Waiting'}"
-        hint = manual_decision_hint(peer_id) if step == OfferPhase.MANUAL_ACTION_REQUIRED else ""
-        if step != last:
-            progress(f"waiting: {step}" + (f"; {hint}" if hint else ""))
-            last = step
-        if time.monotonic() > deadline:
-            detail = "; ".join(
-                f"{k}={v.get('status')} ({v.get('reason')}: {v.get('message', '')})" for k, v in conditions.items()
-            )
-            raise PeeringError(
-                f"the peering did not establish within {timeout:.0f}s: {detail or 'no status yet'}"
-                + (f". {hint}" if hint else "")
-            )
-        await asyncio.sleep(0.05)  # polling a condition, with a deadline
+        hint = seen["hint"] = manual_decision_hint(peer_id) if step == OfferPhase.MANUAL_ACTION_REQUIRED else ""
+        say(f"waiting: {step}" + (f"; {hint}" if hint else ""))
+        return None
+
+    try:
+        return await poll_until(established, timeout=timeout, interval=0.05, message=f"the peering with {peer_id}")
+    except WaitTimeout:
+        detail = "; ".join(
+            f"{k}={v.get('status')} ({v.get('reason')}: {v.get('message', '')})" for k, v in seen["conditions"].items()
+        )
+        raise PeeringError(
+            f"the peering did not establish within {timeout:.0f}s: {detail or 'no status yet'}"
+            + (f". {seen['hint']}" if seen["hint"] else "")
+        ) from None
 
 
 def manual_decision(peer_id: str, *, phase: str = OfferPhase.ACCEPTED, reason: str = "approved") -> list[str]:

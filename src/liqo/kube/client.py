@@ -38,7 +38,8 @@ _PATCH_CONTENT_TYPES: dict[str, str] = {"merge": MERGE_PATCH, "json": JSON_PATCH
 
 Params = Mapping[str, str | int | bool | None]
 
-_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=30, sock_connect=5)
+REQUEST_TIMEOUT = 30.0
+"""Seconds a request may take, answer included, unless its caller says otherwise (connecting: 5 s at most)."""
 _MAX_THROTTLED = 10
 MAX_CONNECTIONS = 256
 """Connections a client keeps open to its API server at most: liqo's only client-side bound (there is no
@@ -201,10 +202,14 @@ class KubeClient:
         params: Params | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
+        timeout: float = REQUEST_TIMEOUT,
     ) -> bytes:
-        """Send one request and return the raw response body (for logs and other non-JSON answers)."""
-        response = await self._send(method, path, params=params, body=body, content_type=content_type, timeout=timeout)
+        """Send one request and return the raw response body (for logs and other non-JSON answers).
+
+        ``timeout``: seconds for the whole request, answer included.
+        """
+        limits = aiohttp.ClientTimeout(total=timeout, sock_connect=min(5.0, timeout))
+        response = await self._send(method, path, params=params, body=body, content_type=content_type, timeout=limits)
         try:
             return await response.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -220,7 +225,7 @@ class KubeClient:
         params: Params | None = None,
         body: Any = None,
         content_type: str | None = None,
-        timeout: aiohttp.ClientTimeout = _REQUEST_TIMEOUT,
+        timeout: float = REQUEST_TIMEOUT,
     ) -> Any:
         """Send one request and return its decoded JSON body (``None`` when empty)."""
         raw = await self.request_bytes(
@@ -476,7 +481,10 @@ class KubeClient:
         bare = {"message": f"the WebSocket upgrade was refused with HTTP {status}"}
         try:
             async with self._session_for_requests().get(
-                self.server + path, params=list(query), headers=await self._headers(None), timeout=_REQUEST_TIMEOUT
+                self.server + path,
+                params=list(query),
+                headers=await self._headers(None),
+                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT, sock_connect=5),
             ) as response:
                 found = _decode_status(await response.read()) if response.status == status else None
         except (aiohttp.ClientError, TimeoutError, OSError):

@@ -26,8 +26,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
 from liqo.api.resources import VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, KubeError, NotFoundError
@@ -39,7 +37,7 @@ log = logging.getLogger(__name__)
 
 RENEW_SECONDS = 10.0
 STATUS_EVERY_SECONDS = 60.0
-PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5)
+PROBE_TIMEOUT = 5.0
 
 
 async def probe(provider: KubeClient | None) -> tuple[bool, str]:

@@ -43,7 +43,7 @@ from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
-from liqo.virtualkubelet.reflection.copies import ReflectionPolicy
+from liqo.virtualkubelet.reflection.steps import ReflectionPolicy
 
 log = logging.getLogger("liqo.virtualkubelet")
 

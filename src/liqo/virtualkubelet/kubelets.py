@@ -30,11 +30,12 @@ from liqo.kube.objects import Obj
 from liqo.kube.resources import SECRETS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.node import NodeController
-from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
+from liqo.virtualkubelet.reflection.copies import CopyReflector, copied_kinds
 from liqo.virtualkubelet.reflection.endpointslices import EndpointSliceReflector
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
 from liqo.virtualkubelet.reflection.pods import PodReflector
+from liqo.virtualkubelet.reflection.steps import ReflectionPolicy
 from liqo.virtualkubelet.reflection.tokens import TokenReflector
 
 log = logging.getLogger(__name__)

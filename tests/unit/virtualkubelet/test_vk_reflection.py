@@ -31,9 +31,10 @@ from liqo.virtualkubelet.forge import events as forge_events
 from liqo.virtualkubelet.forge import pods as forge_pods
 from liqo.virtualkubelet.forge import services as forge_services
 from liqo.virtualkubelet.forge import tokens as forge_tokens
-from liqo.virtualkubelet.reflection.copies import CopyReflector, ReflectionPolicy, copied_kinds
+from liqo.virtualkubelet.reflection.copies import CopyReflector, copied_kinds
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
+from liqo.virtualkubelet.reflection.steps import ReflectionPolicy
 from liqo.virtualkubelet.reflection.tokens import TokenReflector, token_secrets
 from tests.shared import eventually
 from tests.unit.fakeapi import FakeApi

@@ -9,7 +9,7 @@ from liqo.api import names
 from liqo.kube.objects import Obj
 from liqo.kube.projection import strip_bookkeeping
 from liqo.virtualkubelet.forge import pods as forge
-from liqo.virtualkubelet.reflection.pods import REMOTE_POD_FIELDS
+from liqo.virtualkubelet.reflection.manager import REMOTE_POD_FIELDS
 from tests.shared import api_pods
 
 

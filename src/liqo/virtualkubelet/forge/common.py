@@ -50,3 +50,7 @@ def same_metadata(current: Obj, desired: Obj) -> bool:
         (meta.get("labels") or {}) == wanted.get("labels", {})
         and (meta.get("annotations") or {}) == wanted.get("annotations", {})
     )
+
+
+PROVIDER_REFUSED = "ProviderRefused"
+"""The reason said at home when the provider refused what we wrote (its admission, its validation, its verdict)."""

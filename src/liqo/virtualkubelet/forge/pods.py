@@ -17,7 +17,7 @@ from liqo.api.networks import Refused, Translation
 from liqo.api.resources import SHADOW_PODS
 from liqo.api.shadowpods import WAIT_REASONS, ShadowPodPhase
 from liqo.kube.objects import Obj
-from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS
+from liqo.virtualkubelet.forge.common import DROPPED_ANNOTATIONS, PROVIDER_REFUSED
 from liqo.virtualkubelet.forge.tokens import is_token_volume, token_secret_name
 
 _DROPPED_POD_FIELDS = frozenset(
@@ -179,10 +179,6 @@ def _starting(state: Obj) -> bool:
     if "terminated" in state:
         return (state["terminated"] or {}).get("exitCode") == 0  # an init container done
     return True
-
-
-PROVIDER_REFUSED = "ProviderRefused"
-"""The reason on a home pod the provider refused (its ShadowPod, or the pod made from it)."""
 
 
 def held_back(shadow: Obj) -> tuple[str, str] | None:

@@ -21,71 +21,32 @@ backoff, as the provider's policy may change.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from liqo.api import names
-from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
-from liqo.kube.errors import ApiError, ConflictError, NotFoundError
-from liqo.kube.events import EventRecorder
+from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
-from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource, terminating
+from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
+from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
+from liqo.virtualkubelet.reflection.steps import (
+    REFUSALS,
+    ReflectionPolicy,
+    Refusals,
+    converge_copy,
+    delete_copy,
+    typed,
+)
 
-Mode = Literal["All", "None"]
 ObjectKey = tuple[str, str, str]
 """``(plural, home namespace, name)`` of a copied object."""
 NOT_REFLECTED = "NotReflected"
-PROVIDER_REFUSED = "ProviderRefused"
-REFUSED_FIRST_SECONDS = 1.0
-REFUSED_MAX_SECONDS = 60.0
-"""A write the provider refused is made again after 1 s, doubling up to this, never given up on: the provider's
-policy may change. Its backoff is cleared once the write goes through."""
-REFUSALS = (400, 403, 422)
-"""The provider's answers that are a verdict on what we wrote (its admission, its validation), not a failure."""
-
-
-class Refusals:
-    """Why objects were not written to the provider: each said once per change at home, retried with a backoff.
-
-    Keyed like the reflector's queue. A reason is said again only when it changes (not at every look), and
-    forgotten once the object is written, or no longer wanted.
-    """
-
-    def __init__(self, events: EventRecorder) -> None:
-        self._events = events
-        self._said: dict[Any, tuple[str, str]] = {}
-        self._backoff = ItemExponentialFailureRateLimiter(
-            base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
-        )
-
-    async def say(self, key: Any, about: Obj, *, reason: str, message: str) -> None:
-        """A Warning Event ``reason`` on home object ``about`` (with its ``apiVersion`` and ``kind``), if news."""
-        if self._said.get(key) == (reason, message):
-            return
-        self._said[key] = (reason, message)
-        await self._events.record(about, type="Warning", reason=reason, message=message)
-
-    def retry(self, key: Any) -> Result:
-        """When to write a refused object again."""
-        return Result(requeue_after=self._backoff.when(key))
-
-    def forget(self, key: Any) -> None:
-        """The object was written, or is no longer wanted: a later refusal is news again."""
-        self._said.pop(key, None)
-        self._backoff.forget(key)
-
-    def forget_where(self, dropped: Callable[[Any], bool]) -> None:
-        """Forget every key ``dropped`` says (a namespace no longer offloaded here)."""
-        for key in [key for key in self._said if dropped(key)]:
-            self.forget(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,25 +70,6 @@ class CopiedKind:
     must_replace: Callable[[Obj, Obj], bool]
     in_twin: str | None = None
     refusal: Callable[[Obj], str | None] = lambda _obj: None
-
-
-@dataclass(frozen=True, slots=True)
-class ReflectionPolicy:
-    """Which home objects go to providers, per kind: ``All`` (but the never-reflected) or ``None``.
-
-    ``None`` also deletes the copies made before: the policy is a desired state, not a switch of the loop.
-    """
-
-    configmaps: Mode = "All"
-    secrets: Mode = "All"
-    services: Mode = "All"
-    ingresses: Mode = "All"
-    ingress_classes: Mapping[str, str] = field(default_factory=dict)
-    """Home IngressClass → the provider's, for Ingress copies (unmapped classes are cleared)."""
-
-    def reflects(self, resource: Resource) -> bool:
-        """Whether objects of ``resource`` are copied at all."""
-        return getattr(self, resource.plural, "All") == "All"
 
 
 def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
@@ -272,44 +214,6 @@ class CopyReflector(Reflector):
         return None
 
 
-def typed(resource: Resource, obj: Obj) -> Obj:
-    """``obj`` as an Event's subject: a cached object carries no ``apiVersion`` and ``kind``."""
-    return {"apiVersion": resource.api_version, "kind": resource.kind, **obj}
-
-
-async def converge_copy(
-    provider: KubeClient,
-    resource: Resource,
-    *,
-    current: Obj | None,
-    desired: Obj,
-    is_current: Callable[[Obj, Obj], bool],
-    must_replace: Callable[[Obj, Obj], bool],
-) -> bool:
-    """One step of a copy of ours (``current``, None if absent) towards ``desired``; whether it now is ``desired``.
-
-    Create, then replace at the cached resourceVersion: a create fails on a namesake the cache has not shown
-    yet, where an apply would take it over. A conflict either way means the cache is behind, and the event it
-    is behind on re-queues the key; a copy that cannot be updated is deleted, its deletion re-queuing it.
-    False too when nothing needed writing.
-    """
-    if current is None:
-        with contextlib.suppress(ConflictError):
-            await provider.create(resource, desired)
-            return True
-        return False
-    if is_current(current, desired):
-        return False
-    if must_replace(current, desired):
-        await delete_copy(provider, resource, current)
-        return False
-    desired["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-    with contextlib.suppress(ConflictError, NotFoundError):
-        await provider.replace(resource, desired)
-        return True
-    return False
-
-
 def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:
     """Every object of the kind (whether it qualifies is the reconcile's to judge) but pod tokens (tokens.py's)."""
 
@@ -319,11 +223,3 @@ def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]
         return [(plural, home_namespace, obj["metadata"]["name"])]
 
     return keys
-
-
-async def delete_copy(provider: KubeClient, resource: Resource, obj: Obj) -> None:
-    """Delete a copy (at its uid: never a namesake made since), unless it is already going."""
-    if terminating(obj):
-        return
-    meta = obj["metadata"]
-    await provider.delete(resource, meta["name"], namespace=meta["namespace"], uid=meta["uid"], missing_ok=True)

@@ -26,8 +26,9 @@ from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
 from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import endpointslices as forge
 from liqo.virtualkubelet.forge import services
-from liqo.virtualkubelet.reflection.copies import (
-    PROVIDER_REFUSED,
+from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
+from liqo.virtualkubelet.reflection.steps import (
     REFUSALS,
     ReflectionPolicy,
     Refusals,
@@ -35,7 +36,6 @@ from liqo.virtualkubelet.reflection.copies import (
     delete_copy,
     typed,
 )
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 
 SliceKey = tuple[str, str]
 """``(home namespace, slice name)``."""

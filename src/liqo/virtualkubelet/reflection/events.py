@@ -29,8 +29,7 @@ from liqo.kube.resources import EVENTS, INGRESSES, SERVICES, Resource, split_nam
 from liqo.virtualkubelet.forge import common
 from liqo.virtualkubelet.forge import events as forge
 from liqo.virtualkubelet.forge.pods import runs_home_pod
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
-from liqo.virtualkubelet.reflection.pods import remote_pods
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector, remote_pods
 
 Subject = tuple[str, str]
 """``(kind, name)`` of what an Event is about."""

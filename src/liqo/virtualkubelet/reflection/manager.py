@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from liqo.api import names
 from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
 from liqo.api.offloadings import TwinPhase
 from liqo.kube.cache import InformerGroup
@@ -39,8 +40,8 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
-from liqo.kube.projection import Projection
-from liqo.kube.resources import Resource, terminating
+from liqo.kube.projection import Projection, keep
+from liqo.kube.resources import PODS, Resource, terminating
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,16 @@ class NamespacePair(InformerGroup):
             self._scoped[scope] = informer
             self.informers.append(informer)
         return self._scoped[scope]
+
+
+REMOTE_POD_FIELDS = keep("metadata", "status")
+"""All the reflectors read of a remote pod: whether it runs this home pod (its annotations, UID) and its
+status, mirrored home (:func:`~liqo.virtualkubelet.forge.pods.home_status`); never its spec."""
+
+
+def remote_pods(pair: NamespacePair) -> Informer:
+    """The pods the provider runs for us in ``pair``'s twin (made from ShadowPods), shared by the reflectors."""
+    return pair.remote(PODS, label_selector=names.SHADOW_POD, projection=REMOTE_POD_FIELDS)
 
 
 class Reflector(Component):

@@ -48,13 +48,13 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
-from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
-from liqo.virtualkubelet.reflection.copies import REFUSALS, REFUSED_FIRST_SECONDS, REFUSED_MAX_SECONDS, converge_copy
-from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
+from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
+from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector, remote_pods
+from liqo.virtualkubelet.reflection.steps import REFUSALS, REFUSED_FIRST_SECONDS, REFUSED_MAX_SECONDS, converge_copy
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +64,6 @@ POD_IP_NOT_REACHABLE = "PodIPNotReachable"
 """The Warning Event on a home pod whose provider IP home cannot dial (overlapping pod CIDRs, before the fabric)."""
 RETRY_REFUSED_SECONDS = 30.0
 """A namespace not yet offloaded here is looked at again this often."""
-
-
-REMOTE_POD_FIELDS = keep("metadata", "status")
-"""All the reflectors read of a remote pod: whether it runs this home pod (its annotations, UID) and its
-status, mirrored home (:func:`~liqo.virtualkubelet.forge.pods.home_status`); never its spec."""
-
-
-def remote_pods(pair: NamespacePair) -> Informer:
-    """The pods the provider runs for us in ``pair``'s twin (made from ShadowPods), shared by the reflectors."""
-    return pair.remote(PODS, label_selector=names.SHADOW_POD, projection=REMOTE_POD_FIELDS)
 
 
 def _shadows(pair: NamespacePair, *, home_cluster_id: str) -> Informer:
@@ -218,7 +208,7 @@ class PodReflector(Reflector):
             except ApiError as exc:
                 if exc.status not in REFUSALS:
                     raise
-                await self._refused(home, reason=forge.PROVIDER_REFUSED, message=exc.message)
+                await self._refused(home, reason=PROVIDER_REFUSED, message=exc.message)
                 return Result(requeue_after=self._refusals.when(key))
             if written:
                 metrics.written(PODS.plural, self.controller, key)

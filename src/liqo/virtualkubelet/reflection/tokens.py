@@ -38,8 +38,8 @@ from liqo.kube.projection import keep
 from liqo.kube.resources import CONFIGMAPS, SECRETS, SERVICE_ACCOUNTS, object_key, split_namespaced_key
 from liqo.kube.timefmt import parse_time
 from liqo.virtualkubelet.forge import configdata, tokens
-from liqo.virtualkubelet.reflection.copies import converge_copy, delete_copy
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
+from liqo.virtualkubelet.reflection.steps import converge_copy, delete_copy
 
 log = logging.getLogger(__name__)
 

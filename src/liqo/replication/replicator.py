@@ -19,7 +19,7 @@ renewed (a new client), stopped when it goes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from liqo.api import names
@@ -32,6 +32,7 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import Resource, terminating
 
 log = logging.getLogger(__name__)
@@ -133,15 +134,21 @@ class Replicator(Component):
         theirs = names.tenant_namespace(self._local_id)
         local = self.requests.store.get(f"{ours}/{self._local_id}")
         copy = remote.requests.store.get(f"{theirs}/{self._local_id}")
-        if local is None or terminating(local):
-            if copy is not None:
-                log.info("withdrawing our request from %s (no local request)", provider_id)
-                await withdraw(remote.client, consumer_id=self._local_id)
-            return
-        desired = replica(local, resource=RESOURCE_REQUESTS, namespace=theirs, peer_id=self._local_id)
-        if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
-            await remote.client.apply(RESOURCE_REQUESTS, desired)
-        if copy is not None and copy.get("status") and copy["status"] != local.get("status"):
+
+        async def withdraw_ours() -> None:
+            log.info("withdrawing our request from %s (no local request)", provider_id)
+            await withdraw(remote.client, consumer_id=self._local_id)
+
+        mirrored = await mirror(
+            remote.client,
+            RESOURCE_REQUESTS,
+            source=local,
+            copy=copy,
+            namespace=theirs,
+            peer_id=self._local_id,
+            remove=withdraw_ours,
+        )
+        if mirrored and copy is not None and copy.get("status") and copy["status"] != mirrored.get("status"):
             await self._client.apply_status(
                 RESOURCE_REQUESTS, name=self._local_id, namespace=ours, status=copy["status"]
             )
@@ -151,15 +158,11 @@ class Replicator(Component):
         theirs = names.tenant_namespace(self._local_id)
         original = remote.offers.store.get(f"{theirs}/{provider_id}")
         local = self.offers.store.get(f"{ours}/{provider_id}")
-        if original is None:
-            if local is not None:
-                await self._client.delete(RESOURCE_OFFERS, provider_id, namespace=ours, missing_ok=True)
-            return
-        desired = replica(original, resource=RESOURCE_OFFERS, namespace=ours, peer_id=provider_id)
-        if local is None or local.get("spec") != desired["spec"] or not _labelled(local, desired):
-            await self._client.apply(RESOURCE_OFFERS, desired)
+        mirrored = await mirror(
+            self._client, RESOURCE_OFFERS, source=original, copy=local, namespace=ours, peer_id=provider_id
+        )
         status = (local or {}).get("status")
-        if status and status != original.get("status"):
+        if mirrored and status and status != mirrored.get("status"):
             await remote.client.apply_status(RESOURCE_OFFERS, name=provider_id, namespace=theirs, status=status)
 
     async def _replicate_network(self, provider_id: str, remote: _Tenant) -> None:
@@ -168,22 +171,10 @@ class Replicator(Component):
         theirs = names.tenant_namespace(self._local_id)
         word = self.networks.store.get(f"{ours}/{self._local_id}")
         sent = remote.networks.store.get(f"{theirs}/{self._local_id}")
-        if word is None or terminating(word):
-            if sent is not None:
-                await remote.client.delete(NETWORK_CONFIGS, self._local_id, namespace=theirs, missing_ok=True)
-        else:
-            desired = replica(word, resource=NETWORK_CONFIGS, namespace=theirs, peer_id=self._local_id)
-            if sent is None or sent.get("spec") != desired["spec"] or not _labelled(sent, desired):
-                await remote.client.apply(NETWORK_CONFIGS, desired)
+        await mirror(remote.client, NETWORK_CONFIGS, source=word, copy=sent, namespace=theirs, peer_id=self._local_id)
         original = remote.networks.store.get(f"{theirs}/{provider_id}")
         copy = self.networks.store.get(f"{ours}/{provider_id}")
-        if original is None:
-            if copy is not None:
-                await self._client.delete(NETWORK_CONFIGS, provider_id, namespace=ours, missing_ok=True)
-            return
-        desired = replica(original, resource=NETWORK_CONFIGS, namespace=ours, peer_id=provider_id)
-        if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
-            await self._client.apply(NETWORK_CONFIGS, desired)
+        await mirror(self._client, NETWORK_CONFIGS, source=original, copy=copy, namespace=ours, peer_id=provider_id)
 
     async def close(self) -> None:
         """Stop every remote informer."""
@@ -195,6 +186,35 @@ def _enqueue_handler(enqueue: Callable[[Kind], None], kind: Kind) -> HandlerFunc
     return HandlerFuncs(
         add=lambda _obj: enqueue(kind), update=lambda _old, _new: enqueue(kind), delete=lambda _obj: enqueue(kind)
     )
+
+
+async def mirror(
+    to: KubeClient,
+    resource: Resource,
+    *,
+    source: Obj | None,
+    copy: Obj | None,
+    namespace: str,
+    peer_id: str,
+    remove: Callable[[], Awaitable[None]] | None = None,
+) -> Obj | None:
+    """One step of ``copy`` (what ``to`` holds in ``namespace``) towards the replica of ``source``.
+
+    A source gone or being deleted takes its copy with it (``remove``; default: delete it by name); else the
+    replica is applied when the copy's spec or labels differ. Returns the source it mirrored (None if none),
+    for the caller's status, which flows the other way.
+    """
+    if source is None or terminating(source):
+        if copy is not None:
+            if remove is not None:
+                await remove()
+            else:
+                await to.delete(resource, copy["metadata"]["name"], namespace=namespace, missing_ok=True)
+        return None
+    desired = replica(source, resource=resource, namespace=namespace, peer_id=peer_id)
+    if copy is None or copy.get("spec") != desired["spec"] or not _labelled(copy, desired):
+        await to.apply(resource, desired)
+    return source
 
 
 def _labelled(current: dict[str, Any], desired: dict[str, Any]) -> bool:

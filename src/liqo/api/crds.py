@@ -117,8 +117,11 @@ def _name(description: str) -> Schema:
 
 
 def _enum(description: str, values: tuple[str, ...], *, default: str | None = None) -> Schema:
-    """A string restricted to ``values``: the API server names the allowed ones when refusing another."""
-    schema = _string(description, enum=list(values))
+    """A string restricted to ``values``: the API server names the allowed ones when refusing another.
+
+    Plain strings in the schema (an enum member is one, but YAML writers only know ``str`` itself).
+    """
+    schema = _string(description, enum=[str(value) for value in values])
     if default is not None:
         schema["default"] = default
     return schema

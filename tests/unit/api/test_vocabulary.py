@@ -54,7 +54,7 @@ NOT_OURS = {
     ("virtualkubelet/forge/pods.py", "Ready"): "a pod's condition type",
     ("virtualkubelet/forge/services.py", "None"): "a Service's clusterIP",
     ("virtualkubelet/metrics.py", "Pending"): "a pod's phase",
-    ("virtualkubelet/reflection/copies.py", "None"): "a Service's clusterIP",
+    ("virtualkubelet/reflection/steps.py", "None"): "the --reflect-* choice",
 }
 
 

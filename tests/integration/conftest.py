@@ -147,8 +147,7 @@ def _start_sites() -> dict[str, Site]:
 
 
 def _purge_sites(sites: dict[str, Site]) -> None:
-    for site in sites.values():
-        purge(site.cluster)
+    purge(*(site.cluster for site in sites.values()))
 
 
 @pytest.fixture

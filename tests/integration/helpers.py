@@ -167,9 +167,17 @@ def install_liqo(local: LocalCluster) -> str:
     return asyncio.run(run())
 
 
-def purge(cluster: LocalCluster) -> None:
-    if cluster.dir.exists():
-        clusters.down(cluster.name, purge=True)
+def purge(*purged: LocalCluster) -> None:
+    """Purge every one of ``purged``, even if one fails (then its error is raised after the others went)."""
+    errors = []
+    for cluster in purged:
+        if cluster.dir.exists():
+            try:
+                clusters.down(cluster.name, purge=True)
+            except Exception as exc:  # the next cluster is purged all the same
+                errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 class TcpProxy:

@@ -46,8 +46,7 @@ def pair() -> Iterator[tuple[Site, Site]]:
         consumer, provider = (Site(local, install_liqo(local)) for local in started)
         yield consumer, provider
     finally:
-        for local in started:
-            purge(local)
+        purge(*started)
 
 
 async def ports(site: Site) -> HostProcesses:

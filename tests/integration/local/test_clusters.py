@@ -178,8 +178,7 @@ def test_three_clusters_side_by_side_with_the_same_pod_cidr(cluster: LocalCluste
         assert [i.state for i in infos] == ["Running"] * 3
         assert len({i.api_url for i in infos}) == 3
     finally:
-        for local in started:
-            purge(local)
+        purge(*started)
 
 
 async def _create_configmap(local: LocalCluster, name: str) -> None:

@@ -69,8 +69,7 @@ def real_sites() -> Iterator[dict[str, Site]]:
             made[name] = site(name)
         yield made
     finally:
-        for made_site in made.values():
-            purge(made_site.cluster)
+        purge(*(made_site.cluster for made_site in made.values()))
 
 
 def peer(consumer: Site, provider: Site) -> None:

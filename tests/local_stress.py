@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from liqo.local import clusters
 from liqo.local.layout import ClusterDir, clusters_root, read_json, read_record
 from liqo.local.processes import ProcessRef, is_alive
 from liqo.local.realnodes import host
@@ -167,10 +168,22 @@ def peer_loop(report: Report, *, loop: str, deadline: float, provider_flags: lis
             report.rounds[loop] = index
 
 
-def list_loop(report: Report, *, stop: threading.Event) -> None:
-    """``local list`` without pause: it must succeed, whatever is being made or purged meanwhile."""
+def list_loop(report: Report, *, stop: threading.Event, through_cli: bool) -> None:
+    """``local list`` without pause: it must succeed, whatever is being made or purged meanwhile.
+
+    Through the CLI (``liqoctl local list -o json``) as a user's terminal would, or in this process (the same
+    ``clusters.listing`` the command calls): each CLI call spends ~2 CPU-seconds importing liqoctl, so a loop
+    of them takes a core of its own, which the suite's lanes need more than these extra reads.
+    """
     while not stop.is_set():
-        listed = liqoctl(report, "local", "list", "-o", "json", log=False)
+        if through_cli:
+            listed = liqoctl(report, "local", "list", "-o", "json", log=False)
+        else:
+            try:
+                listed = json.dumps([found.to_dict() for found in clusters.listing()])
+            except Exception as exc:  # what the CLI would have printed as its error
+                report.problem(f"listing the clusters failed: {type(exc).__name__}: {exc}")
+                listed = None
         if listed is None:
             continue
         try:
@@ -181,7 +194,7 @@ def list_loop(report: Report, *, stop: threading.Event) -> None:
             report.lists += 1
 
 
-def run(*, minutes: float, prefix: str, real_node: bool) -> Report:
+def run(*, minutes: float, prefix: str, real_node: bool, list_through_cli: bool = True) -> Report:
     """Two peer loops (the second's provider with a real node if ``real_node``) beside a list loop."""
     report = Report()
     deadline = time.monotonic() + minutes * 60
@@ -190,7 +203,9 @@ def run(*, minutes: float, prefix: str, real_node: bool) -> Report:
         f"{prefix}-k": ["--nodes", "1"],
         f"{prefix}-r": ["--nodes", "0", "--real-nodes", "1"] if real_node else ["--nodes", "1"],
     }
-    lister = threading.Thread(target=list_loop, kwargs={"report": report, "stop": stop}, daemon=True)
+    lister = threading.Thread(
+        target=list_loop, kwargs={"report": report, "stop": stop, "through_cli": list_through_cli}, daemon=True
+    )
     lister.start()
     workers = [
         threading.Thread(

@@ -5,14 +5,15 @@ provider exists and the Node is ours (:attr:`NodeController.owned`), a
 :class:`~liqo.virtualkubelet.reflection.manager.ReflectionManager` running every reflector (pods, copies,
 tokens, Events) over its twins. A renewed identity restarts the manager with the new client: its informers
 re-list, and reconciling from fresh caches is idempotent, so nothing is lost or doubled. A deleted
-VirtualNode (unpeer, a withdrawn offer) stops both and deletes the Node; pods still bound to it are then
-deleted by the cluster's pod garbage collector.
+VirtualNode (unpeer, a withdrawn offer) stops both; its Node goes by the same sweep that removes any of our
+Nodes without a VirtualNode (:func:`~liqo.virtualkubelet.forge.node.orphans`), so a VirtualNode that went
+while no virtual kubelet ran (an unpeer during a manager restart), or a delete that failed, leaves no Node
+behind. Pods still bound to a deleted Node are then deleted by the cluster's pod garbage collector.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -23,12 +24,14 @@ from liqo.api.peers import IDENTITY_LABEL, PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
 from liqo.kube.cache import Derived
 from liqo.kube.client import KubeClient
+from liqo.kube.errors import ConflictError, KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.objects import Obj
-from liqo.kube.resources import SECRETS, object_key, split_namespaced_key, terminating
+from liqo.kube.resources import NODES, SECRETS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
+from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.node import NodeController
 from liqo.virtualkubelet.reflection.copies import CopyReflector, copied_kinds
 from liqo.virtualkubelet.reflection.endpointslices import EndpointSliceReflector
@@ -39,6 +42,9 @@ from liqo.virtualkubelet.reflection.steps import ReflectionPolicy
 from liqo.virtualkubelet.reflection.tokens import TokenReflector
 
 log = logging.getLogger(__name__)
+
+ORPHAN_RETRY_SECONDS = 5.0
+"""How soon a failed delete of an orphaned Node is tried again (the sweep runs on changes, not on a timer)."""
 
 
 @dataclass
@@ -91,6 +97,7 @@ class VirtualKubelets:
         self.foreign_clusters = Informer(client=client, resource=FOREIGN_CLUSTERS)
         self._by_cluster_id = ForeignClusters(self.foreign_clusters)
         self.network_configs = Informer(client=client, resource=NETWORK_CONFIGS)
+        self.nodes = Informer(client=client, resource=NODES, label_selector=forge_node.OURS_SELECTOR)
         self._remapped: Derived[str, IPNetwork | None] = Derived()
         self.peers = PeerClients(on_change=self._identity_changed)
         self.running: dict[str, _Running] = {}
@@ -119,6 +126,8 @@ class VirtualKubelets:
                 delete=self._network_config_changed,
             )
         )
+        # A Node appearing may be an orphan; its heartbeats (updates) change nothing the sweep looks at.
+        self.nodes.add_handler(HandlerFuncs(add=lambda _node: self._dirty.set()))
         self.identities.add_handler(
             HandlerFuncs(
                 add=self.peers.update,
@@ -237,6 +246,7 @@ class VirtualKubelets:
                     self.offloadings,
                     self.foreign_clusters,
                     self.network_configs,
+                    self.nodes,
                 )
                 for informer in informers:
                     group.create_task(informer.run())
@@ -245,7 +255,7 @@ class VirtualKubelets:
                 group.create_task(self._converge_forever())
         finally:
             for key in list(self.running):
-                await self._stop(key, delete_node=False)
+                await self._stop(key)
             await self.peers.close()
 
     async def _converge_forever(self) -> None:
@@ -258,7 +268,8 @@ class VirtualKubelets:
         """Start, restart and stop virtual kubelets to match the VirtualNodes and identities."""
         wanted = {object_key(vn): vn for vn in self.virtual_nodes.store.list() if not terminating(vn)}
         for key in set(self.running) - set(wanted):
-            await self._stop(key, delete_node=True)
+            await self._stop(key)
+        await self._delete_orphans({split_namespaced_key(key)[1] for key in wanted})
         for key, vn in wanted.items():
             running = self.running.get(key) or self._start(key, vn)
             # Pods bound to a node name that is not ours (NodeController.owned) are someone else's.
@@ -334,13 +345,26 @@ class VirtualKubelets:
         running.manager, running.reflector = manager, pods
         running.reflector_task = asyncio.get_running_loop().create_task(manager.run(), name=f"reflection {node_name}")
 
-    async def _stop(self, key: str, *, delete_node: bool) -> None:
+    async def _stop(self, key: str) -> None:
         running = self.running.pop(key)
         tasks = [t for t in (running.node_task, running.reflector_task) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if delete_node:
-            with contextlib.suppress(Exception):
-                await running.node.delete(split_namespaced_key(key)[1])
-            log.info("virtual node %s stopped and deleted", key)
+        log.info("virtual node %s stopped", key)
+
+    async def _delete_orphans(self, wanted: set[str]) -> None:
+        failed = False
+        for node in forge_node.orphans(self.nodes.store.list(), wanted=wanted):
+            name, uid = node["metadata"]["name"], node["metadata"]["uid"]
+            try:
+                await self._client.delete(NODES, name, uid=uid, missing_ok=True)
+            except ConflictError:  # replaced by a namesake since: judged again when it shows up
+                continue
+            except KubeError as error:
+                log.warning("virtual node %s: its VirtualNode is gone, deleting the Node failed: %s", name, error)
+                failed = True
+                continue
+            log.info("virtual node %s deleted: no VirtualNode of that name", name)
+        if failed:
+            asyncio.get_running_loop().call_later(ORPHAN_RETRY_SECONDS, self._dirty.set)

@@ -210,20 +210,6 @@ class NodeController:
             return True
         return _comparable(status) != self._last_status or _comparable(node) != self._last_status
 
-    async def delete(self, name: str) -> None:
-        """Remove the Node if it is ours (its Lease goes with it: the Node owns it)."""
-        uid = self._uid
-        if uid is None:
-            try:
-                current = await self._client.get(NODES, name)
-            except NotFoundError:
-                return
-            if not forge.node_is_ours(current, provider_id=self._provider_id):
-                return
-            uid = current["metadata"]["uid"]
-        with contextlib.suppress(NotFoundError, ConflictError):  # gone, or a namesake (uid precondition)
-            await self._client.delete(NODES, name, uid=uid)
-
 
 def _refused_uid(error: InvalidError) -> bool:
     """Whether the API server refused an apply for naming another object's UID (pure)."""

@@ -20,6 +20,7 @@ from liqo.api import names
 from liqo.api.quantity import parse_quantity
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
+from liqo.install.manifests import VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
@@ -83,6 +84,25 @@ async def test_peer_then_unpeer_leaves_nothing_on_either_side(
 
     await operations.unpeer(rome, fc["metadata"]["name"], timeout=60)
     await expect_clean(rome, milan)
+
+
+async def test_an_unpeer_while_the_virtual_kubelet_is_down_leaves_no_node(
+    sites: dict[str, Site], rome: KubeClient, milan: KubeClient
+) -> None:
+    """The VirtualNode goes while no virtual kubelet runs: the next one to start deletes its Node."""
+    milan_id = sites["milan"].cluster_id
+    selector = f"{names.REMOTE_CLUSTER_ID}={milan_id}"
+
+    async def one_node() -> bool:
+        return len((await rome.list_all(NODES, label_selector=selector))[0]) == 1
+
+    await operations.peer(rome, milan, timeout=30)
+    await eventually(one_node, timeout=60, message="milan's virtual node at rome")
+    async with stopped(sites["rome"], VIRTUAL_KUBELET):
+        await operations.unpeer(rome, milan_id, timeout=60)
+        assert not (await rome.list_all(VIRTUAL_NODES))[0]
+        assert await one_node()  # nobody left to delete it: the case this test is about
+    await expect_clean(rome, milan)  # the virtual kubelet started again deletes it
 
 
 async def test_offer_follows_the_providers_real_free_capacity(

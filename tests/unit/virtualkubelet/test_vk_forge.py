@@ -335,6 +335,19 @@ def test_a_node_is_ours_only_with_liqos_labels_for_that_very_provider() -> None:
     assert not forge_node.node_is_ours({"metadata": {"name": "liqo-milan"}}, provider_id="m")  # a real node
 
 
+def test_orphans_are_our_virtual_nodes_without_a_virtual_node_of_their_name_and_nothing_else() -> None:
+    ours = forge_node.node_manifest(virtual_node())  # liqo-milan, provider m
+    other = forge_node.node_manifest(virtual_node() | {"metadata": {"name": "liqo-naples", "namespace": "t"}})
+    real = {"metadata": {"name": "worker", "labels": {"kubernetes.io/hostname": "worker"}}}
+    no_provider = {"metadata": {"name": "liqo-x", "labels": {names.MANAGED_BY: names.MANAGED_BY_VALUE}}}
+    nodes = [ours, other, real, no_provider]
+    assert forge_node.orphans(nodes, wanted={"liqo-milan", "liqo-naples"}) == []
+    assert forge_node.orphans(nodes, wanted={"liqo-naples"}) == [ours]
+    assert forge_node.orphans(nodes, wanted=set()) == [ours, other]  # never the real node, nor a half-labelled one
+    assert forge_node.node_is_ours(other, provider_id=None)
+    assert not forge_node.node_is_ours(no_provider, provider_id=None)
+
+
 def test_the_registered_condition_names_the_squatter_and_keeps_its_transition_time() -> None:
     vn = virtual_node()
     squatter = {"metadata": {"name": "liqo-milan", "labels": {names.REMOTE_CLUSTER_ID: "n", "team": "x"}}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections.abc import Collection, Iterable
 
 from liqo.api import names
 from liqo.kube.objects import Obj
@@ -64,14 +65,33 @@ def node_claim(virtual_node: Obj) -> Obj:
     return manifest | {"metadata": metadata}
 
 
-def node_is_ours(node: Obj, *, provider_id: str) -> bool:
-    """Whether ``node`` is liqo's virtual node for ``provider_id``: the only Node a virtual kubelet touches (pure)."""
+def node_is_ours(node: Obj, *, provider_id: str | None) -> bool:
+    """Whether ``node`` is liqo's virtual node for ``provider_id`` (None: any provider's) (pure).
+
+    The only kind of Node a virtual kubelet touches.
+    """
     labels = node["metadata"].get("labels") or {}
+    provider = labels.get(names.REMOTE_CLUSTER_ID)
     return bool(
         labels.get(names.MANAGED_BY) == names.MANAGED_BY_VALUE
         and labels.get(names.VIRTUAL_NODE_TYPE) == names.VIRTUAL_NODE
-        and labels.get(names.REMOTE_CLUSTER_ID) == provider_id
+        and provider
+        and provider == (provider_id or provider)
     )
+
+
+OURS_SELECTOR = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE},{names.VIRTUAL_NODE_TYPE}={names.VIRTUAL_NODE}"
+"""The label selector of the Nodes a virtual kubelet watches for :func:`orphans` (checked again one by one)."""
+
+
+def orphans(nodes: Iterable[Obj], *, wanted: Collection[str]) -> list[Obj]:
+    """Our virtual Nodes with no VirtualNode ``wanted`` of their name: to delete (pure).
+
+    A virtual kubelet deletes a Node as it stops one that runs; these were left by a VirtualNode that went while
+    no virtual kubelet ran (an unpeer during a manager restart) or by a delete that failed. Only Nodes that pass
+    :func:`node_is_ours`: the home cluster's own Nodes are never candidates.
+    """
+    return [n for n in nodes if node_is_ours(n, provider_id=None) and n["metadata"]["name"] not in wanted]
 
 
 def registration_condition(virtual_node: Obj, *, squatter: Obj | None, now: datetime.datetime) -> Obj:

@@ -33,8 +33,8 @@ from benchmarks.measure import RolloutResult, rollout
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
-from liqo.local import clusters, toolchain
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters import clusters, toolchain
+from liqo.localclusters.spec import ClusterSpec
 
 console = Console()
 

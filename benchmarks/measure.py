@@ -22,6 +22,7 @@ from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import UnreachableError
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS
+from liqo.localclusters.launch import detect
 from liqo.peering import operations
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -168,7 +169,7 @@ async def _until_ready(
 async def install_and_peer(consumer: KubeClient, provider: KubeClient, *, progress: Callable[[str], None]) -> None:
     """liqo on both clusters, the provider sharing all it has (the offer is no limit), the consumer peered."""
     for client in (consumer, provider):
-        await install(client, InstallOptions(), progress=progress)
+        await install(client, InstallOptions(), progress=progress, launch=detect(client.server))
     policy = {
         "apiVersion": SHARING_POLICIES.api_version,
         "kind": SHARING_POLICIES.kind,

@@ -82,11 +82,11 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, PODS
 from liqo.kube.waiting import poll_until
-from liqo.local import clusters
-from liqo.local.layout import ClusterDir, read_json
-from liqo.local.realnodes import images
-from liqo.local.realnodes.nodes import RealNode, real_nodes
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters import clusters
+from liqo.localclusters.layout import ClusterDir, read_json
+from liqo.localclusters.realnodes import images
+from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
+from liqo.localclusters.spec import ClusterSpec
 from liqo.network import gateway as fabric_gateway
 from liqo.network import wireguard
 from liqo.peering import operations as peering

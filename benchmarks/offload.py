@@ -73,9 +73,9 @@ from liqo.kube.client import MAX_CONNECTIONS, KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import NAMESPACES, PODS
 from liqo.kube.waiting import poll_until
-from liqo.local import clusters, toolchain
-from liqo.local.layout import ClusterDir, read_json
-from liqo.local.spec import ClusterSpec, format_cpus
+from liqo.localclusters import clusters, toolchain
+from liqo.localclusters.layout import ClusterDir, read_json
+from liqo.localclusters.spec import ClusterSpec, format_cpus
 from liqo.offloading import operations as offloading
 
 console = Console(stderr=True)

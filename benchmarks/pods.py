@@ -30,14 +30,14 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from liqo.api import names
+from liqo.api.components import MANAGER
 from liqo.api.resources import SHARING_POLICIES
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import DEPLOYMENTS, LEASES, NAMESPACES, PODS
 from liqo.kube.waiting import poll_until
-from liqo.local import clusters
-from liqo.local.layout import ClusterDir
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters import clusters
+from liqo.localclusters.layout import ClusterDir
+from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 
@@ -126,7 +126,7 @@ async def run(pods: int) -> None:
                 table.add_row(side, pod, f"{idle[side, pod]:.0f}", f"{peak[side, pod]:.0f}")
             console.print(table)
             console.print(f"{pods} offloaded pods Ready at home in {burst:.1f} s")
-            lease = await provider.get(LEASES, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+            lease = await provider.get(LEASES, MANAGER, namespace=names.LIQO_NAMESPACE)
             leader = lease["spec"]["holderIdentity"]
             killed = time.monotonic()
             os.kill(processes["provider"][leader.rsplit("-", 2)[0]], signal.SIGKILL)
@@ -175,7 +175,7 @@ async def _burst(
 
 
 async def _holder_changed(client: KubeClient, leader: str) -> bool:
-    lease = await client.get(LEASES, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+    lease = await client.get(LEASES, MANAGER, namespace=names.LIQO_NAMESPACE)
     return bool(lease["spec"].get("holderIdentity") != leader)
 
 

@@ -39,9 +39,9 @@ from liqo.api import names
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError, UnreachableError
 from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
-from liqo.local import clusters, toolchain
-from liqo.local.layout import ClusterDir
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters import clusters, toolchain
+from liqo.localclusters.layout import ClusterDir
+from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 
 console = Console()

@@ -9,7 +9,7 @@ Before each purge the loop notes what the cluster made on this machine — its p
 time, from ``status.json``), and with real nodes their veths, cgroups, namespace mounts and nftables
 table — and after it checks that each is gone; at the end nothing of the run may be left in the clusters'
 root (no directory, no tombstone). Any failed command or leftover is a problem; the exit code is 1 if
-there is one. Run by ``scripts/local-stress`` and by ``tests/integration/local/test_concurrency.py``.
+there is one. Run by ``scripts/local-stress`` and by ``tests/integration/localclusters/test_concurrency.py``.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from liqo.local import clusters
-from liqo.local.layout import ClusterDir, clusters_root, read_json, read_record
-from liqo.local.processes import ProcessRef, is_alive
-from liqo.local.realnodes import host
-from liqo.local.realnodes.nodes import RealNode, real_nodes
+from liqo.localclusters import clusters
+from liqo.localclusters.layout import ClusterDir, clusters_root, read_json, read_record
+from liqo.localclusters.processes import ProcessRef, is_alive
+from liqo.localclusters.realnodes import host
+from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
 
 LIQOCTL = str(Path(sys.executable).parent / "liqoctl")
 COMMAND_DEADLINE = 600.0

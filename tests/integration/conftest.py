@@ -25,7 +25,7 @@ from liqo.api.crds import all_crds
 from liqo.install.installer import wait_crds_established
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import CRDS, NAMESPACES
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     KEEP,
     RUN_ID,

@@ -33,10 +33,11 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CSRS, NAMESPACES, NODES, PODS, SECRETS
-from liqo.local import clusters, toolchain
-from liqo.local.layout import ClusterDir, read_json
-from liqo.local.realnodes.nodes import RealNode, real_nodes
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters import clusters, toolchain
+from liqo.localclusters.launch import detect
+from liqo.localclusters.layout import ClusterDir, read_json
+from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
+from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.peering.authprotocol import make_csr, sign_request
@@ -161,7 +162,9 @@ def install_liqo(local: LocalCluster) -> str:
 
     async def run() -> str:
         async with local.client() as client:
-            identity = await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
+            identity = await install(
+                client, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(client.server)
+            )
             return identity.cluster_id
 
     return asyncio.run(run())

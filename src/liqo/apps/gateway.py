@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 
+from liqo.api.components import GATEWAY
 from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
@@ -26,7 +27,7 @@ log = logging.getLogger("liqo.gateway")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The gateway's flags."""
-    parser = argparse.ArgumentParser(prog="liqo-gateway", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog=GATEWAY, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
     parser.add_argument("--local-id", default=os.environ.get(gateways.ENV_LOCAL_ID), help="this cluster's ID")
     parser.add_argument("--peer-id", default=os.environ.get(gateways.ENV_PEER_ID), help="the peer's cluster ID")

@@ -30,13 +30,12 @@ from aiohttp import web
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, parse_quota
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.components import AUTH_PORT, AUTH_SERVICE, MANAGER, WEBHOOK_PORT, WEBHOOK_SERVICE
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
 from liqo.api.resources import SHARING_POLICIES
 from liqo.apps import operability, peerpools
-from liqo.install.bootstrap import InvalidSettings, ensure_identity, read_settings
-from liqo.install.manifests import AUTH_SERVICE, MANAGER, WEBHOOK_SERVICE
 from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -60,6 +59,7 @@ from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
 from liqo.peering.authcaches import AuthCaches
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit, auth_app
+from liqo.peering.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.peering.caches import PeeringCaches
 from liqo.peering.enrolment import (
     DEFAULT_MAX_PENDING_TENANTS,
@@ -90,12 +90,16 @@ LEASE = MANAGER
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The manager's flags."""
-    parser = argparse.ArgumentParser(prog="liqo-manager", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog=MANAGER, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
-    parser.add_argument("--auth-address", default="0.0.0.0:8443", help="HOST:PORT of the authentication endpoint")
+    parser.add_argument(
+        "--auth-address", default=f"0.0.0.0:{AUTH_PORT}", help="HOST:PORT of the authentication endpoint"
+    )
     parser.add_argument("--auth-cert", help="TLS certificate of the endpoint (default: self-signed)")
     parser.add_argument("--auth-key", help="TLS key of the endpoint")
-    parser.add_argument("--webhook-address", default="0.0.0.0:9443", help="HOST:PORT of the webhook listener")
+    parser.add_argument(
+        "--webhook-address", default=f"0.0.0.0:{WEBHOOK_PORT}", help="HOST:PORT of the webhook listener"
+    )
     parser.add_argument("--webhook-cert", help="TLS certificate of the webhook listener (default: the shared pair)")
     parser.add_argument("--webhook-key", help="TLS key of the webhook listener")
     parser.add_argument(
@@ -475,7 +479,7 @@ async def _controllers(
 ) -> None:
     """Every control loop of this cluster, on shared informers (run while leading)."""
     informers = SharedInformers(client)
-    events = EventRecorder(client=client, component="liqo-manager", host=socket.gethostname())
+    events = EventRecorder(client=client, component=MANAGER, host=socket.gethostname())
     observations = Observations()
     peers = PeerClients()
     caches = PeeringCaches(informers)

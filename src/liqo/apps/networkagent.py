@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 
+from liqo.api.components import NETWORK_AGENT
 from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
@@ -24,9 +25,7 @@ ENV_NODE_NAME = "NODE_NAME"
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The agent's flags."""
-    parser = argparse.ArgumentParser(
-        prog="liqo-network-agent", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = argparse.ArgumentParser(prog=NETWORK_AGENT, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
     parser.add_argument(
         "--node-name", default=os.environ.get(ENV_NODE_NAME), help=f"this node (default: ${ENV_NODE_NAME})"

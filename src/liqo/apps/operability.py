@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from liqo.install.manifests import METRICS_PORT
+from liqo.api.components import METRICS_PORT
 from liqo.kube.logformat import FORMATS, configure_logging
 from liqo.kube.metrics import listen_address, serve_metrics
 

@@ -31,9 +31,9 @@ from functools import partial
 from aiohttp import web
 
 from liqo.api import names
+from liqo.api.components import KUBELET_PORT, VIRTUAL_KUBELET
 from liqo.api.identity import read_identity
 from liqo.apps import operability
-from liqo.install.manifests import VIRTUAL_KUBELET
 from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
@@ -47,16 +47,16 @@ from liqo.virtualkubelet.reflection.steps import ReflectionPolicy
 
 log = logging.getLogger("liqo.virtualkubelet")
 
-LEASE = "liqo-virtual-kubelet"
+LEASE = VIRTUAL_KUBELET
 SERVING_CERT_TTL = 24 * 3600
 """Lifetime asked for a serving certificate signed by the cluster: a day, renewed at about two thirds of it."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The virtual kubelet's flags."""
-    parser = argparse.ArgumentParser(prog="liqo-virtual-kubelet", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=VIRTUAL_KUBELET, description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
-    parser.add_argument("--listen", default="0.0.0.0:10250", help="HOST:PORT of the kubelet API")
+    parser.add_argument("--listen", default=f"0.0.0.0:{KUBELET_PORT}", help="HOST:PORT of the kubelet API")
     parser.add_argument("--node-address", default="127.0.0.1", help="the nodes' InternalIP (where we listen)")
     parser.add_argument(
         "--node-port",
@@ -172,7 +172,7 @@ async def run(args: argparse.Namespace) -> None:
             address=args.node_address,
             port=args.node_port or int(port),
             holder=identity,
-            events=EventRecorder(client=client, component="liqo-virtual-kubelet", host=socket.gethostname()),
+            events=EventRecorder(client=client, component=VIRTUAL_KUBELET, host=socket.gethostname()),
             policy=ReflectionPolicy(
                 configmaps=args.reflect_configmaps,
                 secrets=args.reflect_secrets,
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         asyncio.run(run(args))
     except csr.SigningError as exc:
-        sys.exit(f"liqo-virtual-kubelet: no serving certificate: {exc}")
+        sys.exit(f"{VIRTUAL_KUBELET}: no serving certificate: {exc}")
 
 
 if __name__ == "__main__":

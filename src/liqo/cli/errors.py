@@ -11,11 +11,11 @@ from liqo.install.installer import InstallError
 from liqo.kube.errors import KubeError
 from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.waiting import WaitTimeout
-from liqo.local.clusters import ClusterError
-from liqo.local.realnodes.host import HostError
-from liqo.local.realnodes.images import ImageError
-from liqo.local.spec import SpecError
-from liqo.local.toolchain import BuildError, ToolchainError
+from liqo.localclusters.clusters import ClusterError
+from liqo.localclusters.realnodes.host import HostError
+from liqo.localclusters.realnodes.images import ImageError
+from liqo.localclusters.spec import SpecError
+from liqo.localclusters.toolchain import BuildError, ToolchainError
 from liqo.peering.operations import PeeringError
 
 EXPECTED = (

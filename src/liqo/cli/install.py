@@ -16,7 +16,8 @@ from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import out, progress
 from liqo.install.installer import InstallOptions, install, plan, uninstall
 from liqo.kube.printable import describe, unprintable
-from liqo.local.spec import parse_labels
+from liqo.localclusters.launch import detect
+from liqo.localclusters.spec import parse_labels
 from liqo.network import ipam
 from liqo.offloading.namespacemaps import parse_reserved
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit
@@ -143,13 +144,13 @@ async def _install(
 ) -> None:
     async with client_for(kubeconfig, context) as client:
         if dry_run:
-            planned = await plan(client, options)
+            planned = await plan(client, options, launch=detect(client.server))
             if output == "values":
                 sys.stdout.write(yaml.safe_dump(planned.values.to_helm(), sort_keys=False))
             else:
                 sys.stdout.write(yaml.safe_dump_all(planned.items, sort_keys=False))
             return
-        identity = await install(client, options, progress=progress)
+        identity = await install(client, options, progress=progress, launch=detect(client.server))
     out.print(f"liqo installed on [bold]{identity.cluster_name}[/bold] (cluster ID {identity.cluster_id})")
 
 
@@ -168,7 +169,7 @@ def uninstall_command(
 
     async def run() -> None:
         async with client_for(kubeconfig, context) as client:
-            await uninstall(client, purge=purge, progress=progress)
+            await uninstall(client, purge=purge, progress=progress, launch=detect(client.server))
 
     with expected_errors():
         asyncio.run(run())

@@ -10,9 +10,9 @@ import typer
 
 from liqo.cli.errors import expected_errors
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
-from liqo.local import clusters, toolchain
-from liqo.local.realnodes import images
-from liqo.local.spec import ClusterSpec, SpecRequest, parse_labels
+from liqo.localclusters import clusters, toolchain
+from liqo.localclusters.realnodes import images
+from liqo.localclusters.spec import ClusterSpec, SpecRequest, parse_labels
 
 app = typer.Typer(help="Local clusters for demos and tests (no container runtime needed).", no_args_is_help=True)
 

@@ -11,7 +11,7 @@ from liqo.api.identity import read_identity
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, out, progress, table
-from liqo.local.realnodes.images import TOOLBOX_PINNED
+from liqo.localclusters.realnodes.images import TOOLBOX_PINNED
 from liqo.network import netcheck
 from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError

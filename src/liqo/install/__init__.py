@@ -1,1 +1,1 @@
-"""Installing liqo: the values and their rendering, the chart's generated half, the manager's bootstrap, launchers."""
+"""The product install: the values and their rendering, the chart's generated half, plan → apply → launch."""

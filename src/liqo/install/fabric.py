@@ -24,14 +24,11 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.components import GATEWAY, NETWORK_AGENT
 from liqo.install.values import Values
 from liqo.network import gateways
 from liqo.network.links import WIREGUARD_PORT
 
-GATEWAY = "liqo-gateway"
-"""The gateways' ServiceAccount, ClusterRole and binding, and their PodTemplate."""
-NETWORK_AGENT = "liqo-network-agent"
-"""The node agent's ServiceAccount, Role, binding and DaemonSet."""
 TUN = "/dev/net/tun"
 FORWARDING_SYSCTL = "net.ipv4.ip_forward"
 """Namespaced but *unsafe* to the kubelet: its nodes must allow it (``allowedUnsafeSysctls``)."""

@@ -1,7 +1,7 @@
-"""``liqoctl install`` / ``uninstall``: render the values, apply the manifests, start liqo with the launcher that fits.
+"""``liqoctl install`` / ``uninstall``: render the values, apply the manifests, start liqo where the caller says.
 
 The install writes what it is told (``liqo-settings``); the manager makes the cluster identity, key and token
-from it at start-up (:mod:`liqo.install.bootstrap`), so ``helm install`` and ``liqoctl install`` are the same
+from it at start-up (:mod:`liqo.peering.bootstrap`), so ``helm install`` and ``liqoctl install`` are the same
 act. A re-install keeps the token and the key (the manager never replaces them) and the settings recorded
 before, for every flag not given again.
 
@@ -12,42 +12,31 @@ Service holds one address of the service CIDR: a network inferred from them coul
 wrong, and a peer trusting it would dial the wrong pods — exactly what recording the network is meant to
 prevent.
 
-Launchers:
-
-- **pods** (:class:`Pods`): the Deployments of the manifests, from the liqo image. Any cluster, and a
-  local cluster with real nodes, where the values route the API server's calls through node ports
-  (:func:`local_pod_values`: it runs on loopback and reaches no pod address).
-- **host processes** (:class:`HostProcesses`): a local cluster without real nodes (nothing could run a
-  pod): the manager and the virtual kubelet are components of the cluster's supervisor, with client
-  certificates for their users, and loopback ports for authentication, webhooks and the kubelet API.
-
-Locally, the manager and the virtual kubelet each serve metrics on a loopback port of their own, so that
-local clusters on one machine never share one.
+Where liqo runs is the caller's choice (:class:`Launch`): by default as the Deployments of the manifests
+(:data:`IN_CLUSTER`, any cluster); the CLI hands a local cluster's launch instead
+(:mod:`liqo.localclusters.launch`: pods on its real nodes through node ports, or host processes of its
+supervisor). The product install never looks for local clusters itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from ipaddress import ip_network
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import orjson
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.components import AUTH_SERVICE, GATEWAY, MANAGER, NETWORK_AGENT, VIRTUAL_KUBELET, WEBHOOK_SERVICE
 from liqo.api.crds import crd_name
 from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
-from liqo.install import fabric, manifests
-from liqo.install.bootstrap import read_settings
+from liqo.install import manifests
 from liqo.install.values import DEFAULT_IMAGE, Values
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -76,15 +65,10 @@ from liqo.kube.resources import (
     Resource,
 )
 from liqo.kube.waiting import poll_until
-from liqo.local import clusters
-from liqo.local.components import WEBHOOK_CLIENT_CA, Component, Probe
-from liqo.local.layout import ClusterDir
-from liqo.local.realnodes import images
-from liqo.local.realnodes.configs import NODE_LABEL
-from liqo.local.realnodes.nodes import UNDERLAY_NETWORK
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.registration import REGISTRATIONS
 from liqo.peering.authserver import RateLimit
+from liqo.peering.bootstrap import read_settings
 from liqo.peering.enrolment import TenantLimits
 
 Progress = Callable[[str], None]
@@ -103,7 +87,7 @@ _KINDS = (
     DAEMON_SETS,
     POD_TEMPLATES,
 )
-_COMPONENTS_WITH_CLUSTER_ROLES = (manifests.MANAGER, manifests.VIRTUAL_KUBELET, fabric.GATEWAY)
+_COMPONENTS_WITH_CLUSTER_ROLES = (MANAGER, VIRTUAL_KUBELET, GATEWAY)
 BY_KIND: dict[str, Resource] = {
     r.kind: r
     for r in (
@@ -188,35 +172,6 @@ def resolve_network(
         raise InstallError(f"this cluster's network (--pod-cidr {pods}, --service-cidr {services}): {exc}") from None
 
 
-LOCAL_NODE_PORTS = {"auth": 30443, "webhook": 30944, "kubelet": 30250}
-"""The node ports through which a local cluster's API server and peers reach liqo's pods on its real nodes."""
-
-
-def local_pod_values(values: Values, *, network: clusters.PodNetwork, image: str) -> Values:
-    """``values`` for a local cluster whose liqo runs as pods on its real nodes (pure).
-
-    Its API server, a loopback host process, calls the webhooks and the kubelet API through node ports on
-    the first real node's address (the serving certificates name it); peers' pods reach the authentication
-    endpoint the same way, and the API server at the underlay's host address. Pods go to real nodes only
-    (KWOK's fake nodes run nothing), from the image every real node holds. Peers' pods are never seen in
-    the underlay (every local cluster's nodes are on it): the network fabric's allocations stay clear of it.
-    """
-    address = network.node_addresses[0]
-    return dataclasses.replace(
-        values,
-        reserved_subnets=(*values.reserved_subnets, str(UNDERLAY_NETWORK)),
-        api_server_url=network.api_server_url,
-        auth_url=values.auth_url or f"https://{address}:{LOCAL_NODE_PORTS['auth']}",
-        auth_service_type="NodePort",
-        auth_node_port=LOCAL_NODE_PORTS["auth"],
-        webhook_url=f"https://{address}:{LOCAL_NODE_PORTS['webhook']}",
-        webhook_node_port=LOCAL_NODE_PORTS["webhook"],
-        virtual_kubelet_node_port=LOCAL_NODE_PORTS["kubelet"],
-        node_selector={NODE_LABEL: "real"},
-        image=image,
-    )
-
-
 @dataclass(frozen=True)
 class Pods:
     """liqo as the Deployments of the manifests."""
@@ -231,7 +186,7 @@ class Pods:
         a moment after the pods became ready: a peer (or the API server calling a webhook) must not be the
         first to find out.
         """
-        for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
+        for name in (MANAGER, VIRTUAL_KUBELET):
             progress(f"waiting for the {name} Deployment")
             await _wait_deployment(client, name)
         if self.reachable:
@@ -258,109 +213,11 @@ async def _all_accept(urls: tuple[str, ...]) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class HostProcesses:
-    """Where the manager of a local cluster keeps its files, and its authentication and webhook ports."""
-
-    cluster: str
-    directory: Path
-    port: int
-    kubelet_port: int
-    webhook_port: int
-    metrics_port: int
-    kubelet_metrics_port: int
-    identity_ttl: int = 7200
-    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
-    auth_rate_limit: RateLimit = field(default_factory=RateLimit)
-    reserved_namespaces: tuple[str, ...] = ()
-
-    @property
-    def auth_url(self) -> str:
-        """The authentication endpoint on loopback."""
-        return f"https://127.0.0.1:{self.port}"
-
-    @property
-    def webhook_url(self) -> str:
-        """The webhook listener on loopback."""
-        return f"https://127.0.0.1:{self.webhook_port}"
-
-    def webhook_client_config(self, path: str) -> dict[str, Any]:
-        """The webhook at ``path`` on the loopback listener, whose certificate the cluster's CA signs."""
-        ca = (ClusterDir.named(self.cluster).pki / "ca.crt").read_bytes()
-        return manifests.webhook_url_client_config(webhook_url=self.webhook_url, ca_pem=ca, path=path)
-
-    def component(self) -> Component:
-        """The manager as a component of the cluster's supervisor."""
-        pki = ClusterDir.named(self.cluster).pki
-        return Component(
-            name=manifests.MANAGER,
-            argv=[
-                sys.executable,
-                "-m",
-                "liqo.apps.manager",
-                f"--kubeconfig={self.directory / 'manager.kubeconfig'}",
-                f"--auth-address=127.0.0.1:{self.port}",
-                f"--auth-cert={self.directory / 'auth.crt'}",
-                f"--auth-key={self.directory / 'auth.key'}",
-                f"--webhook-address=127.0.0.1:{self.webhook_port}",
-                f"--webhook-cert={self.directory / 'webhook.crt'}",
-                f"--webhook-key={self.directory / 'webhook.key'}",
-                f"--webhook-client-ca={pki / f'{WEBHOOK_CLIENT_CA}.crt'}",
-                f"--metrics-address=127.0.0.1:{self.metrics_port}",
-                *manifests.manager_flags(
-                    identity_ttl=self.identity_ttl,
-                    tenant_limits=self.tenant_limits,
-                    rate_limit=self.auth_rate_limit,
-                    reserved_namespaces=self.reserved_namespaces,
-                ),
-            ],
-            probe=Probe(url=f"{self.auth_url}/healthz", ca=str(pki / "ca.crt")),
-            after=["kube-apiserver"],
-        )
-
-    def virtual_kubelet_component(self) -> Component:
-        """The virtual kubelet as a component of the cluster's supervisor, its kubelet API on loopback.
-
-        The API server verifies kubelets with the cluster CA, hence a serving pair from that CA; the API
-        server's own client certificate (same CA) is what the kubelet API requires in turn.
-        """
-        ca = str(ClusterDir.named(self.cluster).pki / "ca.crt")
-        return Component(
-            name=manifests.VIRTUAL_KUBELET,
-            argv=[
-                sys.executable,
-                "-m",
-                "liqo.apps.virtualkubelet",
-                f"--kubeconfig={self.directory / 'virtual-kubelet.kubeconfig'}",
-                f"--listen=127.0.0.1:{self.kubelet_port}",
-                "--node-address=127.0.0.1",
-                f"--cert={self.directory / 'kubelet.crt'}",
-                f"--key={self.directory / 'kubelet.key'}",
-                f"--client-ca={ca}",
-                f"--metrics-address=127.0.0.1:{self.kubelet_metrics_port}",
-            ],
-            probe=Probe(url=f"https://127.0.0.1:{self.kubelet_port}/healthz", ca=ca),
-            after=["kube-apiserver"],
-        )
+class Launcher(Protocol):
+    """Starts liqo once its manifests are applied, and returns when it runs."""
 
     async def start(self, client: KubeClient, progress: Progress) -> None:
-        """Issue the components' credentials and hand them to the cluster's supervisor."""
-        progress(f"starting the manager on local cluster {self.cluster} (auth endpoint {self.auth_url})")
-        await asyncio.to_thread(self._start)
-
-    def _start(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for user, file in ((manifests.MANAGER, "manager"), (manifests.VIRTUAL_KUBELET, "virtual-kubelet")):
-            clusters.issue_client_kubeconfig(self.cluster, user=user, path=self.directory / f"{file}.kubeconfig")
-        for pair in ("auth", "webhook", "kubelet"):
-            clusters.issue_serving_pair(
-                self.cluster, cert=self.directory / f"{pair}.crt", key=self.directory / f"{pair}.key"
-            )
-        components = [self.component(), self.virtual_kubelet_component()]
-        clusters.add_components(self.cluster, components, timeout=MANAGER_DEADLINE)
-
-
-Launcher = Pods | HostProcesses
+        """Start liqo (or wait until it started) on the cluster behind ``client``."""
 
 
 @dataclass(frozen=True)
@@ -372,20 +229,54 @@ class Plan:
     launcher: Launcher
 
 
-async def plan(client: KubeClient, options: InstallOptions) -> Plan:
+class Launch(Protocol):
+    """How liqo runs on one kind of cluster: what it knows of the cluster, how it renders, how it stops."""
+
+    @property
+    def name(self) -> str:
+        """The cluster's name when no flag nor previous install gives one ("": none)."""
+
+    @property
+    def network(self) -> ClusterNetwork | None:
+        """The cluster's own network when known for sure (flags must agree with it); None: flags decide."""
+
+    def render(self, values: Values, *, options: InstallOptions, placement_policy: bool) -> Plan:
+        """The manifests for ``values`` on this kind of cluster, and who starts liqo."""
+
+    async def stop(self, progress: Progress) -> None:
+        """Stop whatever runs liqo outside the cluster's own objects (uninstall)."""
+
+
+@dataclass(frozen=True)
+class InCluster:
+    """liqo as the Deployments of the manifests: any cluster."""
+
+    name: str = ""
+    network: ClusterNetwork | None = None
+
+    def render(self, values: Values, *, options: InstallOptions, placement_policy: bool) -> Plan:
+        """Every manifest, started by the cluster (:class:`Pods`)."""
+        return Plan(
+            values=values, items=manifests.manifests(values, placement_policy=placement_policy), launcher=Pods()
+        )
+
+    async def stop(self, progress: Progress) -> None:
+        """Nothing runs outside the cluster: its Deployments go with the uninstall."""
+
+
+IN_CLUSTER = InCluster()
+
+
+async def plan(client: KubeClient, options: InstallOptions, *, launch: Launch = IN_CLUSTER) -> Plan:
     """What ``install`` would do on the cluster behind ``client`` (``--dry-run`` prints its manifests).
 
     Raises:
         InstallError: see :func:`resolve_network`.
     """
-    local = clusters.find_by_server(client.server)
     previous = await read_settings(client) or {}
     recorded = _recorded_network(previous)
     network = resolve_network(
-        pod_cidr=options.pod_cidr,
-        service_cidr=options.service_cidr,
-        local=_local_network(local) if local else None,
-        previous=recorded,
+        pod_cidr=options.pod_cidr, service_cidr=options.service_cidr, local=launch.network, previous=recorded
     )
     policy = await client.serves(MUTATING_ADMISSION_POLICIES)
     labels = options.cluster_labels
@@ -395,7 +286,7 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         api_server_url=options.api_server_url or previous.get("apiServerURL") or client.server,
         pod_cidr=str(network.pod_cidr),
         service_cidr=str(network.service_cidr),
-        cluster_name=options.cluster_name or previous.get("clusterName") or (local or ""),
+        cluster_name=options.cluster_name or previous.get("clusterName") or launch.name,
         cluster_labels=labels,
         auth_url=options.auth_url or previous.get("authURL", ""),
         image=options.image or DEFAULT_IMAGE,
@@ -406,35 +297,14 @@ async def plan(client: KubeClient, options: InstallOptions) -> Plan:
         reserved_namespaces=options.reserved_namespaces,
         peer_pools=options.peer_pools,
     )
-    if local is None:
-        return Plan(values=values, items=manifests.manifests(values, placement_policy=policy), launcher=Pods())
-    pods = clusters.pod_network(local)
-    if pods is not None:
-        values = local_pod_values(values, network=pods, image=options.image or local_image())
-        node_ports = (
-            values.auth_url,
-            values.webhook_url,
-            f"https://{pods.node_addresses[0]}:{LOCAL_NODE_PORTS['kubelet']}",
-        )
-        items = manifests.manifests(values, placement_policy=policy)
-        return Plan(values=values, items=items, launcher=Pods(reachable=node_ports))
-    host = host_processes(local, options)
-    # Without a real node nothing could run a gateway: no fabric (NetworkStatus says so on every peer).
-    values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url, network_fabric=False)
-    items = manifests.manifests(
-        values, webhook_client_config=host.webhook_client_config, workloads=False, placement_policy=policy
-    )
-    return Plan(values=values, items=items, launcher=host)
+    return launch.render(values, options=options, placement_policy=policy)
 
 
-def local_image() -> str:
-    """The liqo image local clusters' real nodes hold (built from this checkout)."""
-    return images.liqo_image_ref()
-
-
-async def install(client: KubeClient, options: InstallOptions, *, progress: Progress) -> ClusterIdentity:
+async def install(
+    client: KubeClient, options: InstallOptions, *, progress: Progress, launch: Launch = IN_CLUSTER
+) -> ClusterIdentity:
     """Install (or update) liqo on the cluster behind ``client`` and wait until its manager made the identity."""
-    planned = await plan(client, options)
+    planned = await plan(client, options, launch=launch)
     name = planned.values.cluster_name or "this cluster"
     progress(f"installing liqo on {name}")
     for item in planned.items:
@@ -475,11 +345,11 @@ async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
         timeout=MANAGER_DEADLINE,
         interval=0.2,
         message=f"the manager did not record this cluster's identity: kubectl -n {names.LIQO_NAMESPACE} logs"
-        f" deployment/{manifests.MANAGER}",
+        f" deployment/{MANAGER}",
     )
 
 
-async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> None:
+async def uninstall(client: KubeClient, *, purge: bool, progress: Progress, launch: Launch = IN_CLUSTER) -> None:
     """Remove liqo from the cluster behind ``client``; ``purge`` also removes its CRDs and everything of liqo's.
 
     Raises:
@@ -495,20 +365,15 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress) -> N
     # namespace still labelled for offloading (every ShadowPod written in a twin) would be refused.
     for resource, name in (*PLACEMENT_POLICY, *((r, n) for r, n, _ in REGISTRATIONS)):
         await client.delete(resource, name, missing_ok=True)
-    local = clusters.find_by_server(client.server)
-    if local is not None and any(
-        c.name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET) for c in clusters.components(local)
-    ):
-        progress(f"stopping the manager and the virtual kubelet of local cluster {local}")
-        await asyncio.to_thread(clusters.remove_components, local, [manifests.MANAGER, manifests.VIRTUAL_KUBELET])
+    await launch.stop(progress)
     workloads = (
-        (DAEMON_SETS, fabric.NETWORK_AGENT),
-        (POD_TEMPLATES, fabric.GATEWAY),
-        (DEPLOYMENTS, manifests.MANAGER),
-        (DEPLOYMENTS, manifests.VIRTUAL_KUBELET),
-        (SERVICES, manifests.AUTH_SERVICE),
-        (SERVICES, manifests.WEBHOOK_SERVICE),
-        (SERVICES, manifests.VIRTUAL_KUBELET),
+        (DAEMON_SETS, NETWORK_AGENT),
+        (POD_TEMPLATES, GATEWAY),
+        (DEPLOYMENTS, MANAGER),
+        (DEPLOYMENTS, VIRTUAL_KUBELET),
+        (SERVICES, AUTH_SERVICE),
+        (SERVICES, WEBHOOK_SERVICE),
+        (SERVICES, VIRTUAL_KUBELET),
     )
     for resource, name in workloads:
         await client.delete(resource, name, namespace=names.LIQO_NAMESPACE, missing_ok=True)
@@ -595,56 +460,6 @@ def _recorded_network(settings: dict[str, str]) -> ClusterNetwork | None:
         return ClusterNetwork.parse(pod_cidr=settings["podCIDR"], service_cidr=settings["serviceCIDR"])
     except (KeyError, InvalidNetwork):
         return None
-
-
-def _local_network(name: str) -> ClusterNetwork:
-    spec = clusters.stored_spec(name)
-    try:
-        # The spec was validated when the cluster was made, but may be spelled otherwise than canonically.
-        return ClusterNetwork(pod_cidr=ip_network(spec.pod_cidr), service_cidr=ip_network(spec.service_cidr))
-    except InvalidNetwork as exc:
-        raise InstallError(f"local cluster {name} has a network liqo cannot tell peers about: {exc}") from None
-
-
-def host_processes(name: str, options: InstallOptions) -> HostProcesses:
-    """The host-process launcher of local cluster ``name`` (ports kept from a previous install).
-
-    The ports are reserved with the cluster (``clusters.reserve_ports``): no other cluster made or
-    installed meanwhile can choose them before these processes listen on them.
-    """
-    ports = clusters.reserve_ports(
-        name,
-        {
-            "auth": _kept_port(name, manifests.MANAGER, "--auth-address=") or 0,
-            "kubelet": _kept_port(name, manifests.VIRTUAL_KUBELET, "--listen=") or 0,
-            "webhook": _kept_port(name, manifests.MANAGER, "--webhook-address=") or 0,
-            "metrics": _kept_port(name, manifests.MANAGER, "--metrics-address=") or 0,
-            "kubeletMetrics": _kept_port(name, manifests.VIRTUAL_KUBELET, "--metrics-address=") or 0,
-        },
-    )
-    return HostProcesses(
-        cluster=name,
-        directory=ClusterDir.named(name).root / "liqo",
-        port=ports["auth"],
-        kubelet_port=ports["kubelet"],
-        webhook_port=ports["webhook"],
-        metrics_port=ports["metrics"],
-        kubelet_metrics_port=ports["kubeletMetrics"],
-        identity_ttl=options.identity_ttl,
-        tenant_limits=options.tenant_limits,
-        auth_rate_limit=options.auth_rate_limit,
-        reserved_namespaces=options.reserved_namespaces,
-    )
-
-
-def _kept_port(name: str, component_name: str, flag: str) -> int | None:
-    """The port a previous install chose (kept: peers' auth URLs, nodes' kubelet endpoints, scrape targets)."""
-    for component in clusters.components(name):
-        if component.name == component_name:
-            for arg in component.argv:
-                if arg.startswith(flag):
-                    return int(arg.rsplit(":", 1)[1])
-    return None
 
 
 async def wait_crds_established(client: KubeClient) -> None:

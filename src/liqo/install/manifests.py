@@ -20,6 +20,18 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, quota_flag
+from liqo.api.components import (
+    AUTH_PORT,
+    AUTH_SERVICE,
+    GATEWAY,
+    KUBELET_PORT,
+    MANAGER,
+    METRICS_PORT,
+    NETWORK_AGENT,
+    VIRTUAL_KUBELET,
+    WEBHOOK_PORT,
+    WEBHOOK_SERVICE,
+)
 from liqo.api.crds import all_crds
 from liqo.install import fabric, peerwrites
 from liqo.install.values import Values
@@ -29,19 +41,6 @@ from liqo.offloading.twins import PEER_REFUSED_SECRET_TYPES, twin_rules, twin_wr
 from liqo.peering.authserver import RateLimit
 from liqo.peering.enrolment import TenantLimits
 from liqo.peering.provisioning import peer_rules
-
-MANAGER = "liqo-manager"
-"""Name of the manager's ServiceAccount, ClusterRole, ClusterRoleBinding, Deployment, and local user."""
-VIRTUAL_KUBELET = "liqo-virtual-kubelet"
-"""Name of the virtual kubelet's ServiceAccount, ClusterRole, binding, Deployment, and local user."""
-KUBELET_PORT = 10250
-AUTH_SERVICE = "liqo-auth"
-AUTH_PORT = 8443
-WEBHOOK_SERVICE = "liqo-webhook"
-"""The ClusterIP Service through which the API server calls the webhooks (never the peers' ``liqo-auth``)."""
-WEBHOOK_PORT = 9443
-METRICS_PORT = 8080
-"""Both components' ``/metrics``, ``/healthz`` and ``/readyz`` (plain HTTP)."""
 
 Manifest = dict[str, Any]
 
@@ -162,7 +161,7 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
             "resourceNames": [names.CLUSTER_SETTINGS, names.CLUSTER_IDENTITY, "kube-root-ca.crt"],
             "verbs": ["get"],
         },
-        # The identity it derives from the settings at start-up (liqo.install.bootstrap): created once, then
+        # The identity it derives from the settings at start-up (liqo.peering.bootstrap): created once, then
         # applied by name. (Create cannot be limited by name; it is limited to this namespace.)
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [names.CLUSTER_IDENTITY], "verbs": ["patch"]},
@@ -968,8 +967,8 @@ def rights() -> list[Manifest]:
         *peer_tenant_writes_policy(),
         *component_rbac(MANAGER, manager_rules(), manager_namespace_rules()),
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
-        *component_rbac(fabric.GATEWAY, fabric.gateway_rules()),
-        *component_rbac(fabric.NETWORK_AGENT, [], fabric.network_agent_namespace_rules()),
+        *component_rbac(GATEWAY, fabric.gateway_rules()),
+        *component_rbac(NETWORK_AGENT, [], fabric.network_agent_namespace_rules()),
     ]
 
 

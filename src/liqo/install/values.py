@@ -7,7 +7,7 @@ in Go. :meth:`Values.to_helm` is the bridge: ``liqoctl install --dry-run -o valu
 test that holds the two renderings equal feeds it to ``helm template``.
 
 Nothing secret or generated is a value. The cluster ID (the ``kube-system`` namespace's UID), the cluster
-key and the authentication token are made by the manager itself at start-up (:mod:`liqo.install.bootstrap`),
+key and the authentication token are made by the manager itself at start-up (:mod:`liqo.peering.bootstrap`),
 so a plain ``helm install`` needs no liqoctl, and neither a re-install nor ``helm upgrade`` can replace
 what peers pin or hold.
 """

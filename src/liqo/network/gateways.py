@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from liqo.api import names
+from liqo.api.components import GATEWAY
 from liqo.network.links import WIREGUARD_PORT
 
-GATEWAY_TEMPLATE = "liqo-gateway"
+GATEWAY_TEMPLATE = GATEWAY
 """The PodTemplate in the ``liqo`` namespace every gateway is made from."""
 PEER_CIDR = "network.liqo.io/peer-cidr"
 """On a gateway pod: where we see the peer's pods. Node agents route it to the pod (liqo.network.agent)."""

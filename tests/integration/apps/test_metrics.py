@@ -13,9 +13,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from liqo.install.installer import HostProcesses, InstallOptions, host_processes
+from liqo.install.installer import InstallOptions
 from liqo.kube.resources import DEPLOYMENTS
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.launch import HostProcesses, host_processes
+from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     LocalCluster,
     Site,

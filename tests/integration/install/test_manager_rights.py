@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from liqo.api import names
-from liqo.install.manifests import MANAGER
+from liqo.api.components import MANAGER
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError

@@ -25,13 +25,14 @@ import yaml
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
+from liqo.api.components import MANAGER, NETWORK_AGENT, VIRTUAL_KUBELET
 from liqo.api.identity import read_identity
-from liqo.install import chart, fabric, manifests
-from liqo.install.installer import local_image
+from liqo.install import chart
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, PODS
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.launch import local_image
+from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from tests.integration.helpers import (
@@ -88,7 +89,7 @@ async def wait_installed(cluster: LocalCluster) -> str:
 
         async def available() -> bool:
             try:
-                manager = await client.get(DEPLOYMENTS, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+                manager = await client.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE)
             except NotFoundError:
                 return False
             return bool((manager.get("status") or {}).get("availableReplicas") == manager["spec"]["replicas"])
@@ -161,10 +162,10 @@ async def test_both_installs_run_liqo_as_pods_from_the_local_image_as_a_non_root
             pods = await liqo_pods(client)
         running = [p for p in pods if p["status"].get("phase") == "Running"]
         assert sorted(p["metadata"]["labels"]["app.kubernetes.io/name"] for p in running) == [
-            manifests.MANAGER,
-            manifests.MANAGER,
-            fabric.NETWORK_AGENT,
-            manifests.VIRTUAL_KUBELET,
+            MANAGER,
+            MANAGER,
+            NETWORK_AGENT,
+            VIRTUAL_KUBELET,
         ]
         for p in running:
             assert p["spec"]["nodeName"] == f"{site.cluster.name}-real-1"
@@ -172,7 +173,7 @@ async def test_both_installs_run_liqo_as_pods_from_the_local_image_as_a_non_root
             name = p["metadata"]["name"]
             # The manager and the virtual kubelet as uid 65532 with no capability; the node agent as root with
             # NET_ADMIN alone (bit 12 of the effective set).
-            expected = "0 0x1000" if name.startswith(fabric.NETWORK_AGENT) else "65532 0x0"
+            expected = "0 0x1000" if name.startswith(NETWORK_AGENT) else "65532 0x0"
             probe = (
                 "import os; caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0];"
                 " print(os.getuid(), hex(int(caps, 16)))"
@@ -216,9 +217,7 @@ async def test_the_peers_offload_a_deployment_onto_the_providers_real_node(
     assert kubectl(porto.cluster, "exec", "-n", offloaded_ns, home, "--", "sh", "-c", "echo $((6 * 7))") == "42\n"
     # The virtual kubelet's pod counts them in /metrics (scraped from inside its pod: pod IPs are not routed here).
     scrape = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/metrics').read().decode())"
-    metrics = kubectl(
-        porto.cluster, "-n", "liqo", "exec", f"deploy/{manifests.VIRTUAL_KUBELET}", "--", "python3", "-c", scrape
-    )
+    metrics = kubectl(porto.cluster, "-n", "liqo", "exec", f"deploy/{VIRTUAL_KUBELET}", "--", "python3", "-c", scrape)
     running = [
         line for line in metrics.splitlines() if line.startswith("liqo_offloaded_pods{") and 'phase="Running"' in line
     ]
@@ -242,7 +241,7 @@ def manager_pid(pod_name: str) -> int:
 
 
 async def holder(client: KubeClient) -> str:
-    lease = await client.get(LEASES, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+    lease = await client.get(LEASES, MANAGER, namespace=names.LIQO_NAMESPACE)
     return str(lease["spec"].get("holderIdentity") or "")
 
 
@@ -298,7 +297,7 @@ async def gone_at_both_ends(consumer: KubeClient, provider: KubeClient, home: st
 
 async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbon: Site, offloaded_ns: str) -> None:
     async with porto.client() as consumer:
-        kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{manifests.MANAGER}")
+        kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{MANAGER}")
         created, refused = 0, []
 
         async def rolled_out() -> bool:
@@ -310,7 +309,7 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbo
             except KubeError as exc:
                 refused.append(f"{name}: {exc}")
             created += 1
-            manager = await consumer.get(DEPLOYMENTS, manifests.MANAGER, namespace=names.LIQO_NAMESPACE)
+            manager = await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE)
             status = manager.get("status") or {}
             return bool(
                 status.get("observedGeneration") == manager["metadata"]["generation"]
@@ -364,7 +363,7 @@ async def test_helm_upgrade_from_the_previous_version_keeps_peers_and_offloaded_
 
 
 async def wait_rolled_out(client: KubeClient) -> None:
-    for name in (manifests.MANAGER, manifests.VIRTUAL_KUBELET):
+    for name in (MANAGER, VIRTUAL_KUBELET):
 
         async def done(name: str = name) -> bool:
             found = await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE)
@@ -389,8 +388,8 @@ async def test_zz_unpeered_helm_uninstall_leaves_what_it_promises_and_a_reinstal
         helm(lisbon.cluster, "uninstall", "liqo", "--namespace", "liqo", "--wait")
         # Gone: every workload, Service, RBAC object and webhook of the chart.
         for resource, name, namespace in (
-            (DEPLOYMENTS, manifests.MANAGER, names.LIQO_NAMESPACE),
-            (DEPLOYMENTS, manifests.VIRTUAL_KUBELET, names.LIQO_NAMESPACE),
+            (DEPLOYMENTS, MANAGER, names.LIQO_NAMESPACE),
+            (DEPLOYMENTS, VIRTUAL_KUBELET, names.LIQO_NAMESPACE),
         ):
             with pytest.raises(NotFoundError):
                 await provider.get(resource, name, namespace=namespace)

@@ -19,8 +19,8 @@ from liqo.kube.errors import ConflictError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.resources import CONFIGMAPS, EVENTS, LEASES, PODS, object_key
-from liqo.local import clusters
-from liqo.local.layout import read_json
+from liqo.localclusters import clusters
+from liqo.localclusters.layout import read_json
 from tests.integration.helpers import LocalCluster, TcpProxy, unique
 from tests.shared import eventually
 

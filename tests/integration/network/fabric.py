@@ -12,9 +12,9 @@ import orjson
 
 from liqo.api.identity import read_identity
 from liqo.kube.client import KubeClient
-from liqo.local.layout import read_json
-from liqo.local.realnodes.nodes import RealNode, real_nodes
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.layout import read_json
+from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
+from liqo.localclusters.spec import ClusterSpec
 from liqo.network import rules
 from tests.integration.helpers import LocalCluster, liqoctl, purge, start, unique
 

@@ -26,8 +26,8 @@ from liqo.api import names
 from liqo.api.resources import NETWORK_CONFIGS
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, PODS, SECRETS, SERVICES
-from liqo.local.realnodes.host import run_in_node
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.realnodes.host import run_in_node
+from liqo.localclusters.spec import ClusterSpec
 from liqo.network import gateways
 from liqo.peering import operations as peering
 from tests.integration.helpers import LocalCluster, Site, install_liqo, only_real_node, purge, start, unique

@@ -32,15 +32,15 @@ import orjson
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, NETWORK_AGENT
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS
 from liqo.install import fabric as install_fabric
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SECRETS, SERVICES
-from liqo.local.realnodes import images
-from liqo.local.realnodes.nodes import RealNode
+from liqo.localclusters.realnodes import images
+from liqo.localclusters.realnodes.nodes import RealNode
 from liqo.network import agent, gateway, gateways, rules
 
 # The servers of `liqoctl test network`'s probe pods: each answers a connection (TCP) or a datagram (UDP)
@@ -520,7 +520,7 @@ async def agent_pod(side: Side, node: RealNode) -> Obj | None:
         pods, _ = await client.list_all(
             PODS,
             namespace=names.LIQO_NAMESPACE,
-            label_selector=f"app.kubernetes.io/name={install_fabric.NETWORK_AGENT}",
+            label_selector=f"app.kubernetes.io/name={NETWORK_AGENT}",
             field_selector=f"spec.nodeName={node.name}",
         )
     running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
@@ -757,7 +757,7 @@ async def test_a_hostile_word_is_refused_by_the_providers_gateway_and_breaks_not
         ("169.254.0.0/16", "spec.remappedPodCIDR 169.254.0.0/16 overlaps the special-purpose range 169.254.0.0/16"),
     ]
     # The consumer's manager would put its word back at once: out of the way while the peer's identity writes.
-    replicas = await set_replicas(consumer, manifests.MANAGER, 0)
+    replicas = await set_replicas(consumer, MANAGER, 0)
     try:
         async with as_peer(fabric) as peer:
             for cidr, reason in hostile:
@@ -780,7 +780,7 @@ async def test_a_hostile_word_is_refused_by_the_providers_gateway_and_breaks_not
             assert "spec.gateway.publicKey" in error.message, error
         assert (await the_gateway(provider, consumer))["metadata"]["uid"] == gw["metadata"]["uid"]
     finally:
-        await set_replicas(consumer, manifests.MANAGER, replicas)
+        await set_replicas(consumer, MANAGER, replicas)
 
     async def restored() -> bool:
         async with provider.client() as admin:

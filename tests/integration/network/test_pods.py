@@ -29,11 +29,11 @@ import pytest
 from liqo.kube.client import KubeClient
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, NODES, PODS
-from liqo.local.layout import read_json
-from liqo.local.realnodes import host, images
-from liqo.local.realnodes.enter import held_images
-from liqo.local.realnodes.nodes import RealNode
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.layout import read_json
+from liqo.localclusters.realnodes import host, images
+from liqo.localclusters.realnodes.enter import held_images
+from liqo.localclusters.realnodes.nodes import RealNode
+from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     LocalCluster,
     eventually_sync,

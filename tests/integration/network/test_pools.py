@@ -29,15 +29,15 @@ import pytest
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.components import NETWORK_AGENT
 from liqo.api.networks import ClusterNetwork
 from liqo.api.offers import OfferPhase
 from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
-from liqo.install import fabric as install_fabric
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, PODS
-from liqo.local.realnodes import images
+from liqo.localclusters.realnodes import images
 from liqo.network import gateways, ipam, rules, wireguard
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, operations
@@ -308,7 +308,7 @@ async def test_the_node_agent_refuses_routes_outside_the_pools_or_over_the_nodes
             async def judged() -> bool:
                 logs[0] = await asyncio.to_thread(
                     kubectl, provider_side.cluster, "logs", "-n", names.LIQO_NAMESPACE,
-                    f"--selector=app.kubernetes.io/name={install_fabric.NETWORK_AGENT}", "--tail=-1",
+                    f"--selector=app.kubernetes.io/name={NETWORK_AGENT}", "--tail=-1",
                 )  # fmt: skip
                 routed = {dst for dst, _, _ in node_routes(node)}
                 return all(r in logs[0] for r in reasons.values()) or bool(routed & set(wrong.values()))

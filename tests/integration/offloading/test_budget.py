@@ -16,15 +16,15 @@ from decimal import Decimal
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.podrequests import pod_requests
 from liqo.api.quantity import parse_quantity
 from liqo.api.resources import NAMESPACE_MAPS, RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, NODES, PODS, Resource
-from liqo.local import clusters
+from liqo.localclusters import clusters
 from liqo.peering import operations
 from tests.integration.helpers import (
     Offloaded,
@@ -44,7 +44,7 @@ from tests.integration.helpers import (
 )
 from tests.shared import eventually
 
-ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+ROME_COMPONENTS = [MANAGER, VIRTUAL_KUBELET]
 _ADMISSION = "admissionregistration.k8s.io"
 ADMISSION_POLICIES = Resource(
     _ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", namespaced=False
@@ -175,12 +175,8 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
                 )
 
                 # A restarted manager rebuilds the ledger from the pods that exist: a new pod still waits.
-                await asyncio.to_thread(
-                    clusters.set_components, sites["milan"].cluster.name, [manifests.MANAGER], enabled=False
-                )
-                await asyncio.to_thread(
-                    clusters.set_components, sites["milan"].cluster.name, [manifests.MANAGER], enabled=True
-                )
+                await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=False)
+                await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=True)
                 await peer.create(SHADOW_PODS, shadow_pod("late", twins[0], rome_id, cpu="400m"))
                 await eventually(
                     lambda: _phase_is(milan, f"{twins[0]}/late", ("Waiting", "OverBudget")),

@@ -11,12 +11,12 @@ import os
 import signal
 from typing import Any
 
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.resources import SHADOW_PODS
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import DEPLOYMENTS, NODES, PODS
-from liqo.local.layout import read_json
-from liqo.local.processes import ProcessRef
+from liqo.localclusters.layout import read_json
+from liqo.localclusters.processes import ProcessRef
 from tests.integration.helpers import LocalCluster, Offloaded, Site, deployment, running, running_pods, stopped
 from tests.shared import eventually
 
@@ -71,7 +71,7 @@ async def test_virtual_kubelet_killed_mid_burst(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     await rome.create(DEPLOYMENTS, deployment("burst", offloaded.namespace, replicas=BURST, cpu="10m"))
-    await sigkill_mid_burst(sites["rome"], manifests.VIRTUAL_KUBELET, milan, offloaded)
+    await sigkill_mid_burst(sites["rome"], VIRTUAL_KUBELET, milan, offloaded)
     await agree(rome, milan, offloaded, BURST)
     await rome.patch(DEPLOYMENTS, "burst", {"spec": {"replicas": 5}}, namespace=offloaded.namespace)
     await agree(rome, milan, offloaded, 5)
@@ -81,7 +81,7 @@ async def test_provider_manager_killed_mid_burst(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     await rome.create(DEPLOYMENTS, deployment("burst", offloaded.namespace, replicas=BURST, cpu="10m"))
-    await sigkill_mid_burst(sites["milan"], manifests.MANAGER, milan, offloaded)
+    await sigkill_mid_burst(sites["milan"], MANAGER, milan, offloaded)
     await agree(rome, milan, offloaded, BURST)
 
 
@@ -89,7 +89,7 @@ async def test_consumer_manager_killed_mid_burst(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient, offloaded: Offloaded
 ) -> None:
     await rome.create(DEPLOYMENTS, deployment("burst", offloaded.namespace, replicas=BURST, cpu="10m"))
-    await sigkill_mid_burst(sites["rome"], manifests.MANAGER, milan, offloaded)
+    await sigkill_mid_burst(sites["rome"], MANAGER, milan, offloaded)
     await agree(rome, milan, offloaded, BURST)
 
 

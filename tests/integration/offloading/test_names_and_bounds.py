@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.crds import MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import NAMESPACE_MAPS, SHADOW_PODS, VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install, uninstall
-from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CLUSTER_ROLES, CRDS, CSRS, EVENTS, LEASES, NAMESPACES, NODES, PODS, SECRETS, Resource
+from liqo.localclusters.launch import detect
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import node as forge_node
@@ -289,7 +290,9 @@ async def reserving(site: Site, reserved: str) -> AsyncIterator[None]:
         yield
     finally:
         async with site.client() as client:
-            await install(client, InstallOptions(identity_ttl=600), progress=lambda _: None)
+            await install(
+                client, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(client.server)
+            )
 
 
 async def expect_refused_at_write_time(as_consumer: KubeClient, consumer_id: str) -> None:
@@ -507,7 +510,7 @@ async def test_uninstall_purge_of_a_provider_removes_its_twins_and_everything_of
 
         await eventually(reflected, timeout=30, message="rome's Secret copied into its twin on naples")
 
-        await uninstall(naples, purge=True, progress=lambda _: None)
+        await uninstall(naples, purge=True, progress=lambda _: None, launch=detect(naples.server))
         assert await get_or_none(naples, NAMESPACES, twin) is None
         ours = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
         assert (await naples.list_all(NAMESPACES, label_selector=ours))[0] == []
@@ -515,7 +518,9 @@ async def test_uninstall_purge_of_a_provider_removes_its_twins_and_everything_of
         assert [r for r in (await naples.list_all(CLUSTER_ROLES))[0] if r["metadata"]["name"].startswith("liqo-")] == []
         assert [c for c in (await naples.list_all(CRDS))[0] if c["metadata"]["name"].endswith(".liqo.io")] == []
     finally:
-        await install(naples, InstallOptions(identity_ttl=600), progress=lambda _: None)  # as the other tests expect
+        await install(
+            naples, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(naples.server)
+        )  # as the other tests expect
         # Naples forgot rome (its record of rome went with the purge): rome finishes its own side.
         with contextlib.suppress(peering.PeeringError):
             await peering.unpeer(rome, naples_id, timeout=20, force=True)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, WEBHOOK_SERVICE
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, SHADOW_PODS
 from liqo.install import manifests
 from liqo.install.installer import PLACEMENT_POLICY, InstallOptions, install, uninstall
@@ -36,7 +37,8 @@ from liqo.kube.resources import (
     SERVICE_ACCOUNTS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from liqo.local import clusters
+from liqo.localclusters import clusters
+from liqo.localclusters.launch import detect
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.webhook import pod_patch
 from tests.integration.helpers import LocalCluster, liqoctl_run, unique
@@ -117,11 +119,13 @@ def installed(cluster: LocalCluster, placement: str) -> Iterator[LocalCluster]:
         async with cluster.client() as client:
             await action(client)
 
-    asyncio.run(run(lambda c: install(c, InstallOptions(identity_ttl=600), progress=lambda _: None)))
+    asyncio.run(
+        run(lambda c: install(c, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(c.server)))
+    )
     if placement == "webhook":
         asyncio.run(run(register_webhook_instead))
     yield cluster
-    asyncio.run(run(lambda c: uninstall(c, purge=False, progress=lambda _: None)))
+    asyncio.run(run(lambda c: uninstall(c, purge=False, progress=lambda _: None, launch=detect(c.server))))
 
 
 async def register_webhook_instead(kube: KubeClient) -> None:
@@ -298,7 +302,7 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
 ) -> None:
     offloaded_ns = await make_namespace(labelled=True, strategy="Remote")
     plain = await make_namespace(labelled=False)
-    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=False)
     try:
         if placement == "webhook":
             with pytest.raises(ApiError) as refused:
@@ -308,7 +312,7 @@ async def test_with_the_manager_down_only_the_webhook_holds_offloaded_pods(
             assert required_terms(await create_pod(kube, offloaded_ns)) == [REMOTE_TERM_ALONE]
         assert required_terms(await create_pod(kube, plain)) is None
     finally:
-        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+        await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=True)
 
     placed: list[Obj] = []
 
@@ -331,7 +335,7 @@ async def test_a_namespace_offloading_being_deleted_places_new_pods_no_more(
         pytest.skip("the webhook cannot answer with the manager stopped; pod_patch's skip is unit-tested")
     namespace = await make_namespace(labelled=True, strategy="Remote")
     hold = {"metadata": {"finalizers": ["test.liqo.io/hold"]}}
-    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=False)
     try:
         await kube.patch(NAMESPACE_OFFLOADINGS, names.OFFLOADING, hold, namespace=namespace)
         await kube.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
@@ -349,7 +353,7 @@ async def test_a_namespace_offloading_being_deleted_places_new_pods_no_more(
             await kube.patch(
                 NAMESPACE_OFFLOADINGS, names.OFFLOADING, {"metadata": {"finalizers": None}}, namespace=namespace
             )
-        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+        await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=True)
 
 
 async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_pod_cannot_change(
@@ -381,7 +385,7 @@ async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_po
             return exc.message
         return "allowed"
 
-    await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=False)
+    await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=False)
     try:
 
         async def sent_to_the_webhook() -> bool:
@@ -404,7 +408,7 @@ async def test_with_the_manager_down_a_shadow_pods_bookkeeping_passes_and_its_po
         assert webhook_down in caught.value.message
         assert webhook_down in await answer_to_a_spec_change()
     finally:
-        await asyncio.to_thread(clusters.set_components, installed.name, [manifests.MANAGER], enabled=True)
+        await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=True)
 
     async def manager_back() -> bool:
         # Back, it allows the change (the default policy for consumer "nobody"), or has already removed the
@@ -419,7 +423,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
 ) -> None:
     """The real-cluster path, minus the Deployment: the Secret every replica shares, the caBundle patch."""
     namespace = await make_namespace(labelled=False)
-    dns = registration.service_dns_names(service=manifests.WEBHOOK_SERVICE, namespace=namespace)
+    dns = registration.service_dns_names(service=WEBHOOK_SERVICE, namespace=namespace)
     pairs = await asyncio.gather(
         *(registration.shared_serving_pair(kube, namespace=namespace, dns_names=dns, labels={}) for _ in range(3))
     )
@@ -429,7 +433,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
 
     name = unique("liqo-test-mutator")
     configuration = manifests.pod_webhook_configuration(
-        client_config={"service": {"namespace": namespace, "name": manifests.WEBHOOK_SERVICE, "path": "/mutate/pods"}}
+        client_config={"service": {"namespace": namespace, "name": WEBHOOK_SERVICE, "path": "/mutate/pods"}}
     )
     configuration["metadata"]["name"] = name
     hook = configuration["webhooks"][0]
@@ -441,7 +445,7 @@ async def test_the_manager_publishes_a_shared_serving_ca_for_a_service_webhook(
         published = await kube.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
         client_config = published["webhooks"][0]["clientConfig"]
         assert base64.b64decode(client_config["caBundle"]).decode() == pairs[0].ca
-        assert client_config["service"]["name"] == manifests.WEBHOOK_SERVICE
+        assert client_config["service"]["name"] == WEBHOOK_SERVICE
         assert not await registration.publish_ca_bundle(kube, ca_pem=pairs[0].ca, name=name)  # already there
     finally:
         await kube.delete(MUTATING_WEBHOOK_CONFIGURATIONS, name)

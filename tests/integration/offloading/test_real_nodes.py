@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from liqo.kube.resources import PODS
-from liqo.local.realnodes import images
-from liqo.local.spec import ClusterSpec
+from liqo.localclusters.realnodes import images
+from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     Site,
     install_liqo,

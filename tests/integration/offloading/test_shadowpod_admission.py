@@ -23,9 +23,9 @@ import aiohttp
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES
-from liqo.install import manifests
-from liqo.install.installer import InstallOptions, host_processes
+from liqo.install.installer import InstallOptions
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -38,8 +38,9 @@ from liqo.kube.resources import (
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
 )
-from liqo.local import clusters
-from liqo.local.components import WEBHOOK_CLIENT
+from liqo.localclusters import clusters
+from liqo.localclusters.components import WEBHOOK_CLIENT
+from liqo.localclusters.launch import host_processes
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
 from liqo.offloading.twins import pod_security_labels
 from liqo.peering import operations
@@ -200,7 +201,7 @@ ATTACKS: list[tuple[str, Obj, str]] = [
 async def rome_as_peer(sites: dict[str, Site], rome: KubeClient, offloaded: Offloaded) -> AsyncIterator[KubeClient]:
     """rome's identity on milan, with rome's manager and virtual kubelet stopped meanwhile."""
     identity = await operations.peer_kubeconfig(rome, sites["milan"].cluster_id)
-    components = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+    components = [MANAGER, VIRTUAL_KUBELET]
     name = sites["rome"].cluster.name
     await asyncio.to_thread(clusters.set_components, name, components, enabled=False)
     try:

@@ -15,9 +15,9 @@ import pytest
 
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, object_quota, quota_matches
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.networks import ClusterNetwork, PodNetwork, pods_seen_at, recorded_network, remapped_pod_cidr
 from liqo.api.resources import NAMESPACE_MAPS, NETWORK_CONFIGS, RESOURCE_OFFERS, SHADOW_PODS
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
@@ -50,7 +50,7 @@ from tests.integration.helpers import (
 )
 from tests.shared import eventually
 
-ROME_COMPONENTS = [manifests.MANAGER, manifests.VIRTUAL_KUBELET]
+ROME_COMPONENTS = [MANAGER, VIRTUAL_KUBELET]
 LEASE_COUNT = "count/leases.coordination.k8s.io"
 SERVICE_COUNT = "count/services"
 

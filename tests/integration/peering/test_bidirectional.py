@@ -18,9 +18,9 @@ from typing import Any, cast
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER
 from liqo.api.identity import read_identity
 from liqo.api.resources import FOREIGN_CLUSTERS
-from liqo.install import manifests
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -169,7 +169,7 @@ async def test_a_consumer_enrolling_while_we_declare_our_peering_with_it_gets_on
         )
 
     try:
-        async with stopped(sites["milan"], manifests.MANAGER):
+        async with stopped(sites["milan"], MANAGER):
             if who_looks_first == "provisioner":
                 declare = lambda: operations.peer_out_of_band(milan, command)  # noqa: E731
                 await enrol(cast(KubeClient, Interleaved(milan, declare, looks_at=NAMESPACES)))

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, NETWORK_CONFIGS, SHADOW_PODS
-from liqo.install import manifests
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CSRS, NAMESPACES
-from liqo.local import clusters
+from liqo.localclusters import clusters
 from liqo.network.links import InvalidWord, check_peer_word, read_word
 from liqo.peering import operations
 from liqo.peering.tokens import new_token
@@ -89,7 +89,7 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy[Any], keys: list[str]) -> A
 
 
 async def manager_restarts(site: Site) -> tuple[int, Any]:
-    component = (await asyncio.to_thread(clusters.info, site.cluster.name)).components[manifests.MANAGER]
+    component = (await asyncio.to_thread(clusters.info, site.cluster.name)).components[MANAGER]
     return int(component.get("restarts") or 0), (component.get("process") or {}).get("pid")
 
 
@@ -156,7 +156,7 @@ def rome_on_milan(sites: dict[str, Site]) -> Iterator[Offloaded]:
     async def hold(done: asyncio.Event, made: list[Offloaded]) -> None:
         async with (
             offloaded_to(sites["rome"], sites["milan"], strategy="Remote", prefix="fuzz") as offloaded,
-            stopped(sites["rome"], manifests.MANAGER, manifests.VIRTUAL_KUBELET),
+            stopped(sites["rome"], MANAGER, VIRTUAL_KUBELET),
         ):
             made.append(offloaded)
             await done.wait()

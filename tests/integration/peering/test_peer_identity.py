@@ -28,11 +28,11 @@ from cryptography.x509.oid import NameOID
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
+from liqo.api.components import MANAGER
 from liqo.api.identity import read_cluster_key
 from liqo.api.networks import ClusterNetwork
 from liqo.api.provisioner import Issued, PeerRecord
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES
-from liqo.install import manifests
 from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -495,7 +495,7 @@ async def test_a_cluster_name_with_control_characters_is_refused_naming_the_fiel
         assert await held_for(milan, consumer) == {"foreign clusters": [], "csrs": [], "tenant": None}
         assert command.enrolment is not None
         assert command.enrolment.id in {token.id for token in await enrolment.outstanding(milan)}
-        log = (sites["milan"].cluster.dir.logs / f"{manifests.MANAGER}.log").read_text(errors="replace")
+        log = (sites["milan"].cluster.dir.logs / f"{MANAGER}.log").read_text(errors="replace")
         assert f"refused (400): {answer['reason']}" in log  # the refusal was logged: the request was handled
         assert not [line for line in log.splitlines() if line.startswith(forged)]
         assert "\x1b" not in log

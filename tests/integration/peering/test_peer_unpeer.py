@@ -17,14 +17,15 @@ from typing import Any
 import pytest
 
 from liqo.api import names
+from liqo.api.components import VIRTUAL_KUBELET
 from liqo.api.quantity import parse_quantity
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallError, InstallOptions, install, uninstall
-from liqo.install.manifests import VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
-from liqo.local import clusters
+from liqo.localclusters import clusters
+from liqo.localclusters.launch import detect
 from liqo.peering import enrolment, operations
 from tests.integration.helpers import RUN_ID, Site, expect_clean, kubectl, stopped
 from tests.shared import eventually
@@ -376,14 +377,16 @@ async def test_uninstall_refuses_while_peered_then_purges_everything(
         # Inside the try: a peering that fails half-way is undone too, not left to the next modules.
         await operations.peer(naples, milan, timeout=60)
         with pytest.raises(InstallError, match="peerings are still active"):
-            await uninstall(naples, purge=False, progress=lambda _: None)
+            await uninstall(naples, purge=False, progress=lambda _: None, launch=detect(naples.server))
     finally:
         await operations.unpeer(naples, sites["milan"].cluster_id, timeout=60)
     await expect_clean(naples, milan)
-    await uninstall(naples, purge=True, progress=lambda _: None)
+    await uninstall(naples, purge=True, progress=lambda _: None, launch=detect(naples.server))
     with pytest.raises(NotFoundError):
         await naples.list_all(RESOURCE_OFFERS)  # the CRDs are gone
     with pytest.raises(NotFoundError):
         await naples.get(NAMESPACES, names.LIQO_NAMESPACE)
     assert "liqo-manager" not in {c.name for c in clusters.components(sites["naples"].cluster.name)}
-    await install(naples, InstallOptions(identity_ttl=600), progress=lambda _: None)  # as the other tests expect
+    await install(
+        naples, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(naples.server)
+    )  # as the other tests expect

@@ -18,12 +18,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from liqo.api import names
-from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, PODS, SERVICES
-from liqo.local.realnodes.nodes import UNDERLAY_HOST
+from liqo.localclusters.realnodes.nodes import UNDERLAY_HOST
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
 from tests.integration.helpers import Offloaded, Site, deployment, offloaded_to, pod, stopped, unique

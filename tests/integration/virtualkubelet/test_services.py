@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.resources import SHARING_POLICIES
-from liqo.install.manifests import MANAGER, VIRTUAL_KUBELET
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj

@@ -28,9 +28,9 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from liqo.api import names
+from liqo.api.components import VIRTUAL_KUBELET
 from liqo.install.installer import BY_KIND
 from liqo.install.manifests import (
-    VIRTUAL_KUBELET,
     component_rbac,
     namespace,
     own_approvals_policy,
@@ -40,7 +40,7 @@ from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.resources import CSRS, NODES, PODS
-from liqo.local import clusters
+from liqo.localclusters import clusters
 from tests.integration.helpers import LocalCluster, unique
 from tests.shared import eventually
 

@@ -2,7 +2,7 @@
 
 kubectl talks to rome's API server, which passes its WebSocket through to the virtual kubelet (the virtual
 node declares ``ExtendWebSocketsToKubelet``), which relays it to milan's API server, which hands it to
-milan's KWOK. KWOK plays the containers (liqo.local.components.kwok_config): every port of every pod echoes
+milan's KWOK. KWOK plays the containers (liqo.localclusters.components.kwok_config): every port of every pod echoes
 what it receives, attach follows the cluster's container log, exec runs on this machine in milan's exec
 directory. Nothing is mocked.
 """

@@ -36,14 +36,14 @@ SRC = Path(__file__).resolve().parents[3] / "src" / "liqo"
 
 NOT_OURS = {
     ("apps/virtualkubelet.py", "None"): "the --reflect-secrets choice",
-    ("install/bootstrap.py", "Conflict"): "an HTTP 409's reason",
+    ("peering/bootstrap.py", "Conflict"): "an HTTP 409's reason",
     ("install/installer.py", "Established"): "a CRD's condition type",
     ("install/manifests.py", "Forbidden"): "a ValidatingAdmissionPolicy's reason",
     ("install/manifests.py", "None"): "a webhook's sideEffects, a Service's clusterIP",
     ("kube/csr.py", "Denied"): "a CSR's condition type",
-    ("local/clusters.py", "Ready"): "a Node's condition type",
-    ("local/supervisor.py", "Waiting"): "a local component's state",
-    ("local/supervisor.py", "Pending"): "a local component's state",
+    ("localclusters/clusters.py", "Ready"): "a Node's condition type",
+    ("localclusters/supervisor.py", "Waiting"): "a local component's state",
+    ("localclusters/supervisor.py", "Pending"): "a local component's state",
     ("network/netcheck.py", "Ready"): "a Node's condition type",
     ("offloading/registration.py", "Conflict"): "an HTTP 409's reason",
     ("peering/operations.py", "Waiting"): "what liqoctl prints before any reason",

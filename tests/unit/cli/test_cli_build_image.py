@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from liqo.cli.main import app
-from liqo.local.realnodes import images
+from liqo.localclusters.realnodes import images
 
 
 def test_it_prints_the_cached_archive_and_the_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,10 +6,10 @@ import pytest
 from typer.testing import CliRunner
 
 from liqo.cli.main import app
-from liqo.local import clusters
-from liqo.local.clusters import ClusterInfo
-from liqo.local.layout import ClusterDir, write_json
-from liqo.local.spec import ClusterSpec, SpecRequest
+from liqo.localclusters import clusters
+from liqo.localclusters.clusters import ClusterInfo
+from liqo.localclusters.layout import ClusterDir, write_json
+from liqo.localclusters.spec import ClusterSpec, SpecRequest
 
 STORED = ClusterSpec(name="rome", nodes=0, real_nodes=1)
 

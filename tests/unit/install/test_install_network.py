@@ -9,8 +9,8 @@ import pytest
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork
-from liqo.install.bootstrap import InvalidSettings, identity_configmap, identity_from_settings
 from liqo.install.installer import InstallError, resolve_network
+from liqo.peering.bootstrap import InvalidSettings, identity_configmap, identity_from_settings
 from tests.unit.helpers import install_manifests
 
 LOCAL = ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16")

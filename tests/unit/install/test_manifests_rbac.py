@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import bounds, names
-from liqo.install import fabric, manifests
+from liqo.api.components import GATEWAY, MANAGER
+from liqo.install import manifests
 from liqo.install.installer import _admission_policies
 from liqo.offloading.twins import twin_rules, twin_writer_rules
 from liqo.peering.provisioning import peer_rules
@@ -72,12 +73,12 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
     local = granted(manifests.manager_namespace_rules())
     assert {(resource, verb, name) for _, resource, verb, name in local} == {
         ("leases", "create", "*"),
-        ("leases", "get", manifests.MANAGER),
-        ("leases", "update", manifests.MANAGER),
+        ("leases", "get", MANAGER),
+        ("leases", "update", MANAGER),
         ("configmaps", "get", names.CLUSTER_IDENTITY),
         ("configmaps", "get", "kube-root-ca.crt"),
         ("secrets", "update", "liqo-manager-tls"),
-        # The identity the manager derives from the install's settings (liqo.install.bootstrap).
+        # The identity the manager derives from the install's settings (liqo.peering.bootstrap).
         ("configmaps", "get", "liqo-settings"),
         ("configmaps", "create", "*"),
         ("configmaps", "patch", "liqo-cluster-identity"),
@@ -87,7 +88,7 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
             for resource in ("deployments", "services")
             for verb in (*READ, "create", "patch", "delete")
         },
-        *{("podtemplates", verb, fabric.GATEWAY) for verb in READ},
+        *{("podtemplates", verb, GATEWAY) for verb in READ},
     }
 
 
@@ -97,33 +98,29 @@ def test_install_puts_the_peer_cluster_roles_and_the_managers_role_in_liqo() -> 
     assert roles[names.PEER_TENANT_ROLE]["rules"] == peer_rules()
     assert roles[names.PEER_TWIN_ROLE]["rules"] == twin_rules()
     assert roles[names.PEER_TWIN_WRITER_ROLE]["rules"] == twin_writer_rules()
-    [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == manifests.MANAGER]
-    [binding] = [i for i in items if i["kind"] == "RoleBinding" and i["metadata"]["name"] == manifests.MANAGER]
+    [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == MANAGER]
+    [binding] = [i for i in items if i["kind"] == "RoleBinding" and i["metadata"]["name"] == MANAGER]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == names.LIQO_NAMESPACE
     assert role["rules"] == manifests.manager_namespace_rules()
-    [cluster_binding] = [
-        i for i in items if i["kind"] == "ClusterRoleBinding" and i["metadata"]["name"] == manifests.MANAGER
-    ]
+    [cluster_binding] = [i for i in items if i["kind"] == "ClusterRoleBinding" and i["metadata"]["name"] == MANAGER]
     assert binding["subjects"] == cluster_binding["subjects"]
-    assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "Role", "name": manifests.MANAGER}
+    assert binding["roleRef"] == {"apiGroup": RBAC, "kind": "Role", "name": MANAGER}
     # The namespace exists before the Role in it; the peer ClusterRoles before the manager that binds them.
     kinds = [(i["kind"], i["metadata"]["name"]) for i in items]
-    assert kinds.index(("Namespace", names.LIQO_NAMESPACE)) < kinds.index(("Role", manifests.MANAGER))
-    assert kinds.index(("ClusterRole", names.PEER_TWIN_ROLE)) < kinds.index(("Deployment", manifests.MANAGER))
+    assert kinds.index(("Namespace", names.LIQO_NAMESPACE)) < kinds.index(("Role", MANAGER))
+    assert kinds.index(("ClusterRole", names.PEER_TWIN_ROLE)) < kinds.index(("Deployment", MANAGER))
 
 
 def test_the_reserved_namespaces_reach_the_managers_deployment() -> None:
     [deployment] = [
         i
         for i in install_manifests(reserved_namespaces=("cert-manager", "team-*"))
-        if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
+        if i["kind"] == "Deployment" and i["metadata"]["name"] == MANAGER
     ]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--reserved-namespaces=cert-manager,team-*" in args
     assert "--identity-ttl=7200" in args
-    [plain] = [
-        i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
-    ]
+    [plain] = [i for i in install_manifests() if i["kind"] == "Deployment" and i["metadata"]["name"] == MANAGER]
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "reserved" in a]
 
 
@@ -132,7 +129,7 @@ def test_the_quotas_reach_the_managers_deployment_and_read_back_over_the_default
     [deployment] = [
         i
         for i in install_manifests(twin_quota=dict(bounds.DEFAULT_TWIN_QUOTA) | quota)
-        if i["kind"] == "Deployment" and i["metadata"]["name"] == manifests.MANAGER
+        if i["kind"] == "Deployment" and i["metadata"]["name"] == MANAGER
     ]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     [twin] = [a.removeprefix("--twin-quota=") for a in args if a.startswith("--twin-quota=")]

@@ -1,1 +1,0 @@
-"""liqo.local: local clusters, their real nodes, liqo's image on them, concurrent ``liqoctl local``."""

@@ -18,6 +18,7 @@ from liqo.api.components import GATEWAY
 from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
+from liqo.kube.shell import Shell
 from liqo.network import gateways
 from liqo.network.gateway import Gateway, forwarding_enabled
 from liqo.network.runner import ProcessRunner
@@ -49,9 +50,7 @@ async def run(args: argparse.Namespace) -> None:
         log.error("net.ipv4.ip_forward is off in this pod: set it in the pod's securityContext.sysctls")
         sys.exit(1)
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
-    serving = asyncio.Event()
-    metrics = await operability.start_metrics(args, ready=serving.is_set)
-    async with KubeClient(access=access, name="local") as client:
+    async with KubeClient(access=access, name="local") as client, Shell(metrics_address=args.metrics_address) as shell:
         gateway = Gateway(
             client=client,
             runner=ProcessRunner(),
@@ -60,10 +59,8 @@ async def run(args: argparse.Namespace) -> None:
             key_file=args.key_file,
             pools=args.peer_pools,
         )
-        serving.set()
-        await operability.until_signalled(gateway.run())
-    if metrics is not None:
-        await metrics.cleanup()
+        shell.serving()
+        await shell.run(gateway.run())
 
 
 def main(argv: list[str] | None = None) -> None:

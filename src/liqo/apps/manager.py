@@ -15,14 +15,12 @@ import argparse
 import asyncio
 import logging
 import math
-import os
-import secrets
-import signal
 import socket
 import ssl
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from ipaddress import IPv4Network
 
 from aiohttp import web
@@ -43,9 +41,8 @@ from liqo.kube.component import run_components
 from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
-from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
-from liqo.kube.metrics import CacheCollector, registered
 from liqo.kube.resources import CONFIGMAPS
+from liqo.kube.shell import Leadership, Shell
 from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
@@ -81,7 +78,6 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
 
-LISTEN_BACKLOG = 1024
 SETTINGS_REFRESH = 3.0
 """Seconds between two reads of the settings (a re-install waits for the identity they make)."""
 LEASE = MANAGER
@@ -211,10 +207,10 @@ def _reserved_subnets(text: str) -> tuple[IPNetwork, ...]:
 async def run(args: argparse.Namespace) -> None:
     """Serve authentication and the webhooks, campaign for the lease, run the controllers while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
-    serving = asyncio.Event()
-    # Up before the waits below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
-    metrics = await operability.start_metrics(args, ready=serving.is_set)
-    async with KubeClient(access=access, name="local") as client:
+    async with (
+        KubeClient(access=access, name="local") as client,
+        Shell(metrics_address=args.metrics_address, shutdown_delay=args.shutdown_delay) as shell,
+    ):
         settings = await poll_until(
             lambda: read_settings(client),
             timeout=3600,
@@ -230,67 +226,33 @@ async def run(args: argparse.Namespace) -> None:
         selection = PolicySelection()
         auth_tls = _server_tls(args.auth_cert, args.auth_key, shared)
         webhook_tls = _server_tls(args.webhook_cert, args.webhook_key, shared)
-        runners = [
-            await _serve_auth(client, local=local, network=network, key=key, args=args, tls=auth_tls),
-            await _serve_webhooks(client, args, webhook_tls, selection),
-        ]
-        rotation = None
+        await _serve_auth(shell, client, local=local, network=network, key=key, args=args, tls=auth_tls)
+        await _serve_webhooks(shell, client, args, webhook_tls, selection)
+        loops = [_settings_changed(client, settings)]
         if shared is not None:
             # The pair is the Secret's, not ours: follow it (and publish its CA) for as long as we serve it.
             await registration.publish_ca_bundles(client, ca_pem=shared.ca)
             followed = [tls for tls, own in ((auth_tls, args.auth_cert), (webhook_tls, args.webhook_cert)) if not own]
-            rotation = asyncio.create_task(_follow_shared_pair(client, shared, followed))
-        serving.set()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        settings_changed = asyncio.create_task(_settings_changed(client, settings))
-        elector = LeaderElector(
-            client=client,
-            namespace=names.LIQO_NAMESPACE,
-            name=LEASE,
-            identity=f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}",
-            observe_period=STANDBY_OBSERVE_PERIOD,
+            loops.append(_follow_shared_pair(client, shared, followed))
+        shell.serving()
+        controllers = partial(
+            _controllers,
+            client,
+            local,
+            network,
+            key,
+            selection=selection,
+            reserved_namespaces=args.reserved_namespaces,
+            reserved_subnets=args.reserved_subnets,
+            twin_quota=args.twin_quota,
+            peer_pools=args.peer_pools,
         )
-        campaign = asyncio.create_task(
-            elector.run(
-                lambda: _controllers(
-                    client,
-                    local,
-                    network,
-                    key,
-                    selection=selection,
-                    reserved_namespaces=args.reserved_namespaces,
-                    reserved_subnets=args.reserved_subnets,
-                    twin_quota=args.twin_quota,
-                    peer_pools=args.peer_pools,
-                )
-            )
+        # The controllers ending by themselves (a crash, a lost lease) raise here: the process exits non-zero
+        # and the supervisor or the kubelet restarts a fresh candidate, the reason in the log.
+        await shell.run(
+            *loops,
+            leadership=Leadership(client=client, namespace=names.LIQO_NAMESPACE, lease=LEASE, leading=controllers),
         )
-        with registered(CacheCollector([elector.gauge])):
-            await asyncio.wait(
-                [campaign, settings_changed, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED
-            )
-            campaign.cancel()
-            settings_changed.cancel()
-            if rotation is not None:
-                rotation.cancel()
-            if args.shutdown_delay:
-                # A terminating pod's endpoint is withdrawn asynchronously (EndpointSlice, then every node's
-                # proxy): calls still arrive for a moment, and a closed port would refuse pods at admission.
-                log.info("leadership released; answering for %.0f s more", args.shutdown_delay)
-                await asyncio.sleep(args.shutdown_delay)
-            await asyncio.gather(campaign, *([rotation] if rotation else []), return_exceptions=True)
-        for runner in runners:
-            await runner.cleanup()
-    if metrics is not None:
-        await metrics.cleanup()
-    # The controllers ended by themselves (a crash, a lost lease): say why and exit non-zero, so that the
-    # supervisor or the kubelet restarts a fresh candidate and the reason is in the log.
-    failure = None if campaign.cancelled() else campaign.exception()
-    if failure is not None:
-        raise failure
 
 
 async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> None:
@@ -312,6 +274,7 @@ async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> Non
 
 
 async def _serve_auth(
+    shell: Shell,
     client: KubeClient,
     *,
     local: ClusterIdentity,
@@ -319,7 +282,7 @@ async def _serve_auth(
     key: ClusterKey,
     args: argparse.Namespace,
     tls: ssl.SSLContext,
-) -> web.AppRunner:
+) -> None:
     root_ca = await client.get(CONFIGMAPS, "kube-root-ca.crt", namespace=names.LIQO_NAMESPACE)
     endpoint = build_auth_endpoint(
         client,
@@ -332,9 +295,8 @@ async def _serve_auth(
         rate_limit=RateLimit(burst=args.auth_burst, per_second=args.auth_rate),
         tenant_quota=args.tenant_quota,
     )
-    runner = await _start(endpoint.app, args.auth_address, tls)
+    await shell.listen(endpoint.app, args.auth_address, tls)
     log.info("authentication endpoint on https://%s", args.auth_address)
-    return runner
 
 
 @dataclass(frozen=True)
@@ -389,8 +351,8 @@ def build_auth_endpoint(
 
 
 async def _serve_webhooks(
-    client: KubeClient, args: argparse.Namespace, tls: ssl.SSLContext, selection: PolicySelection
-) -> web.AppRunner:
+    shell: Shell, client: KubeClient, args: argparse.Namespace, tls: ssl.SSLContext, selection: PolicySelection
+) -> None:
     """The webhooks, on their own listener: peers reach the authentication one, never this one."""
     app = web.Application(client_max_size=MAX_REVIEW)
     PodWebhook(client=client).attach(app)
@@ -400,19 +362,8 @@ async def _serve_webhooks(
         # fails the TLS handshake before any request is read.
         tls.verify_mode = ssl.CERT_REQUIRED
         tls.load_verify_locations(cafile=args.webhook_client_ca)
-    runner = await _start(app, args.webhook_address, tls)
+    await shell.listen(app, args.webhook_address, tls)
     log.info("webhooks on https://%s", args.webhook_address)
-    return runner
-
-
-async def _start(app: web.Application, address: str, tls: ssl.SSLContext) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    host, _, port = address.rpartition(":")
-    # A ReplicaSet creating hundreds of pods at once makes the API server open as many connections to the
-    # webhook; with the default backlog (128) the rest are dropped and retried a second later.
-    await web.TCPSite(runner, host, int(port), ssl_context=tls, backlog=LISTEN_BACKLOG).start()
-    return runner
 
 
 async def _shared_pair(client: KubeClient) -> registration.ServingPair:

@@ -16,6 +16,7 @@ from liqo.api.components import NETWORK_AGENT
 from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
+from liqo.kube.shell import Shell
 from liqo.network.agent import NodeAgent
 from liqo.network.runner import ProcessRunner
 
@@ -41,14 +42,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     """Run the agent until SIGTERM. Routes and rules stay: a restarted agent finds them right, not missing."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
-    serving = asyncio.Event()
-    metrics = await operability.start_metrics(args, ready=serving.is_set)
-    async with KubeClient(access=access, name="local") as client:
+    async with KubeClient(access=access, name="local") as client, Shell(metrics_address=args.metrics_address) as shell:
         agent = NodeAgent(client=client, runner=ProcessRunner(), node_name=args.node_name, pools=args.peer_pools)
-        serving.set()
-        await operability.until_signalled(agent.pods.run(), agent.controller.run())
-    if metrics is not None:
-        await metrics.cleanup()
+        shell.serving()
+        await shell.run(agent.pods.run(), agent.controller.run())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,15 +20,12 @@ import argparse
 import asyncio
 import ipaddress
 import logging
-import os
-import secrets
-import signal
 import socket
 import ssl
 import sys
+from collections.abc import Coroutine
 from functools import partial
-
-from aiohttp import web
+from typing import Any
 
 from liqo.api import names
 from liqo.api.components import KUBELET_PORT, VIRTUAL_KUBELET
@@ -37,8 +34,7 @@ from liqo.apps import operability
 from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
-from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
-from liqo.kube.metrics import CacheCollector, registered
+from liqo.kube.shell import Leadership, Shell, holder_identity
 from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
@@ -132,10 +128,10 @@ def _tls(args: argparse.Namespace) -> ssl.SSLContext:
 
 async def _serve_signed_by_the_cluster(
     client: KubeClient, tls: ssl.SSLContext, *, node_address: str
-) -> asyncio.Task[None]:
+) -> Coroutine[Any, Any, None]:
     """Load a kubelet serving certificate of ``node_address`` signed by the cluster into ``tls``.
 
-    Returns the task that keeps it renewed there.
+    Returns the loop that keeps it renewed there.
     """
     obtain = partial(
         csr.issue_kubelet_serving,
@@ -149,21 +145,18 @@ async def _serve_signed_by_the_cluster(
     pair = await obtain()
     pair.load_into(tls)
     log.info("serving a certificate signed by the cluster for %s, valid until %s", node_address, pair.not_after)
-    return asyncio.create_task(csr.keep_renewed(obtain, current=pair, install=lambda new: new.load_into(tls)))
+    return csr.keep_renewed(obtain, current=pair, install=lambda new: new.load_into(tls))
 
 
 async def run(args: argparse.Namespace) -> None:
     """Serve the kubelet API, campaign for the lease, run the virtual nodes while leading."""
     access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
-    host, _, port = args.listen.rpartition(":")
-    serving = asyncio.Event()
-    # Up before the wait below, so that a probe tells "alive, not ready" from "dead" while liqo is installed.
-    metrics = await operability.start_metrics(args, ready=serving.is_set)
-    async with KubeClient(access=access, name="local") as client:
+    port = args.listen.rpartition(":")[2]
+    async with KubeClient(access=access, name="local") as client, Shell(metrics_address=args.metrics_address) as shell:
         local = await poll_until(
             lambda: read_identity(client), timeout=3600, interval=2, message="liqo is not installed on this cluster"
         )
-        identity = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        identity = holder_identity()
         kubelets = VirtualKubelets(
             client=client,
             home_cluster_id=local.cluster_id,
@@ -187,38 +180,16 @@ async def run(args: argparse.Namespace) -> None:
             return reflector.remote_of(namespace, pod) if reflector else None
 
         tls = _tls(args)
-        tasks: list[asyncio.Task[None]] = []
+        loops = []
         if args.serving_cert == "csr":
-            tasks.append(await _serve_signed_by_the_cluster(client, tls, node_address=args.node_address))
-        runner = web.AppRunner(kubelet_app(locate=locate, require_client_cert=bool(args.client_ca)), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, int(port), ssl_context=tls).start()
+            loops.append(await _serve_signed_by_the_cluster(client, tls, node_address=args.node_address))
+        await shell.listen(kubelet_app(locate=locate, require_client_cert=bool(args.client_ca)), args.listen, tls)
         log.info("kubelet API on https://%s", args.listen)
-        serving.set()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        elector = LeaderElector(
-            client=client,
-            namespace=names.LIQO_NAMESPACE,
-            name=LEASE,
-            identity=identity,
-            observe_period=STANDBY_OBSERVE_PERIOD,
+        shell.serving()
+        leadership = Leadership(
+            client=client, namespace=names.LIQO_NAMESPACE, lease=LEASE, leading=kubelets.run, identity=identity
         )
-        tasks.append(asyncio.create_task(elector.run(kubelets.run)))
-        with registered(CacheCollector([elector.gauge, *kubelets.gauges])):
-            await asyncio.wait([*tasks, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            for task in tasks:
-                task.cancel()
-            ended = await asyncio.gather(*tasks, return_exceptions=True)
-        await runner.cleanup()
-    if metrics is not None:
-        await metrics.cleanup()
-    # A task that failed by itself (not cancelled above) says why the process stops.
-    for outcome in ended:
-        if isinstance(outcome, Exception):
-            raise outcome
+        await shell.run(*loops, leadership=leadership, gauges=kubelets.gauges)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,6 +23,7 @@ from liqo.kube import kubeconfig
 from liqo.kube.errors import GoneError, NotFoundError, UnreachableError, api_error
 from liqo.kube.kubeconfig import Access, Authenticator
 from liqo.kube.resources import Resource
+from liqo.kube.websocket import WebSocket
 
 FIELD_MANAGER = "liqo"
 """The one server-side-apply field manager every component of ours writes with."""
@@ -448,7 +449,7 @@ class KubeClient:
 
     async def websocket(
         self, path: str, *, query: Sequence[tuple[str, str]], protocols: tuple[str, ...] = ()
-    ) -> aiohttp.ClientWebSocketResponse:
+    ) -> WebSocket:
         """Open a WebSocket to ``path`` (``pods/exec``, ``attach``, ``portforward``); the caller closes it.
 
         ``protocols`` are offered in that order. ``query`` is a list of pairs because exec repeats ``command``
@@ -461,7 +462,7 @@ class KubeClient:
         # No Accept: a real kubelet's and kwok's streaming routes answer 406 to application/json.
         headers = {key: value for key, value in (await self._headers(None)).items() if key != "Accept"}
         try:
-            return await self._session_for_requests().ws_connect(
+            socket = await self._session_for_requests().ws_connect(
                 self.server + path, params=list(query), headers=headers, protocols=protocols, max_msg_size=0
             )
         except aiohttp.WSServerHandshakeError as exc:
@@ -470,6 +471,7 @@ class KubeClient:
             raise api_error(exc.status, await self._refusal(path, query=query, status=exc.status)) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise UnreachableError(f"{self.name}: websocket {path}: {exc}") from exc
+        return WebSocket(socket)
 
     async def _refusal(self, path: str, *, query: Sequence[tuple[str, str]], status: int) -> dict[str, Any]:
         """Why the server refused a WebSocket to ``path`` with ``status``: aiohttp keeps no body of a refusal.

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from liqo.kube.client import KubeClient
@@ -71,10 +70,10 @@ async def execute(
     status: dict[str, Any] = {}
     try:
         async with asyncio.timeout(timeout):
-            async for message in socket:
-                if message.type is not aiohttp.WSMsgType.BINARY or not message.data:
+            async for frame in socket.frames():
+                if not isinstance(frame, bytes) or not frame:
                     continue
-                channel, payload = message.data[0], message.data[1:]
+                channel, payload = frame[0], frame[1:]
                 if channel == STDOUT:
                     out += payload
                 elif channel == STDERR:

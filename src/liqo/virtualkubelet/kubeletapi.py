@@ -49,7 +49,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -57,6 +56,7 @@ from aiohttp import web
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.resources import PODS
+from liqo.kube.websocket import WebSocket
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +120,19 @@ def relayed_close_code(received: int | None) -> int:
     return received
 
 
-async def _relay(source: aiohttp.ClientWebSocketResponse | web.WebSocketResponse, sink: Any) -> None:
-    async for message in source:
-        if message.type == aiohttp.WSMsgType.BINARY:
-            await sink.send_bytes(message.data)
-        elif message.type == aiohttp.WSMsgType.TEXT:
-            await sink.send_str(message.data)
-        else:
+async def _to_provider(client: web.WebSocketResponse, provider: WebSocket) -> None:
+    async for message in client:
+        if message.type not in (aiohttp.WSMsgType.BINARY, aiohttp.WSMsgType.TEXT):
             break
+        await provider.send(message.data)
+
+
+async def _to_client(provider: WebSocket, client: web.WebSocketResponse) -> None:
+    async for frame in provider.frames():
+        if isinstance(frame, bytes):
+            await client.send_bytes(frame)
+        else:
+            await client.send_str(frame)
 
 
 REFUSAL_MEMORY_SECONDS = 30.0
@@ -229,10 +234,10 @@ class _Handlers:
         return type(kept[1])(text=kept[1].text)
 
 
-async def _relay_both_ways(downstream: web.WebSocketResponse, upstream: aiohttp.ClientWebSocketResponse) -> None:
+async def _relay_both_ways(downstream: web.WebSocketResponse, upstream: WebSocket) -> None:
     """Relay until either side's stream ends, then close the other with the code that side gave."""
-    to_provider = asyncio.create_task(_relay(downstream, upstream))
-    to_client = asyncio.create_task(_relay(upstream, downstream))
+    to_provider = asyncio.create_task(_to_provider(downstream, upstream))
+    to_client = asyncio.create_task(_to_client(upstream, downstream))
     done, pending = await asyncio.wait((to_provider, to_client), return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()

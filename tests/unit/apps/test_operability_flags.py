@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from liqo.apps import gateway, manager, networkagent, operability, virtualkubelet
+from liqo.apps import gateway, manager, networkagent, virtualkubelet
+from liqo.kube.shell import Shell
 from liqo.network import ipam
 
 PARSERS = [manager.parse_args, virtualkubelet.parse_args]
@@ -44,7 +45,8 @@ async def test_a_port_taken_leaves_the_component_running_without_metrics(caplog:
         taken.listen()
         port = taken.getsockname()[1]
         args = manager.parse_args([f"--metrics-address=127.0.0.1:{port}"])
-        assert await operability.start_metrics(args, ready=lambda: True) is None
+        async with Shell(metrics_address=args.metrics_address) as shell:
+            assert shell.metrics is None
     assert f"cannot listen on 127.0.0.1:{port}" in caplog.text
 
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import orjson
 
 from liqo.api import names
-from liqo.api.crds import CLUSTER_UUID_PATTERN
+from liqo.api.crds.schema import CLUSTER_UUID_PATTERN
 from liqo.kube.client import KubeClient
 from liqo.kube.kubeconfig import Access, KubeconfigError, load_sealed
 from liqo.kube.printable import printable

@@ -32,7 +32,7 @@ import orjson
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.components import AUTH_SERVICE, GATEWAY, MANAGER, NETWORK_AGENT, VIRTUAL_KUBELET, WEBHOOK_SERVICE
-from liqo.api.crds import crd_name
+from liqo.api.crds.schema import crd_name
 from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork

@@ -76,7 +76,7 @@ from liqo.api.bounds import (
     recount,
     uncounted,
 )
-from liqo.api.crds import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
+from liqo.api.crds.schema import DNS_LABEL_MAX_LENGTH, DNS_LABEL_PATTERN, NAME_OR_PREFIX_PATTERN
 from liqo.api.foreignclusters import ForeignClusters, peer_key
 from liqo.api.networks import ClusterNetwork, IPNetwork, PodNetwork, pods_seen_at
 from liqo.api.networks import remapped_pod_cidr as remapped

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from liqo.api import names
-from liqo.api.crds import NAMESPACE_MAPPING_STRATEGIES, POD_OFFLOADING_STRATEGIES
+from liqo.api.crds.schema import NAMESPACE_MAPPING_STRATEGIES, POD_OFFLOADING_STRATEGIES
 from liqo.api.identity import read_identity
 from liqo.api.offloadings import OffloadingPhase, TwinPhase
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, VIRTUAL_NODES

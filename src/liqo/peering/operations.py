@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from liqo.api import names
-from liqo.api.crds import KEY_FINGERPRINT_PATTERN
+from liqo.api.crds.schema import KEY_FINGERPRINT_PATTERN
 from liqo.api.foreignclusters import ConditionStatus as Status
 from liqo.api.foreignclusters import ConditionType, Reason, record_of
 from liqo.api.identity import ClusterIdentity, read_identity

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from liqo.api.crds import MAX_ALLOWED_KEYS, MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
+from liqo.api.crds.schema import MAX_ALLOWED_KEYS, MAX_ALLOWED_TWIN_NAMES, MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import (
     FOREIGN_CLUSTERS,
     NAMESPACE_MAPS,

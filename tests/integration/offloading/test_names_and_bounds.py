@@ -19,7 +19,7 @@ import pytest
 
 from liqo.api import names
 from liqo.api.components import MANAGER, VIRTUAL_KUBELET
-from liqo.api.crds import MAX_NAMESPACE_MAPPINGS
+from liqo.api.crds.schema import MAX_NAMESPACE_MAPPINGS
 from liqo.api.resources import NAMESPACE_MAPS, SHADOW_PODS, VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from liqo.api import names
-from liqo.api.crds import (
+from liqo.api.crds import all_crds
+from liqo.api.crds.schema import (
     CLUSTER_ID_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     NAME_OR_PREFIX_PATTERN,
     QUANTITY_PATTERN,
-    all_crds,
     crd_name,
 )
 from liqo.api.resources import ALL, FOREIGN_CLUSTERS, VIRTUAL_NODES

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liqo.api.crds import QUANTITY_PATTERN
+from liqo.api.crds.schema import QUANTITY_PATTERN
 from liqo.api.quantity import QuantityError, format_quantity, is_byte_resource, parse_quantity, round_down
 
 RESOURCES = ["cpu", "memory", "ephemeral-storage", "hugepages-2Mi", "pods", "nvidia.com/gpu"]

@@ -87,7 +87,7 @@ from liqo.localclusters.layout import ClusterDir, read_json
 from liqo.localclusters.realnodes import images
 from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
 from liqo.localclusters.spec import ClusterSpec
-from liqo.network import gateway as fabric_gateway
+from liqo.network import gateway_loop as fabric_gateway
 from liqo.network import wireguard
 from liqo.peering import operations as peering
 

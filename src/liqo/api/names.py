@@ -217,7 +217,7 @@ def twin_namespace(namespace: str, *, home_cluster_id: str, enforce_same_name: b
 
     The suffix keeps two consumers' namespaces of the same name apart on one provider; a long name is cut so
     that the result stays a DNS label and the suffix survives. A provider gives the suffixed name; the same
-    name only where its SharingPolicy for the consumer allows it (``liqo.offloading.namespacemaps``).
+    name only where its SharingPolicy for the consumer allows it (``liqo.offloading.provider_namespaces``).
     """
     if enforce_same_name:
         return namespace

@@ -1,9 +1,9 @@
 """``python -m liqo.apps.gateway``: the WireGuard gateway to one peer (a pod the manager makes per peer).
 
-Wiring only (:mod:`liqo.network.gateway` holds the loop). It runs as root with ``NET_ADMIN`` alone, in a
+Wiring only (:mod:`liqo.network.gateway_loop` holds the loop). It runs as root with ``NET_ADMIN`` alone, in a
 pod network namespace of its own: what it changes is that namespace's interfaces, routes and nftables.
 Which peer it serves and where its private key is come from the environment and a mounted Secret the
-manager set (:mod:`liqo.network.gateways`); everything else it reads from the two NetworkConfigs.
+manager set (:mod:`liqo.network.gateway_objects`); everything else it reads from the two NetworkConfigs.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from liqo.apps import operability, peerpools
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.shell import Shell
-from liqo.network import gateways
-from liqo.network.gateway import Gateway, forwarding_enabled
+from liqo.network import gateway_objects
+from liqo.network.gateway_loop import Gateway, forwarding_enabled
 from liqo.network.runner import ProcessRunner
 
 log = logging.getLogger("liqo.gateway")
@@ -30,16 +30,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The gateway's flags."""
     parser = argparse.ArgumentParser(prog=GATEWAY, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", help="kubeconfig to use (default: in-cluster credentials)")
-    parser.add_argument("--local-id", default=os.environ.get(gateways.ENV_LOCAL_ID), help="this cluster's ID")
-    parser.add_argument("--peer-id", default=os.environ.get(gateways.ENV_PEER_ID), help="the peer's cluster ID")
+    parser.add_argument("--local-id", default=os.environ.get(gateway_objects.ENV_LOCAL_ID), help="this cluster's ID")
+    parser.add_argument("--peer-id", default=os.environ.get(gateway_objects.ENV_PEER_ID), help="the peer's cluster ID")
     parser.add_argument(
-        "--key-file", default=f"{gateways.KEY_DIR}/{gateways.KEY_FILE}", help="the WireGuard private key's file"
+        "--key-file",
+        default=f"{gateway_objects.KEY_DIR}/{gateway_objects.KEY_FILE}",
+        help="the WireGuard private key's file",
     )
     peerpools.add_flag(parser)
     operability.add_flags(parser)
     args = parser.parse_args(argv)
     if not args.local_id or not args.peer_id:
-        parser.error(f"--local-id and --peer-id (or ${gateways.ENV_LOCAL_ID}, ${gateways.ENV_PEER_ID}) are required")
+        local, peer = gateway_objects.ENV_LOCAL_ID, gateway_objects.ENV_PEER_ID
+        parser.error(f"--local-id and --peer-id (or ${local}, ${peer}) are required")
     return args
 
 

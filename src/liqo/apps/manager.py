@@ -47,12 +47,12 @@ from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
-from liqo.offloading.admission import ShadowPodWebhook
+from liqo.offloading.consumer_namespaces import NamespaceOffloadings
 from liqo.offloading.heartbeats import Heartbeats
-from liqo.offloading.namespacemaps import NamespaceMapController, parse_reserved
-from liqo.offloading.namespaces import NamespaceOffloadings
+from liqo.offloading.pod_webhook import MAX_REVIEW, PodWebhook
+from liqo.offloading.provider_namespaces import NamespaceMapController, parse_reserved
+from liqo.offloading.shadowpod_webhook import ShadowPodWebhook
 from liqo.offloading.shadowpods import ShadowPods
-from liqo.offloading.webhook import MAX_REVIEW, PodWebhook
 from liqo.peering.authcaches import AuthCaches
 from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit, auth_app

@@ -19,7 +19,7 @@ from liqo.kube.printable import describe, unprintable
 from liqo.localclusters.launch import detect
 from liqo.localclusters.spec import parse_labels
 from liqo.network import ipam
-from liqo.offloading.namespacemaps import parse_reserved
+from liqo.offloading.provider_namespaces import parse_reserved
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit
 from liqo.peering.enrolment import DEFAULT_MAX_PENDING_TENANTS, DEFAULT_MAX_TENANTS, TenantLimits
 

@@ -1,4 +1,4 @@
-"""``liqoctl test network``: probe pod-to-pod traffic with every provider, both ways (liqo.network.netcheck)."""
+"""``liqoctl test network``: probe pod-to-pod traffic with every provider, both ways (liqo.network.testrun)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, out, progress, table
 from liqo.localclusters.realnodes.images import TOOLBOX_PINNED
-from liqo.network import netcheck
+from liqo.network import testrun
 from liqo.offloading import operations as offloading
 from liqo.offloading.operations import OffloadingError
 
@@ -39,13 +39,13 @@ def network_check(
         async with client_for(kubeconfig, context) as client:
             identity = await read_identity(client)
             if identity is None or identity.network is None:
-                raise netcheck.NetworkCheckError("liqo is not installed on this cluster")
-            namespace = netcheck.new_namespace()
-            await netcheck.create_namespace(client, namespace)
+                raise testrun.NetworkCheckError("liqo is not installed on this cluster")
+            namespace = testrun.new_namespace()
+            await testrun.create_namespace(client, namespace)
             try:
                 await offloading.offload(client, namespace, pod_offloading_strategy="LocalAndRemote")
                 await offloading.wait_offloaded(client, namespace, timeout=timeout, progress=progress)
-                results = await netcheck.run_check(
+                results = await testrun.run_check(
                     client,
                     namespace=namespace,
                     local_id=identity.cluster_id,
@@ -58,13 +58,13 @@ def network_check(
                 if keep:
                     progress(f"kept namespace {namespace}")
                 else:
-                    await netcheck.delete_namespace(client, namespace)
-            return netcheck.as_json(results)
+                    await testrun.delete_namespace(client, namespace)
+            return testrun.as_json(results)
 
     with expected_errors():
         try:
             results = asyncio.run(run())
-        except (netcheck.NetworkCheckError, OffloadingError) as exc:
+        except (testrun.NetworkCheckError, OffloadingError) as exc:
             fail(str(exc))
     failed = [r for r in results if not r["ok"]]
     if not emit({"passed": not failed, "results": results}, fmt=output):

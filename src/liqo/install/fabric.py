@@ -3,7 +3,7 @@
 The fabric needs nodes that run pods with ``NET_ADMIN`` and ``/dev/net/tun`` (gateways) and in the node's
 network (the agent), so it is part of an install that runs liqo as pods (``network.fabric.enabled``); a
 local cluster without real nodes has no such node and leaves it out. The manager makes one gateway per
-peer from the PodTemplate rendered here (:mod:`liqo.network.gateways`): what a gateway pod looks like on
+peer from the PodTemplate rendered here (:mod:`liqo.network.gateway_objects`): what a gateway pod looks like on
 this cluster is the install's business, which peer it serves the manager's.
 
 Rights, each the least its holder needs (docs/security.md, "The network fabric"):
@@ -26,7 +26,7 @@ from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.components import GATEWAY, NETWORK_AGENT
 from liqo.install.values import Values
-from liqo.network import gateways
+from liqo.network import gateway_objects
 from liqo.network.links import WIREGUARD_PORT
 
 TUN = "/dev/net/tun"
@@ -118,7 +118,7 @@ def _net_admin() -> dict[str, Any]:
 def gateway_template(values: Values) -> Manifest:
     """The PodTemplate every gateway is made from (the manager adds the peer, its key and its route)."""
     container = {
-        "name": gateways.CONTAINER,
+        "name": gateway_objects.CONTAINER,
         "image": values.image,
         "imagePullPolicy": values.image_pull_policy,
         "command": ["python3", "-m", "liqo.apps.gateway"],

@@ -897,7 +897,7 @@ SHADOW_POD_JUDGED_CHANGE = (
 )
 """The ShadowPod webhook's match condition: a create, or an update of what the verdict judges (the pod, an
 annotation other than liqo's bookkeeping; never the labels: a key off the allowlist is left off the pod, not
-refused). :func:`liqo.offloading.admission.unchanged` in CEL, so that the API server does not call the webhook
+refused). :func:`liqo.offloading.shadowpod_webhook.unchanged` in CEL, so that the API server does not call the webhook
 for the provider's own bookkeeping (a finalizer removed at every ShadowPod's deletion), for the consumer's (the
 grace period its virtual kubelet writes before deleting one), nor for labels, which then also succeed while
 the manager is down."""

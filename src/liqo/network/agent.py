@@ -1,7 +1,7 @@
 """The node agent: on every node, the routes to where peers' pods are seen, through their gateway pods.
 
 One agent per node (a DaemonSet with the node's network). From the gateway pods alone — each carries where
-we see its peer's pods (:data:`liqo.network.gateways.PEER_CIDR`) and says where it runs — it derives the
+we see its peer's pods (:data:`liqo.network.gateway_objects.PEER_CIDR`) and says where it runs — it derives the
 routes this node needs (:func:`wanted_routes`, pure): a gateway on this node is reached at its pod IP, one
 on another node through that node's address (which then routes to its own pod). Beside them, one nftables
 table keeps the CNI's masquerade away from that traffic (:func:`liqo.network.rules.node_ruleset`): the
@@ -32,7 +32,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller, Result
 from liqo.kube.informer import Informer
 from liqo.kube.resources import PODS, terminating
-from liqo.network import gateways, ipam, rules
+from liqo.network import gateway_objects, ipam, rules
 from liqo.network.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def wanted_routes(pods: Iterable[Mapping[str, Any]], *, node_name: str) -> list[
     routes: dict[str, rules.RouteSpec] = {}
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        cidr = (meta.get("annotations") or {}).get(gateways.PEER_CIDR)
+        cidr = (meta.get("annotations") or {}).get(gateway_objects.PEER_CIDR)
         if not cidr or terminating(dict(pod)) or status.get("phase") != "Running":
             continue
         here = (pod.get("spec") or {}).get("nodeName") == node_name

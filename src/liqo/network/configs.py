@@ -61,7 +61,7 @@ from liqo.kube.resources import (
     Resource,
     terminating,
 )
-from liqo.network import gateways, ipam, wireguard
+from liqo.network import gateway_objects, ipam, wireguard
 from liqo.network.links import Endpoint, InvalidWord, Role, our_word, read_word, role
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,9 @@ class NetworkConfigs(Component):
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.configs = informers.informer(NETWORK_CONFIGS)
         self.templates = informers.informer(
-            POD_TEMPLATES, namespace=names.LIQO_NAMESPACE, field_selector=f"metadata.name={gateways.GATEWAY_TEMPLATE}"
+            POD_TEMPLATES,
+            namespace=names.LIQO_NAMESPACE,
+            field_selector=f"metadata.name={gateway_objects.GATEWAY_TEMPLATE}",
         )
         self.secrets = informers.informer(SECRETS, namespace=names.LIQO_NAMESPACE, label_selector=GATEWAY_SELECTOR)
         self.deployments = informers.informer(
@@ -147,7 +149,7 @@ class NetworkConfigs(Component):
     async def reconcile(self, peer_id: str) -> None:
         """Converge ``peer_id``'s gateway and our word (or remove them)."""
         namespace = names.tenant_namespace(peer_id)
-        template = self.templates.store.get(f"{names.LIQO_NAMESPACE}/{gateways.GATEWAY_TEMPLATE}")
+        template = self.templates.store.get(f"{names.LIQO_NAMESPACE}/{gateway_objects.GATEWAY_TEMPLATE}")
         fc = self._foreign_cluster(peer_id)
         gateway_role = role(
             consuming=wants_outgoing(fc) and _live(self.requests.store.get(f"{namespace}/{self._local_id}")),
@@ -181,12 +183,12 @@ class NetworkConfigs(Component):
         else:
             await self._client.apply(
                 DEPLOYMENTS,
-                gateways.deployment(template, peer_id=peer_id, local_id=self._local_id, peer_cidr=str(block)),
+                gateway_objects.deployment(template, peer_id=peer_id, local_id=self._local_id, peer_cidr=str(block)),
             )
             if gateway_role is Role.SERVER:
-                await self._client.apply(SERVICES, gateways.service(peer_id=peer_id))
+                await self._client.apply(SERVICES, gateway_objects.service(peer_id=peer_id))
                 endpoint = self._endpoint(peer_id)
-            elif self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}") is not None:
+            elif self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateway_objects.gateway_name(peer_id)}") is not None:
                 await _delete(self._client, SERVICES, peer_id)  # we served before the roles changed
         desired = our_word(
             local_id=self._local_id,
@@ -221,28 +223,32 @@ class NetworkConfigs(Component):
 
     async def _ensure_key(self, peer_id: str) -> str:
         """The gateway's public key, making its private key first if there is none."""
-        secret = self.secrets.store.get(f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}")
+        secret = self.secrets.store.get(f"{names.LIQO_NAMESPACE}/{gateway_objects.gateway_name(peer_id)}")
         if secret is None:
             private = wireguard.generate_private_key()
             try:
-                await self._client.create(SECRETS, gateways.key_secret(peer_id=peer_id, private_key=private))
+                await self._client.create(SECRETS, gateway_objects.key_secret(peer_id=peer_id, private_key=private))
             except ConflictError:  # made meanwhile (a previous leader's write not yet in our cache)
-                secret = await self._client.get(SECRETS, gateways.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE)
+                secret = await self._client.get(
+                    SECRETS, gateway_objects.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE
+                )
             else:
                 return wireguard.public_key(private)
-        private = base64.b64decode(secret["data"][gateways.KEY_FILE]).decode()
+        private = base64.b64decode(secret["data"][gateway_objects.KEY_FILE]).decode()
         return wireguard.public_key(private)
 
     def _endpoint(self, peer_id: str) -> Endpoint | None:
         """Where the peer dials our server: the node its pod runs on, at the Service's node port."""
-        host = gateways.running_host(
+        host = gateway_objects.running_host(
             [
                 p
                 for p in self.pods.store.list()
                 if (p["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == peer_id
             ]
         )
-        port = gateways.node_port(self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}"))
+        port = gateway_objects.node_port(
+            self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateway_objects.gateway_name(peer_id)}")
+        )
         if host is None or port is None:
             return None
         return Endpoint(address=ipaddress.ip_address(host), port=port)
@@ -255,7 +261,7 @@ class NetworkConfigs(Component):
         await self._remove_gateway(peer_id, keep_key=False)
 
     async def _remove_gateway(self, peer_id: str, *, keep_key: bool) -> None:
-        key = f"{names.LIQO_NAMESPACE}/{gateways.gateway_name(peer_id)}"
+        key = f"{names.LIQO_NAMESPACE}/{gateway_objects.gateway_name(peer_id)}"
         made = [(self.deployments, DEPLOYMENTS), (self.services, SERVICES)]
         if not keep_key:
             made.append((self.secrets, SECRETS))
@@ -265,7 +271,9 @@ class NetworkConfigs(Component):
 
 
 async def _delete(client: KubeClient, resource: Resource, peer_id: str) -> None:
-    await client.delete(resource, gateways.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE, missing_ok=True)
+    await client.delete(
+        resource, gateway_objects.gateway_name(peer_id), namespace=names.LIQO_NAMESPACE, missing_ok=True
+    )
 
 
 def cluster_addresses(nodes: Iterable[dict[str, Any]], api_endpoints: Iterable[dict[str, Any]]) -> list[IPNetwork]:

@@ -25,7 +25,7 @@ from liqo.kube.errors import ApiError, InvalidError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, terminating
 from liqo.kube.waiting import WaitTimeout, changes_only, poll_until
-from liqo.offloading.namespaces import selected_providers, twin_name
+from liqo.offloading.consumer_namespaces import selected_providers, twin_name
 
 Progress = Callable[[str], None]
 

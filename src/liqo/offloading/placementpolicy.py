@@ -1,6 +1,6 @@
 """The pod webhook's placement as a MutatingAdmissionPolicy: the API server places pods itself, in process.
 
-:func:`liqo.offloading.webhook.pod_patch` is the definition of what a new pod in an offloaded namespace gets
+:func:`liqo.offloading.pod_webhook.pod_patch` is the definition of what a new pod in an offloaded namespace gets
 (the virtual-node toleration, the strategy's required node affinity, merged into the pod's own terms). This
 module says the same thing in CEL, as the JSONPatch of a MutatingAdmissionPolicy whose parameter is the
 namespace's NamespaceOffloading (``paramRef`` by name, in the pod's namespace).

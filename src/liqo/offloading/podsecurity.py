@@ -163,7 +163,7 @@ through the downward API), AppArmor's (judged: confined profiles only), liqo's g
 cluster, checked) and the one this cluster sets on the pod itself."""
 BOOKKEEPING_ANNOTATIONS = (names.GRACE_PERIOD,)
 """Annotations liqo's own components write on a ShadowPod for their bookkeeping, whose change never has the
-ShadowPod judged again (:func:`liqo.offloading.admission.unchanged`): the grace period the consumer's virtual
+ShadowPod judged again (:func:`liqo.offloading.shadowpod_webhook.unchanged`): the grace period the consumer's virtual
 kubelet writes just before it deletes one (read by this cluster alone, checked there:
 :func:`liqo.offloading.shadowpods.grace_period`). A deletion is never judged; refusing its preamble because
 the consumer's policy tightened since the pod was made would keep that pod running here after its home pod

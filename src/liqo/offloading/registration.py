@@ -1,6 +1,6 @@
 """How the API server finds and trusts the webhooks: their registration names, certificate and CA bundle.
 
-(Kept apart from :mod:`liqo.offloading.webhook` so that ``liqoctl install``, which writes the
+(Kept apart from :mod:`liqo.offloading.pod_webhook` so that ``liqoctl install``, which writes the
 registrations, does not import the HTTP server.)
 
 Two webhooks, both served by every manager replica on the webhook listener (not the authentication

@@ -28,7 +28,7 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.resources import DEPLOYMENTS, PODS, SECRETS, SERVICES
 from liqo.localclusters.realnodes.host import run_in_node
 from liqo.localclusters.spec import ClusterSpec
-from liqo.network import gateways
+from liqo.network import gateway_objects
 from liqo.peering import operations as peering
 from tests.integration.helpers import LocalCluster, Site, install_liqo, only_real_node, purge, start, unique
 from tests.shared import eventually
@@ -152,8 +152,8 @@ def test_three_clusters_with_the_same_pod_cidr(real_sites: dict[str, Site]) -> N
 async def server_node_port(provider: Site, *, consumer_id: str) -> int:
     """The node port of the provider's gateway Service for ``consumer_id`` (where the consumer's client dials)."""
     async with provider.client() as client:
-        service = await client.get(SERVICES, gateways.gateway_name(consumer_id), namespace=names.LIQO_NAMESPACE)
-    port = gateways.node_port(service)
+        service = await client.get(SERVICES, gateway_objects.gateway_name(consumer_id), namespace=names.LIQO_NAMESPACE)
+    port = gateway_objects.node_port(service)
     assert port is not None
     return port
 

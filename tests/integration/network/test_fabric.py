@@ -41,11 +41,11 @@ from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SECRETS, SERVICES
 from liqo.localclusters.realnodes import images
 from liqo.localclusters.realnodes.nodes import RealNode
-from liqo.network import agent, gateway, gateways, rules
+from liqo.network import agent, gateway_loop, gateway_objects, rules
 
 # The servers of `liqoctl test network`'s probe pods: each answers a connection (TCP) or a datagram (UDP)
 # with the address it came from; the pod also serves as a client.
-from liqo.network.probes import SERVER, TCP_PORT, UDP_PORT
+from liqo.network.testplan import SERVER, TCP_PORT, UDP_PORT
 from liqo.peering import operations
 from tests.integration.helpers import LocalCluster, kubectl, liqoctl, unique
 from tests.integration.network.fabric import POD_CIDR, Side, in_node, node_routes, started_side
@@ -328,7 +328,7 @@ async def the_gateway(side: Side, peer: Side, *, other_than: str | None = None, 
 def in_gateway(side: Side, pod: Obj, *argv: str) -> str:
     """Run a binary of liqo's image in the gateway container (no shell there: ``argv`` is run as is)."""
     name = pod["metadata"]["name"]
-    return kubectl(side.cluster, "exec", "-n", names.LIQO_NAMESPACE, name, "-c", gateways.CONTAINER, "--", *argv)
+    return kubectl(side.cluster, "exec", "-n", names.LIQO_NAMESPACE, name, "-c", gateway_objects.CONTAINER, "--", *argv)
 
 
 def nft_tables(ruleset: str) -> dict[str, int]:
@@ -495,7 +495,7 @@ async def test_a_restarted_gateway_resumes_traffic_and_rewrites_its_rules_and_th
         peer = fabric.other(side)
         old = await the_gateway(side, peer)
         before = gateway_tables(side, old)
-        assert before[f"ip {gateway.TABLE}"] > 0, before
+        assert before[f"ip {gateway_loop.TABLE}"] > 0, before
         deleted = time.monotonic()
         kubectl(side.cluster, "delete", "pod", "-n", names.LIQO_NAMESPACE, old["metadata"]["name"], "--wait=false")
         new = await the_gateway(side, peer, other_than=old["metadata"]["uid"])
@@ -619,7 +619,7 @@ async def test_a_killed_wireguard_go_is_restarted_by_its_gateway_and_traffic_res
         assert now["metadata"]["uid"] == pod["metadata"]["uid"]
         assert now["status"]["containerStatuses"][0]["restartCount"] == restarts
         assert gateway_tables(side, now) == tables
-        assert in_gateway(side, now, "wg", "show", gateway.INTERFACE, "peers").split() == [
+        assert in_gateway(side, now, "wg", "show", gateway_loop.INTERFACE, "peers").split() == [
             await peer_public_key(side, peer)
         ]
 
@@ -809,7 +809,7 @@ async def test_zz_unpeer_leaves_no_config_gateway_route_or_table_on_either_side(
                     items, _ = await client.list_all(resource, namespace=names.LIQO_NAMESPACE, label_selector=selector)
                     found += [f"{resource.kind} {i['metadata']['name']}" for i in items]
                     with contextlib.suppress(NotFoundError):
-                        named = gateways.gateway_name(fabric.other(side).cluster_id)
+                        named = gateway_objects.gateway_name(fabric.other(side).cluster_id)
                         if resource is not PODS:
                             await client.get(resource, named, namespace=names.LIQO_NAMESPACE)
                             found.append(f"{resource.kind} {named}")

@@ -38,7 +38,7 @@ from liqo.kube.errors import NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, EVENTS, PODS
 from liqo.localclusters.realnodes import images
-from liqo.network import gateways, ipam, rules, wireguard
+from liqo.network import gateway_objects, ipam, rules, wireguard
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, operations
 from tests.integration.helpers import kubectl, unique
@@ -225,7 +225,9 @@ async def test_a_pod_cidr_no_pool_can_name_is_refused_with_a_warning_event_and_l
     ), event["message"]
     async with provider_side.client() as admin:
         with pytest.raises(NotFoundError):
-            await admin.get(DEPLOYMENTS, gateways.gateway_name(stranger.cluster_id), namespace=names.LIQO_NAMESPACE)
+            await admin.get(
+                DEPLOYMENTS, gateway_objects.gateway_name(stranger.cluster_id), namespace=names.LIQO_NAMESPACE
+            )
     assert not_liqos(all_routes(provider_side)) == before
     assert node_routes(node) == liqos_before
 
@@ -244,7 +246,7 @@ def fake_gateway(name: str, *, node: str, peer_cidr: str) -> Obj:
             "name": name,
             "namespace": names.LIQO_NAMESPACE,
             "labels": {names.COMPONENT: names.GATEWAY},
-            "annotations": {gateways.PEER_CIDR: peer_cidr},
+            "annotations": {gateway_objects.PEER_CIDR: peer_cidr},
         },
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},

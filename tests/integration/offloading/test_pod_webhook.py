@@ -4,7 +4,7 @@ Pods are created through the API server and read back: whatever they carry was p
 MutatingAdmissionPolicy ``liqoctl install`` registers where the API server serves the kind (ours does), or by
 the manager's webhook, over HTTPS, as registered where it does not (the ``webhook`` run registers it in place
 of the policy, as such an install would). Every test runs with both, and one holds both to
-:func:`liqo.offloading.webhook.pod_patch` over many pods. NamespaceOffloadings are created by hand (with the
+:func:`liqo.offloading.pod_webhook.pod_patch` over many pods. NamespaceOffloadings are created by hand (with the
 namespace's ``liqo.io/scheduling-enabled`` label, as the offloading controller would), so placement is tested
 on its own. The module installs liqo on the session cluster and removes it at the end; the last test checks
 what ``liqoctl uninstall`` leaves.
@@ -40,7 +40,7 @@ from liqo.kube.resources import (
 from liqo.localclusters import clusters
 from liqo.localclusters.launch import detect
 from liqo.offloading import placementpolicy, registration
-from liqo.offloading.webhook import pod_patch
+from liqo.offloading.pod_webhook import pod_patch
 from tests.integration.helpers import LocalCluster, liqoctl_run, unique
 from tests.shared import apply_patch, eventually
 

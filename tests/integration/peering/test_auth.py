@@ -54,7 +54,7 @@ from liqo.kube.resources import (
     SECRETS,
     SERVICES,
 )
-from liqo.network import gateways
+from liqo.network import gateway_objects
 from liqo.network.configs import NetworkConfigs
 from liqo.network.links import Role, our_word
 from liqo.peering import authclient, enrolment, tokens
@@ -831,8 +831,10 @@ async def test_over_the_pending_cap_an_enrolment_is_refused_with_its_reason_and_
 GATEWAY_TEMPLATE = {
     "apiVersion": "v1",
     "kind": "PodTemplate",
-    "metadata": {"name": gateways.GATEWAY_TEMPLATE, "namespace": names.LIQO_NAMESPACE},
-    "template": {"spec": {"containers": [{"name": gateways.CONTAINER, "image": "registry.invalid/liqo:gateway"}]}},
+    "metadata": {"name": gateway_objects.GATEWAY_TEMPLATE, "namespace": names.LIQO_NAMESPACE},
+    "template": {
+        "spec": {"containers": [{"name": gateway_objects.CONTAINER, "image": "registry.invalid/liqo:gateway"}]}
+    },
 }
 
 
@@ -841,7 +843,7 @@ async def gateway_of(kube: KubeClient, consumer: str) -> list[str]:
     found = []
     for resource in (DEPLOYMENTS, SERVICES):
         with contextlib.suppress(NotFoundError):
-            await kube.get(resource, gateways.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
+            await kube.get(resource, gateway_objects.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
             found.append(resource.kind)
     return found
 
@@ -904,9 +906,9 @@ async def test_a_tenant_that_has_not_accepted_an_offer_gets_no_gateway(
             for task in tasks:
                 task.cancel()
     finally:
-        await kube.delete(POD_TEMPLATES, gateways.GATEWAY_TEMPLATE, namespace=names.LIQO_NAMESPACE)
+        await kube.delete(POD_TEMPLATES, gateway_objects.GATEWAY_TEMPLATE, namespace=names.LIQO_NAMESPACE)
         for consumer in (consumer_id, accepted_id):
             for resource in (DEPLOYMENTS, SERVICES, SECRETS):
                 with contextlib.suppress(NotFoundError):
-                    await kube.delete(resource, gateways.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
+                    await kube.delete(resource, gateway_objects.gateway_name(consumer), namespace=names.LIQO_NAMESPACE)
         await forget(kube, accepted_id)

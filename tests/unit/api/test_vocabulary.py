@@ -44,7 +44,7 @@ NOT_OURS = {
     ("localclusters/clusters.py", "Ready"): "a Node's condition type",
     ("localclusters/supervisor.py", "Waiting"): "a local component's state",
     ("localclusters/supervisor.py", "Pending"): "a local component's state",
-    ("network/netcheck.py", "Ready"): "a Node's condition type",
+    ("network/testrun.py", "Ready"): "a Node's condition type",
     ("offloading/registration.py", "Conflict"): "an HTTP 409's reason",
     ("peering/operations.py", "Waiting"): "what liqoctl prints before any reason",
     ("peering/operations.py", "None"): "the peer's role in liqoctl info",

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from liqo.network.gateway import GO_MEMORY_SHARE, container_memory_limit, wireguard_go_env
+from liqo.network.gateway_loop import GO_MEMORY_SHARE, container_memory_limit, wireguard_go_env
 
 MIB = 1 << 20
 

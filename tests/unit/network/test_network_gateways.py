@@ -12,7 +12,7 @@ import pytest
 from liqo.install import fabric, manifests
 from liqo.install.values import Values
 from liqo.kube.client import KubeClient
-from liqo.network import agent, gateway, gateways, ipam, rules, wireguard
+from liqo.network import agent, gateway_loop, gateway_objects, ipam, rules, wireguard
 from liqo.network.links import Role, our_word
 from tests.unit.network.fakes import RecordingRunner
 
@@ -21,7 +21,7 @@ VALUES = Values(api_server_url="https://k", pod_cidr="10.244.0.0/16", service_ci
 
 def test_a_gateway_deployment_is_the_template_told_its_peer_key_and_route() -> None:
     template = fabric.gateway_template(VALUES)
-    deployment = gateways.deployment(template, peer_id="rome", local_id="milan", peer_cidr="10.71.0.0/16")
+    deployment = gateway_objects.deployment(template, peer_id="rome", local_id="milan", peer_cidr="10.71.0.0/16")
     pod = deployment["spec"]["template"]
     assert deployment["metadata"] == {
         "name": "gw-rome",
@@ -34,10 +34,10 @@ def test_a_gateway_deployment_is_the_template_told_its_peer_key_and_route() -> N
     }
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert deployment["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
-    assert pod["metadata"]["annotations"] == {gateways.PEER_CIDR: "10.71.0.0/16"}
+    assert pod["metadata"]["annotations"] == {gateway_objects.PEER_CIDR: "10.71.0.0/16"}
     [container] = pod["spec"]["containers"]
     assert {"name": "LIQO_PEER_ID", "value": "rome"} in container["env"]
-    assert {"name": "key", "mountPath": gateways.KEY_DIR, "readOnly": True} in container["volumeMounts"]
+    assert {"name": "key", "mountPath": gateway_objects.KEY_DIR, "readOnly": True} in container["volumeMounts"]
     assert {"name": "key", "secret": {"secretName": "gw-rome", "defaultMode": 0o400}} in pod["spec"]["volumes"]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert template["template"]["spec"].get("volumes") == fabric.gateway_template(VALUES)["template"]["spec"]["volumes"]
@@ -65,19 +65,19 @@ def test_no_fabric_without_the_value() -> None:
 
 
 def test_node_port_and_running_host() -> None:
-    assert gateways.node_port(None) is None
-    service = gateways.service(peer_id="rome")
-    assert gateways.node_port(service) is None
+    assert gateway_objects.node_port(None) is None
+    service = gateway_objects.service(peer_id="rome")
+    assert gateway_objects.node_port(service) is None
     service["spec"]["ports"][0]["nodePort"] = 31820
-    assert gateways.node_port(service) == 31820
+    assert gateway_objects.node_port(service) == 31820
     pending = {"metadata": {}, "status": {"phase": "Pending", "hostIP": "172.30.1.1"}}
     running = {"metadata": {}, "status": {"phase": "Running", "hostIP": "172.30.1.2"}}
-    assert gateways.running_host([pending]) is None
-    assert gateways.running_host([pending, running]) == "172.30.1.2"
+    assert gateway_objects.running_host([pending]) is None
+    assert gateway_objects.running_host([pending, running]) == "172.30.1.2"
 
 
 def gateway_pod(name: str, *, node: str, cidr: str | None, phase: str = "Running", **status: Any) -> dict[str, Any]:
-    annotations = {gateways.PEER_CIDR: cidr} if cidr else {}
+    annotations = {gateway_objects.PEER_CIDR: cidr} if cidr else {}
     return {
         "metadata": {"name": name, "annotations": annotations},
         "spec": {"nodeName": node},
@@ -198,7 +198,7 @@ async def test_a_gateway_routes_no_block_outside_the_pools_and_leaves_its_namesp
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     runner = RecordingRunner()
-    gw = gateway.Gateway(
+    gw = gateway_loop.Gateway(
         client=cast(KubeClient, object()), runner=runner, local_id="milan", peer_id="rome", key_file="/nonexistent"
     )
     key = wireguard.public_key(wireguard.generate_private_key())
@@ -206,8 +206,8 @@ async def test_a_gateway_routes_no_block_outside_the_pools_and_leaves_its_namesp
     theirs = word("rome", about="milan", pod_cidr="10.244.0.0/16", remapped="10.0.0.0/16", role=Role.CLIENT, key=key)
     gw.configs._cache["liqo-tenant-rome/milan"] = ours
     gw.configs._cache["liqo-tenant-rome/rome"] = theirs
-    with caplog.at_level(logging.WARNING, logger="liqo.network.gateway"):
-        await gw.reconcile(gateway.KEY)
+    with caplog.at_level(logging.WARNING, logger="liqo.network.gateway_loop"):
+        await gw.reconcile(gateway_loop.KEY)
     assert runner.calls == []
     [message] = [r.getMessage() for r in caplog.records]
     assert message.startswith("our network config is refused: 8.8.0.0/16 is outside the peer pools"), message

@@ -1,4 +1,4 @@
-"""The consumer's decisions about offloaded namespaces (liqo.offloading.namespaces), without a cluster."""
+"""The consumer's decisions about offloaded namespaces (liqo.offloading.consumer_namespaces), without a cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.kube.errors import UnreachableError, api_error
 from liqo.kube.objects import Obj
-from liqo.offloading.namespaces import (
+from liqo.offloading.consumer_namespaces import (
     RETRY_MAX,
     Provider,
     ProviderView,

@@ -1,4 +1,4 @@
-"""The provider's decisions about twin namespaces (liqo.offloading.namespacemaps), without a cluster."""
+"""The provider's decisions about twin namespaces (liqo.offloading.provider_namespaces), without a cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.kube.errors import ApiError, UnreachableError
 from liqo.kube.objects import Obj
-from liqo.offloading.namespacemaps import (
+from liqo.offloading.provider_namespaces import (
     BUILTIN_RESERVED,
     TwinStatus,
     consumer_of_map,

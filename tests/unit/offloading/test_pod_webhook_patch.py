@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.kube.objects import Obj
-from liqo.offloading.webhook import (
+from liqo.offloading.pod_webhook import (
     STRATEGIES,
     Strategy,
     UnknownStrategy,

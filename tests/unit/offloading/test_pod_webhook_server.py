@@ -24,7 +24,7 @@ from liqo.install import manifests
 from liqo.kube.errors import UnreachableError
 from liqo.kube.objects import Obj
 from liqo.offloading import registration
-from liqo.offloading.webhook import (
+from liqo.offloading.pod_webhook import (
     MAX_REVIEW,
     NOT_SYNCED,
     InvalidReview,

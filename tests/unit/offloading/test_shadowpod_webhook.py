@@ -18,8 +18,8 @@ from liqo.api import names
 from liqo.api.resources import SHARING_POLICIES
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES
-from liqo.offloading.admission import NOT_SYNCED, ShadowPodWebhook, unchanged
-from liqo.offloading.webhook import PodReview
+from liqo.offloading.pod_webhook import PodReview
+from liqo.offloading.shadowpod_webhook import NOT_SYNCED, ShadowPodWebhook, unchanged
 from liqo.sharing.policy import PodSecurity, select_policy
 from tests.unit.fakeapi import FakeApi
 

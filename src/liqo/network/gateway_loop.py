@@ -11,7 +11,7 @@ namespace is its own, so nothing here can touch what it did not write. The route
 made only into the peer pools (``--peer-pools``, as the manager's): a block elsewhere in our word, which
 only a manager bug could write, leaves the tunnel as it was, and the log says why.
 
-Beside it runs the connection check (:mod:`liqo.network.conncheck`), whose verdict is written to the status
+Beside it runs the connection check (:mod:`liqo.network.tunnelcheck`), whose verdict is written to the status
 of our word, where the manager's ForeignCluster status reads it.
 """
 
@@ -37,7 +37,7 @@ from liqo.kube.errors import KubeError
 from liqo.kube.informer import Informer
 from liqo.kube.timefmt import format_time
 from liqo.kube.waiting import poll_until
-from liqo.network import conncheck, ipam, rules, wireguard
+from liqo.network import ipam, rules, tunnelcheck, wireguard
 from liqo.network.links import WIREGUARD_PORT, InvalidWord, Link, Role, check_peer_word, link, read_word
 from liqo.network.runner import CommandError, Runner
 
@@ -124,12 +124,12 @@ class Gateway:
         self.configs = Informer(client=client, resource=NETWORK_CONFIGS, namespace=self._namespace)
         self.controller: Controller[str] = Controller(name="gateway", reconcile=self.reconcile)
         self.controller.watch(self.configs, lambda _obj: [KEY])
-        self.prober = conncheck.Prober()
+        self.prober = tunnelcheck.Prober()
 
     async def run(self) -> None:
         """Converge and probe until cancelled."""
         loop = asyncio.get_running_loop()
-        await loop.create_datagram_endpoint(lambda: self.prober, local_addr=("0.0.0.0", conncheck.PORT))
+        await loop.create_datagram_endpoint(lambda: self.prober, local_addr=("0.0.0.0", tunnelcheck.PORT))
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.configs.run())
@@ -234,20 +234,20 @@ class Gateway:
         written_at = 0.0
         seq = 0
         while True:
-            await asyncio.sleep(conncheck.INTERVAL)  # the probing period, not a synchronisation
+            await asyncio.sleep(tunnelcheck.INTERVAL)  # the probing period, not a synchronisation
             now = time.monotonic()
             if self._link is None:
                 started = now  # the clock to the first answer starts with a tunnel to answer through
-                verdict = conncheck.Verdict(
+                verdict = tunnelcheck.Verdict(
                     ConnectionState.CONNECTING, ConnectionReason.NOT_CONFIGURED, self._waiting or ""
                 )
             else:
                 seq += 1
                 self.prober.send(seq, str(tunnel_addresses(self._link.role)[1]))
-                verdict = conncheck.judge(
+                verdict = tunnelcheck.judge(
                     now=now, started=started, last_answer=self.prober.last_answer, peer=self._peer_id
                 )
-            if not conncheck.worth_writing(written=written, verdict=verdict, now=now, written_at=written_at):
+            if not tunnelcheck.worth_writing(written=written, verdict=verdict, now=now, written_at=written_at):
                 continue
             connection = await self._connection(verdict, written)
             try:
@@ -261,7 +261,7 @@ class Gateway:
                 log.info("connection to %s: %s (%s)", self._peer_id, verdict.state, verdict.message)
             written, written_at = connection, now
 
-    async def _connection(self, verdict: conncheck.Verdict, written: dict[str, Any] | None) -> dict[str, Any]:
+    async def _connection(self, verdict: tunnelcheck.Verdict, written: dict[str, Any] | None) -> dict[str, Any]:
         now = datetime.datetime.now(datetime.UTC)
         changed = written is None or written.get("state") != verdict.state
         connection: dict[str, Any] = {
@@ -271,7 +271,7 @@ class Gateway:
             "lastTransitionTime": format_time(now) if changed else (written or {}).get("lastTransitionTime"),
         }
         if verdict.state == ConnectionState.CONNECTED and self.prober.latency is not None:
-            connection["latency"] = conncheck.format_latency(self.prober.latency)
+            connection["latency"] = tunnelcheck.format_latency(self.prober.latency)
         with contextlib.suppress(CommandError):
             dump = wireguard.parse_dump(await self._runner.run(*wireguard.show_dump_argv(interface=INTERFACE)))
             handshakes = [p.latest_handshake for p in dump.peers if p.latest_handshake]

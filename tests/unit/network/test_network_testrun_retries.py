@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from liqo.network import netcheck
-from liqo.network.probes import Result
+from liqo.network import testrun
+from liqo.network.testplan import Result
 
 
 def outcome(ok: bool) -> Result:
@@ -27,7 +27,7 @@ def tries(monkeypatch: pytest.MonkeyPatch) -> tuple[list[bool], list[float]]:
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
-    monkeypatch.setattr(netcheck, "_try_probe", try_probe)
+    monkeypatch.setattr(testrun, "_try_probe", try_probe)
     monkeypatch.setattr(asyncio, "sleep", sleep)  # restored after the test; only the probe retries sleep
     return planned, slept
 
@@ -46,5 +46,5 @@ async def test_a_failure_counts_only_after_three_tries(
 ) -> None:
     queue, slept = tries
     queue.extend(planned)
-    result = await netcheck._run_probe(None, "ns", None, None)  # type: ignore[arg-type]
+    result = await testrun._run_probe(None, "ns", None, None)  # type: ignore[arg-type]
     assert (result.ok, result.detail, slept, queue) == (ok, detail, delays, [])

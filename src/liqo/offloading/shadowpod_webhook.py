@@ -39,9 +39,9 @@ from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES
+from liqo.offloading.pod_webhook import LOOKUP_TIMEOUT, PodReview, WebhookClient, review_response, serve_review
 from liqo.offloading.podsecurity import BOOKKEEPING_ANNOTATIONS, PolicySelector, Verdict, shadow_pod_verdict
 from liqo.offloading.registration import VALIDATE_PATH
-from liqo.offloading.webhook import LOOKUP_TIMEOUT, PodReview, WebhookClient, review_response, serve_review
 
 log = logging.getLogger(__name__)
 

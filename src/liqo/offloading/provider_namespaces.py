@@ -97,7 +97,7 @@ from liqo.kube.finalizers import add_finalizer, remove_finalizer
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, NETWORK_POLICIES, RESOURCE_QUOTAS, ROLE_BINDINGS, terminating
 from liqo.offloading.budget import Budget, budget_of
-from liqo.offloading.namespaces import retry_delay
+from liqo.offloading.consumer_namespaces import retry_delay
 from liqo.offloading.podsecurity import SecurityPolicy
 from liqo.offloading.twins import (
     IngressOffer,

@@ -3,7 +3,7 @@
 A network is not tested by reading its configuration. This runs pods of a tool image (``socat``, ``ping``)
 in a namespace offloaded to every provider: one on each real node here, one on each provider (through its
 virtual node), plus a Service here whose endpoints are the remote ones; then runs every probe of
-:mod:`liqo.network.probes` from inside its source pod (``pods/exec``, through the virtual kubelet for the
+:mod:`liqo.network.testplan` from inside its source pod (``pods/exec``, through the virtual kubelet for the
 remote ones) and judges it there. The namespace is offloaded by the caller (liqoctl composes this with
 :mod:`liqo.offloading`), and deleted at the end.
 """
@@ -27,7 +27,7 @@ from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.podexec import execute
 from liqo.kube.resources import ENDPOINT_SLICES, NAMESPACES, NODES, PODS, SERVICES, terminating
 from liqo.kube.waiting import poll_until
-from liqo.network.probes import (
+from liqo.network.testplan import (
     PROBE_TIMEOUT,
     SERVICE,
     Endpoint,

@@ -9,7 +9,6 @@ manager set (:mod:`liqo.network.gateway_objects`); everything else it reads from
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -68,9 +67,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    operability.setup_logging(args)
-    asyncio.run(run(args))
+    operability.main(argv, parse=parse_args, run=run)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import logging
 import math
 import socket
 import ssl
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -43,7 +42,6 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.resources import CONFIGMAPS
 from liqo.kube.shell import Leadership, Shell
-from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
@@ -516,15 +514,7 @@ async def _controllers(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    operability.setup_logging(args)
-    size_tls_read_buffers()
-    try:
-        asyncio.run(run(args))
-    except InvalidSettings as exc:
-        # What the operator must fix, as the last line of `kubectl logs` (and of the pod's termination message).
-        log.error("%s", exc)
-        sys.exit(1)
+    operability.main(argv, parse=parse_args, run=run, fatal=(InvalidSettings,))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,8 @@ with ``NET_ADMIN`` alone, and reads nothing but the gateway pods of the ``liqo``
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import sys
 
 from liqo.api.components import NETWORK_AGENT
 from liqo.apps import operability, peerpools
@@ -50,9 +48,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    operability.setup_logging(args)
-    asyncio.run(run(args))
+    operability.main(argv, parse=parse_args, run=run)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,10 @@ Every replica is ready (``/readyz`` on ``--metrics-address``) once its kubelet A
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import logging
 import socket
 import ssl
-import sys
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
@@ -35,7 +33,6 @@ from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
 from liqo.kube.shell import Leadership, Shell, holder_identity
-from liqo.kube.tlsbuffers import size_tls_read_buffers
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -194,13 +191,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    operability.setup_logging(args)
-    size_tls_read_buffers()
-    try:
-        asyncio.run(run(args))
-    except csr.SigningError as exc:
-        sys.exit(f"{VIRTUAL_KUBELET}: no serving certificate: {exc}")
+    operability.main(argv, parse=parse_args, run=run, fatal=(csr.SigningError,))
 
 
 if __name__ == "__main__":

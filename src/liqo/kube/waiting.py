@@ -1,4 +1,4 @@
-"""Waiting for a condition with a deadline: the one polling loop the code base allows.
+"""Waiting for a condition with a deadline: the one polling loop the code base allows (async and blocking).
 
 Watches are the first choice; where a condition spans several objects or endpoints, a short poll with a
 deadline is simpler and just as correct. Either way the caller gets a clear error naming what it waited
@@ -35,6 +35,20 @@ async def poll_until(
         if time.monotonic() > deadline:
             raise WaitTimeout(f"{message} (waited {timeout:.0f}s)")
         await asyncio.sleep(interval)
+
+
+def block_until(check: Callable[[], bool], *, timeout: float, interval: float = 0.1) -> bool:
+    """Call ``check`` until it is true (True) or ``timeout`` seconds passed (False), blocking the thread.
+
+    :func:`poll_until` for code that runs without an event loop (the local clusters' commands, a node's
+    entry process); the caller raises its own error on False, naming what it waited for.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
 
 
 def changes_only(progress: Callable[[str], None]) -> Callable[[str], None]:

@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.kubeconfig import KubeconfigError
 from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
-from liqo.kube.waiting import WaitTimeout, poll_until
+from liqo.kube.waiting import WaitTimeout, block_until, poll_until
 from liqo.localclusters import toolchain
 from liqo.localclusters.components import (
     WEBHOOK_CLIENT,
@@ -763,11 +762,8 @@ def _change_components(
             raise ClusterError(f"cluster {name} is not running; start it with `liqoctl local up {name}`")
         write_json(cluster.components_file, change(read_json(cluster.components_file)))
         os.kill(supervisor.pid, signal.SIGHUP)
-    deadline = time.monotonic() + timeout
-    while not settled(_read_status(cluster).get("components", {})):
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{what} within {timeout:.0f}s; see {cluster.logs}")
-        time.sleep(POLL)  # between two reads of the supervisor's status, until the deadline
+    if not block_until(lambda: settled(_read_status(cluster).get("components", {})), timeout=timeout, interval=POLL):
+        raise ClusterError(f"{what} within {timeout:.0f}s; see {cluster.logs}")
 
 
 def _settled(status: dict[str, Any], *, enabled: bool) -> bool:

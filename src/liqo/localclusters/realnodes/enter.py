@@ -22,11 +22,11 @@ import ctypes
 import os
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from liqo.kube.waiting import block_until
 from liqo.localclusters.realnodes.images import archive_images
 
 CLONE_NEWNS = 0x00020000
@@ -53,11 +53,8 @@ def _join_cgroup(cgroup: str) -> None:
 
 
 def _wait_socket(path: str) -> None:
-    deadline = time.monotonic() + SOCKET_DEADLINE
-    while not Path(path).is_socket():
-        if time.monotonic() > deadline:
-            sys.exit(f"containerd's socket {path} did not appear within {SOCKET_DEADLINE:.0f}s")
-        time.sleep(POLL)  # until containerd listens, with a deadline
+    if not block_until(lambda: Path(path).is_socket(), timeout=SOCKET_DEADLINE, interval=POLL):
+        sys.exit(f"containerd's socket {path} did not appear within {SOCKET_DEADLINE:.0f}s")
 
 
 def import_images(*, ctr: str, socket: str, archives: list[str]) -> None:

@@ -28,10 +28,10 @@ import errno
 import os
 import signal
 import subprocess
-import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from liqo.kube.waiting import block_until
 from liqo.localclusters.layout import locked
 from liqo.localclusters.realnodes.nodes import (
     CGROUP_PARENT,
@@ -110,14 +110,15 @@ def cgroup_pids(cgroup: str) -> set[int]:
 
 
 def _kill_cgroup(cgroup: str) -> None:
-    deadline = time.monotonic() + KILL_DEADLINE
-    while pids := cgroup_pids(cgroup):
-        for pid in pids:
+    def none_left() -> bool:
+        pids = cgroup_pids(cgroup)
+        for pid in pids:  # again at each look: a process may have forked meanwhile
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise HostError(f"processes {sorted(pids)} in cgroup {cgroup} would not die")
-        time.sleep(POLL)  # between a SIGKILL and the next look at the cgroup, until the deadline
+        return not pids
+
+    if not block_until(none_left, timeout=KILL_DEADLINE, interval=POLL):
+        raise HostError(f"processes {sorted(cgroup_pids(cgroup))} in cgroup {cgroup} would not die")
 
 
 def _remove_cgroup(cgroup: str) -> None:

@@ -1,6 +1,6 @@
 """The NetworkConfig's words: its tunnel's connection state and reasons, as the gateway writes them.
 
-The gateway's connection check (``network.conncheck``) decides them; the ForeignCluster's ``NetworkStatus``
+The gateway's connection check (``network.tunnelcheck``) decides them; the ForeignCluster's ``NetworkStatus``
 (``peering.status``) and ``liqoctl test network`` read them, and the CRD lists the states.
 """
 

@@ -27,7 +27,7 @@ from aiohttp import web
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, parse_quota
 from liqo.api.clusterkey import ClusterKey
-from liqo.api.components import AUTH_PORT, AUTH_SERVICE, MANAGER, WEBHOOK_PORT, WEBHOOK_SERVICE
+from liqo.api.components import AUTH_PORT, MANAGER, WEBHOOK_PORT
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork, parse_cidr
 from liqo.api.peers import PeerClients
@@ -41,7 +41,7 @@ from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs
 from liqo.kube.resources import CONFIGMAPS
-from liqo.kube.shell import Leadership, Shell
+from liqo.kube.shell import Leadership, Shell, reload_tls, server_tls
 from liqo.kube.waiting import poll_until
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
@@ -219,11 +219,12 @@ async def run(args: argparse.Namespace) -> None:
         local, key = await ensure_identity(client, settings)
         network = local.network
         assert network is not None  # the settings always record one
-        shared = await _shared_pair(client) if not (args.auth_cert and args.webhook_cert) else None
+        own_files = args.auth_cert and args.webhook_cert
+        shared = None if own_files else await registration.manager_serving_pair(client)
         # One memo of the consumers' SharingPolicies for the ShadowPod webhook and the controllers alike.
         selection = PolicySelection()
-        auth_tls = _server_tls(args.auth_cert, args.auth_key, shared)
-        webhook_tls = _server_tls(args.webhook_cert, args.webhook_key, shared)
+        auth_tls = _listener_tls(args.auth_cert, args.auth_key, shared)
+        webhook_tls = _listener_tls(args.webhook_cert, args.webhook_key, shared)
         await _serve_auth(shell, client, local=local, network=network, key=key, args=args, tls=auth_tls)
         await _serve_webhooks(shell, client, args, webhook_tls, selection)
         loops = [_settings_changed(client, settings)]
@@ -231,7 +232,9 @@ async def run(args: argparse.Namespace) -> None:
             # The pair is the Secret's, not ours: follow it (and publish its CA) for as long as we serve it.
             await registration.publish_ca_bundles(client, ca_pem=shared.ca)
             followed = [tls for tls, own in ((auth_tls, args.auth_cert), (webhook_tls, args.webhook_cert)) if not own]
-            loops.append(_follow_shared_pair(client, shared, followed))
+            loops.append(
+                registration.follow_manager_serving_pair(client, shared, install=partial(reload_tls, followed))
+            )
         shell.serving()
         controllers = partial(
             _controllers,
@@ -364,54 +367,13 @@ async def _serve_webhooks(
     log.info("webhooks on https://%s", args.webhook_address)
 
 
-async def _shared_pair(client: KubeClient) -> registration.ServingPair:
-    """The pair every replica serves when no files are given (the API server trusts one bundle)."""
-    dns_names = [
-        *registration.service_dns_names(service=WEBHOOK_SERVICE, namespace=names.LIQO_NAMESPACE),
-        *registration.service_dns_names(service=AUTH_SERVICE, namespace=names.LIQO_NAMESPACE),
-    ]
-    return await registration.shared_serving_pair(
-        client,
-        namespace=names.LIQO_NAMESPACE,
-        dns_names=dns_names,
-        ip_addresses=await registration.called_addresses(client),
-        labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
-    )
-
-
-async def _follow_shared_pair(
-    client: KubeClient, serving: registration.ServingPair, contexts: list[ssl.SSLContext]
-) -> None:
-    """Serve the Secret's pair as it rotates: new connections get the new certificate, none is dropped."""
-    while True:
-        await asyncio.sleep(registration.REFRESH)
-        try:
-            pair = await _shared_pair(client)
-        except KubeError as exc:
-            log.warning("cannot read the serving pair (still serving the current one): %s", exc)
-            continue
-        if pair == serving:
-            continue
-        for context in contexts:
-            kubeconfig.load_cert_chain(context, pair.cert, pair.key)
-        await registration.publish_ca_bundles(client, ca_pem=pair.ca)
-        log.info("now serving the rotated certificate")
-        serving = pair
-
-
-def _server_tls(cert: str | None, key: str | None, shared: registration.ServingPair | None) -> ssl.SSLContext:
+def _listener_tls(cert: str | None, key: str | None, shared: registration.ServingPair | None) -> ssl.SSLContext:
     """A listener's TLS context: its own files' pair, else the shared one."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    # The API server opens a connection per concurrent admission call and never resumes a session: the
-    # tickets TLS 1.3 would issue after every handshake are work for nothing on the hot path of every pod.
-    context.num_tickets = 0
     if cert and key:
-        context.load_cert_chain(cert, key)
-        return context
+        return server_tls(cert_file=cert, key_file=key)
     if shared is None:
         raise ValueError("a listener without its own certificate needs the shared serving pair")
-    kubeconfig.load_cert_chain(context, shared.cert, shared.key)
-    return context
+    return server_tls(pem=(shared.cert, shared.key))
 
 
 async def _controllers(

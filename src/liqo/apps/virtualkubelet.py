@@ -32,7 +32,7 @@ from liqo.apps import operability
 from liqo.kube import csr, kubeconfig, pki
 from liqo.kube.client import KubeClient
 from liqo.kube.events import EventRecorder
-from liqo.kube.shell import Leadership, Shell, holder_identity
+from liqo.kube.shell import Leadership, Shell, holder_identity, server_tls
 from liqo.kube.waiting import poll_until
 from liqo.virtualkubelet.kubeletapi import kubelet_app
 from liqo.virtualkubelet.kubelets import VirtualKubelets
@@ -109,12 +109,13 @@ def _class_mapping(text: str) -> tuple[str, str]:
 
 def _tls(args: argparse.Namespace) -> ssl.SSLContext:
     """The kubelet API's TLS context; with ``--serving-cert=csr`` its certificate is loaded later (:func:`run`)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     if args.serving_cert == "files":
-        context.load_cert_chain(args.cert, args.key)
+        context = server_tls(cert_file=args.cert, key_file=args.key)
     elif args.serving_cert == "self-signed":
         pair = pki.issue(pki.make_ca("liqo-kubelet-ca"), common_name=VIRTUAL_KUBELET, server=True)
-        kubeconfig.load_cert_chain(context, pair.cert.decode(), pair.key.decode())
+        context = server_tls(pem=(pair.cert.decode(), pair.key.decode()))
+    else:
+        context = server_tls()
     if args.client_ca:
         # Optional at the TLS level so that health probes need no certificate; the kubelet endpoints refuse
         # requests without one (kubeletapi).

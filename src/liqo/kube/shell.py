@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from liqo.kube.client import KubeClient
+from liqo.kube.kubeconfig import load_cert_chain
 from liqo.kube.leaderelection import STANDBY_OBSERVE_PERIOD, LeaderElector
 from liqo.kube.metrics import CacheCollector, CacheGauge, registered, serve_metrics
 
@@ -40,6 +41,29 @@ webhook; with the default backlog (128) the rest are dropped and retried a secon
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 """What stops a process: the kubelet's and the local supervisor's SIGTERM, an operator's Ctrl-C."""
+
+
+def server_tls(
+    *, cert_file: str | None = None, key_file: str | None = None, pem: tuple[str, str] | None = None
+) -> ssl.SSLContext:
+    """A listener's TLS context, its pair from files or from PEM text (certificate, key); see :func:`reload_tls`.
+
+    No session tickets: the API server opens a connection per concurrent admission call and never resumes a
+    session, so the tickets TLS 1.3 would issue after every handshake are work for nothing on the hot path.
+    """
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.num_tickets = 0
+    if cert_file and key_file:
+        context.load_cert_chain(cert_file, key_file)
+    elif pem is not None:
+        load_cert_chain(context, *pem)
+    return context
+
+
+def reload_tls(contexts: Sequence[ssl.SSLContext], pem: tuple[str, str]) -> None:
+    """Serve the pair ``pem`` (certificate, key) on ``contexts`` from now on: new connections get it, none drops."""
+    for context in contexts:
+        load_cert_chain(context, *pem)
 
 
 def holder_identity() -> str:

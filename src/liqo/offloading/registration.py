@@ -28,21 +28,24 @@ API server cannot reach pod or Service addresses), the certificate also names th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime
 import ipaddress
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from cryptography import x509
 
+from liqo.api import names
+from liqo.api.components import AUTH_SERVICE, WEBHOOK_SERVICE
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.resources import MUTATING_WEBHOOK_CONFIGURATIONS, SECRETS, VALIDATING_WEBHOOK_CONFIGURATIONS, Resource
 
 log = logging.getLogger(__name__)
@@ -270,3 +273,47 @@ async def publish_ca_bundles(client: KubeClient, *, ca_pem: str) -> None:
     """:func:`publish_ca_bundle` for every configuration of :data:`REGISTRATIONS`."""
     for resource, name, webhook in REGISTRATIONS:
         await publish_ca_bundle(client, ca_pem=ca_pem, resource=resource, name=name, webhook=webhook)
+
+
+async def manager_serving_pair(client: KubeClient) -> ServingPair:
+    """The pair every manager replica serves on both listeners when no files are given (authentication, webhooks).
+
+    One pair for both: the API server trusts one bundle, and peers reach the same replicas.
+    """
+    dns_names = [
+        *service_dns_names(service=WEBHOOK_SERVICE, namespace=names.LIQO_NAMESPACE),
+        *service_dns_names(service=AUTH_SERVICE, namespace=names.LIQO_NAMESPACE),
+    ]
+    return await shared_serving_pair(
+        client,
+        namespace=names.LIQO_NAMESPACE,
+        dns_names=dns_names,
+        ip_addresses=await called_addresses(client),
+        labels={names.MANAGED_BY: names.MANAGED_BY_VALUE},
+    )
+
+
+async def follow_manager_serving_pair(
+    client: KubeClient,
+    serving: ServingPair,
+    *,
+    install: Callable[[tuple[str, str]], None],
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Serve the Secret's pair as it rotates (read every :data:`REFRESH`): ``install`` each new one, publish its CA.
+
+    Runs for as long as the pair is served; a failed read is logged, and the current pair served meanwhile.
+    """
+    while True:
+        await sleep(REFRESH)
+        try:
+            pair = await manager_serving_pair(client)
+        except KubeError as exc:
+            log.warning("cannot read the serving pair (still serving the current one): %s", exc)
+            continue
+        if pair == serving:
+            continue
+        install((pair.cert, pair.key))
+        await publish_ca_bundles(client, ca_pem=pair.ca)
+        log.info("now serving the rotated certificate")
+        serving = pair

@@ -478,7 +478,9 @@ async def test_network_status_is_established_with_a_latency_and_netcfg_shows_con
         assert condition["reason"] == "ProbesAnswered", condition
         latency = re.search(r"round trip (\d+\.\d+)ms", condition["message"])
         assert latency, condition
-        assert 0 < float(latency.group(1)) < 1000, condition
+        # A round trip, not a timestamp: positive and seconds at most. Through userspace WireGuard on 2 loaded
+        # cores it reached 1002 ms once (CI, 2026-11-28), so no tighter wall-clock bound here.
+        assert 0 < float(latency.group(1)) < 10_000, condition
         conn = await connection(side, peer)
         assert re.fullmatch(r"\d+\.\d+ms", conn.get("latency", "")), conn
         assert conn.get("lastHandshakeTime"), conn

@@ -32,7 +32,7 @@ from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.objects import Obj
-from liqo.kube.resources import CSRS, NAMESPACES, NODES, PODS, SECRETS
+from liqo.kube.resources import CSRS, EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.localclusters import clusters, toolchain
 from liqo.localclusters.launch import detect
 from liqo.localclusters.layout import ClusterDir, read_json
@@ -51,6 +51,26 @@ def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
         time.sleep(every)
+
+
+async def recorded_event(
+    client: KubeClient, *, namespace: str, reason: str, about: str | None = None, timeout: float = 30
+) -> Obj:
+    """The first Event of ``reason`` in ``namespace`` (about the object named ``about``), waited for.
+
+    Our controllers write a status, then record its Event: a test that reads the status at once can run
+    between the two writes, so an Event is always waited for, never listed once.
+    """
+    found: list[Obj] = []
+
+    async def recorded() -> bool:
+        events, _ = await client.list_all(EVENTS, namespace=namespace)
+        found[:] = [e for e in events if e["reason"] == reason and about in (None, e["involvedObject"].get("name"))]
+        return bool(found)
+
+    what = f"an Event {reason}" + (f" about {about}" if about else "") + f" in namespace {namespace}"
+    await eventually(recorded, timeout=timeout, message=what)
+    return found[0]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from liqo.install.installer import InstallOptions, install, uninstall
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, InvalidError, NotFoundError
 from liqo.kube.objects import Obj
-from liqo.kube.resources import CLUSTER_ROLES, CRDS, CSRS, EVENTS, LEASES, NAMESPACES, NODES, PODS, SECRETS, Resource
+from liqo.kube.resources import CLUSTER_ROLES, CRDS, CSRS, LEASES, NAMESPACES, NODES, PODS, SECRETS, Resource
 from liqo.localclusters.launch import detect
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
@@ -37,6 +37,7 @@ from tests.integration.helpers import (
     expect_clean,
     namespace_map,
     pod,
+    recorded_event,
     running_pods,
     stopped,
     unique,
@@ -169,9 +170,8 @@ async def test_a_node_of_the_would_be_name_is_never_touched_and_is_reported(
             reported = await expect_registered(rome, node_name, tenant=tenant, status="False")
             assert reported["reason"] == "NodeNameTaken"
             assert f"Node {node_name} already exists and is not this provider's virtual node" in reported["message"]
-            selector = f"involvedObject.name={node_name}"
-            events, _ = await rome.list_all(EVENTS, namespace=tenant, field_selector=selector)
-            assert any(e["type"] == "Warning" and e["reason"] == "NodeNameTaken" for e in events)
+            event = await recorded_event(rome, namespace=tenant, reason="NodeNameTaken", about=node_name)
+            assert event["type"] == "Warning"
             await expect_untouched(rome, first)
 
             # A pod bound to that name is the squatter's business: nothing goes to naples for it.

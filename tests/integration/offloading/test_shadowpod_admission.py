@@ -44,7 +44,7 @@ from liqo.localclusters.launch import host_processes
 from liqo.offloading.registration import VALIDATE_PATH, VALIDATING_WEBHOOK_NAME
 from liqo.offloading.twins import pod_security_labels
 from liqo.peering import operations
-from tests.integration.helpers import Offloaded, Site, pod, running, unique
+from tests.integration.helpers import Offloaded, Site, pod, recorded_event, running, unique
 from tests.shared import eventually
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -629,8 +629,7 @@ async def test_a_shadow_pod_outside_a_twin_is_refused(
         assert "metadata.namespace" in found[-1]["status"]["message"]
         with pytest.raises(NotFoundError):
             await milan.get(PODS, "x", namespace=plain)
-        events, _ = await milan.list_all(EVENTS, namespace=plain)
-        assert any(e["reason"] == "PodRefused" and e["type"] == "Warning" for e in events)
+        assert (await recorded_event(milan, namespace=plain, reason="PodRefused"))["type"] == "Warning"
     finally:
         with contextlib.suppress(NotFoundError):
             await milan.delete(SHADOW_PODS, "x", namespace=plain)

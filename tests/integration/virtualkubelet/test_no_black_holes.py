@@ -22,10 +22,10 @@ from liqo.api.resources import SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
 from liqo.kube.objects import Obj
-from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS
+from liqo.kube.resources import NAMESPACES, NODES, PODS
 from liqo.offloading import operations as offloading
 from liqo.peering import operations
-from tests.integration.helpers import RUN_ID, Site, expect_clean, unique
+from tests.integration.helpers import RUN_ID, Site, expect_clean, recorded_event, unique
 from tests.shared import eventually
 
 REASON = "DoesNotFitRemote"
@@ -152,10 +152,7 @@ async def test_a_pod_no_provider_node_can_hold_waits_at_home_until_one_can(
     message = ready_condition(big)["message"]
     assert "requests cpu=6, memory=64Mi" in message
     assert "largest slot is cpu=4" in message
-    events, _ = await rome.list_all(EVENTS, namespace=home)
-    assert any(
-        e["reason"] == REASON and e["type"] == "Warning" and e["involvedObject"]["name"] == "big" for e in events
-    )
+    assert (await recorded_event(rome, namespace=home, reason=REASON, about="big"))["type"] == "Warning"
     assert not (await milan.list_all(SHADOW_PODS, namespace=twin))[0]  # nothing sent to milan
 
     # Free milan's nodes: the slots grow to 8 CPUs, the offer is republished, and the same pod goes.

@@ -40,6 +40,13 @@ become the pod API's ``stdin``/``stdout``/``stderr``/``tty``, its ``port=80,443`
 A client that speaks plain SPDY is refused: kubectl tries WebSockets first and falls back to SPDY only when
 the upgrade fails, so the fallback is answered with the failure the WebSocket attempt met (the provider's
 refusal, remembered for a moment), not with a complaint about SPDY that would hide it.
+
+Refusals of a stream are a Kubernetes ``Status`` in JSON, never plain text: kubectl decodes a refused
+upgrade's body with the API machinery's universal decoder, which reads YAML too, so a sentence such as
+``the provider answered: …`` parsed as a one-key mapping, became an empty Status, and kubectl printed only
+``Error from server: ``. Log refusals stay plain text: the API server quotes a kubelet's log error body
+verbatim. When the provider's kubelet refuses behind its API server (a container not running: the body of
+that refusal never reaches us), the twin pod's container state says why.
 """
 
 from __future__ import annotations
@@ -51,10 +58,13 @@ import time
 from collections.abc import Callable, Sequence
 
 import aiohttp
+import orjson
 from aiohttp import web
 
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, KubeError
+from liqo.kube.objects import Obj
+from liqo.kube.printable import printable
 from liqo.kube.resources import PODS
 from liqo.kube.websocket import WebSocket
 
@@ -97,6 +107,51 @@ def stream_query(endpoint: str, query: Sequence[tuple[str, str]], *, container: 
         elif key in STREAM_FLAGS and value.lower() in ("1", "true"):
             out.append((STREAM_FLAGS[key], "true"))
     return out
+
+
+REFUSALS: dict[int, tuple[type[web.HTTPException], str]] = {
+    400: (web.HTTPBadRequest, "BadRequest"),
+    401: (web.HTTPUnauthorized, "Unauthorized"),
+    404: (web.HTTPNotFound, "NotFound"),
+    503: (web.HTTPServiceUnavailable, "ServiceUnavailable"),
+}
+"""The codes a refusal uses, with the ``Status`` reason kubectl prints as ``Error from server (…)``."""
+
+
+def stream_refusal(code: int, message: str) -> web.HTTPException:
+    """A refusal of a stream, its body the Kubernetes ``Status`` kubectl decodes (pure)."""
+    kind, reason = REFUSALS[code]
+    status = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure"}
+    body = orjson.dumps(status | {"message": message, "reason": reason, "code": code})
+    return kind(body=body, content_type="application/json")
+
+
+MAX_STATE_MESSAGE = 300
+"""At most this many characters of the provider's message about a container's state."""
+
+
+def not_running(pod: Obj, container: str) -> str | None:
+    """Why ``container`` of the provider's ``pod`` cannot take an exec or attach; None if it runs (pure).
+
+    Worded like the API server's own refusal of ``kubectl logs`` for a waiting container. The pod's status is
+    the provider's to write, so its reasons and messages are escaped and cut.
+    """
+    status = pod.get("status") or {}
+    kinds = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
+    found = [s for kind in kinds for s in status.get(kind) or () if s.get("name") == container]
+    if not found:
+        return f'container "{container}" has not started on the provider (the pod is {status.get("phase", "new")})'
+    state = found[0].get("state") or {}
+    if "running" in state:
+        return None
+    if (waiting := state.get("waiting")) is not None:
+        detail = f" ({waiting['message']})" if waiting.get("message") else ""
+        why = printable(f"{waiting.get('reason', 'unknown')}{detail}", limit=MAX_STATE_MESSAGE)
+        return f'container "{container}" is waiting to start on the provider: {why}'
+    if (terminated := state.get("terminated")) is not None:
+        why = printable(f"{terminated.get('reason', 'unknown')}", limit=MAX_STATE_MESSAGE)
+        return f'container "{container}" has terminated on the provider: {why}, exit code {terminated.get("exitCode")}'
+    return None
 
 
 def offered_protocols(header: str) -> tuple[str, ...]:
@@ -150,13 +205,20 @@ class _Handlers:
     def _target(self, request: web.Request) -> tuple[KubeClient, str, str, str]:
         """The provider, twin namespace, pod and container a pod endpoint is about (or an HTTP error)."""
         if self._require_client_cert and not (request.transport and request.transport.get_extra_info("peercert")):
-            raise web.HTTPUnauthorized(text="a client certificate of the cluster CA is required\n")
+            raise self._refusal(request, 401, "a client certificate of the cluster CA is required")
         namespace, pod = request.match_info["namespace"], request.match_info["pod"]
         found = self._locate(namespace, pod)
         if found is None:
-            raise web.HTTPNotFound(text=f"pod {namespace}/{pod} does not run on a virtual node of this kubelet\n")
+            raise self._refusal(request, 404, f"pod {namespace}/{pod} does not run on a virtual node of this kubelet")
         provider, twin = found
         return provider, twin, pod, request.match_info.get("container", "")
+
+    @staticmethod
+    def _refusal(request: web.Request, code: int, message: str) -> web.HTTPException:
+        """A refusal in the form its client reads: plain text for logs, a ``Status`` for streams."""
+        if request.path.startswith("/containerLogs/"):
+            return REFUSALS[code][0](text=message + "\n")
+        return stream_refusal(code, message)
 
     async def healthz(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -168,9 +230,9 @@ class _Handlers:
         try:
             first = await anext(chunks, b"")
         except ApiError as exc:
-            raise web.HTTPBadRequest(text=f"the provider answered: {exc.message}\n") from exc
+            raise self._refusal(request, 400, f"the provider answered: {exc.message}") from exc
         except KubeError as exc:
-            raise web.HTTPBadGateway(text=f"the provider is unreachable: {exc}\n") from exc
+            raise self._refusal(request, 503, f"the provider is unreachable: {exc}") from exc
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         await response.write(first)
@@ -196,9 +258,10 @@ class _Handlers:
         provider, twin, pod, container = self._target(request)
         key = (endpoint, request.match_info["namespace"], pod)
         if request.headers.get("Upgrade", "").lower() != "websocket":
-            raise self._remembered(key) or web.HTTPBadRequest(
-                text=f"{endpoint} on a virtual node needs WebSockets (SPDY is not supported): kubectl uses them"
-                " unless KUBECTL_REMOTE_COMMAND_WEBSOCKETS or KUBECTL_PORT_FORWARD_WEBSOCKETS is false\n"
+            raise self._remembered(key) or stream_refusal(
+                400,
+                f"{endpoint} on a virtual node needs WebSockets (SPDY is not supported): kubectl uses them"
+                " unless KUBECTL_REMOTE_COMMAND_WEBSOCKETS or KUBECTL_PORT_FORWARD_WEBSOCKETS is false",
             )
         path = PODS.path(namespace=twin, name=pod, subresource=SUBRESOURCES[endpoint])
         query = stream_query(endpoint, list(request.query.items()), container=container)
@@ -206,9 +269,11 @@ class _Handlers:
         try:
             upstream = await provider.websocket(path, query=query, protocols=protocols)
         except ApiError as exc:
-            raise self._remember(key, web.HTTPBadRequest(text=f"the provider answered: {exc.message}\n")) from exc
+            why = await _container_state(provider, twin, pod, container) if container else None
+            message = f"the provider answered: {exc.message}" + (f"; {why}" if why else "")
+            raise self._remember(key, stream_refusal(400, message)) from exc
         except KubeError as exc:
-            raise self._remember(key, web.HTTPBadGateway(text=f"the provider is unreachable: {exc}\n")) from exc
+            raise self._remember(key, stream_refusal(503, f"the provider is unreachable: {exc}")) from exc
         downstream = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (), max_msg_size=0)
         try:
             await downstream.prepare(request)
@@ -231,7 +296,16 @@ class _Handlers:
         kept = self._refusals.pop(key, None)
         if kept is None or kept[0] < time.monotonic():
             return None
-        return type(kept[1])(text=kept[1].text)
+        return type(kept[1])(body=kept[1].body, content_type=kept[1].content_type)
+
+
+async def _container_state(provider: KubeClient, twin: str, pod: str, container: str) -> str | None:
+    """:func:`not_running` for the twin pod, or None when the provider will not say."""
+    try:
+        found = await provider.get(PODS, pod, namespace=twin)
+    except KubeError:
+        return None
+    return not_running(found, container)
 
 
 async def _relay_both_ways(downstream: web.WebSocketResponse, upstream: WebSocket) -> None:

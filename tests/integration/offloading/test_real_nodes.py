@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from liqo.kube.resources import PODS
 from liqo.localclusters.realnodes import images
 from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
+    LocalCluster,
     Site,
     install_liqo,
     kubectl,
@@ -29,6 +31,7 @@ from tests.integration.helpers import (
     start,
     unique,
 )
+from tests.shared import eventually
 
 pytestmark = [
     pytest.mark.cluster,
@@ -37,6 +40,11 @@ pytestmark = [
 
 TOOLBOX = images.TOOLBOX_PINNED
 SERVER = ["sh", "-c", "echo started; exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo pong'"]
+
+
+def kubectl_run(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl against ``cluster``, its failure kept (``kubectl`` asserts success)."""
+    return subprocess.run([*cluster.kubectl(), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +93,21 @@ async def test_a_pod_offloaded_to_a_real_node_answers_kubectl_at_home(
             "--", "sh", "-c", "read line; echo got $line on $(hostname)", stdin="hello\n", timeout=120,
         )  # fmt: skip
         assert shell.startswith("got hello on shell")
+
+        # An image no registry has: florence's kubelet refuses exec and attach ("container not found") behind
+        # florence's API server; kubectl at home is told which container and why, not an empty error.
+        unpullable = {"name": "app", "image": "registry.liqo.invalid/nowhere:1", "command": SERVER}
+        async with rome_site.client() as consumer:
+            await consumer.create(PODS, pod("unpulled", ns, containers=[unpullable]))
+        async with florence.client() as provider:
+
+            async def waiting() -> bool:
+                found = await provider.get_or_none(PODS, "unpulled", namespace=offloaded.twin)
+                statuses = ((found or {}).get("status") or {}).get("containerStatuses") or []
+                return bool(statuses and "waiting" in statuses[0].get("state", {}))
+
+            await eventually(waiting, timeout=60, message="florence's pod unpulled waiting for its image")
+        for verb in (["exec", "unpulled", "--", "true"], ["attach", "unpulled"]):
+            refused = kubectl_run(home, verb[0], "-n", ns, *verb[1:])
+            assert refused.returncode != 0
+            assert 'container "app" is waiting to start on the provider' in refused.stderr, refused.stderr

@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError
 from liqo.kube.kubeconfig import Access
+from liqo.kube.printable import unprintable
 from liqo.virtualkubelet.kubeletapi import (
     kubelet_app,
     log_params,
+    not_running,
     offered_protocols,
     relayed_close_code,
     stream_query,
@@ -96,6 +98,34 @@ def test_a_relayed_close_code_is_always_one_that_may_be_sent(received: int | Non
         assert code == 1000  # a connection that just ended (Kubernetes' way of ending a stream) ended normally
 
 
+def _pod(phase: str, **statuses: dict[str, Any]) -> dict[str, Any]:
+    return {"status": {"phase": phase, "containerStatuses": [{"name": n, "state": s} for n, s in statuses.items()]}}
+
+
+def test_not_running_says_why_a_container_takes_no_exec() -> None:
+    pulling = {"waiting": {"reason": "ErrImagePull", "message": 'failed to pull "nginx"'}}
+    assert not_running(_pod("Pending", app=pulling), "app") == (
+        'container "app" is waiting to start on the provider: ErrImagePull (failed to pull "nginx")'
+    )
+    assert not_running(_pod("Pending", app={"waiting": {"reason": "ContainerCreating"}}), "app") == (
+        'container "app" is waiting to start on the provider: ContainerCreating'
+    )
+    done = {"terminated": {"reason": "Completed", "exitCode": 0}}
+    assert not_running(_pod("Succeeded", app=done), "app") == (
+        'container "app" has terminated on the provider: Completed, exit code 0'
+    )
+    assert not_running(_pod("Pending"), "app") == 'container "app" has not started on the provider (the pod is Pending)'
+    assert not_running(_pod("Running", app={"running": {}}), "app") is None
+
+
+@given(st.text(max_size=2000))
+def test_not_running_escapes_and_cuts_what_the_provider_wrote(message: str) -> None:
+    said = not_running(_pod("Pending", app={"waiting": {"reason": "X", "message": message}}), "app")
+    assert said is not None
+    assert unprintable(said) is None
+    assert len(said) <= len('container "app" is waiting to start on the provider: ') + 300
+
+
 # -- the relay -----------------------------------------------------------------------------------------------
 
 Script = Callable[[web.WebSocketResponse, web.Request], Awaitable[None]]
@@ -114,6 +144,13 @@ class Provider:
     """Refuse every request (the API server's own refusals: authorization, a missing pod)."""
     kubelet_refusal: int | None = None
     """Refuse upgrades only, with this status (a kubelet's refusal, behind the API server's proxy)."""
+    pod: dict[str, Any] | None = None
+    """The twin pod a GET finds (404 if None)."""
+
+    async def get_pod(self, _request: web.Request) -> web.StreamResponse:
+        if self.pod is None:
+            return web.json_response({"kind": "Status", "message": 'pods "web" not found', "code": 404}, status=404)
+        return web.json_response(self.pod)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if self.refusal is not None:
@@ -153,6 +190,7 @@ async def relay() -> AsyncIterator[Relay]:
     provider = Provider()
     provider_app = web.Application()
     provider_app.router.add_route("*", "/api/v1/namespaces/{namespace}/pods/{pod}/{sub}", provider.handle)
+    provider_app.router.add_get("/api/v1/namespaces/{namespace}/pods/{pod}", provider.get_pod)
     runners = [web.AppRunner(provider_app)]
     await runners[0].setup()
     provider_site = web.TCPSite(runners[0], "127.0.0.1", 0)
@@ -251,12 +289,42 @@ async def test_a_refusal_is_told_to_the_websocket_and_again_to_kubectls_spdy_fal
     assert refused.value.status == 400
     spdy = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": "portforward.k8s.io"}
     async with relay.session.post(f"{relay.url}/portForward/home/web", headers=spdy) as response:
-        assert response.status == 400
-        assert await response.text() == f"the provider answered: {forbidden}\n"
+        assert await refusal(response, 400) == f"the provider answered: {forbidden}"
     # Told once: a later SPDY request, with no WebSocket attempt before it, hears that SPDY is not spoken.
     async with relay.session.post(f"{relay.url}/portForward/home/web", headers=spdy) as response:
-        assert response.status == 400
-        assert "needs WebSockets (SPDY is not supported)" in await response.text()
+        assert "needs WebSockets (SPDY is not supported)" in await refusal(response, 400)
+
+
+async def refusal(response: aiohttp.ClientResponse, code: int) -> str:
+    """The message of a refusal, checked to be the Status kubectl decodes (text with a colon read as YAML did not)."""
+    assert response.status == code
+    assert response.content_type == "application/json"
+    status = await response.json()
+    assert (status["kind"], status["status"], status["code"]) == ("Status", "Failure", code)
+    assert status["reason"] == {400: "BadRequest", 404: "NotFound", 503: "ServiceUnavailable"}[code]
+    return str(status["message"])
+
+
+async def test_a_container_not_running_on_the_provider_is_named_with_its_state(relay: Relay) -> None:
+    # The provider's kubelet refuses behind its API server (500 "container not found"), whose body never
+    # reaches the relay: the twin pod's state says why.
+    relay.provider.kubelet_refusal = 500
+    relay.provider.pod = _pod("Pending", app={"waiting": {"reason": "ErrImagePull", "message": "not found"}})
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await relay.session.ws_connect(f"{relay.url}/exec/home/web/app?command=true&output=1", protocols=(V5,))
+    assert refused.value.status == 400
+    spdy = {"Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": V5}
+    async with relay.session.post(f"{relay.url}/exec/home/web/app?command=true", headers=spdy) as response:
+        assert await refusal(response, 400) == (
+            "the provider answered: the WebSocket upgrade was refused with HTTP 500;"
+            ' container "app" is waiting to start on the provider: ErrImagePull (not found)'
+        )
+    # The pod gone too: the refusal alone.
+    relay.provider.pod = None
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        await relay.session.ws_connect(f"{relay.url}/attach/home/web/app?output=1", protocols=(V5,))
+    async with relay.session.post(f"{relay.url}/attach/home/web/app", headers=spdy) as response:
+        assert await refusal(response, 400) == "the provider answered: the WebSocket upgrade was refused with HTTP 500"
 
 
 async def test_a_pod_this_kubelet_does_not_run_is_not_found_whatever_the_protocol(relay: Relay) -> None:
@@ -265,8 +333,10 @@ async def test_a_pod_this_kubelet_does_not_run_is_not_found_whatever_the_protoco
             await relay.session.ws_connect(f"{relay.url}/{endpoint}", protocols=(V5,))
         assert refused.value.status == 404
         async with relay.session.post(f"{relay.url}/{endpoint}", headers={"Upgrade": "SPDY/3.1"}) as response:
-            assert response.status == 404
-            assert await response.text() == "pod home/other does not run on a virtual node of this kubelet\n"
+            assert await refusal(response, 404) == "pod home/other does not run on a virtual node of this kubelet"
+    async with relay.session.get(f"{relay.url}/containerLogs/home/other/app") as response:  # quoted verbatim
+        assert response.status == 404
+        assert await response.text() == "pod home/other does not run on a virtual node of this kubelet\n"
     assert not relay.provider.calls
 
 

@@ -17,10 +17,10 @@ def test_a_shared_familys_modules_go_before_the_next_family_and_the_rest() -> No
     seconds = {"short_sites.py": 10.0, "long_alone.py": 300.0, "cluster.py": 50.0, "long_sites.py": 200.0}
     ranks = {"short_sites.py": 0, "long_sites.py": 0, "cluster.py": 1}
     assert module_order(list(seconds), seconds, ranks) == [
+        "long_alone.py",  # the longest module of no family opens the first family's turn
         "long_sites.py",
         "short_sites.py",
         "cluster.py",
-        "long_alone.py",
     ]
     assert family_rank(["rome", "sites", "cluster"]) == SHARED.index("sites")
     assert family_rank(["peer_cluster", "kube"]) == SHARED.index("peer_cluster")
@@ -43,10 +43,26 @@ def test_the_committed_table_names_modules_that_exist() -> None:
 
 @given(st.dictionaries(st.sampled_from("abcdefgh"), st.floats(0, 1e4)), st.permutations("abcdefgh"))
 def test_the_order_keeps_every_module_once(seconds: dict[str, float], modules: list[str]) -> None:
-    ranks = {m: ord(m) % 3 for m in modules}
+    ranks = {m: (0, 1, len(SHARED))[ord(m) % 3] for m in modules}  # two shared families and no family
     ordered = module_order(modules, seconds, ranks)
     assert sorted(ordered) == sorted(modules)
-    assert [ranks[m] for m in ordered] == sorted(ranks[m] for m in ordered)
+    families = [ranks[m] for m in ordered if ranks[m] < len(SHARED)]
+    assert families == sorted(families)  # each family's modules together, in the families' order
     for rank in set(ranks.values()):
         measured = [seconds[m] for m in ordered if m in seconds and ranks[m] == rank]
         assert measured == sorted(measured, reverse=True)
+
+
+def test_the_longest_modules_of_no_family_open_the_families_turns_and_the_rest_follow() -> None:
+    seconds = {"pods.py": 400.0, "check.py": 350.0, "stress.py": 300.0, "unit.py": 5.0, "s1.py": 100.0}
+    seconds |= {"s2.py": 90.0, "c1.py": 60.0}
+    ranks = {"s1.py": 0, "s2.py": 0, "c1.py": 1}
+    assert module_order(list(seconds), seconds, ranks) == [
+        "pods.py",
+        "s1.py",
+        "s2.py",
+        "check.py",
+        "c1.py",
+        "stress.py",
+        "unit.py",
+    ]

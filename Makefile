@@ -48,6 +48,10 @@ venv:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11"; exit 1; }
 	@$(UV) --version 2>/dev/null | grep -q "$(UV_VERSION)" || $(PYTHON) -m pip install --quiet "uv==$(UV_VERSION)"
 	@UV_PYTHON=$(PYTHON) $(UV) sync --frozen --quiet
+	@# Bytecode, once: uv writes none, and with PYTHONDONTWRITEBYTECODE (set on CI machines) every process
+	@# compiled aiohttp, cryptography and liqo again at each start (1.8 s of CPU per liqo component, 2.5 s per
+	@# liqoctl; 0.8 s and 1.1 s compiled). Up-to-date files are skipped, so this costs a second when nothing changed.
+	@$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib/python3.11/site-packages src >/dev/null
 
 binaries: venv
 	@$(LIQOCTL) local build --real-nodes

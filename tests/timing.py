@@ -9,7 +9,9 @@ module records, from its first setup to its last teardown:
 - ``own``: CPU-seconds of the test process and the processes it waited for (``liqoctl``, ``kubectl``);
 - ``other``: CPU-seconds of the rest of the machine meanwhile (``/proc/stat``): the clusters the module
   started, which run detached from it, and whatever else runs (beside a serial run, little);
-- ``busy``: ``(own + other) / (wall * cores)``: near 1, the module computed; near 0, it waited.
+- ``busy``: ``(own + other) / (wall * cores)``: near 1, the module computed; near 0, it waited;
+- ``fixtures``: seconds of the wall its tests spent in setup and teardown (clusters started, liqo installed,
+  peerings made and undone) rather than in the tests themselves: the price of the module's environment.
 
 At the end of the session the table (slowest first) and the slowest tests are printed and written to
 ``build/test-times/`` (``modules.tsv``, ``tests.tsv``), which ``.ci/run`` prints again as its last lines.
@@ -55,10 +57,15 @@ class ModuleTime:
     own: float
     other: float
     busy: float
+    fixtures: float = 0.0
 
 
 def module_times(
-    spans: Mapping[str, tuple[Sample, Sample]], tests: Mapping[str, int], *, cores: int
+    spans: Mapping[str, tuple[Sample, Sample]],
+    tests: Mapping[str, int],
+    *,
+    cores: int,
+    fixtures: Mapping[str, float] | None = None,
 ) -> list[ModuleTime]:
     """Each module's figures from its first and last sample, slowest first (pure)."""
     times = []
@@ -67,7 +74,8 @@ def module_times(
         own = max(0.0, end.own - start.own)
         other = max(0.0, end.machine - start.machine - own)
         busy = (own + other) / (wall * cores) if wall > 0 else 0.0
-        times.append(ModuleTime(module, tests.get(module, 0), wall, own, other, min(busy, 1.0)))
+        spent = (fixtures or {}).get(module, 0.0)
+        times.append(ModuleTime(module, tests.get(module, 0), wall, own, other, min(busy, 1.0), spent))
     return sorted(times, key=lambda t: t.wall, reverse=True)
 
 
@@ -100,15 +108,16 @@ def lane_times(lanes: Mapping[str, Sequence[tuple[float, float]]]) -> list[LaneT
 def format_modules(times: Sequence[ModuleTime]) -> list[str]:
     """The table as aligned lines, with a total (pure)."""
     width = max([len("module"), *(len(t.module) for t in times)])
-    lines = [f"{'module':<{width}}  tests  wall s  own cpu s  other cpu s  busy"]
+    lines = [f"{'module':<{width}}  tests  wall s  own cpu s  other cpu s  busy  fixtures s"]
     for t in times:
         lines.append(
             f"{t.module:<{width}}  {t.tests:>5}  {t.wall:>6.0f}  {t.own:>9.0f}  {t.other:>11.0f}  {t.busy:>4.0%}"
+            f"  {t.fixtures:>10.0f}"
         )
     total = (sum(t.tests for t in times), sum(t.wall for t in times), sum(t.own for t in times))
-    lines.append(
-        f"{'total':<{width}}  {total[0]:>5}  {total[1]:>6.0f}  {total[2]:>9.0f}  {sum(t.other for t in times):>11.0f}"
-    )
+    other, fixtures = sum(t.other for t in times), sum(t.fixtures for t in times)
+    figures = f"{total[0]:>5}  {total[1]:>6.0f}  {total[2]:>9.0f}  {other:>11.0f}  {'':>4}  {fixtures:>10.0f}"
+    lines.append(f"{'total':<{width}}  {figures}")
     return lines
 
 
@@ -143,6 +152,7 @@ class Timing:
         self.spans: dict[str, tuple[Sample, Sample]] = {}
         self.tests: dict[str, int] = {}
         self.durations: list[tuple[float, str]] = []
+        self.fixtures: dict[str, float] = {}
         self.lanes: dict[str, list[tuple[float, float]]] = {}
 
     @pytest.hookimpl(tryfirst=True)
@@ -162,6 +172,9 @@ class Timing:
         self.spans[module] = (start, _sample())  # after the module fixtures' teardown when it is the last test
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when in ("setup", "teardown"):  # under lanes, reports reach the controller: it sums them
+            module = report.nodeid.split("::", 1)[0]
+            self.fixtures[module] = self.fixtures.get(module, 0.0) + report.duration
         if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
             self.durations.append((report.duration, report.nodeid))
 
@@ -194,7 +207,7 @@ class Timing:
         self._lanes()
         if not self.spans:
             return
-        times = module_times(self.spans, self.tests, cores=os.cpu_count() or 1)
+        times = module_times(self.spans, self.tests, cores=os.cpu_count() or 1, fixtures=self.fixtures)
         slowest = sorted(self.durations, reverse=True)[:SLOWEST]
         terminalreporter.section("time per module (slowest first)")
         for line in format_modules(times):
@@ -208,9 +221,12 @@ class Timing:
         for seconds, nodeid in slowest:
             terminalreporter.write_line(f"{seconds:8.1f}  {nodeid}")
         OUTPUT.mkdir(parents=True, exist_ok=True)
-        header: list[Sequence[object]] = [("module", "tests", "wall_s", "own_cpu_s", "other_cpu_s", "busy")]
+        header: list[Sequence[object]] = [
+            ("module", "tests", "wall_s", "own_cpu_s", "other_cpu_s", "busy", "fixtures_s")
+        ]
         rows: list[Sequence[object]] = [
-            (t.module, t.tests, f"{t.wall:.1f}", f"{t.own:.1f}", f"{t.other:.1f}", f"{t.busy:.2f}") for t in times
+            (t.module, t.tests, f"{t.wall:.1f}", f"{t.own:.1f}", f"{t.other:.1f}", f"{t.busy:.2f}", f"{t.fixtures:.1f}")
+            for t in times
         ]
         (OUTPUT / "modules.tsv").write_text(tsv(iter(header + rows)))
         lines: list[Sequence[object]] = [("seconds", "test"), *((f"{s:.1f}", n) for s, n in slowest)]

@@ -13,9 +13,10 @@ def test_a_module_that_waited_is_idle_and_one_that_computed_is_busy() -> None:
         "waits.py": (Sample(0, 0, 100), Sample(100, 2, 110)),  # 100 s, 2 s own, 8 s of clusters, 2 cores
         "computes.py": (Sample(100, 2, 110), Sample(110, 12, 120)),  # 10 s, 10 s own, nothing else
     }
-    waits, computes = module_times(spans, {"waits.py": 3, "computes.py": 1}, cores=2)
-    assert waits == ModuleTime("waits.py", 3, 100, 2, 8, 0.05)
-    assert computes == ModuleTime("computes.py", 1, 10, 10, 0, 0.5)
+    waits, computes = module_times(spans, {"waits.py": 3, "computes.py": 1}, cores=2, fixtures={"waits.py": 60})
+    assert waits == ModuleTime("waits.py", 3, 100, 2, 8, 0.05, fixtures=60)
+    assert computes == ModuleTime("computes.py", 1, 10, 10, 0, 0.5, fixtures=0)
+    assert format_modules([waits, computes])[-1].split() == ["total", "4", "110", "12", "8", "60"]
 
 
 samples = st.builds(

@@ -32,10 +32,10 @@ from tests.integration.helpers import (
     LocalCluster,
     Offloaded,
     Site,
-    install_liqo,
     offloaded_to,
     purge,
     start,
+    start_sites,
     unique,
     unpeered,
 )
@@ -142,8 +142,7 @@ def _start_sites() -> dict[str, Site]:
         ),
         "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
     }
-    started = {role: start(spec) for role, spec in specs.items()}
-    return {role: Site(local, install_liqo(local)) for role, local in started.items()}
+    return start_sites(specs)
 
 
 def _purge_sites(sites: dict[str, Site]) -> None:

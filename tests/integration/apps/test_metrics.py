@@ -18,14 +18,12 @@ from liqo.kube.resources import DEPLOYMENTS
 from liqo.localclusters.launch import HostProcesses, host_processes
 from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
-    LocalCluster,
     Site,
     deployment,
-    install_liqo,
     offloaded_to,
     purge,
     running_pods,
-    start,
+    start_sites,
     unique,
 )
 from tests.shared import eventually
@@ -36,18 +34,16 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[Site, Site]]:
     """A consumer and a provider, made for this module and purged after it."""
-    specs = [
-        ClusterSpec(name=unique("t-mhome"), nodes=1),
-        ClusterSpec(name=unique("t-mprov"), nodes=1, node_cpu="4", node_memory="8Gi"),
-    ]
-    started: list[LocalCluster] = []
+    made = start_sites(
+        {
+            "consumer": ClusterSpec(name=unique("t-mhome"), nodes=1),
+            "provider": ClusterSpec(name=unique("t-mprov"), nodes=1, node_cpu="4", node_memory="8Gi"),
+        }
+    )
     try:
-        for spec in specs:
-            started.append(start(spec))
-        consumer, provider = (Site(local, install_liqo(local)) for local in started)
-        yield consumer, provider
+        yield made["consumer"], made["provider"]
     finally:
-        purge(*started)
+        purge(made["consumer"].cluster, made["provider"].cluster)
 
 
 async def ports(site: Site) -> HostProcesses:

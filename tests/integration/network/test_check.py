@@ -30,7 +30,7 @@ from liqo.localclusters.realnodes.host import run_in_node
 from liqo.localclusters.spec import ClusterSpec
 from liqo.network import gateway_objects
 from liqo.peering import operations as peering
-from tests.integration.helpers import LocalCluster, Site, install_liqo, only_real_node, purge, start, unique
+from tests.integration.helpers import LocalCluster, Site, only_real_node, purge, start_sites, unique
 from tests.shared import eventually
 
 pytestmark = [
@@ -56,17 +56,11 @@ def check_network(cluster: LocalCluster, *, expect_ok: bool = True) -> dict[str,
     return report
 
 
-def site(name: str) -> Site:
-    local = start(ClusterSpec(name=unique(name), nodes=0, real_nodes=1, pod_cidr=POD_CIDR))
-    return Site(local, install_liqo(local))
-
-
 @pytest.fixture(scope="module")
 def real_sites() -> Iterator[dict[str, Site]]:
-    made: dict[str, Site] = {}
+    names = ("milan", "rome", "paris")
+    made = start_sites({n: ClusterSpec(name=unique(n), nodes=0, real_nodes=1, pod_cidr=POD_CIDR) for n in names})
     try:
-        for name in ("milan", "rome", "paris"):
-            made[name] = site(name)
         yield made
     finally:
         purge(*(made_site.cluster for made_site in made.values()))

@@ -122,8 +122,8 @@ def stream_refusal(code: int, message: str) -> web.HTTPException:
     """A refusal of a stream, its body the Kubernetes ``Status`` kubectl decodes (pure)."""
     kind, reason = REFUSALS[code]
     status = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure"}
-    body = orjson.dumps(status | {"message": message, "reason": reason, "code": code})
-    return kind(body=body, content_type="application/json")
+    text = orjson.dumps(status | {"message": message, "reason": reason, "code": code}).decode()
+    return kind(text=text, content_type="application/json")
 
 
 MAX_STATE_MESSAGE = 300
@@ -296,7 +296,7 @@ class _Handlers:
         kept = self._refusals.pop(key, None)
         if kept is None or kept[0] < time.monotonic():
             return None
-        return type(kept[1])(body=kept[1].body, content_type=kept[1].content_type)
+        return type(kept[1])(text=kept[1].text, content_type=kept[1].content_type)
 
 
 async def _container_state(provider: KubeClient, twin: str, pod: str, container: str) -> str | None:

@@ -4,9 +4,9 @@ The endpoint (:mod:`liqo.peering.authserver`) authenticates a consumer, then han
 :class:`Provisioner`, the only code that creates anything for it: peering's own (:mod:`liqo.peering.provisioning`,
 RBAC, ForeignCluster, a signed CSR) behind sharing's :class:`~liqo.sharing.gate.PolicyGate`, which refuses
 the peers a SharingPolicy denies before anything is created. Capabilities do not import one another, so the
-contract they share — the protocol, what it returns (:class:`Issued`, :class:`PeerRecord`) and the two
-errors the endpoint turns into answers (:class:`PeerDenied`, :class:`ProvisioningError`) — lives here, below
-both; the manager (:mod:`liqo.apps.manager`) wires the chain.
+contract they share — the protocol, what it is handed (:class:`AuthenticatedConsumer`), what it returns
+(:class:`Issued`, :class:`PeerRecord`) and the two errors the endpoint turns into answers (:class:`PeerDenied`,
+:class:`ProvisioningError`) — lives here, below both; the manager (:mod:`liqo.apps.manager`) wires the chain.
 """
 
 from __future__ import annotations
@@ -16,6 +16,28 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from liqo.api.networks import ClusterNetwork
+
+
+@dataclass(frozen=True)
+class AuthenticatedConsumer:
+    """What the authentication endpoint has verified about a consumer, handed to the provisioner chain as one value.
+
+    The endpoint, the policy gate and the provisioner all speak of this one consumer: passing it whole, rather
+    than field by field, means a field added here reaches all three at once, and none of them can drop one on the way.
+    """
+
+    consumer_id: str
+    """The cluster ID its signed request names (its CSR is checked to be for that ID alone)."""
+    consumer_name: str
+    """The name it claims: what its ForeignCluster is named after, never a basis for a decision."""
+    auth_url: str | None
+    """Where its own authentication endpoint is, if it told one."""
+    csr_pem: str
+    """Its CSR, re-encoded by the endpoint from what it checked."""
+    key_fingerprint: str
+    """The fingerprint of the cluster key that signed its request."""
+    network: ClusterNetwork
+    """Its network, as its signed request told it."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +112,7 @@ class Provisioner(Protocol):
         """This cluster's record of ``consumer_id``; None if it has none."""
         ...
 
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
         """Pin the consumer's key (unless pinned), ensure its tenant namespace, RBAC; sign the CSR; record its network.
 
         Leaves nothing behind when it fails.

@@ -48,7 +48,14 @@ from cryptography.hazmat.primitives import serialization
 
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import PeerDenied, Provisioner, ProvisioningBusy, ProvisioningError, admission
+from liqo.api.provisioner import (
+    AuthenticatedConsumer,
+    PeerDenied,
+    Provisioner,
+    ProvisioningBusy,
+    ProvisioningError,
+    admission,
+)
 from liqo.kube.ratelimit import SourceLimiter, check_bucket
 from liqo.peering.authprotocol import (
     MAX_BODY,
@@ -330,12 +337,14 @@ def auth_app(
         checked = csr.public_bytes(serialization.Encoding.PEM).decode()
         try:
             issued = await provisioner.provision(
-                consumer_id=ask.cluster_id,
-                consumer_name=ask.cluster_name,
-                auth_url=ask.auth_url,
-                csr_pem=checked,
-                key_fingerprint=fingerprint,
-                network=ask.network,
+                AuthenticatedConsumer(
+                    consumer_id=ask.cluster_id,
+                    consumer_name=ask.cluster_name,
+                    auth_url=ask.auth_url,
+                    csr_pem=checked,
+                    key_fingerprint=fingerprint,
+                    network=ask.network,
+                )
             )
         except Exception as exc:
             if ticket is not None:

@@ -39,8 +39,16 @@ from cryptography import x509
 
 from liqo.api import names
 from liqo.api.bounds import DEFAULT_TENANT_QUOTA, object_quota
-from liqo.api.networks import NETWORK, ClusterNetwork, network_patch
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningBusy, ProvisioningError, admission
+from liqo.api.networks import NETWORK, network_patch
+from liqo.api.provisioner import (
+    AuthenticatedConsumer,
+    Issued,
+    PeerDenied,
+    PeerRecord,
+    ProvisioningBusy,
+    ProvisioningError,
+    admission,
+)
 from liqo.api.resources import DISCOVERY, FOREIGN_CLUSTERS, NETWORKING, OFFLOADING, SHARING
 from liqo.kube import csr
 from liqo.kube.client import KubeClient
@@ -116,33 +124,25 @@ def peer_role_binding(consumer_id: str) -> dict[str, Any]:
     }
 
 
-def consumer_foreign_cluster(
-    *,
-    name: str,
-    consumer_id: str,
-    consumer_name: str,
-    auth_url: str | None,
-    key_fingerprint: str,
-    network: ClusterNetwork,
-) -> dict[str, Any]:
+def consumer_foreign_cluster(*, name: str, consumer: AuthenticatedConsumer) -> dict[str, Any]:
     """The ForeignCluster a provider creates for a new consumer (pure): incoming on demand, no outgoing, its key.
 
-    It records the consumer's network as the consumer told it.
+    It records the consumer's network as the consumer told it (its CSR has no place here).
     """
     spec: dict[str, Any] = {
-        "clusterID": consumer_id,
-        "clusterName": consumer_name,
+        "clusterID": consumer.consumer_id,
+        "clusterName": consumer.consumer_name,
         "incomingPeeringEnabled": "Auto",
         "outgoingPeeringEnabled": "No",
-        "keyFingerprint": key_fingerprint,
-        NETWORK: network.to_message(),
+        "keyFingerprint": consumer.key_fingerprint,
+        NETWORK: consumer.network.to_message(),
     }
-    if auth_url:
-        spec["authURL"] = auth_url
+    if consumer.auth_url:
+        spec["authURL"] = consumer.auth_url
     return {
         "apiVersion": FOREIGN_CLUSTERS.api_version,
         "kind": FOREIGN_CLUSTERS.kind,
-        "metadata": {"name": name, "labels": names.peer_labels(consumer_id)},
+        "metadata": {"name": name, "labels": names.peer_labels(consumer.consumer_id)},
         "spec": spec,
     }
 
@@ -208,40 +208,24 @@ class KubeProvisioner:
         fc = self._records.foreign_cluster(consumer_id)
         return record_of(fc) if fc is not None else None
 
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
         """Pin the consumer's key, ensure its namespace and RBAC, have its CSR signed, record its network.
 
         Undoes what it created on failure.
         """
         undo: list[Callable[[], Awaitable[Any]]] = []
         try:
-            namespace = await self._tenant(consumer_id, undo=undo)
-            record = await self._pin(
-                consumer_id=consumer_id,
-                consumer_name=consumer_name,
-                auth_url=auth_url,
-                key_fingerprint=key_fingerprint,
-                network=network,
-                undo=undo,
-            )
+            namespace = await self._tenant(consumer.consumer_id, undo=undo)
+            record = await self._pin(consumer, undo=undo)
             # Bounded before the consumer gets any right there: no moment when it writes unbounded.
-            quota = object_quota(namespace=namespace, peer_id=consumer_id, hard=self._tenant_quota)
+            quota = object_quota(namespace=namespace, peer_id=consumer.consumer_id, hard=self._tenant_quota)
             await self._client.apply(RESOURCE_QUOTAS, quota)
-            await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer_id))
-            certificate = await self._sign(consumer_id=consumer_id, csr_pem=csr_pem)
-            patch = network_patch(record, network)
+            await self._client.apply(ROLE_BINDINGS, peer_role_binding(consumer.consumer_id))
+            certificate = await self._sign(consumer_id=consumer.consumer_id, csr_pem=consumer.csr_pem)
+            patch = network_patch(record, consumer.network)
             if patch is not None:
                 await self._client.patch(FOREIGN_CLUSTERS, record["metadata"]["name"], patch)
-                log.info("recorded the network of consumer %s: %s", consumer_id, network)
+                log.info("recorded the network of consumer %s: %s", consumer.consumer_id, consumer.network)
         except Exception:
             for step in reversed(undo):
                 try:
@@ -249,7 +233,7 @@ class KubeProvisioner:
                 except NotFoundError:
                     pass
                 except KubeError as exc:
-                    log.warning("could not undo a failed provisioning of %s: %s", consumer_id, exc)
+                    log.warning("could not undo a failed provisioning of %s: %s", consumer.consumer_id, exc)
             raise
         expires_at = x509.load_pem_x509_certificate(certificate.encode()).not_valid_after_utc
         return Issued(
@@ -261,14 +245,7 @@ class KubeProvisioner:
         )
 
     async def _pin(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-        undo: list[Callable[[], Awaitable[Any]]],
+        self, consumer: AuthenticatedConsumer, *, undo: list[Callable[[], Awaitable[Any]]]
     ) -> dict[str, Any]:
         """Make the consumer's ForeignCluster hold its key, or refuse; register how to undo what was done.
 
@@ -277,20 +254,14 @@ class KubeProvisioner:
         name claimed on the tenant namespace (:func:`liqo.peering.records.ensure_record`); a record being
         deleted is waited for (a retryable error). Returns the ForeignCluster.
         """
+        consumer_id, key_fingerprint = consumer.consumer_id, consumer.key_fingerprint
         for _ in range(_PIN_ATTEMPTS):
             try:
                 fc, made = await records.ensure_record(
                     self._client,
                     peer_id=consumer_id,
-                    candidates=names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer_name),
-                    manifest=lambda name: consumer_foreign_cluster(
-                        name=name,
-                        consumer_id=consumer_id,
-                        consumer_name=consumer_name,
-                        auth_url=auth_url,
-                        key_fingerprint=key_fingerprint,
-                        network=network,
-                    ),
+                    candidates=names.foreign_cluster_names(cluster_id=consumer_id, cluster_name=consumer.consumer_name),
+                    manifest=lambda name: consumer_foreign_cluster(name=name, consumer=consumer),
                     seen=self._records,
                 )
             except records.RecordBusy as exc:

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, Provisioner
+from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerDenied, PeerRecord, Provisioner
 from liqo.sharing.policy import select_policy
 
 PolicyReader = Callable[[], Sequence[Mapping[str, Any]]]
@@ -36,29 +35,13 @@ class PolicyGate:
         """The provisioner's record of ``consumer_id``."""
         return await self._provisioner.record(consumer_id)
 
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
-        """Provision ``consumer_id`` unless a policy denies it.
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
+        """Provision ``consumer`` unless a policy denies it.
 
         Raises:
-            PeerDenied: the policy applying to ``consumer_id`` denies it; or the provisioner refuses it.
+            PeerDenied: the policy applying to ``consumer.consumer_id`` denies it; or the provisioner refuses it.
             ProvisioningError: the provisioner failed.
         """
-        if select_policy(self._policies(), peer_id=consumer_id).action == "Deny":
+        if select_policy(self._policies(), peer_id=consumer.consumer_id).action == "Deny":
             raise PeerDenied("this cluster's sharing policy denies peering with you")
-        return await self._provisioner.provision(
-            consumer_id=consumer_id,
-            consumer_name=consumer_name,
-            auth_url=auth_url,
-            csr_pem=csr_pem,
-            key_fingerprint=key_fingerprint,
-            network=network,
-        )
+        return await self._provisioner.provision(consumer)

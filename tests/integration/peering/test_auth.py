@@ -33,7 +33,7 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import ProvisioningError
+from liqo.api.provisioner import AuthenticatedConsumer, ProvisioningError
 from liqo.api.resources import FOREIGN_CLUSTERS, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
 from liqo.apps.manager import build_auth_endpoint
 from liqo.install.manifests import manager_rules, peer_cluster_roles
@@ -604,12 +604,14 @@ async def test_a_failed_signature_leaves_nothing_behind(
     async with stopped(cluster, "kube-controller-manager"):
         with pytest.raises(ProvisioningError, match="signed no certificate"):
             await provisioner.provision(
-                consumer_id=consumer,
-                consumer_name="doomed",
-                auth_url=None,
-                csr_pem=make_csr(consumer)[1],
-                key_fingerprint=key_of(consumer).fingerprint,
-                network=CONSUMER_NETWORK,
+                AuthenticatedConsumer(
+                    consumer_id=consumer,
+                    consumer_name="doomed",
+                    auth_url=None,
+                    csr_pem=make_csr(consumer)[1],
+                    key_fingerprint=key_of(consumer).fingerprint,
+                    network=CONSUMER_NETWORK,
+                )
             )
     assert await leftovers(kube, consumer) == []
 

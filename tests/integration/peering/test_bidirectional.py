@@ -20,6 +20,7 @@ import pytest
 from liqo.api import names
 from liqo.api.components import MANAGER
 from liqo.api.identity import read_identity
+from liqo.api.provisioner import AuthenticatedConsumer
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
@@ -160,12 +161,14 @@ async def test_a_consumer_enrolling_while_we_declare_our_peering_with_it_gets_on
 
     async def enrol(client: KubeClient) -> None:
         await provisioner(client).provision(
-            consumer_id=rome_id,
-            consumer_name=identity.cluster_name,
-            auth_url=identity.auth_url,
-            csr_pem=make_csr(rome_id)[1],
-            key_fingerprint=identity.key_fingerprint,
-            network=network,
+            AuthenticatedConsumer(
+                consumer_id=rome_id,
+                consumer_name=identity.cluster_name,
+                auth_url=identity.auth_url,
+                csr_pem=make_csr(rome_id)[1],
+                key_fingerprint=identity.key_fingerprint,
+                network=network,
+            )
         )
 
     try:

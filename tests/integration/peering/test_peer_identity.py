@@ -31,7 +31,7 @@ from liqo.api.clusterkey import ClusterKey
 from liqo.api.components import MANAGER
 from liqo.api.identity import read_cluster_key
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerRecord
+from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerRecord
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, SHARING_POLICIES
 from liqo.kube import pki
 from liqo.kube.cache import SharedInformers
@@ -176,13 +176,13 @@ class AttackersProvisioner:
     async def record(self, consumer_id: str) -> PeerRecord | None:
         return None
 
-    async def provision(self, *, consumer_id: str, csr_pem: str, **_: Any) -> Issued:
-        certificate, ca, expiry = signed_for(csr_pem)
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
+        certificate, ca, expiry = signed_for(consumer.csr_pem)
         return Issued(
             api_server_url="https://127.0.0.1:9",  # where the consumer's pods, Secrets and tokens would go
             ca_pem=ca,
             certificate_pem=certificate,
-            namespace=names.tenant_namespace(consumer_id),
+            namespace=names.tenant_namespace(consumer.consumer_id),
             expires_at=expiry,
         )
 

@@ -29,7 +29,14 @@ from cryptography.x509.oid import NameOID
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningBusy, ProvisioningError
+from liqo.api.provisioner import (
+    AuthenticatedConsumer,
+    Issued,
+    PeerDenied,
+    PeerRecord,
+    ProvisioningBusy,
+    ProvisioningError,
+)
 from liqo.kube import pki
 from liqo.kube.kubeconfig import load_dict
 from liqo.kube.ratelimit import SourceLimiter
@@ -92,29 +99,27 @@ class FakeProvisioner:
         self.lookups.append(consumer_id)
         return self.records.get(consumer_id)
 
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
         self.calls.append(
-            {"consumer_id": consumer_id, "consumer_name": consumer_name, "auth_url": auth_url, "network": network}
+            {
+                "consumer_id": consumer.consumer_id,
+                "consumer_name": consumer.consumer_name,
+                "auth_url": consumer.auth_url,
+                "network": consumer.network,
+            }
         )
-        self.csrs.append(csr_pem)
+        self.csrs.append(consumer.csr_pem)
         if self.error:
             raise self.error
-        self.records.setdefault(consumer_id, PeerRecord(key_fingerprint=key_fingerprint, refused=False))
-        certificate, expires_at = signed_certificate(csr_pem, other_key=self.other_key)
+        self.records.setdefault(
+            consumer.consumer_id, PeerRecord(key_fingerprint=consumer.key_fingerprint, refused=False)
+        )
+        certificate, expires_at = signed_certificate(consumer.csr_pem, other_key=self.other_key)
         return Issued(
             api_server_url="https://127.0.0.1:6443",
             ca_pem="CA PEM",
             certificate_pem=certificate,
-            namespace=names.tenant_namespace(consumer_id),
+            namespace=names.tenant_namespace(consumer.consumer_id),
             expires_at=expires_at,
         )
 

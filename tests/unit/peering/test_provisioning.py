@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
@@ -105,11 +105,14 @@ def test_the_binding_names_the_peers_user_and_no_group() -> None:
 def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pins_its_key() -> None:
     fc = consumer_foreign_cluster(
         name="c",
-        consumer_id=PEER,
-        consumer_name="consumer",
-        auth_url="https://c:8443",
-        key_fingerprint=KEY,
-        network=NETWORK,
+        consumer=AuthenticatedConsumer(
+            consumer_id=PEER,
+            consumer_name="consumer",
+            auth_url="https://c:8443",
+            csr_pem=CSR,
+            key_fingerprint=KEY,
+            network=NETWORK,
+        ),
     )
     assert fc["spec"] == {
         "clusterID": PEER,
@@ -122,7 +125,10 @@ def test_a_consumers_foreign_cluster_accepts_incoming_never_goes_outgoing_and_pi
     }
     assert fc["metadata"]["labels"][names.REMOTE_CLUSTER_ID] == PEER
     without_url = consumer_foreign_cluster(
-        name="c", consumer_id=PEER, consumer_name="c", auth_url=None, key_fingerprint=KEY, network=NETWORK
+        name="c",
+        consumer=AuthenticatedConsumer(
+            consumer_id=PEER, consumer_name="c", auth_url=None, csr_pem=CSR, key_fingerprint=KEY, network=NETWORK
+        ),
     )
     assert "authURL" not in without_url["spec"]
     assert record_of(fc) == PeerRecord(key_fingerprint=KEY, refused=False)
@@ -297,7 +303,14 @@ async def provision(
     target: KubeProvisioner, *, consumer_name: str = "rome", key: str = KEY, network: ClusterNetwork = NETWORK
 ) -> Issued:
     return await target.provision(
-        consumer_id=PEER, consumer_name=consumer_name, auth_url=None, csr_pem=CSR, key_fingerprint=key, network=network
+        AuthenticatedConsumer(
+            consumer_id=PEER,
+            consumer_name=consumer_name,
+            auth_url=None,
+            csr_pem=CSR,
+            key_fingerprint=key,
+            network=network,
+        )
     )
 
 

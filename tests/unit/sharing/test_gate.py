@@ -5,7 +5,7 @@ import datetime
 import pytest
 
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerDenied, PeerRecord, ProvisioningError
 from liqo.api.resources import SHARING_POLICIES
 from liqo.kube.objects import Obj
 from liqo.sharing.gate import PolicyGate
@@ -18,14 +18,14 @@ ISSUED = Issued(
     namespace=f"liqo-tenant-{CONSUMER}",
     expires_at=datetime.datetime(2030, 1, 2, tzinfo=datetime.UTC),
 )
-ASK: Obj = {
-    "consumer_id": CONSUMER,
-    "consumer_name": "rome",
-    "auth_url": "https://127.0.0.1:8443",
-    "csr_pem": "csr",
-    "key_fingerprint": "sha256:abc",
-    "network": ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
-}
+ASK = AuthenticatedConsumer(
+    consumer_id=CONSUMER,
+    consumer_name="rome",
+    auth_url="https://127.0.0.1:8443",
+    csr_pem="csr",
+    key_fingerprint="sha256:abc",
+    network=ClusterNetwork.parse(pod_cidr="10.244.0.0/16", service_cidr="10.96.0.0/16"),
+)
 
 
 def policy(name: str, *, action: str, peers: list[str] | None = None) -> Obj:
@@ -53,31 +53,13 @@ class Policies:
 class FakeProvisioner:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
-        self.asked: list[Obj] = []
+        self.asked: list[AuthenticatedConsumer] = []
 
     async def record(self, consumer_id: str) -> PeerRecord | None:
         return PeerRecord(key_fingerprint="sha256:abc", refused=False) if consumer_id == CONSUMER else None
 
-    async def provision(
-        self,
-        *,
-        consumer_id: str,
-        consumer_name: str,
-        auth_url: str | None,
-        csr_pem: str,
-        key_fingerprint: str,
-        network: ClusterNetwork,
-    ) -> Issued:
-        self.asked.append(
-            {
-                "consumer_id": consumer_id,
-                "consumer_name": consumer_name,
-                "auth_url": auth_url,
-                "csr_pem": csr_pem,
-                "key_fingerprint": key_fingerprint,
-                "network": network,
-            }
-        )
+    async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
+        self.asked.append(consumer)
         if self.error is not None:
             raise self.error
         return ISSUED
@@ -94,7 +76,7 @@ class FakeProvisioner:
 )
 async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Obj]) -> None:
     reader, provisioner = Policies(*policies), FakeProvisioner()
-    assert await PolicyGate(policies=reader, provisioner=provisioner).provision(**ASK) == ISSUED
+    assert await PolicyGate(policies=reader, provisioner=provisioner).provision(ASK) == ISSUED
     assert provisioner.asked == [ASK]
     assert reader.reads == 1
 
@@ -109,14 +91,14 @@ async def test_a_peer_no_policy_denies_is_provisioned(policies: list[Obj]) -> No
 async def test_a_denied_peer_is_refused_before_anything_is_provisioned(policies: list[Obj]) -> None:
     provisioner = FakeProvisioner()
     with pytest.raises(PeerDenied, match="sharing policy denies peering with you"):
-        await PolicyGate(policies=Policies(*policies), provisioner=provisioner).provision(**ASK)
+        await PolicyGate(policies=Policies(*policies), provisioner=provisioner).provision(ASK)
     assert provisioner.asked == []
 
 
 async def test_the_provisioners_refusals_and_failures_pass_through() -> None:
     for error in (PeerDenied("another key is registered"), ProvisioningError("namespace is being deleted")):
         with pytest.raises(type(error), match=str(error)):
-            await PolicyGate(policies=Policies(), provisioner=FakeProvisioner(error)).provision(**ASK)
+            await PolicyGate(policies=Policies(), provisioner=FakeProvisioner(error)).provision(ASK)
 
 
 async def test_records_are_the_provisioners() -> None:

@@ -12,9 +12,9 @@ import yaml
 from liqo.api.names import MAX_CLUSTER_NAME
 from liqo.api.networks import InvalidNetwork, IPNetwork, parse_cidr
 from liqo.cli.errors import expected_errors
-from liqo.cli.kube import Context, Kubeconfig, client_for
-from liqo.cli.output import out, progress
-from liqo.install.installer import InstallOptions, install, plan, uninstall
+from liqo.cli.kube import Context, Kubeconfig, Timeout, client_for
+from liqo.cli.output import line, out, progress
+from liqo.install.installer import DEFAULT_TIMEOUT, InstallOptions, install, plan, uninstall
 from liqo.kube.printable import describe, unprintable
 from liqo.localclusters.launch import detect
 from liqo.localclusters.spec import parse_labels
@@ -78,6 +78,7 @@ def install_command(
         typer.Option(help="liqo's image (default: the release's; on a local cluster, the one its real nodes hold)."),
     ] = None,
     replicas: Annotated[int, typer.Option(help="Manager replicas (every one serves the webhooks).", min=1)] = 2,
+    timeout: Timeout = DEFAULT_TIMEOUT,
     dry_run: Annotated[bool, typer.Option(help="Print what would be applied instead of applying it.")] = False,
     output: Annotated[
         str,
@@ -126,6 +127,7 @@ def install_command(
             pod_cidr=_cidr("--pod-cidr", pod_cidr),
             service_cidr=_cidr("--service-cidr", service_cidr),
             peer_pools=pools,
+            timeout=timeout,
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run, output=output))
 
@@ -151,7 +153,7 @@ async def _install(
                 sys.stdout.write(yaml.safe_dump_all(planned.items, sort_keys=False))
             return
         identity = await install(client, options, progress=progress, launch=detect(client.server))
-    out.print(f"liqo installed on [bold]{identity.cluster_name}[/bold] (cluster ID {identity.cluster_id})")
+    line("liqo installed on [bold]{name}[/bold] (cluster ID {id})", name=identity.cluster_name, id=identity.cluster_id)
 
 
 def uninstall_command(

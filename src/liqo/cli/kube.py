@@ -21,6 +21,7 @@ Kubeconfig = Annotated[
     str | None, typer.Option("--kubeconfig", help="kubeconfig of the cluster (default: $KUBECONFIG, ~/.kube/config).")
 ]
 Context = Annotated[str | None, typer.Option("--context", help="kubeconfig context (default: the current one).")]
+Timeout = Annotated[float, typer.Option(help="Seconds to wait before giving up with the reason.", min=0)]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from liqo.cli.errors import expected_errors
-from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, line, out, progress, table
 from liqo.localclusters import clusters, toolchain
 from liqo.localclusters.realnodes import images
 from liqo.localclusters.spec import ClusterSpec, SpecRequest, parse_labels
@@ -103,7 +103,15 @@ def up(
         info = clusters.up(request, progress=progress)
     real = f", real nodes {info.real_nodes}" if not info.real_nodes.endswith("/0") else ""
     pinned = f", pinned to CPUs {info.cpus}" if info.cpus else ""
-    out.print(f"cluster [bold]{info.name}[/bold] is {info.state}: API {info.api_url}, nodes {info.nodes}{real}{pinned}")
+    line(
+        "cluster [bold]{name}[/bold] is {state}: API {api}, nodes {nodes}{real}{pinned}",
+        name=info.name,
+        state=info.state,
+        api=info.api_url,
+        nodes=info.nodes,
+        real=real,
+        pinned=pinned,
+    )
     out.print(f"use it with: eval $(liqoctl local env {info.name})")
 
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from liqo.cli.errors import expected_errors
-from liqo.cli.kube import Context, Kubeconfig, client_for
-from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, out, progress, table
+from liqo.cli.kube import Context, Kubeconfig, Timeout, client_for
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, fail, line, progress, table
 from liqo.offloading import operations
 from liqo.offloading.operations import OffloadingError
 
@@ -20,7 +20,6 @@ unoffload_app = typer.Typer(help="Stop extending namespaces to providers.", no_a
 
 Namespace = Annotated[str, typer.Argument(help="The namespace (it must exist).")]
 Wait = Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until done, reporting each provider.")]
-Timeout = Annotated[float, typer.Option(help="Seconds to wait before giving up with the reason.")]
 
 
 @contextmanager
@@ -84,9 +83,13 @@ def offload_namespace(
     if emit(summary, fmt=output):
         return
     if not wait:
-        out.print(f"namespace [bold]{namespace}[/bold] offloading requested (`kubectl get nsof -n {namespace}`)")
+        line("namespace [bold]{ns}[/bold] offloading requested (`kubectl get nsof -n {ns}`)", ns=namespace)
         return
-    out.print(f"namespace [bold]{namespace}[/bold] offloaded as [bold]{summary['remoteNamespace']}[/bold]")
+    line(
+        "namespace [bold]{ns}[/bold] offloaded as [bold]{remote}[/bold]",
+        ns=namespace,
+        remote=summary["remoteNamespace"],
+    )
     table(
         ["cluster", "remote namespace", "phase", "message"],
         [[c["clusterName"], c["remoteNamespace"], c["phase"], c["message"] or "-"] for c in summary["clusters"]],
@@ -109,4 +112,4 @@ def unoffload_namespace(
 
     with _failures():
         asyncio.run(run())
-    out.print(f"namespace [bold]{namespace}[/bold] " + ("unoffloaded" if wait else "unoffloading requested"))
+    line("namespace [bold]{ns}[/bold] {done}", ns=namespace, done="unoffloaded" if wait else "unoffloading requested")

@@ -12,8 +12,8 @@ import yaml
 
 from liqo.api.foreignclusters import ConditionType
 from liqo.cli.errors import expected_errors
-from liqo.cli.kube import Context, Kubeconfig, client_for
-from liqo.cli.output import OUTPUT_OPTION, Format, emit, out, progress, table
+from liqo.cli.kube import Context, Kubeconfig, Timeout, client_for
+from liqo.cli.output import OUTPUT_OPTION, Format, emit, line, out, progress, table
 from liqo.peering import enrolment, operations, tokens
 from liqo.peering.operations import PeerCommand
 
@@ -22,7 +22,6 @@ generate_app = typer.Typer(help="Generate commands and configuration for peers."
 get_app = typer.Typer(help="Get liqo objects.", no_args_is_help=True)
 token_app = typer.Typer(help="List and revoke this cluster's enrolment tokens.", no_args_is_help=True)
 
-Timeout = Annotated[float, typer.Option(help="Seconds to wait before giving up with the reason.")]
 OfferMode = Annotated[str, typer.Option(help="How offers are accepted: Auto, Manual or PriceLimit.")]
 
 
@@ -67,7 +66,9 @@ def peer(
     for offer in offers:
         spec = offer["spec"]
         resources = ", ".join(f"{k}={v}" for k, v in spec["resources"].items())
-        out.print(f"peered with [bold]{spec['providerClusterName']}[/bold]: accepted offer {resources}")
+        line(
+            "peered with [bold]{name}[/bold]: accepted offer {offer}", name=spec["providerClusterName"], offer=resources
+        )
 
 
 @peer_app.command("out-of-band")
@@ -99,7 +100,7 @@ def peer_out_of_band(
 
     with expected_errors():
         offer = asyncio.run(run())
-    out.print(f"peered with [bold]{name}[/bold]: accepted offer {offer['spec']['resources']}")
+    line("peered with [bold]{name}[/bold]: accepted offer {offer}", name=name, offer=offer["spec"]["resources"])
 
 
 def unpeer(
@@ -243,8 +244,14 @@ def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format 
     if emit(report, fmt=output):
         return
     local = report["local"]
-    identity = f"[bold]{local['clusterName']}[/bold] ({local['clusterID']})"
-    out.print(f"{identity}  API {local['apiServerURL']}  auth {local['authURL']}  {_network(local['network'])}")
+    line(
+        "[bold]{name}[/bold] ({id})  API {api}  auth {auth}  {network}",
+        name=local["clusterName"],
+        id=local["clusterID"],
+        api=local["apiServerURL"],
+        auth=local["authURL"],
+        network=_network(local["network"]),
+    )
     table(
         ["peer", "role", "outgoing", "incoming", "auth", "api", "network", "accepted", "offered"],
         [
@@ -280,9 +287,9 @@ def status(kubeconfig: Kubeconfig = None, context: Context = None) -> None:
     """What is wrong, and where: every condition of every peer that is not as it should be."""
     report = _report(kubeconfig, context)
     local = report["local"]
-    out.print(f"[bold]{local['clusterName']}[/bold]: {len(report['peers'])} peer(s)")
-    lines = operations.problems(report)
-    for line in lines:
-        out.print(f"  [yellow]![/yellow] {line}")
-    if not lines:
-        out.print("  [green]✓[/green] every peering is established")
+    line("[bold]{name}[/bold]: {count} peer(s)", name=local["clusterName"], count=len(report["peers"]))
+    problems = operations.problems(report)
+    for problem in problems:
+        line("  [yellow]![/yellow] {problem}", problem=problem)
+    if not problems:
+        line("  [green]✓[/green] every peering is established")

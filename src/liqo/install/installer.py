@@ -38,8 +38,11 @@ from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
 from liqo.install import manifests
 from liqo.install.values import DEFAULT_IMAGE, Values
+from liqo.kube import podstate
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
+from liqo.kube.objects import Obj
+from liqo.kube.printable import printable
 from liqo.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
@@ -54,6 +57,7 @@ from liqo.kube.resources import (
     NAMESPACES,
     NODES,
     POD_TEMPLATES,
+    PODS,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -64,7 +68,7 @@ from liqo.kube.resources import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Resource,
 )
-from liqo.kube.waiting import poll_until
+from liqo.kube.waiting import WaitTimeout, changes_only, poll_until
 from liqo.offloading import placementpolicy, registration
 from liqo.offloading.registration import REGISTRATIONS
 from liqo.peering.authserver import RateLimit
@@ -107,7 +111,8 @@ PLACEMENT_POLICY = (
 )
 """The pod placement policy's objects, in deletion order."""
 CRD_DEADLINE = 60.0
-MANAGER_DEADLINE = 60.0
+DEFAULT_TIMEOUT = 300.0
+"""How long an install waits for liqo to run: pulling an image on a slow link takes minutes (helm's default)."""
 UNINSTALL_DEADLINE = 120.0
 
 
@@ -133,6 +138,8 @@ class InstallOptions:
     replicas: int = 2
     peer_pools: tuple[str, ...] = ()
     """Where peers' pods are named and routed (empty: the default pools)."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds to wait for liqo to run (images pulled, pods ready, the identity made) before giving up."""
 
 
 def resolve_network(
@@ -178,6 +185,8 @@ class Pods:
 
     reachable: tuple[str, ...] = ()
     """URLs this machine can reach and should, before install returns (a local cluster's node ports)."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds each wait may take: a Deployment to become available, the URLs to accept connections."""
 
     async def start(self, client: KubeClient, progress: Progress) -> None:
         """Wait until both Deployments are available, and every URL of :attr:`reachable` accepts connections.
@@ -188,12 +197,12 @@ class Pods:
         """
         for name in (MANAGER, VIRTUAL_KUBELET):
             progress(f"waiting for the {name} Deployment")
-            await _wait_deployment(client, name)
+            await _wait_deployment(client, name, timeout=self.timeout, progress=progress)
         if self.reachable:
             progress(f"waiting for {', '.join(self.reachable)} to accept connections")
             await poll_until(
                 lambda: _all_accept(self.reachable),
-                timeout=MANAGER_DEADLINE,
+                timeout=self.timeout,
                 interval=0.2,
                 message=f"{', '.join(self.reachable)} refuse connections: kubectl -n {names.LIQO_NAMESPACE} get"
                 " pods,services,endpointslices",
@@ -257,7 +266,9 @@ class InCluster:
     def render(self, values: Values, *, options: InstallOptions, placement_policy: bool) -> Plan:
         """Every manifest, started by the cluster (:class:`Pods`)."""
         return Plan(
-            values=values, items=manifests.manifests(values, placement_policy=placement_policy), launcher=Pods()
+            values=values,
+            items=manifests.manifests(values, placement_policy=placement_policy),
+            launcher=Pods(timeout=options.timeout),
         )
 
     async def stop(self, progress: Progress) -> None:
@@ -312,7 +323,7 @@ async def install(
     await _drop_other_placement(client, planned.items)
     await wait_crds_established(client)
     await planned.launcher.start(client, progress)
-    return await _wait_identity(client, planned.values)
+    return await _wait_identity(client, planned.values, timeout=options.timeout)
 
 
 async def _drop_other_placement(client: KubeClient, items: list[dict[str, Any]]) -> None:
@@ -329,7 +340,7 @@ async def _drop_other_placement(client: KubeClient, items: list[dict[str, Any]])
         await client.delete(resource, name, missing_ok=True)
 
 
-async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
+async def _wait_identity(client: KubeClient, values: Values, *, timeout: float) -> ClusterIdentity:
     """The identity once a manager derived it from these values (not a previous install's)."""
 
     async def current() -> ClusterIdentity | None:
@@ -342,7 +353,7 @@ async def _wait_identity(client: KubeClient, values: Values) -> ClusterIdentity:
 
     return await poll_until(
         current,
-        timeout=MANAGER_DEADLINE,
+        timeout=timeout,
         interval=0.2,
         message=f"the manager did not record this cluster's identity: kubectl -n {names.LIQO_NAMESPACE} logs"
         f" deployment/{MANAGER}",
@@ -474,17 +485,70 @@ async def wait_crds_established(client: KubeClient) -> None:
         await poll_until(established, timeout=CRD_DEADLINE, message=f"CRD {name} not Established", interval=0.05)
 
 
-async def _wait_deployment(client: KubeClient, name: str) -> None:
-    async def available() -> bool:
-        deployment = await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE)
-        return bool((deployment.get("status") or {}).get("availableReplicas"))
+async def _wait_deployment(client: KubeClient, name: str, *, timeout: float, progress: Progress) -> None:
+    """Wait until Deployment ``name`` :func:`rolled_out`, saying why not each time that changes.
 
-    await poll_until(
-        available,
-        timeout=MANAGER_DEADLINE,
-        interval=0.5,
-        message=f"the {name} Deployment is not available: kubectl -n {names.LIQO_NAMESPACE} describe deployment {name}",
+    The last reason is in the error: "not available" alone would send the operator to ``kubectl describe``
+    for the one fact they need (the image is not pulled, no node fits, the container crashes).
+    """
+    say, last = changes_only(progress), [""]
+
+    async def done() -> bool:
+        deployment = await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE)
+        if rolled_out(deployment):
+            return True
+        selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"].get("matchLabels", {}).items())
+        pods = await client.list(PODS, namespace=names.LIQO_NAMESPACE, label_selector=selector)
+        last[0] = rollout_trouble(deployment, pods["items"])
+        say(f"{name}: {last[0]}")
+        return False
+
+    try:
+        await poll_until(done, timeout=timeout, interval=0.5, message=f"the {name} Deployment did not roll out")
+    except WaitTimeout as exc:
+        raise InstallError(f"{exc}: {last[0]}; kubectl -n {names.LIQO_NAMESPACE} describe deployment {name}") from None
+
+
+def rolled_out(deployment: Obj) -> bool:
+    """Whether every replica of ``deployment`` runs its current template and is available (pure).
+
+    ``kubectl rollout status``'s test: a re-install that changed the image returns once the new version
+    serves, not while the old one still does.
+    """
+    status = deployment.get("status") or {}
+    wanted = (deployment.get("spec") or {}).get("replicas", 1)
+    updated = status.get("updatedReplicas", 0)
+    return bool(
+        status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+        and updated >= wanted
+        and status.get("replicas", 0) <= updated
+        and status.get("availableReplicas", 0) >= updated
     )
+
+
+def rollout_trouble(deployment: Obj, pods: list[Obj]) -> str:
+    """Why ``deployment`` has not :func:`rolled_out` (pure): each unready pod's first cause, three at most."""
+    status = deployment.get("status") or {}
+    wanted = (deployment.get("spec") or {}).get("replicas", 1)
+    if status.get("observedGeneration", 0) < deployment["metadata"].get("generation", 0):
+        return "the Deployment controller has not seen this version yet"
+    if not pods:
+        conditions = status.get("conditions") or []
+        failure: Obj = next(
+            (c for c in conditions if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), {}
+        )
+        refused = failure.get("message")
+        return f"none of its {wanted} pods created yet" + (
+            f": {printable(str(refused), limit=podstate.MAX_TEXT)}" if refused else ""
+        )
+    troubled = [
+        (pod["metadata"]["name"], trouble) for pod in pods if (trouble := podstate.pod_trouble(pod)) is not None
+    ]
+    if not troubled:
+        updated, available = status.get("updatedReplicas", 0), status.get("availableReplicas", 0)
+        return f"{updated} of {wanted} pods updated, {available} available, {status.get('replicas', 0)} in all"
+    more = f"; {len(troubled) - 3} more" if len(troubled) > 3 else ""
+    return "; ".join(f"pod {pod}: {trouble}" for pod, trouble in troubled[:3]) + more
 
 
 async def _wait_gone(client: KubeClient, resource: Resource, name: str) -> None:

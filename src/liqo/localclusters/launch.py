@@ -29,8 +29,8 @@ from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.networks import ClusterNetwork, InvalidNetwork
 from liqo.install import manifests
 from liqo.install.installer import (
+    DEFAULT_TIMEOUT,
     IN_CLUSTER,
-    MANAGER_DEADLINE,
     InstallError,
     InstallOptions,
     Launch,
@@ -80,7 +80,7 @@ class LocalLaunch:
                 f"https://{pods.node_addresses[0]}:{LOCAL_NODE_PORTS['kubelet']}",
             )
             items = manifests.manifests(values, placement_policy=placement_policy)
-            return Plan(values=values, items=items, launcher=Pods(reachable=node_ports))
+            return Plan(values=values, items=items, launcher=Pods(reachable=node_ports, timeout=options.timeout))
         host = host_processes(self.name, options)
         # Without a real node nothing could run a gateway: no fabric (NetworkStatus says so on every peer).
         values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url, network_fabric=False)
@@ -140,6 +140,8 @@ class HostProcesses:
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     auth_rate_limit: RateLimit = field(default_factory=RateLimit)
     reserved_namespaces: tuple[str, ...] = ()
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds the supervisor may take to report the components ready."""
 
     @property
     def auth_url(self) -> str:
@@ -224,7 +226,7 @@ class HostProcesses:
                 self.cluster, cert=self.directory / f"{pair}.crt", key=self.directory / f"{pair}.key"
             )
         components = [self.component(), self.virtual_kubelet_component()]
-        clusters.add_components(self.cluster, components, timeout=MANAGER_DEADLINE)
+        clusters.add_components(self.cluster, components, timeout=self.timeout)
 
 
 def local_image() -> str:
@@ -269,6 +271,7 @@ def host_processes(name: str, options: InstallOptions) -> HostProcesses:
         tenant_limits=options.tenant_limits,
         auth_rate_limit=options.auth_rate_limit,
         reserved_namespaces=options.reserved_namespaces,
+        timeout=options.timeout,
     )
 
 

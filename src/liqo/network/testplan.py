@@ -21,6 +21,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import ClusterNetwork, IPNetwork, Remapped, Unchanged, translate
+from liqo.kube import podstate
 
 TCP_PORT = 7001
 UDP_PORT = 7002
@@ -302,16 +303,9 @@ def why_not_running(pod: Mapping[str, Any] | None) -> str:
     if pod is None:
         return "not created"
     status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting:
-            return f"{waiting.get('reason', 'waiting')}: {waiting.get('message', '')}".rstrip(": ")
-    for condition in status.get("conditions") or []:
-        if condition.get("status") == "False" and condition.get("message"):
-            return f"{condition.get('reason') or condition.get('type')}: {condition['message']}"
-    if status.get("phase") == "Running":
+    if status.get("phase") == "Running" and all(s.get("ready") for s in podstate.container_statuses(dict(pod))):
         return (
             "running, but no IP is shown here: the virtual kubelet could not translate the provider's address"
             " (kubectl describe pod: its Events say why)"
         )
-    return f"phase {status.get('phase') or 'unknown'}"
+    return podstate.pod_trouble(dict(pod)) or f"phase {status.get('phase') or 'unknown'}"

@@ -61,6 +61,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from liqo.kube import podstate
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.objects import Obj
@@ -126,31 +127,21 @@ def stream_refusal(code: int, message: str) -> web.HTTPException:
     return kind(text=text, content_type="application/json")
 
 
-MAX_STATE_MESSAGE = 300
-"""At most this many characters of the provider's message about a container's state."""
-
-
 def not_running(pod: Obj, container: str) -> str | None:
     """Why ``container`` of the provider's ``pod`` cannot take an exec or attach; None if it runs (pure).
 
-    Worded like the API server's own refusal of ``kubectl logs`` for a waiting container. The pod's status is
-    the provider's to write, so its reasons and messages are escaped and cut.
+    Worded like the API server's own refusal of ``kubectl logs`` for a waiting container; the provider's
+    reasons and messages come escaped and cut (:mod:`liqo.kube.podstate`).
     """
-    status = pod.get("status") or {}
-    kinds = ("initContainerStatuses", "containerStatuses", "ephemeralContainerStatuses")
-    found = [s for kind in kinds for s in status.get(kind) or () if s.get("name") == container]
-    if not found:
-        return f'container "{container}" has not started on the provider (the pod is {status.get("phase", "new")})'
-    state = found[0].get("state") or {}
-    if "running" in state:
-        return None
+    found = podstate.container_status(pod, container)
+    if found is None:
+        phase = printable(str((pod.get("status") or {}).get("phase", "new")), limit=podstate.MAX_TEXT)
+        return f'container "{container}" has not started on the provider (the pod is {phase})'
+    state = found.get("state") or {}
     if (waiting := state.get("waiting")) is not None:
-        detail = f" ({waiting['message']})" if waiting.get("message") else ""
-        why = printable(f"{waiting.get('reason', 'unknown')}{detail}", limit=MAX_STATE_MESSAGE)
-        return f'container "{container}" is waiting to start on the provider: {why}'
+        return f'container "{container}" is waiting to start on the provider: {podstate.waiting(waiting)}'
     if (terminated := state.get("terminated")) is not None:
-        why = printable(f"{terminated.get('reason', 'unknown')}", limit=MAX_STATE_MESSAGE)
-        return f'container "{container}" has terminated on the provider: {why}, exit code {terminated.get("exitCode")}'
+        return f'container "{container}" has terminated on the provider: {podstate.terminated(terminated)}'
     return None
 
 

@@ -28,6 +28,7 @@ from liqo.api import resources as liqo_resources
 from liqo.api.components import MANAGER, NETWORK_AGENT, VIRTUAL_KUBELET
 from liqo.api.identity import read_identity
 from liqo.install import chart
+from liqo.install.installer import rolled_out
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import KubeError, NotFoundError
 from liqo.kube.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, PODS
@@ -42,8 +43,10 @@ from tests.integration.helpers import (
     helm_binary,
     kubectl,
     liqoctl,
+    liqoctl_run,
     pod,
     purge,
+    running,
     running_pods,
     start,
     unique,
@@ -92,7 +95,7 @@ async def wait_installed(cluster: LocalCluster) -> str:
                 manager = await client.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE)
             except NotFoundError:
                 return False
-            return bool((manager.get("status") or {}).get("availableReplicas") == manager["spec"]["replicas"])
+            return rolled_out(manager)
 
         await eventually(available, timeout=120, message="the manager Deployment is available", every=0.5)
         found: dict[str, str] = {}
@@ -300,7 +303,7 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbo
         kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{MANAGER}")
         created, refused = 0, []
 
-        async def rolled_out() -> bool:
+        async def during_the_rollout() -> bool:
             nonlocal created
             name = f"during-{created}"
             try:
@@ -309,23 +312,49 @@ async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbo
             except KubeError as exc:
                 refused.append(f"{name}: {exc}")
             created += 1
-            manager = await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE)
-            status = manager.get("status") or {}
-            return bool(
-                status.get("observedGeneration") == manager["metadata"]["generation"]
-                and status.get("updatedReplicas")
-                == status.get("replicas")
-                == status.get("availableReplicas")
-                == manager["spec"]["replicas"]
-            )
+            return rolled_out(await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE))
 
-        await eventually(rolled_out, timeout=180, message="the manager rolled out", every=0.2)
+        await eventually(during_the_rollout, timeout=180, message="the manager rolled out", every=0.2)
         assert created > 10
         assert not refused
         for index in range(created):
             await consumer.delete(PODS, f"during-{index}", namespace=offloaded_ns)
         async with lisbon.client() as provider:
             await gone_at_both_ends(consumer, provider, offloaded_ns, twin(offloaded_ns, porto), prefix="during-")
+
+
+async def test_an_install_whose_image_cannot_be_pulled_says_why_and_the_next_install_restores_liqo(
+    porto: Site, lisbon: Site, offloaded_ns: str
+) -> None:
+    async with porto.client() as consumer, lisbon.client() as provider:
+        before = await read_identity(consumer)
+        started = time.monotonic()
+        failed = liqoctl_run(
+            "install", f"--kubeconfig={porto.cluster.kubeconfig}", "--image=localhost/liqo/absent:0", "--timeout=20"
+        )
+        said = " ".join(failed.stderr.split())
+        assert failed.returncode == 1, said
+        # Named: the Deployment, its pod, the container and the kubelet's reason, as kubectl describe would.
+        assert f"the {MANAGER} Deployment did not roll out (waited 20s): pod {MANAGER}-" in said
+        assert 'container "manager" waiting: ' in said
+        assert "ErrImagePull" in said or "ImagePullBackOff" in said
+        assert f"kubectl -n liqo describe deployment {MANAGER}" in said
+        assert time.monotonic() - started < 60
+        # The managers of the previous install still serve (a rolling update replaces none before its successor
+        # is ready): pods are still placed on the virtual node.
+        await consumer.create(
+            PODS, pod("while-broken", offloaded_ns, containers=[WEB], terminationGracePeriodSeconds=1)
+        )
+        liqoctl(porto.cluster, "install")
+        assert rolled_out(await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE))
+        assert await read_identity(consumer) == before
+
+        async def runs() -> bool:
+            return running(await consumer.get(PODS, "while-broken", namespace=offloaded_ns))
+
+        await eventually(runs, timeout=60, message="the pod created while the install was broken runs", every=0.5)
+        await consumer.delete(PODS, "while-broken", namespace=offloaded_ns)
+        await gone_at_both_ends(consumer, provider, offloaded_ns, twin(offloaded_ns, porto), prefix="while-broken")
 
 
 def chart_version(directory: Path, version: str, *, grace: int) -> Path:
@@ -366,13 +395,7 @@ async def wait_rolled_out(client: KubeClient) -> None:
     for name in (MANAGER, VIRTUAL_KUBELET):
 
         async def done(name: str = name) -> bool:
-            found = await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE)
-            status = found.get("status") or {}
-            return bool(
-                status.get("observedGeneration") == found["metadata"]["generation"]
-                and status.get("updatedReplicas") == status.get("availableReplicas") == found["spec"]["replicas"]
-                and status.get("replicas") == found["spec"]["replicas"]
-            )
+            return rolled_out(await client.get(DEPLOYMENTS, name, namespace=names.LIQO_NAMESPACE))
 
         await eventually(done, timeout=180, message=f"{name} rolled out", every=0.5)
 

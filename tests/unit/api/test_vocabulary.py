@@ -41,6 +41,8 @@ NOT_OURS = {
     ("install/manifests.py", "Forbidden"): "a ValidatingAdmissionPolicy's reason",
     ("install/manifests.py", "None"): "a webhook's sideEffects, a Service's clusterIP",
     ("kube/csr.py", "Denied"): "a CSR's condition type",
+    ("kube/podstate.py", "Pending"): "a pod's phase",
+    ("kube/podstate.py", "Ready"): "a pod's condition type",
     ("localclusters/clusters.py", "Ready"): "a Node's condition type",
     ("localclusters/supervisor.py", "Waiting"): "a local component's state",
     ("localclusters/supervisor.py", "Pending"): "a local component's state",

@@ -89,8 +89,10 @@ def test_the_hop_is_named_gateway_then_tunnel_then_nat_then_route() -> None:
 
 def test_why_a_probe_pod_does_not_run() -> None:
     assert testplan.why_not_running(None) == "not created"
-    waiting = {"status": {"containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull", "message": "no"}}}]}}
-    assert testplan.why_not_running(waiting) == "ErrImagePull: no"
+    pulling = {"name": "probe", "state": {"waiting": {"reason": "ErrImagePull", "message": "no"}}}
+    assert testplan.why_not_running({"status": {"containerStatuses": [pulling]}}) == (
+        'container "probe" waiting: ErrImagePull (no)'
+    )
     assert "could not translate" in testplan.why_not_running({"status": {"phase": "Running"}})
 
 

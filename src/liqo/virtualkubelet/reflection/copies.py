@@ -23,10 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from liqo.api import names
-from liqo.kube.controller import Controller, Result
+from liqo.kube.controller import Result
 from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
@@ -121,7 +120,7 @@ def _in_twin(pair: NamespacePair, kind: CopiedKind) -> Informer:
     return pair.remote(kind.resource, label_selector=kind.in_twin)
 
 
-class CopyReflector(Reflector):
+class CopyReflector(Reflector[ObjectKey]):
     """Keeps the copies of one virtual node's offloaded namespaces in step with their home objects."""
 
     def __init__(
@@ -131,21 +130,10 @@ class CopyReflector(Reflector):
         policy: ReflectionPolicy,
         kinds: Iterable[CopiedKind],
     ) -> None:
-        self._manager = manager
-        self._provider = manager.provider
-        self._home_cluster_id = manager.home_cluster_id
-        self._events = manager.events
+        super().__init__(manager, reflects="copies", workers=3)
         self._policy = policy
         self._kinds = {kind.resource.plural: kind for kind in kinds}
         self._refusals = Refusals(manager.events)
-        self.controller: Controller[ObjectKey] = Controller(
-            name=f"copies {manager.node_name}", reconcile=self.reconcile, workers=3
-        )
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The copy controller."""
-        return [self.controller]
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch every copied kind on both sides: an event on either re-queues the object of that name."""

@@ -17,9 +17,8 @@ with the provider's message, and written again with a capped backoff.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any
 
-from liqo.kube.controller import Controller, Result
+from liqo.kube.controller import Result
 from liqo.kube.errors import ApiError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
@@ -42,7 +41,7 @@ SliceKey = tuple[str, str]
 NOT_REFLECTED = "EndpointsNotReflected"
 
 
-class EndpointSliceReflector(Reflector):
+class EndpointSliceReflector(Reflector[SliceKey]):
     """Keeps, in every twin of one virtual node, the home endpoints of the reflected Services."""
 
     def __init__(
@@ -53,24 +52,13 @@ class EndpointSliceReflector(Reflector):
         virtual_nodes: Callable[[], Collection[str]],
     ) -> None:
         """``virtual_nodes`` gives every virtual node of home (endpoints there run in other providers)."""
-        self._manager = manager
-        self._provider = manager.provider
+        super().__init__(manager, reflects="endpointslices", workers=4)
         self._node_name = manager.node_name
         self._provider_name = manager.addresses.provider_name
-        self._home_cluster_id = manager.home_cluster_id
-        self._events = manager.events
         self._policy = policy
         self._virtual_nodes = virtual_nodes
         self._reported: dict[SliceKey, tuple[str, ...]] = {}
         self._refusals = Refusals(manager.events)
-        self.controller: Controller[SliceKey] = Controller(
-            name=f"endpointslices {manager.node_name}", reconcile=self.reconcile, workers=4
-        )
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The slice controller."""
-        return [self.controller]
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the slices on both sides, and the home Services (whose slices follow whether they are reflected)."""

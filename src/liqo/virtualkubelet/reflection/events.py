@@ -18,10 +18,8 @@ kept per key, so the many re-queues of an Event (its pod appearing, the pair lis
 
 from __future__ import annotations
 
-from typing import Any
-
 from liqo.kube.cache import Index
-from liqo.kube.controller import Controller, Result
+from liqo.kube.controller import Result
 from liqo.kube.errors import ConflictError
 from liqo.kube.informer import HandlerFuncs, Informer, resource_version_of
 from liqo.kube.objects import Obj
@@ -47,7 +45,7 @@ def _subject(event: Obj) -> Subject | None:
     return (involved["kind"], involved["name"]) if involved.get("kind") and involved.get("name") else None
 
 
-class EventReflector(Reflector):
+class EventReflector(Reflector[str]):
     """Mirrors the provider's Events about one virtual node's pods and copies onto the home objects."""
 
     def __init__(
@@ -57,23 +55,13 @@ class EventReflector(Reflector):
         home_pods: Informer,
     ) -> None:
         """``home_pods`` is the pod reflector's informer (the pods bound to the node)."""
-        self._home = manager.home
-        self._manager = manager
+        super().__init__(manager, reflects="events", workers=2)
         self._provider_id = manager.provider_id
-        self._home_cluster_id = manager.home_cluster_id
         self._home_pods = home_pods
         self._about: dict[str, Index[Subject]] = {}
         """Twin → its Events' keys by (kind, name) of what they are about."""
         self._mirrored: dict[str, str] = {}
         """Provider Event key → its resourceVersion last mirrored home."""
-        self.controller: Controller[str] = Controller(
-            name=f"events {manager.node_name}", reconcile=self.reconcile, workers=2
-        )
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The mirror controller."""
-        return [self.controller]
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the twin's Events (indexed by subject) and our objects there (which re-queue their Events)."""

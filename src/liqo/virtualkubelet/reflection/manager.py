@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
@@ -36,6 +37,7 @@ from liqo.api.offloadings import TwinPhase
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
+from liqo.kube.controller import Controller, Result
 from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import Informer
@@ -133,11 +135,37 @@ def remote_pods(pair: NamespacePair) -> Informer:
     return pair.remote(PODS, label_selector=names.SHADOW_POD, projection=REMOTE_POD_FIELDS)
 
 
-class Reflector(Component):
-    """What the manager calls on a reflector (see the module docstring for when); every hook does nothing here.
+K = TypeVar("K", bound=Hashable)
 
-    A reflector overrides the hooks it needs and lists its control loops in :attr:`controllers`.
+
+class Reflector(Component, Generic[K]):
+    """One control loop over a virtual node's namespace pairs, and the hooks the manager calls on it.
+
+    See the module docstring for when each hook is called; every hook does nothing here. A reflector is
+    built on its node's :class:`ReflectionManager`, which holds both clusters, the identities and the event
+    recorder: every reflector reads them from there, under the same names. Its loop is named after what it
+    reflects and the node (``"pods liqo-milan"``), which is what logs and metrics show. A reflector overrides
+    :meth:`reconcile` and the hooks it needs.
     """
+
+    def __init__(self, manager: ReflectionManager, *, reflects: str, workers: int) -> None:
+        self._manager = manager
+        self._home = manager.home
+        self._provider = manager.provider
+        self._home_cluster_id = manager.home_cluster_id
+        self._events = manager.events
+        self.controller: Controller[K] = Controller(
+            name=f"{reflects} {manager.node_name}", reconcile=self.reconcile, workers=workers
+        )
+
+    @property
+    def controllers(self) -> list[Controller[Any]]:
+        """The reflector's loop."""
+        return [self.controller]
+
+    async def reconcile(self, key: K) -> Result | None:
+        """Bring what ``key`` names in line on both sides."""
+        raise NotImplementedError
 
     @property
     def informers(self) -> list[Informer]:
@@ -231,7 +259,7 @@ class ReflectionManager:
         self.addresses = addresses
         self.events = events
         self._offloadings = offloadings
-        self._reflectors: list[Reflector] = []
+        self._reflectors: list[Reflector[Any]] = []
         self.twins: dict[str, str] = {}
         """Home namespace → twin, as followed now."""
         self._pairs: Following[str, str, NamespacePair] = Following(
@@ -240,7 +268,7 @@ class ReflectionManager:
             on_stop=lambda _twin, pair: self._each(lambda r: r.stop_namespace(pair)),
         )
 
-    def register(self, *reflectors: Reflector) -> None:
+    def register(self, *reflectors: Reflector[Any]) -> None:
         """Add reflectors (before :meth:`run`)."""
         self._reflectors.extend(reflectors)
 
@@ -272,7 +300,7 @@ class ReflectionManager:
             reflector.start_namespace(pair)
         return pair
 
-    def _each(self, call: Callable[[Reflector], None]) -> None:
+    def _each(self, call: Callable[[Reflector[Any]], None]) -> None:
         for reflector in self._reflectors:
             call(reflector)
 

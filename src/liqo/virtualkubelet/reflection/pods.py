@@ -39,12 +39,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from liqo.api import names
 from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Controller, Result
+from liqo.kube.controller import Result
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
@@ -70,7 +69,7 @@ def _shadows(pair: NamespacePair, *, home_cluster_id: str) -> Informer:
     return pair.remote(SHADOW_PODS, label_selector=f"{names.REMOTE_CLUSTER_ID}={home_cluster_id}")
 
 
-class PodReflector(Reflector):
+class PodReflector(Reflector[str]):
     """Runs the pods bound to one virtual node on its provider."""
 
     def __init__(
@@ -82,28 +81,16 @@ class PodReflector(Reflector):
         provider_ready: Callable[[], bool] = lambda: True,
         workers: int = 32,
     ) -> None:
-        self._home = manager.home
+        super().__init__(manager, reflects="pods", workers=workers)
         self._virtual_node = virtual_node
         self._provider_ready = provider_ready
-        self._manager = manager
-        self._provider = manager.provider
-        self._home_cluster_id = manager.home_cluster_id
         self._address = node_address
-        self._events = manager.events
         self.pods = Informer(client=manager.home, resource=PODS, field_selector=f"spec.nodeName={manager.node_name}")
         self._held: set[str] = set()  # pods held back for want of a slot: what a change of slots re-queues
         self._refusals = ItemExponentialFailureRateLimiter(
             base_delay=REFUSED_FIRST_SECONDS, max_delay=REFUSED_MAX_SECONDS
         )
-        self.controller: Controller[str] = Controller(
-            name=f"pods {manager.node_name}", reconcile=self.reconcile, workers=workers
-        )
         self.controller.watch(self.pods, lambda pod: [object_key(pod)])
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The pod controller."""
-        return [self.controller]
 
     @property
     def informers(self) -> list[Informer]:

@@ -28,9 +28,8 @@ import datetime
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
 
-from liqo.kube.controller import Controller, Result
+from liqo.kube.controller import Result
 from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
@@ -57,7 +56,7 @@ def token_secrets(pair: NamespacePair) -> Informer:
     return pair.remote(SECRETS, label_selector=tokens.TOKEN_SECRETS, projection=TOKEN_SECRET_FIELDS)
 
 
-class TokenReflector(Reflector):
+class TokenReflector(Reflector[str]):
     """Keeps a live home token in the twin for every pod bound to one virtual node."""
 
     def __init__(
@@ -72,22 +71,10 @@ class TokenReflector(Reflector):
 
         As many ``workers`` as the pod reflector's: every new pod with a token needs one.
         """
-        self._home = manager.home
-        self._manager = manager
-        self._provider = manager.provider
-        self._home_cluster_id = manager.home_cluster_id
+        super().__init__(manager, reflects="tokens", workers=workers)
         self._home_pods = home_pods
-        self._events = manager.events
         self._clock = clock
-        self.controller: Controller[str] = Controller(
-            name=f"tokens {manager.node_name}", reconcile=self.reconcile, workers=workers
-        )
         self.controller.watch(home_pods, lambda pod: [object_key(pod)])
-
-    @property
-    def controllers(self) -> list[Controller[Any]]:
-        """The token controller."""
-        return [self.controller]
 
     def start_namespace(self, pair: NamespacePair) -> None:
         """Watch the pod-token Secrets in the twin, and the home CA (in every pod-token Secret)."""

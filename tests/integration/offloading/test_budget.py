@@ -177,7 +177,17 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
                 # A restarted manager rebuilds the ledger from the pods that exist: a new pod still waits.
                 await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=False)
                 await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=True)
-                await peer.create(SHADOW_PODS, shadow_pod("late", twins[0], rome_id, cpu="400m"))
+
+                async def admitted() -> bool:
+                    try:  # the restarted manager's webhook refuses (503, "retry") until its caches are loaded
+                        await peer.create(SHADOW_PODS, shadow_pod("late", twins[0], rome_id, cpu="400m"))
+                    except ApiError as exc:
+                        if exc.status != 503:
+                            raise
+                        return False
+                    return True
+
+                await eventually(admitted, timeout=30, message="the restarted manager admits ShadowPods again")
                 await eventually(
                     lambda: _phase_is(milan, f"{twins[0]}/late", ("Waiting", "OverBudget")),
                     timeout=60,

@@ -14,6 +14,8 @@ GATEWAY = "liqo-gateway"
 """The gateways' ServiceAccount, ClusterRole and binding, and their PodTemplate."""
 NETWORK_AGENT = "liqo-network-agent"
 """The node agent's ServiceAccount, Role, binding and DaemonSet."""
+DISCOVERY = "liqo-discovery"
+"""The discovery listener: announces this cluster on its LAN and hears the others."""
 
 KUBELET_PORT = 10250
 AUTH_SERVICE = "liqo-auth"

@@ -107,10 +107,13 @@ class LanListener:
         browser: AsyncServiceBrowser | None = None
         shown: dict[str, Any] | None = None
         try:
+            # Listening first, and saying so: registering takes a second and a half of probing.
+            browser = AsyncServiceBrowser(zc.zeroconf, [FULL_TYPE], handlers=[self._on_change])
+            await self._publish(self._table)
+            shown = self._table.status()
             if info is not None:
                 await (await zc.async_register_service(info))
                 log.info("announcing %s on %s", info.name, self._address)
-            browser = AsyncServiceBrowser(zc.zeroconf, [FULL_TYPE], handlers=[self._on_change])
             loop = asyncio.get_running_loop()
             announced = loop.time()
             while True:

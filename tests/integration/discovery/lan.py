@@ -91,9 +91,14 @@ class Listener:
             ]
         self.host = host
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.last: dict[str, Any] = {}
+        self.last: dict[str, Any] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def wait_up(self) -> None:
+        """Until the listener printed its first table: it listens (a loaded machine may take seconds to start
+        a Python process; what the tests time is discovery, from there)."""
+        self.wait_for(lambda _: True, timeout=60, what="the listener up")
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -104,7 +109,7 @@ class Listener:
         """The first table printed (or already printed) for which ``check(table)`` holds."""
         deadline = time.monotonic() + timeout
         while True:
-            if self.last and check(self.last):
+            if self.last is not None and check(self.last):
                 return self.last
             left = deadline - time.monotonic()
             if left <= 0 or self.process.poll() is not None:
@@ -117,9 +122,11 @@ class Listener:
             except queue.Empty:
                 continue
 
-    def ids(self) -> set[str]:
-        """The cluster IDs in the last table."""
-        return {n["clusterID"] for n in self.last.get("neighbours", [])}
+    @property
+    def table(self) -> dict[str, Any]:
+        """The last table printed."""
+        assert self.last is not None, f"{self.host.namespace}: nothing printed yet"
+        return self.last
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the listener by pid (SIGTERM: it says goodbye) and reap it."""

@@ -34,6 +34,8 @@ def test_three_clusters_find_each_other_and_forget_one_that_leaves_or_dies() -> 
         for each in clusters:
             # naples' records live 4 s: killed without a goodbye, it must be forgotten within that.
             running.append(Listener(net.add_host(), announcement=each, ttl=4 if each.cluster_name == "naples" else 60))
+        for started in running:
+            started.wait_up()
         ids = {each.cluster_id for each in clusters}
         for listener, own in zip(running, clusters, strict=True):
             table = listener.wait_for(
@@ -68,8 +70,11 @@ def test_an_impostor_claiming_a_known_cluster_id_with_another_key_is_a_conflict_
         impostor = Announcement(rome.cluster_id, "rome", "https://evil.example:443", "sha256:" + "e" * 64)
         running.append(listener := Listener(net.add_host(), announcement=None))
         running.append(Listener(net.add_host(), announcement=rome))
+        for started in running:
+            started.wait_up()
         listener.wait_for(lambda t: len(t["neighbours"]) == 1, timeout=10, what="rome")
         running.append(evil := Listener(net.add_host(), announcement=impostor))
+        evil.wait_up()
         table = listener.wait_for(lambda t: len(t["neighbours"]) == 2, timeout=10, what="the impostor beside rome")
         assert [n["conflict"] for n in table["neighbours"]] == [True, True]
         assert {n["keyFingerprint"] for n in table["neighbours"]} == {rome.key_fingerprint, impostor.key_fingerprint}

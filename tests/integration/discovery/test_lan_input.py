@@ -48,6 +48,8 @@ def watched() -> Iterator[Watched]:
     with lan() as net, listeners() as running:
         running.append(listener := Listener(net.add_host(), announcement=None, limit=LIMIT))
         running.append(Listener(net.add_host(), announcement=rome))
+        for each in running:
+            each.wait_up()
         listener.wait_for(lambda t: len(t["neighbours"]) == 1, timeout=10, what="rome")
         yield Watched(listener=listener, stranger=net.add_host(), rome=rome)
 
@@ -73,7 +75,7 @@ def send(host: Host, claims: list[dict[str, Any]]) -> None:
 
 
 def assert_intact(watched: Watched) -> None:
-    table = watched.listener.last
+    table = watched.listener.table
     assert watched.listener.process.poll() is None, "the listener died"
     assert len(table["neighbours"]) <= LIMIT
     rome = [n for n in table["neighbours"] if n["clusterID"] == watched.rome.cluster_id]
@@ -124,7 +126,7 @@ def judged(watched: Watched) -> None:
     """
     sentinel = cluster("sentinel")
     claim = {"instance": instance_name(sentinel), "txt": well_formed(sentinel), "port": 443, "ttl": 120}
-    refused = watched.listener.last["refused"]
+    refused = watched.listener.table["refused"]
     deadline = time.monotonic() + 30
     while True:
         send(watched.stranger, [claim])

@@ -27,7 +27,7 @@ from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.localclusters import clusters
 from liqo.localclusters.launch import detect
 from liqo.peering import enrolment, operations
-from tests.integration.helpers import RUN_ID, Site, expect_clean, kubectl, stopped
+from tests.integration.helpers import RUN_ID, Site, expect_clean, kubectl, stopped, unpeered
 from tests.shared import eventually
 
 
@@ -213,18 +213,27 @@ async def test_a_denied_peer_gets_a_clear_refusal_and_nothing_is_created(
 async def test_bidirectional_peering_and_unpeer_both_ways(
     sites: dict[str, Site], rome: KubeClient, milan: KubeClient
 ) -> None:
-    await operations.peer(rome, milan, timeout=30)
-    await operations.peer(milan, rome, timeout=30)
-    report = await operations.info(rome)
-    (peer,) = report["peers"]
-    assert peer["role"] == "ConsumerAndProvider"
-    assert peer["accepted"]
-    assert peer["offered"]
-    await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
-    still = await operations.info(milan)
-    assert [p["role"] for p in still["peers"]] == ["Consumer"]
-    await operations.unpeer(milan, sites["rome"].cluster_id, timeout=60)
-    await expect_clean(rome, milan)
+    try:
+        await operations.peer(rome, milan, timeout=30)
+        await operations.peer(milan, rome, timeout=30)
+        # peer() returns once the consumer (milan) accepted; rome's status says it provides a moment later.
+        peers: list[dict[str, Any]] = []
+
+        async def both_roles() -> bool:
+            peers[:] = (await operations.info(rome))["peers"]
+            return [p["role"] for p in peers] == ["ConsumerAndProvider"]
+
+        await eventually(both_roles, timeout=30, message=lambda: f"rome consumer and provider of milan: {peers}")
+        assert peers[0]["accepted"]
+        assert peers[0]["offered"]
+        await operations.unpeer(rome, sites["milan"].cluster_id, timeout=60)
+        still = await operations.info(milan)
+        assert [p["role"] for p in still["peers"]] == ["Consumer"]
+        await operations.unpeer(milan, sites["rome"].cluster_id, timeout=60)
+        await expect_clean(rome, milan)
+    finally:  # whatever failed, the next tests of this family start from two clusters that never peered
+        await unpeered(sites["rome"], sites["milan"])
+        await unpeered(sites["milan"], sites["rome"])
 
 
 async def test_the_token_never_appears_in_logs_events_or_info(

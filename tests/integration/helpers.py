@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from liqo.api.resources import ALL as LIQO_RESOURCES
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
 from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import NotFoundError
+from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CSRS, EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.localclusters import clusters, toolchain
@@ -52,6 +52,24 @@ def eventually_sync(check: Callable[[], bool], *, timeout: float, message: str, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message}")
         time.sleep(every)
+
+
+async def made_once_allowed(
+    create: Callable[[], Awaitable[object]], *, refused_with: int, timeout: float, message: str
+) -> None:
+    """Call ``create`` until it succeeds, as long as the API server refuses it with ``refused_with`` only (a
+    webhook still loading its caches, a right not granted yet); any other refusal is raised."""
+
+    async def made() -> bool:
+        try:
+            await create()
+        except ApiError as exc:
+            if exc.status != refused_with:
+                raise
+            return False
+        return True
+
+    await eventually(made, timeout=timeout, message=message)
 
 
 async def recorded_event(

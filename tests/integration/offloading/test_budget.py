@@ -32,6 +32,7 @@ from tests.integration.helpers import (
     deployment,
     drop_offloaded,
     expect_clean,
+    made_once_allowed,
     offload_fresh,
     peer_identity,
     pod,
@@ -178,16 +179,12 @@ async def test_three_offloaded_namespaces_together_get_one_budget(
                 await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=False)
                 await asyncio.to_thread(clusters.set_components, sites["milan"].cluster.name, [MANAGER], enabled=True)
 
-                async def admitted() -> bool:
-                    try:  # the restarted manager's webhook refuses (503, "retry") until its caches are loaded
-                        await peer.create(SHADOW_PODS, shadow_pod("late", twins[0], rome_id, cpu="400m"))
-                    except ApiError as exc:
-                        if exc.status != 503:
-                            raise
-                        return False
-                    return True
-
-                await eventually(admitted, timeout=30, message="the restarted manager admits ShadowPods again")
+                await made_once_allowed(  # the restarted manager's webhook answers 503 until its caches are loaded
+                    lambda: peer.create(SHADOW_PODS, shadow_pod("late", twins[0], rome_id, cpu="400m")),
+                    refused_with=503,
+                    timeout=30,
+                    message="the restarted manager admits ShadowPods again",
+                )
                 await eventually(
                     lambda: _phase_is(milan, f"{twins[0]}/late", ("Waiting", "OverBudget")),
                     timeout=60,

@@ -40,6 +40,7 @@ from tests.integration.helpers import (
     Offloaded,
     Site,
     drop_offloaded,
+    made_once_allowed,
     namespace_map,
     offload_fresh,
     peer_identity,
@@ -299,16 +300,12 @@ async def test_after_a_deny_the_peer_writes_nothing_in_its_twin_until_shared_aga
         accepted = {"status": {"phase": "Accepted"}}
         await peer.patch(RESOURCE_OFFERS, milan_id, accepted, namespace=tenant, subresource="status")
 
-        async def writes_again() -> bool:
-            try:
-                await peer.create(SERVICES, service("after", twin))
-            except ApiError as exc:
-                if exc.status != 403:
-                    raise
-                return False
-            return True
-
-        await eventually(writes_again, timeout=30, message="rome writing in its twin once it accepted milan's offer")
+        await made_once_allowed(
+            lambda: peer.create(SERVICES, service("after", twin)),
+            refused_with=403,
+            timeout=30,
+            message="rome writing in its twin once it accepted milan's offer",
+        )
         binding = await milan.get(ROLE_BINDINGS, names.PEER_WRITER_BINDING, namespace=twin)
         assert binding["roleRef"]["name"] == names.PEER_TWIN_WRITER_ROLE
         await peer.delete(SERVICES, "after", namespace=twin)

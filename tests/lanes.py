@@ -19,10 +19,14 @@ fixtures and apply it.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
 
 SECONDS = Path(__file__).resolve().parent / "module-seconds.tsv"
 SHARED = ("sites", "cluster", "peer_cluster")
@@ -72,6 +76,45 @@ def module_order(modules: Sequence[str], seconds: Mapping[str, float], ranks: Ma
         order += [opener, *group]
     order += [m for group in shared[len(openers) :] for m in group]
     return order + groups[rest][len(openers) :]
+
+
+REAL_NODES = re.compile(r"real_nodes=[1-9]|--real-nodes")
+"""How a module's source says it starts clusters with real nodes."""
+REAL_NODE_LANE = "clusters with real nodes"
+
+
+def unit_of(module: str, source: str) -> str:
+    """What a lane takes whole: a module, or, for every module whose clusters have real nodes, all of them (pure).
+
+    A real node is a kubelet, containerd and liqo's pods (two managers, a virtual kubelet, gateways): a cluster
+    with one costs several times a KWOK one, and pulls liqo's image at start. Handed out like any module,
+    three or four such modules ran at once (their clusters up together, the load average past 50) and each took
+    up to twice as long as alone, long enough for installs and probes to time out. In one lane they run one
+    after the other, while the other lanes run the rest.
+    """
+    return REAL_NODE_LANE if REAL_NODES.search(source) else module
+
+
+@functools.cache
+def _source(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with :func:`unit_of`'s units (any other mode: xdist's own)."""
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    root = config.rootpath
+
+    class Lanes(LoadFileScheduling):  # type: ignore[misc]  # xdist ships no type information
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return unit_of(module, _source(root / module))
+
+    return Lanes(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

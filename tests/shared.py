@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from liqo.install.values import Values
+from liqo.kube.waiting import delays
 
 
 async def eventually(
@@ -25,10 +26,11 @@ async def eventually(
     reader of a failed CI run needs (a slow start and a lost pod both time out, only the state tells which).
     """
     deadline = time.monotonic() + timeout
+    pauses = delays(every, longest=1.0)  # growing, as liqo's own waits do: a test's minute is 90 looks, not 600
     while not await check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s: {message() if callable(message) else message}")
-        await asyncio.sleep(every)
+        await asyncio.sleep(next(pauses))
 
 
 SAMPLE_VALUES = Values(

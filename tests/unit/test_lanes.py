@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.lanes import SECONDS, SHARED, family_rank, module_order, read_seconds
+from tests.lanes import REAL_NODE_LANE, SECONDS, SHARED, family_rank, module_order, read_seconds, unit_of
 
 
 def test_the_longest_module_goes_first_and_an_unmeasured_one_before_it() -> None:
@@ -66,3 +66,12 @@ def test_the_longest_modules_of_no_family_open_the_families_turns_and_the_rest_f
         "stress.py",
         "unit.py",
     ]
+
+
+def test_every_module_starting_real_nodes_is_one_unit_and_any_other_its_own() -> None:
+    heavy = "start_sites({n: ClusterSpec(name=n, nodes=0, real_nodes=1) for n in names})"
+    assert unit_of("tests/integration/a.py", heavy) == unit_of(
+        "tests/integration/b.py", "liqoctl local up x --real-nodes 2"
+    )
+    assert unit_of("tests/integration/a.py", heavy) == REAL_NODE_LANE
+    assert unit_of("tests/integration/c.py", "ClusterSpec(name=n, nodes=2, real_nodes=0)") == "tests/integration/c.py"

@@ -295,7 +295,7 @@ class LeaderElector:
                 # A request hanging on a dead connection must not keep us leading past the deadline.
                 try:
                     async with asyncio.timeout(left):
-                        renewed = await self._try_acquire_or_renew()
+                        renewed = await self._try_renew_as_written() or await self._try_acquire_or_renew()
                 except TimeoutError:
                     log.warning("%s/%s: renewing the lease timed out", self.namespace, self.name)
             if renewed:
@@ -304,6 +304,31 @@ class LeaderElector:
                 self._leading = False
                 log.error("%s/%s: %s lost the lease", self.namespace, self.name, self.identity)
                 raise LeadershipLost(f"{self.identity} could not renew lease {self.namespace}/{self.name}")
+
+    async def _try_renew_as_written(self) -> bool:
+        """A renewal over the Lease as we last wrote it, with no read first; False: read it and try again.
+
+        Its resourceVersion makes the write conditional: if anyone wrote the Lease since, the API server
+        refuses it (a conflict) and the full attempt reads what they wrote. A leader thus renews with one
+        request, not two: on a cluster with a few electors, every two seconds, that is a third of what the
+        API server answers when nothing else happens.
+        """
+        if self._lease is None or holder_of(self._lease) != self.identity:
+            return False
+        desired = acquired_lease(
+            current=self._lease,
+            namespace=self.namespace,
+            name=self.name,
+            identity=self.identity,
+            lease_duration=self.lease_duration,
+            now=datetime.now(UTC),
+        )
+        try:
+            written = await self._client.replace(LEASES, desired)
+        except KubeError:
+            return False
+        self._observe(written, time.monotonic())
+        return True
 
     async def _try_acquire_or_renew(self) -> bool:
         """One attempt to write ourselves as the holder; API failures are logged and mean False."""

@@ -194,8 +194,10 @@ class FakeLeaseClient:
         self.server = server
         self.down = False
         self.conflicts = 0  # the next N replaces lose a race
+        self.calls = 0
 
     def _call(self) -> None:
+        self.calls += 1
         self.server.signal.fire()
         if self.down:
             raise UnreachableError("connection refused")
@@ -387,3 +389,22 @@ async def test_a_lost_race_is_retried(signal: Signal, server: LeaseServer) -> No
         await signal.until(lambda: work.started is not None)
         assert client.conflicts == 0
         assert server.lease()["spec"]["leaseTransitions"] == 3
+
+
+async def test_a_leader_renews_with_one_write_and_reads_only_after_someone_else_wrote(
+    signal: Signal, server: LeaseServer
+) -> None:
+    client = server.client()
+    a = elector(client, "a")
+    work = Work(signal)
+    async with campaigning(a, work):
+        await signal.until(lambda: work.started is not None)
+        calls, writes = client.calls, len(server.writes)
+        await signal.until(lambda: len(server.writes) >= writes + 3)
+        assert client.calls - calls == len(server.writes) - writes  # renewals: a write each, no read
+        # Someone else's write (an admin's edit): the next renewal conflicts, reads, and renews over it.
+        server.store(server.lease())
+        writes = len(server.writes)
+        await signal.until(lambda: len(server.writes) >= writes + 2)
+        assert a.is_leader
+        assert holder_of(server.lease()) == "a"

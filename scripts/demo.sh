@@ -22,13 +22,19 @@ done
 
 for cluster in rome milan; do
   echo; echo "== installing liqo on $cluster"
-  $liqoctl install --kubeconfig "$(kubeconfig_of "$cluster")"
+  # --discovery: announce the cluster on the real nodes' LAN, and hear the others there.
+  $liqoctl install --discovery --kubeconfig "$(kubeconfig_of "$cluster")"
 done
 
 echo; echo "== milan: liqo runs as pods on its real node, from the image built here (the same on rome)"
 kubectl --kubeconfig "$MILAN" get pods -n liqo -o wide
 
-echo; echo "== peering rome -> milan"
+echo; echo "== rome hears milan on the LAN (multicast DNS): a ForeignCluster, not peered yet"
+kubectl --kubeconfig "$ROME" wait --for=create foreignclusters/milan --timeout=60s >/dev/null
+$liqoctl discover --kubeconfig "$ROME"
+kubectl --kubeconfig "$ROME" get foreignclusters -o wide
+
+echo; echo "== peering rome -> milan (the discovered record becomes the peering's)"
 $liqoctl peer --kubeconfig "$ROME" --remote-kubeconfig "$MILAN"
 
 echo; echo "== rome: the ForeignCluster for milan"

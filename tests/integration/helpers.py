@@ -196,20 +196,19 @@ def liqoctl_run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess
     )
 
 
-def install_liqo(local: LocalCluster) -> str:
-    """Install liqo on a local cluster (a short identity TTL); return its cluster ID."""
+def install_liqo(local: LocalCluster, *, discovery: bool = False) -> str:
+    """Install liqo on a local cluster (a short identity TTL; LAN discovery if asked); return its cluster ID."""
 
     async def run() -> str:
         async with local.client() as client:
-            identity = await install(
-                client, InstallOptions(identity_ttl=600), progress=lambda _: None, launch=detect(client.server)
-            )
+            options = InstallOptions(identity_ttl=600, lan_discovery=discovery)
+            identity = await install(client, options, progress=lambda _: None, launch=detect(client.server))
             return identity.cluster_id
 
     return asyncio.run(run())
 
 
-def start_sites(specs: dict[str, ClusterSpec]) -> dict[str, Site]:
+def start_sites(specs: dict[str, ClusterSpec], *, discovery: bool = False) -> dict[str, Site]:
     """Start a cluster per spec and install liqo on each, all at once; the sites by the specs' keys.
 
     A cluster's start and install mostly wait (probes, Deployments rolling out), so three together take
@@ -219,7 +218,7 @@ def start_sites(specs: dict[str, ClusterSpec]) -> dict[str, Site]:
     def one(spec: ClusterSpec) -> Site:
         local = start(spec)
         try:
-            return Site(local, install_liqo(local))
+            return Site(local, install_liqo(local, discovery=discovery))
         except BaseException:
             purge(local)
             raise

@@ -20,6 +20,7 @@ SHADOW_PODS = Resource(VIRTUAL_KUBELET, VERSION, "shadowpods", "ShadowPod", name
 NAMESPACE_OFFLOADINGS = Resource(OFFLOADING, VERSION, "namespaceoffloadings", "NamespaceOffloading", namespaced=True)
 NAMESPACE_MAPS = Resource(OFFLOADING, VERSION, "namespacemaps", "NamespaceMap", namespaced=True)
 NETWORK_CONFIGS = Resource(NETWORKING, VERSION, "networkconfigs", "NetworkConfig", namespaced=True)
+DISCOVERY_SOURCES = Resource(DISCOVERY, VERSION, "discoverysources", "DiscoverySource", namespaced=False)
 
 ALL = (
     FOREIGN_CLUSTERS,
@@ -31,4 +32,5 @@ ALL = (
     NAMESPACE_OFFLOADINGS,
     NAMESPACE_MAPS,
     NETWORK_CONFIGS,
+    DISCOVERY_SOURCES,
 )

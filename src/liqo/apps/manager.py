@@ -56,6 +56,7 @@ from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit, auth_app
 from liqo.peering.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.peering.caches import PeeringCaches
+from liqo.peering.discovered import DiscoveredClusters
 from liqo.peering.enrolment import (
     DEFAULT_MAX_PENDING_TENANTS,
     DEFAULT_MAX_TENANTS,
@@ -432,6 +433,7 @@ async def _controllers(
     )
     offloadings = NamespaceOffloadings(client=client, informers=informers, local=local, peers=peers, events=events)
     heartbeats = Heartbeats(client=client, informers=informers)
+    discovered = DiscoveredClusters(client=client, informers=informers, own_id=local.cluster_id, events=events)
     network_configs = NetworkConfigs(
         client=client,
         informers=informers,
@@ -467,6 +469,7 @@ async def _controllers(
         offloadings,
         heartbeats,
         network_configs,
+        discovered,
     ]
     try:
         await run_components(components, informers=informers)

@@ -78,6 +78,13 @@ def install_command(
         typer.Option(help="liqo's image (default: the release's; on a local cluster, the one its real nodes hold)."),
     ] = None,
     replicas: Annotated[int, typer.Option(help="Manager replicas (every one serves the webhooks).", min=1)] = 2,
+    discovery: Annotated[
+        bool | None,
+        typer.Option(
+            "--discovery/--no-discovery",
+            help="Announce this cluster on its nodes' LAN and hear the others (default: as installed; off at first).",
+        ),
+    ] = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
     dry_run: Annotated[bool, typer.Option(help="Print what would be applied instead of applying it.")] = False,
     output: Annotated[
@@ -128,6 +135,7 @@ def install_command(
             service_cidr=_cidr("--service-cidr", service_cidr),
             peer_pools=pools,
             timeout=timeout,
+            lan_discovery=discovery,
         )
         asyncio.run(_install(kubeconfig, context, options, dry_run=dry_run, output=output))
 

@@ -14,7 +14,7 @@ from liqo.api.foreignclusters import ConditionType
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, Timeout, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, line, out, progress, table
-from liqo.peering import enrolment, operations, tokens
+from liqo.peering import discovered, enrolment, operations, tokens
 from liqo.peering.operations import PeerCommand
 
 peer_app = typer.Typer(help="Peer with a provider cluster.", invoke_without_command=True, no_args_is_help=False)
@@ -293,3 +293,39 @@ def status(kubeconfig: Kubeconfig = None, context: Context = None) -> None:
         line("  [yellow]![/yellow] {problem}", problem=problem)
     if not problems:
         line("  [green]✓[/green] every peering is established")
+
+
+def discover(kubeconfig: Kubeconfig = None, context: Context = None, output: Format = OUTPUT_OPTION) -> None:
+    """The clusters this cluster's discovery sources hear, and what each becomes (the manager's own rules)."""
+
+    async def run() -> list[dict[str, Any]]:
+        async with client_for(kubeconfig, context) as local:
+            identity = await operations.installed(local, role="local")
+            now = datetime.datetime.now(datetime.UTC)
+            return discovered.report_rows(await discovered.current(local, own_id=identity.cluster_id, now=now), now=now)
+
+    with expected_errors():
+        rows = asyncio.run(run())
+    if emit(rows, fmt=output):
+        return
+    if not rows:
+        out.print("no cluster heard (is a DiscoverySource there? kubectl get discoverysources)")
+        return
+    table(
+        ["source", "name", "cluster id", "endpoint", "key", "expires", "verdict", "foreign cluster"],
+        [
+            [
+                r["source"],
+                r["clusterName"],
+                r["clusterID"],
+                r["authURL"],
+                r["keyFingerprint"][:19] + "…",
+                f"{r['expiresInSeconds']}s",
+                r["verdict"],
+                r["foreignCluster"] or "-",
+            ]
+            for r in rows
+        ],
+    )
+    for r in rows:
+        out.print(f"{r['clusterName']} ({r['clusterID']}): {r['reason']}")

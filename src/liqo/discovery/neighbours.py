@@ -23,12 +23,11 @@ import datetime
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from liqo.api.discoverysources import DEFAULT_LIMIT
 from liqo.discovery.announcements import Announcement
 from liqo.kube.printable import printable
 from liqo.kube.timefmt import format_time
 
-DEFAULT_LIMIT = 64
-"""Neighbours one source holds at most."""
 MAX_REASON = 300
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api import resources as liqo_resources
 from liqo.api.components import GATEWAY, NETWORK_AGENT
+from liqo.install.podspec import placement
 from liqo.install.values import Values
 from liqo.network import gateway_objects
 from liqo.network.links import WIREGUARD_PORT
@@ -95,15 +96,6 @@ def _meta(name: str, *, namespace: str | None = names.LIQO_NAMESPACE) -> dict[st
     return meta
 
 
-def _placement(values: Values) -> dict[str, Any]:
-    placement: dict[str, Any] = {}
-    if values.node_selector:
-        placement["nodeSelector"] = dict(values.node_selector)
-    if values.tolerations:
-        placement["tolerations"] = [dict(t) for t in values.tolerations]
-    return placement
-
-
 def _net_admin() -> dict[str, Any]:
     """Root with ``NET_ADMIN`` alone: a capability takes effect for root only, and nothing else is kept."""
     return {
@@ -150,7 +142,7 @@ def gateway_template(values: Values) -> Manifest:
                     {"name": "tun", "hostPath": {"path": TUN, "type": "CharDevice"}},
                     {"name": "run", "emptyDir": {"medium": "Memory"}},
                 ],
-                **_placement(values),
+                **placement(values),
             },
         },
     }
@@ -186,7 +178,7 @@ def network_agent(values: Values) -> Manifest:
                     "terminationGracePeriodSeconds": 5,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    **_placement(values),
+                    **placement(values),
                 },
             },
         },

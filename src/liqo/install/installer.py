@@ -31,7 +31,15 @@ import orjson
 
 from liqo.api import names
 from liqo.api import resources as liqo_resources
-from liqo.api.components import AUTH_SERVICE, GATEWAY, MANAGER, NETWORK_AGENT, VIRTUAL_KUBELET, WEBHOOK_SERVICE
+from liqo.api.components import (
+    AUTH_SERVICE,
+    DISCOVERY,
+    GATEWAY,
+    MANAGER,
+    NETWORK_AGENT,
+    VIRTUAL_KUBELET,
+    WEBHOOK_SERVICE,
+)
 from liqo.api.crds.schema import crd_name
 from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.identity import ClusterIdentity, read_identity
@@ -91,7 +99,7 @@ _KINDS = (
     DAEMON_SETS,
     POD_TEMPLATES,
 )
-_COMPONENTS_WITH_CLUSTER_ROLES = (MANAGER, VIRTUAL_KUBELET, GATEWAY)
+_COMPONENTS_WITH_CLUSTER_ROLES = (MANAGER, VIRTUAL_KUBELET, GATEWAY, DISCOVERY)
 BY_KIND: dict[str, Resource] = {
     r.kind: r
     for r in (
@@ -140,6 +148,8 @@ class InstallOptions:
     """Where peers' pods are named and routed (empty: the default pools)."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds to wait for liqo to run (images pulled, pods ready, the identity made) before giving up."""
+    lan_discovery: bool | None = None
+    """Announce and listen on the nodes' LAN (None: as the previous install did; off on a first one)."""
 
 
 def resolve_network(
@@ -188,14 +198,17 @@ class Pods:
     timeout: float = DEFAULT_TIMEOUT
     """Seconds each wait may take: a Deployment to become available, the URLs to accept connections."""
 
+    deployments: tuple[str, ...] = (MANAGER, VIRTUAL_KUBELET)
+    """The Deployments the manifests hold (:func:`deployments_of`)."""
+
     async def start(self, client: KubeClient, progress: Progress) -> None:
-        """Wait until both Deployments are available, and every URL of :attr:`reachable` accepts connections.
+        """Wait until the Deployments are rolled out, and every URL of :attr:`reachable` accepts connections.
 
         A node port refuses connections until the node's proxy has programmed a ready endpoint behind it,
         a moment after the pods became ready: a peer (or the API server calling a webhook) must not be the
         first to find out.
         """
-        for name in (MANAGER, VIRTUAL_KUBELET):
+        for name in self.deployments:
             progress(f"waiting for the {name} Deployment")
             await _wait_deployment(client, name, timeout=self.timeout, progress=progress)
         if self.reachable:
@@ -207,6 +220,11 @@ class Pods:
                 message=f"{', '.join(self.reachable)} refuse connections: kubectl -n {names.LIQO_NAMESPACE} get"
                 " pods,services,endpointslices",
             )
+
+
+def deployments_of(items: list[manifests.Manifest]) -> tuple[str, ...]:
+    """The names of the Deployments among ``items``, in their order (pure)."""
+    return tuple(item["metadata"]["name"] for item in items if item["kind"] == DEPLOYMENTS.kind)
 
 
 async def _all_accept(urls: tuple[str, ...]) -> bool:
@@ -267,8 +285,8 @@ class InCluster:
         """Every manifest, started by the cluster (:class:`Pods`)."""
         return Plan(
             values=values,
-            items=manifests.manifests(values, placement_policy=placement_policy),
-            launcher=Pods(timeout=options.timeout),
+            items=(items := manifests.manifests(values, placement_policy=placement_policy)),
+            launcher=Pods(timeout=options.timeout, deployments=deployments_of(items)),
         )
 
     async def stop(self, progress: Progress) -> None:
@@ -307,6 +325,9 @@ async def plan(client: KubeClient, options: InstallOptions, *, launch: Launch = 
         auth_rate_limit=options.auth_rate_limit,
         reserved_namespaces=options.reserved_namespaces,
         peer_pools=options.peer_pools,
+        lan_discovery=(
+            options.lan_discovery if options.lan_discovery is not None else previous.get("lanDiscovery") == "true"
+        ),
     )
     return launch.render(values, options=options, placement_policy=policy)
 
@@ -318,10 +339,19 @@ async def install(
     planned = await plan(client, options, launch=launch)
     name = planned.values.cluster_name or "this cluster"
     progress(f"installing liqo on {name}")
+    # liqo's own kinds (the source `lan`, a default SharingPolicy) once their CRDs serve them.
+    ours = {r.kind: r for r in liqo_resources.ALL}
     for item in planned.items:
-        await client.apply(BY_KIND[item["kind"]], item)
+        if item["kind"] not in ours:
+            await client.apply(BY_KIND[item["kind"]], item)
     await _drop_other_placement(client, planned.items)
+    if not planned.values.lan_discovery:
+        # Switched off: the listener goes (saying goodbye); the source stays, with the operator's policy in it.
+        await client.delete(DEPLOYMENTS, DISCOVERY, namespace=names.LIQO_NAMESPACE, missing_ok=True)
     await wait_crds_established(client)
+    for item in planned.items:
+        if item["kind"] in ours:
+            await client.apply(ours[item["kind"]], item)
     await planned.launcher.start(client, progress)
     return await _wait_identity(client, planned.values, timeout=options.timeout)
 
@@ -382,6 +412,7 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress, laun
         (POD_TEMPLATES, GATEWAY),
         (DEPLOYMENTS, MANAGER),
         (DEPLOYMENTS, VIRTUAL_KUBELET),
+        (DEPLOYMENTS, DISCOVERY),
         (SERVICES, AUTH_SERVICE),
         (SERVICES, WEBHOOK_SERVICE),
         (SERVICES, VIRTUAL_KUBELET),

@@ -23,6 +23,7 @@ from liqo.api.bounds import DEFAULT_TENANT_QUOTA, DEFAULT_TWIN_QUOTA, quota_flag
 from liqo.api.components import (
     AUTH_PORT,
     AUTH_SERVICE,
+    DISCOVERY,
     GATEWAY,
     KUBELET_PORT,
     MANAGER,
@@ -33,7 +34,8 @@ from liqo.api.components import (
     WEBHOOK_SERVICE,
 )
 from liqo.api.crds import all_crds
-from liqo.install import fabric, peerwrites
+from liqo.install import discovery, fabric, peerwrites
+from liqo.install.podspec import placement, restricted_container
 from liqo.install.values import Values
 from liqo.kube import csr
 from liqo.offloading import placementpolicy, podsecurity, registration
@@ -574,6 +576,7 @@ def settings(values: Values) -> Manifest:
             "authURL": values.auth_url,
             "podCIDR": values.pod_cidr,
             "serviceCIDR": values.service_cidr,
+            "lanDiscovery": "true" if values.lan_discovery else "false",
         },
     }
 
@@ -617,15 +620,6 @@ def _probes() -> dict[str, Any]:
     }
 
 
-def _container_security() -> dict[str, Any]:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "capabilities": {"drop": ["ALL"]},
-    }
-
-
 SHUTDOWN_DELAY = 5
 """Seconds a terminating manager keeps answering (well within the pod's grace period)."""
 SERVICE_ACCOUNT_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
@@ -647,14 +641,11 @@ def _deployment(
                 "image": values.image,
                 "imagePullPolicy": values.image_pull_policy,
                 **container,
-                "securityContext": _container_security(),
+                "securityContext": restricted_container(),
             }
         ],
     }
-    if values.node_selector:
-        pod["nodeSelector"] = dict(values.node_selector)
-    if values.tolerations:
-        pod["tolerations"] = [dict(t) for t in values.tolerations]
+    pod |= placement(values)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -969,6 +960,7 @@ def rights() -> list[Manifest]:
         *component_rbac(VIRTUAL_KUBELET, virtual_kubelet_rules()),
         *component_rbac(GATEWAY, fabric.gateway_rules()),
         *component_rbac(NETWORK_AGENT, [], fabric.network_agent_namespace_rules()),
+        *component_rbac(DISCOVERY, discovery.discovery_rules(), discovery.discovery_namespace_rules()),
     ]
 
 
@@ -993,9 +985,11 @@ def chart(
         *rights(),
         settings(values),
         *default_sharing_policy(values),
+        *([discovery.lan_source()] if values.lan_discovery else []),
     ]
     if workloads:
         items += [*manager_workload(values), *virtual_kubelet_workload(values), *fabric.fabric_workloads(values)]
+        items += [discovery.lan_listener(values)] if values.lan_discovery else []
     items += pod_placement(client_config=client_config, policy=placement_policy)
     items.append(shadow_pod_webhook_configuration(client_config=client_config(registration.VALIDATE_PATH)))
     return items

@@ -29,6 +29,7 @@ RESOURCES_NETWORK_AGENT: Mapping[str, Any] = {
     "requests": {"cpu": "10m", "memory": "48Mi"},
     "limits": {"memory": "128Mi"},
 }
+RESOURCES_DISCOVERY: Mapping[str, Any] = {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
 RESOURCES_VIRTUAL_KUBELET: Mapping[str, Any] = {
     "requests": {"cpu": "100m", "memory": "128Mi"},
     "limits": {"memory": "1Gi"},
@@ -96,6 +97,11 @@ class Values:
     """``virtualKubelet.nodePort``: virtual nodes then advertise their host's IP and this port, not the pod's."""
     virtual_kubelet_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_VIRTUAL_KUBELET))
     """``virtualKubelet.resources``."""
+    lan_discovery: bool = False
+    """``discovery.lan.enabled``: announce this cluster on the nodes' LAN and hear the others there (the source
+    ``lan`` and its listener, a host-network pod). Off by default: announcing is the operator's choice."""
+    discovery_resources: Mapping[str, Any] = field(default_factory=lambda: dict(RESOURCES_DISCOVERY))
+    """``discovery.lan.resources``: the listener's."""
     default_sharing_policy: Mapping[str, Any] = field(default_factory=dict)
     """``sharing.defaultPolicy``: the ``spec`` of a SharingPolicy ``default``; empty: none (share half)."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
@@ -140,6 +146,7 @@ class Values:
                 "nodePort": self.virtual_kubelet_node_port,
                 "resources": dict(self.virtual_kubelet_resources),
             },
+            "discovery": {"lan": {"enabled": self.lan_discovery, "resources": dict(self.discovery_resources)}},
             "sharing": {"defaultPolicy": dict(self.default_sharing_policy)},
             "nodeSelector": dict(self.node_selector),
             "tolerations": [dict(t) for t in self.tolerations],

@@ -37,6 +37,7 @@ from liqo.install.installer import (
     Plan,
     Pods,
     Progress,
+    deployments_of,
 )
 from liqo.install.values import Values
 from liqo.kube.client import KubeClient
@@ -80,7 +81,13 @@ class LocalLaunch:
                 f"https://{pods.node_addresses[0]}:{LOCAL_NODE_PORTS['kubelet']}",
             )
             items = manifests.manifests(values, placement_policy=placement_policy)
-            return Plan(values=values, items=items, launcher=Pods(reachable=node_ports, timeout=options.timeout))
+            launcher = Pods(reachable=node_ports, timeout=options.timeout, deployments=deployments_of(items))
+            return Plan(values=values, items=items, launcher=launcher)
+        if values.lan_discovery:
+            raise InstallError(
+                f"LAN discovery needs a node to listen on, and local cluster {self.name} has none: make one with"
+                f" real nodes (liqoctl local up NAME --real-nodes 1), or install without --discovery"
+            )
         host = host_processes(self.name, options)
         # Without a real node nothing could run a gateway: no fabric (NetworkStatus says so on every peer).
         values = dataclasses.replace(values, auth_url=options.auth_url or host.auth_url, network_fabric=False)

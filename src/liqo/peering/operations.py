@@ -123,6 +123,24 @@ async def peer_out_of_band(
             f"{command.auth_url} presents key {ids.key_fingerprint}, not {command.key_fingerprint}: check the"
             " command (or someone else answers at that address)"
         )
+    return await declare_outgoing(client, command, offer_policy=offer_policy)
+
+
+async def declare_outgoing(
+    client: KubeClient,
+    command: PeerCommand,
+    *,
+    offer_policy: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Declare an outgoing peering with the provider ``command`` names, checked or not; return its ForeignCluster.
+
+    The one way a peering is asked for, by ``liqoctl peer`` (which checked the provider first) and by discovery
+    under an ``Auto`` policy (the manager's handshake checks it): the tenant namespace, the ForeignCluster
+    (found, or made under the name claimed there), then the token. ``labels`` go on the ForeignCluster besides
+    the peer's; applied by the one field manager, what an earlier declaration labelled and this one does not
+    goes (a discovered record peered by hand is a manual one from then on).
+    """
     spec: dict[str, Any] = {
         "clusterID": command.cluster_id,
         "clusterName": command.name,
@@ -139,7 +157,7 @@ async def peer_out_of_band(
             "kind": FOREIGN_CLUSTERS.kind,
             "metadata": {
                 "name": name,
-                "labels": names.peer_labels(command.cluster_id),
+                "labels": names.peer_labels(command.cluster_id) | (labels or {}),
                 # A change the manager sees even when nothing else changed: it tries again at once.
                 "annotations": {PEERING_REQUESTED: _now()},
             },

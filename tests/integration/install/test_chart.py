@@ -38,7 +38,7 @@ CASES = {
         image="registry.example.com/liqo:1.2.3",
         image_pull_policy="Always",
     ),
-    "node ports and placement (a local cluster with real nodes)": Values(
+    "node ports, placement and LAN discovery (a local cluster with real nodes)": Values(
         api_server_url="https://172.30.0.1:41000",
         pod_cidr="10.244.0.0/16",
         service_cidr="10.96.0.0/16",
@@ -56,6 +56,8 @@ CASES = {
         # Helm merges maps with values.yaml's: a case gives every key the defaults have.
         manager_resources={"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
         virtual_kubelet_resources={"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "300Mi"}},
+        lan_discovery=True,
+        discovery_resources={"requests": {"cpu": "5m", "memory": "40Mi"}, "limits": {"memory": "100Mi"}},
     ),
     "a default sharing policy": Values(
         api_server_url="https://api.example.com",

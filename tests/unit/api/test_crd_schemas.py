@@ -35,9 +35,12 @@ SHORT_NAMES = {
     "NamespaceOffloading": "nsof",
     "NamespaceMap": "nm",
     "NetworkConfig": "netcfg",
+    "DiscoverySource": "dsrc",  # "ds" is DaemonSet's
 }
 # `.field`, optionally followed by a filter on a list item: `[?(@.key=="value")]`.
 SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\])?')
+# A label of the object, its key's dots escaped: `metadata` is the API server's schema, not ours.
+LABEL = re.compile(r"\.metadata\.labels\.(?:[\w/-]|\\\.)+")
 
 
 def version(crd: dict[str, Any]) -> Schema:
@@ -64,6 +67,8 @@ def walk(schema: Schema, path: str = "") -> Iterator[tuple[str, Schema]]:
 
 def resolve(schema: Schema, json_path: str) -> Schema:
     """The schema node a printer column's JSONPath reads; fails if the path leaves the schema."""
+    if LABEL.fullmatch(json_path):
+        return {"type": "string"}
     segments = list(SEGMENT.finditer(json_path))
     assert "".join(m.group(0) for m in segments) == json_path, f"unsupported JSONPath {json_path}"
     node = schema

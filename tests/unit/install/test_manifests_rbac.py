@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import bounds, names
-from liqo.api.components import GATEWAY, MANAGER
+from liqo.api.components import DISCOVERY, GATEWAY, MANAGER
+from liqo.api.discoverysources import LAN_SOURCE
 from liqo.install import manifests
 from liqo.install.installer import _admission_policies
 from liqo.offloading.twins import twin_rules, twin_writer_rules
@@ -156,3 +157,33 @@ def test_every_admission_policy_is_bound_and_removed_by_uninstall_bindings_first
     assert kinds == sorted(kinds, key=lambda kind: kind != "ValidatingAdmissionPolicyBinding")
     assert {name for _, name in removed} == policies
     assert len(removed) == 2 * len(policies)
+
+
+def test_the_discovery_listener_may_read_its_source_and_identity_and_write_that_status_only() -> None:
+    items = install_manifests()
+    [cluster_role] = [i for i in items if i["kind"] == "ClusterRole" and i["metadata"]["name"] == DISCOVERY]
+    [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == DISCOVERY]
+    assert granted(cluster_role["rules"]) == {
+        *(("discovery.liqo.io", "discoverysources", verb, LAN_SOURCE) for verb in READ),
+        ("discovery.liqo.io", "discoverysources/status", "patch", LAN_SOURCE),
+    }
+    assert granted(role["rules"]) == {("", "configmaps", verb, names.CLUSTER_IDENTITY) for verb in READ}
+    assert role["metadata"]["namespace"] == names.LIQO_NAMESPACE
+
+
+def test_discovery_is_off_unless_asked_and_then_a_host_network_pod_bound_to_its_node() -> None:
+    workloads = {"DiscoverySource", "Deployment"}
+    assert not [
+        i for i in install_manifests() if i["kind"] in workloads and i["metadata"]["name"] in (DISCOVERY, LAN_SOURCE)
+    ]
+    items = install_manifests(lan_discovery=True, node_selector={"a": "b"})
+    [source] = [i for i in items if i["kind"] == "DiscoverySource"]
+    assert source["spec"] == {"type": "LAN"}  # the policy fields are the operator's
+    [deployment] = [i for i in items if i["kind"] == "Deployment" and i["metadata"]["name"] == DISCOVERY]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["nodeSelector"] == {"a": "b"}
+    [container] = pod["containers"]
+    assert "--address=$(HOST_IP)" in container["args"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two announcing at once

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from liqo.api.crds.discoverysources import discovery_source_crd
 from liqo.api.crds.foreignclusters import foreign_cluster_crd
 from liqo.api.crds.networkconfigs import network_config_crd
 from liqo.api.crds.offers import resource_offer_crd, resource_request_crd
@@ -35,4 +36,5 @@ def all_crds() -> list[dict[str, Any]]:
         namespace_offloading_crd(),
         namespace_map_crd(),
         network_config_crd(),
+        discovery_source_crd(),
     ]

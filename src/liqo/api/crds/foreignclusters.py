@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from liqo.api import names
 from liqo.api.crds.schema import (
     KEY_FINGERPRINT_PATTERN,
     OFFER_POLICY_MODES,
@@ -118,6 +119,12 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 "Network",
                 '.status.conditions[?(@.type=="NetworkStatus")].reason',
                 description="How addresses pass between the peer and this cluster: DirectRouting, CIDROverlap...",
+                priority=1,
+            ),
+            column(
+                "Discovered",
+                ".metadata.labels." + names.DISCOVERED_BY.replace(".", "\\."),
+                description="The DiscoverySource this record was made from (empty: made by hand or by a peering).",
                 priority=1,
             ),
         ],

@@ -1,0 +1,167 @@
+"""A DiscoverySource read back: the operator's spec as a policy, the listener's status as neighbours (pure).
+
+The manager decides from these (which neighbours become ForeignClusters, which are peered with), and
+``liqoctl discover`` explains the same decisions; both read a source through here. The status is written by a
+process that parses strangers' packets: the schema bounds it, and :func:`neighbours_of` reads it once more
+defensively (an entry it cannot read is skipped, never trusted in part).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from liqo.kube.timefmt import parse_time
+
+LAN_SOURCE = "lan"
+"""The source ``liqoctl install --discovery`` makes: this cluster's LAN."""
+DEFAULT_LIMIT = 64
+"""Neighbours one source holds at most, unless its spec says otherwise."""
+MAX_LIMIT = 256
+MAX_LISTED = 64
+"""Entries in one allow or deny list."""
+MAX_NAMESERVERS = 4
+
+
+class SourceType(StrEnum):
+    """Where a source hears of clusters."""
+
+    LAN = "LAN"
+    DNS = "DNS"
+
+
+class PeeringPolicy(StrEnum):
+    """What a source's neighbours become."""
+
+    MANUAL = "Manual"
+    """A ForeignCluster, which an operator peers with (``liqoctl peer``)."""
+    AUTO = "Auto"
+    """A ForeignCluster that is peered with at once, presenting the source's token."""
+    NEVER = "Never"
+    """Nothing: listed in the source's status only."""
+
+
+class Verdict(StrEnum):
+    """What one discovered cluster becomes."""
+
+    KNOWN = "Known"
+    """It has a ForeignCluster (made here if there was none); an operator peers with it."""
+    AUTO = "Auto"
+    """It has a ForeignCluster that asks for the peering, with the token its source holds for it."""
+    LISTED = "Listed"
+    DENIED = "Denied"
+    CONFLICT = "Conflict"
+    KEY_MISMATCH = "KeyMismatch"
+
+
+ACTED_ON = frozenset({Verdict.KNOWN, Verdict.AUTO})
+"""The verdicts that keep (or make) a ForeignCluster."""
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """An allow or deny list: cluster IDs, and names (exact, or a prefix and ``*``)."""
+
+    cluster_ids: frozenset[str] = frozenset()
+    cluster_names: tuple[str, ...] = ()
+
+    def matches(self, *, cluster_id: str, cluster_name: str) -> bool:
+        """Whether the list names this cluster."""
+        return cluster_id in self.cluster_ids or any(
+            fnmatch.fnmatchcase(cluster_name, pattern) if pattern.endswith("*") else cluster_name == pattern
+            for pattern in self.cluster_names
+        )
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source's spec."""
+
+    name: str
+    type: SourceType
+    announce: bool = True
+    domain: str = ""
+    nameservers: tuple[str, ...] = ()
+    limit: int = DEFAULT_LIMIT
+    peering: PeeringPolicy = PeeringPolicy.MANUAL
+    allow: Clusters | None = None
+    """None: every neighbour not denied."""
+    deny: Clusters = Clusters()
+    token_secret: str = ""
+
+    def admits(self, *, cluster_id: str, cluster_name: str) -> bool:
+        """Whether a neighbour may be taken from this source: not denied, and allowed if there is an allow list."""
+        if self.deny.matches(cluster_id=cluster_id, cluster_name=cluster_name):
+            return False
+        return self.allow is None or self.allow.matches(cluster_id=cluster_id, cluster_name=cluster_name)
+
+
+@dataclass(frozen=True)
+class Heard:
+    """A neighbour as a source's status lists it."""
+
+    cluster_id: str
+    cluster_name: str
+    auth_url: str
+    key_fingerprint: str
+    address: str
+    last_seen: datetime.datetime | None
+    expires_at: datetime.datetime
+    conflict: bool
+
+
+def _clusters(raw: Any) -> Clusters:
+    raw = raw if isinstance(raw, Mapping) else {}
+    return Clusters(
+        cluster_ids=frozenset(str(i) for i in raw.get("clusterIDs") or ()),
+        cluster_names=tuple(str(n) for n in raw.get("clusterNames") or ()),
+    )
+
+
+def source_of(obj: Mapping[str, Any]) -> Source:
+    """The spec of a DiscoverySource (its schema holds the shape; defaults as the schema's).
+
+    Raises:
+        ValueError: the type is not one of :class:`SourceType` (a CRD older or newer than this code).
+    """
+    spec = obj.get("spec") or {}
+    allow = spec.get("allow")
+    return Source(
+        name=str(obj["metadata"]["name"]),
+        type=SourceType(str(spec.get("type"))),
+        announce=bool(spec.get("announce", True)),
+        domain=str(spec.get("domain") or ""),
+        nameservers=tuple(str(n) for n in spec.get("nameservers") or ()),
+        limit=int(spec.get("limit") or DEFAULT_LIMIT),
+        peering=PeeringPolicy(spec.get("peering") or PeeringPolicy.MANUAL),
+        allow=_clusters(allow) if allow is not None else None,
+        deny=_clusters(spec.get("deny")),
+        token_secret=str(spec.get("tokenSecret") or ""),
+    )
+
+
+def neighbours_of(obj: Mapping[str, Any]) -> list[Heard]:
+    """The neighbours a DiscoverySource's status lists, each one read whole or skipped."""
+    heard = []
+    for entry in (obj.get("status") or {}).get("neighbours") or ():
+        try:
+            last_seen = entry.get("lastSeen")
+            heard.append(
+                Heard(
+                    cluster_id=str(entry["clusterID"]),
+                    cluster_name=str(entry.get("clusterName") or ""),
+                    auth_url=str(entry["authURL"]),
+                    key_fingerprint=str(entry["keyFingerprint"]),
+                    address=str(entry.get("address") or ""),
+                    last_seen=parse_time(str(last_seen)) if last_seen else None,
+                    expires_at=parse_time(str(entry["expiresAt"])),
+                    conflict=bool(entry.get("conflict")),
+                )
+            )
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return heard

@@ -1,0 +1,236 @@
+"""Three local clusters, one real node each, find each other on their LAN and peer as their policy says.
+
+Each cluster runs liqo's discovery listener as installed (``liqoctl install --discovery``): a host-network pod
+on its real node, announcing by multicast DNS on the underlay bridge the nodes of every local cluster sit
+on, and writing what it hears into the DiscoverySource ``lan``; the manager turns that into ForeignClusters.
+Other local clusters of this machine may announce on the same bridge (another test run): the tests look at
+these three only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from liqo.api import names
+from liqo.api.discoverysources import LAN_SOURCE
+from liqo.api.foreignclusters import record_of
+from liqo.api.resources import DISCOVERY_SOURCES, FOREIGN_CLUSTERS
+from liqo.discovery.announcements import Announcement
+from liqo.discovery.lan import TICK, TTL
+from liqo.kube.client import KubeClient
+from liqo.kube.resources import EVENTS, NAMESPACES, SECRETS
+from liqo.localclusters.realnodes.nodes import UNDERLAY_BRIDGE
+from liqo.localclusters.spec import ClusterSpec
+from liqo.offloading import operations as offloading
+from liqo.peering import operations as peering
+from tests.integration.discovery.lan import Host, Listener, listeners
+from tests.integration.helpers import Site, purge, start_sites, unique
+from tests.shared import eventually
+
+pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root")]
+
+DISCOVERY_DEADLINE = 10.0
+"""Seconds from every listener up to every cluster knowing the two others (the issue's figure)."""
+
+
+@pytest.fixture(scope="module")
+def lan_sites() -> Iterator[dict[str, Site]]:
+    made = start_sites(
+        {n: ClusterSpec(name=unique(n), nodes=0, real_nodes=1) for n in ("rome", "milan", "paris")}, discovery=True
+    )
+    try:
+        yield made
+    finally:
+        purge(*(site.cluster for site in made.values() if site.cluster.dir.exists()))
+
+
+async def heard(client: KubeClient, among: set[str]) -> dict[str, dict[str, Any]]:
+    """The neighbours of ``among`` that the source ``lan`` lists, by cluster ID."""
+    source = await client.get_or_none(DISCOVERY_SOURCES, LAN_SOURCE)
+    entries = ((source or {}).get("status") or {}).get("neighbours") or []
+    return {n["clusterID"]: n for n in entries if n["clusterID"] in among}
+
+
+async def listening(client: KubeClient) -> bool:
+    source = await client.get_or_none(DISCOVERY_SOURCES, LAN_SOURCE)
+    return bool(((source or {}).get("status") or {}).get("listener"))
+
+
+def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_sites: dict[str, Site]) -> None:
+    ids = {site.cluster_id for site in lan_sites.values()}
+
+    async def run() -> None:
+        for site in lan_sites.values():
+            async with site.client() as client:
+                await eventually(functools.partial(listening, client), timeout=120, message=f"{site.cluster.name} up")
+        started = asyncio.get_running_loop().time()
+        for site in lan_sites.values():
+            async with site.client() as client:
+                others = ids - {site.cluster_id}
+
+                async def all_heard(c: KubeClient = client, others: set[str] = others) -> bool:
+                    return set(await heard(c, others)) == others
+
+                await eventually(all_heard, timeout=DISCOVERY_DEADLINE, message=f"{site.cluster.name} hearing both")
+        took = asyncio.get_running_loop().time() - started
+        assert took <= DISCOVERY_DEADLINE
+        for site in lan_sites.values():
+            async with site.client() as client:
+                identity_of = {s.cluster_id: s for s in lan_sites.values()}
+                for other in ids - {site.cluster_id}:
+                    found: list[dict[str, Any]] = []
+
+                    async def made(c: KubeClient = client, other: str = other, found: list[Any] = found) -> bool:
+                        listed, _ = await c.list_all(FOREIGN_CLUSTERS)
+                        found[:] = [r for r in [record_of(listed, other)] if r is not None]
+                        return bool(found)
+
+                    await eventually(made, timeout=30, message=f"{site.cluster.name}'s record of {other}")
+                    record = found[0]
+                    peer = identity_of[other]
+                    async with peer.client() as peer_client:
+                        fingerprint = (await peering.installed(peer_client, role="provider")).key_fingerprint
+                    assert record["spec"]["keyFingerprint"] == fingerprint
+                    assert record["spec"]["outgoingPeeringEnabled"] == "No"  # Manual: known, not peered
+                    assert record["metadata"]["labels"][names.DISCOVERED_BY] == LAN_SOURCE
+                    # Known is not peered: no tenant namespace, nothing for the incoming side to reap.
+                    assert await client.get_or_none(NAMESPACES, names.tenant_namespace(other)) is None
+
+    asyncio.run(run())
+
+
+def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict[str, Site]) -> None:
+    milan, rome = lan_sites["milan"], lan_sites["rome"]
+
+    async def run() -> None:
+        async with milan.client() as consumer, rome.client() as provider:
+            command = await peering.peer_command(provider)
+            secret = unique("tokens")
+            await consumer.create(
+                SECRETS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": secret, "namespace": names.LIQO_NAMESPACE},
+                    "data": {rome.cluster_id: base64.b64encode(command.token.encode()).decode()},
+                },
+            )
+            await consumer.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": "Auto", "tokenSecret": secret}})
+            try:
+                await peering.wait_established(consumer, rome.cluster_id, timeout=120)
+                namespace = unique("disc")
+                await consumer.create(
+                    NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+                )
+                await offloading.offload(consumer, namespace, pod_offloading_strategy="Remote")
+                await offloading.wait_offloaded(consumer, namespace, timeout=60)
+                await offloading.unoffload(consumer, namespace, timeout=120)
+                await consumer.delete(NAMESPACES, namespace)
+                # paris, heard in the same source, had no token: known, not peered, and the Event says why.
+                listed, _ = await consumer.list_all(FOREIGN_CLUSTERS)
+                paris = record_of(listed, lan_sites["paris"].cluster_id)
+                assert paris is not None
+                assert paris["spec"]["outgoingPeeringEnabled"] == "No"
+                events, _ = await consumer.list_all(EVENTS, namespace="default")
+                reasons = {e["reason"] for e in events if e["involvedObject"].get("name") == LAN_SOURCE}
+                assert {"DiscoveredAuto", "DiscoveredKnown"} <= reasons
+            finally:
+                await consumer.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": None, "tokenSecret": None}})
+
+    asyncio.run(run())
+
+
+@pytest.fixture
+def impostor_host() -> Iterator[Host]:
+    """A namespace on the underlay bridge, at an address no local cluster's /24 holds."""
+    host = Host(namespace=f"imp{secrets.token_hex(3)}", address=f"172.30.250.{2 + secrets.randbelow(250)}")
+    outside = f"{host.namespace}v"
+
+    def ip(*argv: str) -> None:
+        subprocess.run(["ip", *argv], check=True, capture_output=True)
+
+    ip("netns", "add", host.namespace)
+    try:
+        ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", host.namespace)
+        ip("link", "set", outside, "master", UNDERLAY_BRIDGE, "up")
+        ip("-n", host.namespace, "addr", "add", f"{host.address}/16", "dev", "eth0")
+        ip("-n", host.namespace, "link", "set", "eth0", "up")
+        yield host
+    finally:
+        subprocess.run(["ip", "netns", "del", host.namespace], check=False, capture_output=True)
+
+
+def test_an_impostor_claiming_rome_with_another_key_changes_nothing(
+    lan_sites: dict[str, Site], impostor_host: Host
+) -> None:
+    milan, rome = lan_sites["milan"], lan_sites["rome"]
+    fake = Announcement(
+        cluster_id=rome.cluster_id,
+        cluster_name="rome",
+        auth_url=f"https://{impostor_host.address}:30443",
+        key_fingerprint="sha256:" + "e" * 64,
+    )
+
+    async def run() -> None:
+        async with milan.client() as client:
+            listed, _ = await client.list_all(FOREIGN_CLUSTERS)
+            before = record_of(listed, rome.cluster_id)
+            assert before is not None
+            with listeners() as running:
+                running.append(Listener(impostor_host, announcement=fake))
+                running[0].wait_up()
+
+                async def conflict() -> bool:
+                    source = await client.get(DISCOVERY_SOURCES, LAN_SOURCE)
+                    entries = [n for n in source["status"]["neighbours"] if n["clusterID"] == rome.cluster_id]
+                    return len(entries) == 2 and all(n["conflict"] for n in entries)
+
+                await eventually(conflict, timeout=30, message="milan seeing two keys for rome")
+
+                async def warned() -> bool:
+                    events, _ = await client.list_all(EVENTS, namespace="default")
+                    return any(e["reason"] == "DiscoveredConflict" for e in events)
+
+                await eventually(warned, timeout=30, message="an Event about the conflict")
+                listed, _ = await client.list_all(FOREIGN_CLUSTERS)
+                during = record_of(listed, rome.cluster_id)
+                assert during is not None
+                assert during["spec"] == before["spec"]
+                assert during["metadata"]["name"] == before["metadata"]["name"]
+
+    asyncio.run(run())
+
+
+def test_a_cluster_taken_down_expires_from_the_others(lan_sites: dict[str, Site]) -> None:
+    paris = lan_sites["paris"]
+    others = [lan_sites["rome"], lan_sites["milan"]]
+    purge(paris.cluster)  # no goodbye can be relied on: the node's network goes with it
+    # Its last announcement may have left while it was being taken down: from then, its records' life.
+    deadline = time.monotonic() + TTL + TICK + 10
+
+    async def run() -> None:
+        for site in others:
+            async with site.client() as client:
+                seen: list[Any] = []
+
+                async def state(c: KubeClient = client, seen: list[Any] = seen) -> bool:
+                    listed, _ = await c.list_all(FOREIGN_CLUSTERS)
+                    seen[:] = [await heard(c, {paris.cluster_id}), record_of(listed, paris.cluster_id)]
+                    return not seen[0] and seen[1] is None
+
+                def message(name: str = site.cluster.name, seen: list[Any] = seen) -> str:
+                    return f"{name} forgetting paris: heard, record {seen}"
+
+                await eventually(state, timeout=max(0.0, deadline - time.monotonic()), message=message)
+
+    asyncio.run(run())

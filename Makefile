@@ -10,7 +10,7 @@ UV_VERSION := 0.13.8
 UV := $(PYTHON) -m uv
 VENV := .venv
 LIQOCTL := $(VENV)/bin/liqoctl
-APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap
+APT_PACKAGES := ca-certificates procps iproute2 util-linux mount runc containernetworking-plugins nftables iptables mmdebstrap dnsmasq-base
 PYTEST_ARGS ?=
 # Lanes: pytest-xdist workers, each given whole modules (their clusters start once per lane). The suite
 # mostly waits on clusters converging, so lanes overlap the waits on 2 cores (docs/testing.md, "Lanes").

@@ -2,9 +2,9 @@
 
 Wiring only (:mod:`liqo.discovery.lan` holds the listener). Two modes:
 
-- ``--source NAME``, as installed: a host-network pod on a node, announcing what the cluster's identity says
-  (if the source's spec asks it to) and writing what it hears into that DiscoverySource's status, the only
-  write it may make (:mod:`liqo.discovery.lansource`);
+- ``--source NAME``, as installed: a host-network pod on a node, announcing on the LAN what the cluster's
+  identity says (if that source's spec asks it to), looking up every DNS source's zone, and writing what it
+  hears into each DiscoverySource's status, the only writes it may make (:mod:`liqo.discovery.sources`);
 - ``--print``: what is heard goes to stdout, one JSON object per change (the source's status as it would be
   written), and no cluster is touched: the operator's ``avahi-browse`` for liqo, and how the tests watch a LAN
   of network namespaces.
@@ -23,8 +23,8 @@ from liqo.api.discoverysources import DEFAULT_LIMIT
 from liqo.apps import operability
 from liqo.discovery.announcements import Announcement, Unusable, check_auth_url
 from liqo.discovery.lan import TTL, LanListener
-from liqo.discovery.lansource import LanSource
 from liqo.discovery.neighbours import Neighbours
+from liqo.discovery.sources import Listener
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.shell import Shell
@@ -35,7 +35,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=DISCOVERY, description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--address", required=True, type=_ipv4, help="the IPv4 address whose interface is the LAN")
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--source", help="the DiscoverySource (of type LAN) to follow and write the status of")
+    mode.add_argument(
+        "--source", help="the DiscoverySource of type LAN heard on --address (every DNS source is looked up too)"
+    )
     mode.add_argument("--print", action="store_true", help="print what is heard (JSON lines); write nothing")
     parser.add_argument("--kubeconfig", help="with --source: kubeconfig to use (default: in-cluster credentials)")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="with --print: neighbours held at most")
@@ -82,9 +84,9 @@ async def run(args: argparse.Namespace) -> None:
         if args.source:
             access = kubeconfig.load_file(args.kubeconfig) if args.kubeconfig else kubeconfig.in_cluster()
             async with KubeClient(access=access, name="local") as client:
-                source = LanSource(client=client, source=args.source, address=args.address, ttl=args.ttl)
+                sources = Listener(client=client, lan_source=args.source, address=args.address, ttl=args.ttl)
                 shell.serving()
-                await shell.run(source.run())
+                await shell.run(sources.run())
             return
 
         async def publish(table: Neighbours) -> None:

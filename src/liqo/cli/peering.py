@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import sys
 from typing import Annotated, Any
 
 import typer
 import yaml
 
+from liqo.api.crds.schema import DNS_SUBDOMAIN_PATTERN
 from liqo.api.foreignclusters import ConditionType
 from liqo.cli.errors import expected_errors
 from liqo.cli.kube import Context, Kubeconfig, Timeout, client_for
 from liqo.cli.output import OUTPUT_OPTION, Format, emit, line, out, progress, table
+from liqo.discovery import dnszone
+from liqo.discovery.announcements import Announcement, Unusable, check_auth_url
 from liqo.peering import discovered, enrolment, operations, tokens
 from liqo.peering.operations import PeerCommand
 
@@ -170,6 +174,40 @@ def generate_peer_command(
         token = command.enrolment
         expiry = token.to_report()["expiresAt"]
         progress(f"token {token.id}: enrols one cluster until {expiry}; `liqoctl token revoke {token.id}` withdraws it")
+
+
+@generate_app.command("dns-records")
+def generate_dns_records(
+    domain: Annotated[str, typer.Option(help="The zone to publish this cluster in, e.g. corp.example.")],
+    ttl: Annotated[
+        int, typer.Option(help="Seconds the records live: how long peers keep the cluster once withdrawn.", min=10)
+    ] = dnszone.DEFAULT_RECORD_TTL,
+    kubeconfig: Kubeconfig = None,
+    context: Context = None,
+) -> None:
+    """Print the DNS records (zone-file lines) that publish this cluster for DNS discovery in a zone."""
+    if not re.fullmatch(DNS_SUBDOMAIN_PATTERN, domain.rstrip(".")):
+        raise typer.BadParameter("must be a DNS domain in lowercase, e.g. corp.example", param_hint="--domain")
+
+    async def run() -> Announcement:
+        async with client_for(kubeconfig, context) as local:
+            identity = await operations.installed(local, role="local")
+        if not identity.key_fingerprint:
+            raise operations.PeeringError("this cluster's identity has no key fingerprint yet: install liqo again")
+        try:
+            check_auth_url(identity.auth_url)
+        except Unusable as exc:
+            raise operations.PeeringError(f"peers could not use this cluster's authentication URL: {exc}") from exc
+        return Announcement(
+            cluster_id=identity.cluster_id,
+            cluster_name=identity.cluster_name,
+            auth_url=identity.auth_url,
+            key_fingerprint=identity.key_fingerprint,
+        )
+
+    with expected_errors():
+        announcement = asyncio.run(run())
+    sys.stdout.write("\n".join(dnszone.dns_records(announcement, domain=domain, ttl=ttl)) + "\n")
 
 
 @token_app.command("list")

@@ -62,8 +62,29 @@ class Announcement:
 
     @property
     def instance(self) -> str:
-        """The DNS-SD instance name: the cluster ID (unique, a DNS label)."""
-        return self.cluster_id
+        """The DNS-SD instance: ``<cluster ID>-<12 hex of the key fingerprint>``.
+
+        One per claim, so that an impostor claiming a cluster's ID with another key is heard beside it, not in
+        its place.
+        """
+        return f"{self.cluster_id}-{key_prefix(self.key_fingerprint)}"
+
+    def claims(self) -> tuple[str, str]:
+        """The cluster ID and ``sha256:<prefix>`` its instance name stands for."""
+        return self.cluster_id, f"sha256:{key_prefix(self.key_fingerprint)}"
+
+
+def key_prefix(fingerprint: str) -> str:
+    """The 12 hex digits of a key fingerprint an instance name carries."""
+    return fingerprint.removeprefix("sha256:")[:12]
+
+
+def claim_of_instance(instance: str) -> tuple[str, str] | None:
+    """The cluster ID and ``sha256:<prefix>`` an instance label stands for; None if it cannot be one of ours (pure)."""
+    cluster_id, dash, prefix = instance.rpartition("-")
+    if not dash or len(prefix) != 12:
+        return None
+    return cluster_id, f"sha256:{prefix}"
 
 
 def parse(properties: Mapping[bytes, bytes | None]) -> Announcement:

@@ -4,8 +4,8 @@ python-zeroconf does the protocol (probing, answering, the cache, refresh querie
 ends, goodbyes); this module decides what to believe and keeps it bounded. It binds to the one address it
 is given — a real node's address on its LAN, never the machine's other interfaces — and:
 
-- announces an :class:`~liqo.discovery.announcements.Announcement` as instance
-  :func:`instance_name` of ``_liqo._tcp.local.``, its records living :data:`TTL` seconds (a cluster that
+- announces an :class:`~liqo.discovery.announcements.Announcement` as its instance of ``_liqo._tcp.local.``
+  (:attr:`~liqo.discovery.announcements.Announcement.instance`), its records living :data:`TTL` seconds (a cluster that
   vanishes without a goodbye is forgotten within that), again every third of that (a listener's cache
   only refreshes the list of instances by itself, not what each one says), and says goodbye when stopped;
 - resolves each instance it hears, :func:`~liqo.discovery.announcements.parse` judging the TXT record, and
@@ -34,7 +34,7 @@ from zeroconf import IPVersion, ServiceStateChange, Zeroconf, current_time_milli
 from zeroconf._dns import DNSService  # the cache holds these; the package exports no name for them
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from liqo.discovery.announcements import SERVICE_TYPE, Announcement, Unusable, parse
+from liqo.discovery.announcements import SERVICE_TYPE, Announcement, Unusable, claim_of_instance, parse
 from liqo.discovery.neighbours import Neighbours
 
 log = logging.getLogger(__name__)
@@ -54,22 +54,10 @@ _SAME = datetime.timedelta(seconds=2)
 Publish = Callable[[Neighbours], Awaitable[None]]
 
 
-def instance_name(announcement: Announcement) -> str:
-    """``<cluster ID>-<12 hex of the key fingerprint>``: one instance per claim, so an impostor is heard beside."""
-    return f"{announcement.cluster_id}-{_key_prefix(announcement.key_fingerprint)}"
-
-
-def _key_prefix(fingerprint: str) -> str:
-    return fingerprint.removeprefix("sha256:")[:12]
-
-
 def claim_of(name: str) -> tuple[str, str] | None:
     """The cluster ID and ``sha256:<prefix>`` an instance's full name stands for (pure); None if not ours."""
     instance = name.removesuffix(f".{FULL_TYPE}")
-    cluster_id, dash, prefix = instance.rpartition("-")
-    if not dash or len(prefix) != 12 or instance == name:
-        return None
-    return cluster_id, f"sha256:{prefix}"
+    return None if instance == name else claim_of_instance(instance)
 
 
 class LanListener:
@@ -142,7 +130,7 @@ class LanListener:
             return None
         return AsyncServiceInfo(
             FULL_TYPE,
-            f"{instance_name(self._announcement)}.{FULL_TYPE}",
+            f"{self._announcement.instance}.{FULL_TYPE}",
             addresses=[socket.inet_aton(self._address)],
             port=urlsplit(self._announcement.auth_url).port or 443,
             properties=self._announcement.txt(),
@@ -185,7 +173,7 @@ class LanListener:
             announcement = parse(info.properties)
         except Unusable as exc:
             return self._table.refuse(address=where, reason=str(exc), now=now)
-        if claim_of(name) != (announcement.cluster_id, f"sha256:{_key_prefix(announcement.key_fingerprint)}"):
+        if claim_of(name) != announcement.claims():
             return self._table.refuse(address=where, reason="its instance name is not its cluster ID and key", now=now)
         if announcement == self._announcement:
             return self._table
@@ -201,7 +189,7 @@ class LanListener:
         now, millis = self._clock(), current_time_millis()
         table = self._table
         for key, neighbour in table.held.items():
-            name = f"{instance_name(neighbour.announcement)}.{FULL_TYPE}"
+            name = f"{neighbour.announcement.instance}.{FULL_TYPE}"
             records = [r for r in zeroconf.cache.get_all_by_details(name, _SRV, _IN) if isinstance(r, DNSService)]
             record = max(records, key=lambda r: r.get_expiration_time(100), default=None)
             if record is None or record.is_expired(millis):

@@ -7,11 +7,11 @@ operator's, and a re-install leaves them as they are) and the listener, one host
 to that node's address (the downward API's ``status.hostIP``), so multicast goes out on the nodes' LAN and no
 other interface.
 
-The listener parses strangers' packets, so it holds the least rights of any component
-(docs/security.md, "Discovery on a LAN"), each limited by name: read the source ``lan`` (a list or watch
-names it in a field selector) and write its status; read the identity ConfigMap it announces. It has no
-listener of its own (in the node's network a fixed port would collide with whatever the node runs), so no
-probes: it fails by exiting.
+The listener parses strangers' packets (multicast answers, zones), so it holds the least rights of any
+component (docs/security.md, "Discovery"): read the DiscoverySources and write their status (an operator
+names DNS sources as they like, so not by name), read the identity ConfigMap it announces (by name). It has
+no listener of its own (in the node's network a fixed port would collide with whatever the node runs), so no
+probes: it fails by exiting. It also looks up every DNS source's zone.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ _READ = ["get", "list", "watch"]
 
 
 def discovery_rules() -> list[dict[str, Any]]:
-    """The listener's cluster-wide rights: its source, and that source's status."""
+    """The listener's cluster-wide rights: the sources (an operator names DNS sources as they like), their status."""
     group, plural = liqo_resources.DISCOVERY_SOURCES.group, liqo_resources.DISCOVERY_SOURCES.plural
     return [
-        {"apiGroups": [group], "resources": [plural], "resourceNames": [LAN_SOURCE], "verbs": _READ},
-        {"apiGroups": [group], "resources": [f"{plural}/status"], "resourceNames": [LAN_SOURCE], "verbs": ["patch"]},
+        {"apiGroups": [group], "resources": [plural], "verbs": _READ},
+        {"apiGroups": [group], "resources": [f"{plural}/status"], "verbs": ["patch"]},
     ]
 
 

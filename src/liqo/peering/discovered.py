@@ -42,6 +42,7 @@ from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ConflictError
 from liqo.kube.events import EventRecorder
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, SECRETS, terminating
 from liqo.kube.timefmt import format_time
@@ -191,6 +192,15 @@ async def current(client: KubeClient, *, own_id: str, now: datetime.datetime) ->
     return decide(sources, foreign_clusters, own_id=own_id, tokens=tokens, now=now)
 
 
+def counted(decisions: Sequence[Decision]) -> list[tuple[tuple[str, str], float]]:
+    """The samples of ``liqo_discovered_clusters``: how many decisions per (source, verdict) (pure)."""
+    counts: dict[tuple[str, str], float] = {}
+    for d in decisions:
+        key = (d.source, d.verdict.value)
+        counts[key] = counts.get(key, 0.0) + 1.0
+    return sorted(counts.items())
+
+
 def made_here(foreign_cluster: Mapping[str, Any]) -> str:
     """The source a ForeignCluster was made from, if discovery made it ("" otherwise; pure)."""
     return str(((foreign_cluster.get("metadata") or {}).get("labels") or {}).get(names.DISCOVERED_BY) or "")
@@ -275,6 +285,18 @@ class DiscoveredClusters(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The control loop."""
         return [self.controller]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """Discovered clusters by source and verdict, as the latest look decided."""
+        return [
+            CacheGauge(
+                "liqo_discovered_clusters",
+                "Clusters a DiscoverySource hears (not expired), by the source the decision rests on and its verdict.",
+                ("source", "verdict"),
+                lambda: counted(self.decisions),
+            )
+        ]
 
     async def reconcile(self, _key: str) -> Result:
         """Act on every decision; look again when the first neighbour would expire."""

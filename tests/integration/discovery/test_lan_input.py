@@ -25,7 +25,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liqo.discovery.announcements import Announcement
-from liqo.discovery.lan import instance_name
 from tests.integration.discovery.lan import Host, Listener, lan, listeners
 from tests.integration.discovery.test_lan import cluster
 
@@ -125,7 +124,7 @@ def judged(watched: Watched) -> None:
     again at the cluster's next announcement, which a real cluster makes every third of its records' life).
     """
     sentinel = cluster("sentinel")
-    claim = {"instance": instance_name(sentinel), "txt": well_formed(sentinel), "port": 443, "ttl": 120}
+    claim = {"instance": sentinel.instance, "txt": well_formed(sentinel), "port": 443, "ttl": 120}
     refused = watched.listener.table["refused"]
     deadline = time.monotonic() + 30
     while True:
@@ -146,7 +145,7 @@ def test_a_flood_of_invented_clusters_fills_the_table_to_its_limit_and_no_furthe
     invented = [cluster(f"fake{i}") for i in range(300)]
     send(
         watched.stranger,
-        [{"instance": instance_name(c), "txt": well_formed(c), "port": 443, "ttl": 120} for c in invented],
+        [{"instance": c.instance, "txt": well_formed(c), "port": 443, "ttl": 120} for c in invented],
     )
     table = watched.listener.wait_for(
         lambda t: len(t["neighbours"]) == LIMIT and t["lastRefusal"]["reason"] == f"{LIMIT} neighbours held already",

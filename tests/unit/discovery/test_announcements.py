@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from liqo.discovery.announcements import MAX_TXT_STRING, Announcement, Unusable, parse
+from liqo.discovery.announcements import MAX_TXT_STRING, Announcement, Unusable, claim_of_instance, parse
 from liqo.kube.printable import unprintable
 
 ROME = Announcement(
@@ -23,7 +23,8 @@ def _wire(txt: dict[str, str]) -> dict[bytes, bytes | None]:
 
 def test_what_a_cluster_announces_is_what_a_listener_reads() -> None:
     assert parse(_wire(ROME.txt())) == ROME
-    assert ROME.instance == ROME.cluster_id
+    assert ROME.instance == f"{ROME.cluster_id}-{ROME.key_fingerprint[7:19]}"
+    assert claim_of_instance(ROME.instance) == ROME.claims()
 
 
 @given(st.text(min_size=1, max_size=300).filter(lambda name: unprintable(name) is None))

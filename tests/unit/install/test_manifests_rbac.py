@@ -159,13 +159,13 @@ def test_every_admission_policy_is_bound_and_removed_by_uninstall_bindings_first
     assert len(removed) == 2 * len(policies)
 
 
-def test_the_discovery_listener_may_read_its_source_and_identity_and_write_that_status_only() -> None:
+def test_the_discovery_listener_may_read_the_sources_and_identity_and_write_their_status_only() -> None:
     items = install_manifests()
     [cluster_role] = [i for i in items if i["kind"] == "ClusterRole" and i["metadata"]["name"] == DISCOVERY]
     [role] = [i for i in items if i["kind"] == "Role" and i["metadata"]["name"] == DISCOVERY]
     assert granted(cluster_role["rules"]) == {
-        *(("discovery.liqo.io", "discoverysources", verb, LAN_SOURCE) for verb in READ),
-        ("discovery.liqo.io", "discoverysources/status", "patch", LAN_SOURCE),
+        *(("discovery.liqo.io", "discoverysources", verb, "*") for verb in READ),
+        ("discovery.liqo.io", "discoverysources/status", "patch", "*"),
     }
     assert granted(role["rules"]) == {("", "configmaps", verb, names.CLUSTER_IDENTITY) for verb in READ}
     assert role["metadata"]["namespace"] == names.LIQO_NAMESPACE

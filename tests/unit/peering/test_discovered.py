@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.discoverysources import Clusters, Heard, PeeringPolicy, Source, SourceType, Verdict
-from liqo.peering.discovered import decide, expired_records, record_manifest, report_rows
+from liqo.peering.discovered import counted, decide, expired_records, record_manifest, report_rows
 
 T0 = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
 OWN = str(uuid.UUID(int=999))
@@ -173,3 +173,9 @@ def test_the_report_shows_each_decision_with_its_reason_and_remaining_life() -> 
         "reason": "peering Manual: liqoctl peer with it to consume its resources",
         "foreignCluster": "site-1",
     }
+
+
+def test_the_metric_counts_decisions_by_source_and_verdict() -> None:
+    never = _source("quiet", peering=PeeringPolicy.NEVER)
+    decisions = decide([(_source(), [_heard(1), _heard(2)]), (never, [_heard(3)])], [], own_id=OWN, tokens={}, now=T0)
+    assert counted(decisions) == [(("lan", "Known"), 2.0), (("quiet", "Listed"), 1.0)]

@@ -1,4 +1,4 @@
-"""What the installed listener runs with, from its DiscoverySource and the cluster's identity (pure parts)."""
+"""What the installed listener runs for each DiscoverySource, from the sources and the cluster's identity (pure)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from liqo.api.discoverysources import Clusters, PeeringPolicy, SourceType, neighbours_of, source_of
 from liqo.discovery.announcements import Announcement
-from liqo.discovery.lansource import ListenerConfig, listener_config, status_of, why_silent
 from liqo.discovery.neighbours import Neighbours
+from liqo.discovery.sources import DnsConfig, LanConfig, status_of, wanted, why_silent
 
 T0 = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
 ID = str(uuid.UUID(int=7))
@@ -31,30 +31,44 @@ def _source(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "lan"}, "spec": {"type": "LAN"} | spec}
 
 
-def test_a_lan_source_announces_the_identity_with_its_limit() -> None:
-    config = listener_config(_source(limit=8), _identity())
-    assert config == ListenerConfig(
-        limit=8,
-        announcement=Announcement(
-            cluster_id=ID, cluster_name="rome", auth_url="https://172.30.0.2:30443", key_fingerprint=KEY
-        ),
-    )
+def test_the_lan_source_announces_the_identity_with_its_limit() -> None:
+    assert wanted([_source(limit=8)], _identity(), lan_source="lan") == {
+        "lan": LanConfig(
+            limit=8,
+            announcement=Announcement(
+                cluster_id=ID, cluster_name="rome", auth_url="https://172.30.0.2:30443", key_fingerprint=KEY
+            ),
+        )
+    }
 
 
-def test_announce_off_listens_only_and_no_source_or_a_dns_source_runs_nothing() -> None:
-    assert listener_config(_source(announce=False), _identity()) == ListenerConfig(limit=64, announcement=None)
-    assert listener_config(None, _identity()) is None
-    assert listener_config(_source(type="DNS", domain="example.com"), _identity()) is None
-    assert listener_config({"metadata": {"name": "lan"}, "spec": {"type": "Carrier-pigeon"}}, _identity()) is None
+def test_announce_off_listens_only_and_other_lan_sources_or_unknown_types_run_nothing() -> None:
+    assert wanted([_source(announce=False)], _identity(), lan_source="lan") == {
+        "lan": LanConfig(limit=64, announcement=None)
+    }
+    other_lan = {"metadata": {"name": "second"}, "spec": {"type": "LAN"}}
+    pigeons = {"metadata": {"name": "p"}, "spec": {"type": "Carrier-pigeon"}}
+    assert wanted([other_lan, pigeons], _identity(), lan_source="lan") == {}
 
 
-def test_an_identity_that_cannot_be_announced_says_why_and_the_listener_still_listens() -> None:
+def test_every_dns_source_is_looked_up_in_its_zone() -> None:
+    dns = {
+        "metadata": {"name": "corp"},
+        "spec": {"type": "DNS", "domain": "corp.example", "nameservers": ["10.0.0.53"]},
+    }
+    assert wanted([dns, _source()], None, lan_source="lan") == {
+        "corp": DnsConfig(domain="corp.example", nameservers=("10.0.0.53",), limit=64),
+        "lan": LanConfig(limit=64, announcement=None),  # no identity yet: listening only
+    }
+
+
+def test_an_identity_that_cannot_be_announced_says_why() -> None:
     assert why_silent(None) == "liqo's identity is not there yet"
     assert "key fingerprint" in why_silent(_identity(keyFingerprint=""))
     assert "authentication URL" in why_silent(_identity(authURL="http://plain"))
-    config = listener_config(_source(), _identity(keyFingerprint=""))
-    assert config is not None
-    assert config.announcement is None
+    assert wanted([_source()], _identity(keyFingerprint=""), lan_source="lan")["lan"] == LanConfig(
+        limit=64, announcement=None
+    )
 
 
 def test_the_status_is_the_table_with_the_listener_and_its_heartbeat() -> None:

@@ -1,10 +1,11 @@
-"""Three local clusters, one real node each, find each other on their LAN and peer as their policy says.
+"""Three local clusters, one real node each, find each other on their LAN and in a DNS zone, and peer as told.
 
 Each cluster runs liqo's discovery listener as installed (``liqoctl install --discovery``): a host-network pod
 on its real node, announcing by multicast DNS on the underlay bridge the nodes of every local cluster sit
-on, and writing what it hears into the DiscoverySource ``lan``; the manager turns that into ForeignClusters.
-Other local clusters of this machine may announce on the same bridge (another test run): the tests look at
-these three only.
+on, looking up the zones of DNS sources, and writing what it hears into the DiscoverySources' status; the
+manager turns that into ForeignClusters. The zone is served by a real DNS server (dnsmasq) on this machine's
+address on the underlay, from the records ``liqoctl generate dns-records`` prints. Other local clusters of this
+machine may announce on the same bridge (another test run): the tests look at these three only.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ import base64
 import functools
 import os
 import secrets
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import dns.rdatatype
+import dns.zone
+import orjson
 import pytest
 
 from liqo.api import names
@@ -26,15 +31,16 @@ from liqo.api.discoverysources import LAN_SOURCE
 from liqo.api.foreignclusters import record_of
 from liqo.api.resources import DISCOVERY_SOURCES, FOREIGN_CLUSTERS
 from liqo.discovery.announcements import Announcement
+from liqo.discovery.dnszone import MIN_INTERVAL
 from liqo.discovery.lan import TICK, TTL
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import EVENTS, NAMESPACES, SECRETS
-from liqo.localclusters.realnodes.nodes import UNDERLAY_BRIDGE
+from liqo.localclusters.realnodes.nodes import UNDERLAY_BRIDGE, UNDERLAY_HOST
 from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from tests.integration.discovery.lan import Host, Listener, listeners
-from tests.integration.helpers import Site, purge, start_sites, unique
+from tests.integration.helpers import Site, liqoctl, purge, start_sites, unique
 from tests.shared import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root")]
@@ -105,6 +111,9 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                     assert record["metadata"]["labels"][names.DISCOVERED_BY] == LAN_SOURCE
                     # Known is not peered: no tenant namespace, nothing for the incoming side to reap.
                     assert await client.get_or_none(NAMESPACES, names.tenant_namespace(other)) is None
+                rows = orjson.loads(liqoctl(site.cluster, "discover", "-o", "json"))
+                verdicts = {r["clusterID"]: (r["verdict"], r["source"]) for r in rows if r["clusterID"] in ids}
+                assert verdicts == dict.fromkeys(ids - {site.cluster_id}, ("Known", LAN_SOURCE))
 
     asyncio.run(run())
 
@@ -128,6 +137,9 @@ def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict
             await consumer.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": "Auto", "tokenSecret": secret}})
             try:
                 await peering.wait_established(consumer, rome.cluster_id, timeout=120)
+                # The record discovery made is the peering's: one ForeignCluster for rome, never two.
+                listed, _ = await consumer.list_all(FOREIGN_CLUSTERS)
+                assert len([fc for fc in listed if fc["spec"]["clusterID"] == rome.cluster_id]) == 1
                 namespace = unique("disc")
                 await consumer.create(
                     NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
@@ -207,6 +219,128 @@ def test_an_impostor_claiming_rome_with_another_key_changes_nothing(
                 assert during is not None
                 assert during["spec"] == before["spec"]
                 assert during["metadata"]["name"] == before["metadata"]["name"]
+
+    asyncio.run(run())
+
+
+class ZoneServer:
+    """dnsmasq on the underlay host's address (which the nodes reach), serving zone-file lines; stopped by pid."""
+
+    def __init__(self) -> None:
+        self.address = f"{UNDERLAY_HOST}:{20000 + secrets.randbelow(20000)}"
+        self.process: subprocess.Popen[str] | None = None
+
+    def serve(self, lines: list[str], *, ttl: int) -> None:
+        """Serve exactly ``lines`` (a restart: what is not there any more is withdrawn)."""
+        self.stop()
+        host, _, port = self.address.partition(":")
+        argv = [
+            "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--pid-file=",
+            f"--listen-address={host}", "--bind-interfaces", f"--port={port}", f"--local-ttl={ttl}", "--user=root",
+        ]  # fmt: skip
+        if lines:
+            argv += dnsmasq_records(lines)
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+def dnsmasq_records(lines: list[str]) -> list[str]:
+    """dnsmasq's flags for zone-file lines (it reads no zone file): PTR, SRV, TXT and A records."""
+    zone = dns.zone.from_text("\n".join(lines), origin=".", check_origin=False, relativize=False)
+    flags = []
+    for name, node in zone.nodes.items():
+        owner = str(name).rstrip(".")
+        for rdataset in node.rdatasets:
+            for rdata in rdataset:
+                kind = dns.rdatatype.to_text(rdataset.rdtype)
+                if kind == "PTR":
+                    flags.append(f"--ptr-record={owner},{str(rdata.target).rstrip('.')}")
+                elif kind == "SRV":
+                    flags.append(f"--srv-host={owner},{str(rdata.target).rstrip('.')},{rdata.port},0,0")
+                elif kind == "TXT":
+                    flags.append(f"--txt-record={owner}," + ",".join(s.decode() for s in rdata.strings))
+                elif kind == "A":
+                    flags.append(f"--host-record={owner},{rdata.address}")
+    return flags
+
+
+@pytest.fixture
+def zone_server() -> Iterator[ZoneServer]:
+    server = ZoneServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_cluster_published_only_in_dns_is_found_and_peered_and_expires_when_withdrawn(
+    lan_sites: dict[str, Site], zone_server: ZoneServer
+) -> None:
+    rome, paris = lan_sites["rome"], lan_sites["paris"]
+    domain, ttl = f"{unique('corp')}.example", 20
+    records = liqoctl(paris.cluster, "generate", "dns-records", f"--domain={domain}", f"--ttl={ttl}").splitlines()
+    zone_server.serve(records, ttl=ttl)
+    source = unique("corp")
+
+    async def run() -> None:
+        async with rome.client() as client, paris.client() as provider:
+            command = await peering.peer_command(provider)
+            secret = unique("tokens")
+            await client.create(
+                SECRETS,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": secret, "namespace": names.LIQO_NAMESPACE},
+                    "data": {paris.cluster_id: base64.b64encode(command.token.encode()).decode()},
+                },
+            )
+            # The LAN says Never here: whatever rome peers with below, it found in the zone.
+            await client.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": "Never"}})
+            spec = {
+                "type": "DNS",
+                "domain": domain,
+                "nameservers": [zone_server.address],
+                "peering": "Auto",
+                "tokenSecret": secret,
+            }
+            await client.create(
+                DISCOVERY_SOURCES,
+                {
+                    "apiVersion": DISCOVERY_SOURCES.api_version,
+                    "kind": "DiscoverySource",
+                    "metadata": {"name": source},
+                    "spec": spec,
+                },
+            )
+            try:
+
+                async def listed(present: bool) -> bool:
+                    found = await client.get(DISCOVERY_SOURCES, source)
+                    ids = {n["clusterID"] for n in (found.get("status") or {}).get("neighbours") or []}
+                    return (paris.cluster_id in ids) == present
+
+                await eventually(functools.partial(listed, True), timeout=30, message=f"paris in {source}")
+                await peering.wait_established(client, paris.cluster_id, timeout=120)
+                listed_fcs, _ = await client.list_all(FOREIGN_CLUSTERS)
+                [record] = [fc for fc in listed_fcs if fc["spec"]["clusterID"] == paris.cluster_id]
+                assert record["metadata"]["labels"][names.DISCOVERED_BY] == source
+                # Withdrawn from the zone: still believed for its TTL, then forgotten by the source.
+                zone_server.serve([], ttl=ttl)
+                await eventually(
+                    functools.partial(listed, False),
+                    timeout=ttl + MIN_INTERVAL + 15,
+                    message=f"paris gone from {source}",
+                )
+            finally:
+                await client.delete(DISCOVERY_SOURCES, source, missing_ok=True)
+                await client.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": None}})
+                await peering.unpeer(client, paris.cluster_id, timeout=90)
 
     asyncio.run(run())
 

@@ -72,6 +72,16 @@ async def listening(client: KubeClient) -> bool:
     return bool(((source or {}).get("status") or {}).get("listener"))
 
 
+async def token_secret(consumer: KubeClient, provider: KubeClient, provider_id: str) -> str:
+    """A Secret in the consumer's ``liqo`` holding a token the provider minted, under the provider's ID: its name."""
+    command = await peering.peer_command(provider)
+    secret = unique("tokens")
+    data = {provider_id: base64.b64encode(command.token.encode()).decode()}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": names.LIQO_NAMESPACE}}
+    await consumer.create(SECRETS, body | {"data": data})
+    return secret
+
+
 def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_sites: dict[str, Site]) -> None:
     ids = {site.cluster_id for site in lan_sites.values()}
 
@@ -123,17 +133,7 @@ def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict
 
     async def run() -> None:
         async with milan.client() as consumer, rome.client() as provider:
-            command = await peering.peer_command(provider)
-            secret = unique("tokens")
-            await consumer.create(
-                SECRETS,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": secret, "namespace": names.LIQO_NAMESPACE},
-                    "data": {rome.cluster_id: base64.b64encode(command.token.encode()).decode()},
-                },
-            )
+            secret = await token_secret(consumer, provider, rome.cluster_id)
             await consumer.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": "Auto", "tokenSecret": secret}})
             try:
                 await peering.wait_established(consumer, rome.cluster_id, timeout=120)
@@ -289,17 +289,7 @@ def test_a_cluster_published_only_in_dns_is_found_and_peered_and_expires_when_wi
 
     async def run() -> None:
         async with rome.client() as client, paris.client() as provider:
-            command = await peering.peer_command(provider)
-            secret = unique("tokens")
-            await client.create(
-                SECRETS,
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": secret, "namespace": names.LIQO_NAMESPACE},
-                    "data": {paris.cluster_id: base64.b64encode(command.token.encode()).decode()},
-                },
-            )
+            secret = await token_secret(client, provider, paris.cluster_id)
             # The LAN says Never here: whatever rome peers with below, it found in the zone.
             await client.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": "Never"}})
             spec = {

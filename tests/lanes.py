@@ -54,9 +54,17 @@ def family_rank(fixtures: Iterable[str]) -> int:
     return next((rank for rank, family in enumerate(SHARED) if family in used), len(SHARED))
 
 
-def module_order(modules: Sequence[str], seconds: Mapping[str, float], ranks: Mapping[str, int]) -> list[str]:
+def module_order(
+    modules: Sequence[str],
+    seconds: Mapping[str, float],
+    ranks: Mapping[str, int],
+    *,
+    one_lane: Iterable[str] = (),
+) -> list[str]:
     """``modules`` by family, longest first, the unmeasured first of their family; and each shared family's turn
-    opened by one of the longest modules of no family (pure; stable).
+    opened by one of the longest modules of no family (pure; stable). The ``one_lane`` modules (one unit of
+    work: :func:`unit_of`) come before all, longest first: together they are by far the longest unit, and
+    the longest goes first (LPT).
 
     The longest modules of no family make clusters of their own, most with real nodes (install/test_pods,
     network/test_check, the local stress, network/test_fabric). Handed out last and together, they ran at
@@ -65,13 +73,17 @@ def module_order(modules: Sequence[str], seconds: Mapping[str, float], ranks: Ma
     same code then ran in 1585 s, its three lanes ending within 7 s of each other.
     """
     rest = len(SHARED)
+
+    def longest_first(chosen: Iterable[str]) -> list[str]:
+        return sorted(chosen, key=lambda m: -seconds.get(m, float("inf")))
+
+    first = set(one_lane) & set(modules)
     groups = [
-        sorted((m for m in modules if ranks.get(m, rest) == rank), key=lambda m: -seconds.get(m, float("inf")))
-        for rank in range(rest + 1)
+        longest_first(m for m in modules if ranks.get(m, rest) == rank and m not in first) for rank in range(rest + 1)
     ]
     shared = [group for group in groups[:rest] if group]
     openers = groups[rest][: len(shared)]
-    order: list[str] = []
+    order = longest_first(first)
     for opener, group in zip(openers, shared, strict=False):
         order += [opener, *group]
     order += [m for group in shared[len(openers) :] for m in group]
@@ -84,7 +96,8 @@ REAL_NODE_LANE = "clusters with real nodes"
 
 
 def unit_of(module: str, source: str) -> str:
-    """What a lane takes whole: a module, or, for every module whose clusters have real nodes, all of them (pure).
+    """What a lane takes whole: a module, or, for every integration module whose clusters have real nodes, all of
+    them (pure; a unit test that merely spells a spec with real nodes starts none).
 
     A real node is a kubelet, containerd and liqo's pods (two managers, a virtual kubelet, gateways): a cluster
     with one costs several times a KWOK one, and pulls liqo's image at start. Handed out like any module,
@@ -92,7 +105,8 @@ def unit_of(module: str, source: str) -> str:
     up to twice as long as alone, long enough for installs and probes to time out. In one lane they run one
     after the other, while the other lanes run the rest.
     """
-    return REAL_NODE_LANE if REAL_NODES.search(source) else module
+    starts_real_nodes = module.startswith("tests/integration/") and REAL_NODES.search(source)
+    return REAL_NODE_LANE if starts_real_nodes else module
 
 
 @functools.cache
@@ -131,4 +145,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module: family_rank(name for item in module_items for name in getattr(item, "fixturenames", ()))
         for module, module_items in by_module.items()
     }
-    items[:] = [item for module in module_order(list(by_module), seconds, ranks) for item in by_module[module]]
+    one_lane = {m for m, module_items in by_module.items() if unit_of(m, _source(module_items[0].path)) != m}
+    order = module_order(list(by_module), seconds, ranks, one_lane=one_lane)
+    items[:] = [item for module in order for item in by_module[module]]

@@ -75,3 +75,11 @@ def test_every_module_starting_real_nodes_is_one_unit_and_any_other_its_own() ->
     )
     assert unit_of("tests/integration/a.py", heavy) == REAL_NODE_LANE
     assert unit_of("tests/integration/c.py", "ClusterSpec(name=n, nodes=2, real_nodes=0)") == "tests/integration/c.py"
+
+
+def test_the_one_lane_modules_come_before_all_longest_first() -> None:
+    seconds = {"fam.py": 50.0, "real_a.py": 100.0, "real_b.py": 300.0, "solo.py": 400.0}
+    ranks = {"fam.py": 0}
+    order = module_order(list(seconds), seconds, ranks, one_lane={"real_a.py", "real_b.py"})
+    assert order[:2] == ["real_b.py", "real_a.py"]
+    assert order[2:] == ["solo.py", "fam.py"]  # then as before: the family's turn opened by the longest of the rest

@@ -330,9 +330,10 @@ async def unpeer(
                 await client.get_or_none(SECRETS, names.IDENTITY_SECRET, namespace=namespace) is None
                 and not (await client.list_all(VIRTUAL_NODES, namespace=namespace))[0]
             )
-        return not await _exists(client, FOREIGN_CLUSTERS, fc["metadata"]["name"]) and not await _exists(
-            client, NAMESPACES, namespace
-        )
+        # That very record gone: a peer still heard by discovery is known again at once, under the same name.
+        record = await client.get_or_none(FOREIGN_CLUSTERS, fc["metadata"]["name"])
+        gone = record is None or record["metadata"].get("uid") != fc["metadata"].get("uid")
+        return gone and not await _exists(client, NAMESPACES, namespace)
 
     try:
         await poll_until(done, timeout=timeout, message=f"the teardown of {fc['metadata']['name']} did not finish")

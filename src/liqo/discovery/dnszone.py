@@ -66,7 +66,12 @@ def service_name(domain: str) -> str:
 
 
 def make_resolver(nameservers: Sequence[str]) -> dns.asyncresolver.Resolver:
-    """A resolver asking ``nameservers`` (``IPv4[:port]``), or the system's when there are none."""
+    """A resolver asking ``nameservers`` (``IPv4[:port]``), or the system's when there are none.
+
+    Raises:
+        ValueError: a nameserver is no IPv4 address and port.
+        dns.exception.DNSException: no nameserver given and the host has no resolv.conf.
+    """
     if not nameservers:
         resolver = dns.asyncresolver.Resolver()
     else:
@@ -74,14 +79,29 @@ def make_resolver(nameservers: Sequence[str]) -> dns.asyncresolver.Resolver:
         servers: list[str | dns.nameserver.Nameserver] = []
         for entry in nameservers:
             host, _, port = entry.partition(":")
-            servers.append(dns.nameserver.Do53Nameserver(host, int(port or DEFAULT_PORT)))
+            number = int(port or DEFAULT_PORT)
+            if not 0 < number < 65536:  # the schema's pattern lets five digits through
+                raise ValueError(f"nameserver {entry}: no such port")
+            servers.append(dns.nameserver.Do53Nameserver(str(ipaddress.IPv4Address(host)), number))
         resolver.nameservers = servers
     resolver.lifetime = LOOKUP_TIMEOUT
     return resolver
 
 
-async def resolve(resolver: dns.asyncresolver.Resolver, domain: str, *, limit: int) -> Round:
-    """One round: the instances ``domain`` lists, at most ``limit`` of them looked up."""
+async def resolve(nameservers: Sequence[str], domain: str, *, limit: int) -> Round:
+    """One round: the instances ``domain`` lists, at most ``limit`` of them looked up.
+
+    A lookup failing in any way is the round's refusal, never the listener's end: the resolver is made anew
+    each round (the host's resolv.conf may appear or change between rounds), and what cannot be made or asked
+    (no resolv.conf, a nameserver that is no address, a socket refused) is reported on the source's status.
+    """
+    try:
+        return await _resolve(make_resolver(nameservers), domain, limit=limit)
+    except (dns.exception.DNSException, OSError, ValueError) as exc:
+        return Round(refused=[(domain, f"cannot look up {domain}: {type(exc).__name__}: {exc}")], ttl=MIN_INTERVAL)
+
+
+async def _resolve(resolver: dns.asyncresolver.Resolver, domain: str, *, limit: int) -> Round:
     try:
         listing = await resolver.resolve(service_name(domain), dns.rdatatype.PTR)
     except dns.resolver.NXDOMAIN:

@@ -32,7 +32,7 @@ from liqo.api.discoverysources import SourceType, source_of
 from liqo.api.identity import ClusterIdentity
 from liqo.api.resources import DISCOVERY_SOURCES
 from liqo.discovery.announcements import Announcement, Unusable, check_auth_url
-from liqo.discovery.dnszone import apply_round, make_resolver, next_round_in, resolve
+from liqo.discovery.dnszone import apply_round, next_round_in, resolve
 from liqo.discovery.lan import TTL, LanListener
 from liqo.discovery.neighbours import Neighbours
 from liqo.kube.client import KubeClient
@@ -271,11 +271,10 @@ class Listener:
 
     async def _look_up(self, config: DnsConfig, writer: StatusWriter) -> None:
         """Ask the zone, as often as its TTLs say, forever (a failed round is a refusal, not a failure)."""
-        resolver = make_resolver(config.nameservers)
         table = Neighbours(limit=config.limit)
         await writer.publish(table)
         while True:
-            round_ = await resolve(resolver, config.domain, limit=config.limit)
+            round_ = await resolve(config.nameservers, config.domain, limit=config.limit)
             table = apply_round(table, round_, now=self._clock())
             await writer.publish(table)
             await asyncio.sleep(next_round_in(round_))  # the zone's own pace: its shortest TTL

@@ -45,6 +45,7 @@ from tests.integration.helpers import (
     liqoctl,
     liqoctl_run,
     pod,
+    pod_state,
     purge,
     running,
     running_pods,
@@ -291,11 +292,21 @@ async def test_the_leader_killed_mid_burst_hands_over_and_loses_no_pod(
 async def gone_at_both_ends(consumer: KubeClient, provider: KubeClient, home: str, remote: str, *, prefix: str) -> None:
     """Wait until no pod named ``prefix``… is left at home or in the provider: the next test counts pods."""
 
-    async def none_left() -> bool:
-        pods = (await consumer.list_all(PODS, namespace=home))[0] + (await provider.list_all(PODS, namespace=remote))[0]
-        return not any(p["metadata"]["name"].startswith(prefix) for p in pods)
+    left: list[str] = []
 
-    await eventually(none_left, timeout=120, message=f"the pods {prefix}* gone at both ends")
+    async def none_left() -> bool:
+        left.clear()
+        for client, namespace in ((consumer, home), (provider, remote)):
+            for p in (await client.list_all(PODS, namespace=namespace))[0]:
+                if p["metadata"]["name"].startswith(prefix):
+                    finalizers = ",".join(p["metadata"].get("finalizers") or []) or "none"
+                    left.append(f"{client.name}/{p['metadata']['name']} {pod_state(p)} finalizers={finalizers}")
+        return not left
+
+    def what_is_left() -> str:
+        return f"the pods {prefix}* gone at both ends; {len(left)} left: " + "; ".join(left[:8])
+
+    await eventually(none_left, timeout=120, message=what_is_left)
 
 
 async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbon: Site, offloaded_ns: str) -> None:

@@ -20,6 +20,7 @@ from liqo.discovery.dnszone import (
     dns_records,
     judge,
     next_round_in,
+    resolve,
 )
 from liqo.discovery.neighbours import Neighbours
 from liqo.kube.printable import unprintable
@@ -76,6 +77,16 @@ def test_a_failed_round_is_a_refusal_and_loses_nothing_held() -> None:
     assert failed.refused == 1
     assert failed.last_refusal is not None
     assert failed.last_refusal.reason == "cannot list: Timeout"
+
+
+@pytest.mark.parametrize(("nameserver", "why"), [("999.0.0.1", "999"), ("127.0.0.1:99999", "no such port")])
+async def test_a_lookup_that_cannot_be_made_is_the_rounds_refusal(nameserver: str, why: str) -> None:
+    # The listener serves every source in one process: one source's unusable nameserver must not end it.
+    round_ = await resolve([nameserver], "corp.example", limit=5)
+    assert not round_.found
+    assert [domain for domain, _ in round_.refused] == ["corp.example"]
+    assert why in round_.refused[0][1]
+    assert round_.ttl == MIN_INTERVAL
 
 
 @given(st.integers(min_value=0, max_value=10**7))

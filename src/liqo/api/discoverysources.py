@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -25,6 +25,8 @@ MAX_LIMIT = 256
 MAX_LISTED = 64
 """Entries in one allow or deny list."""
 MAX_NAMESERVERS = 4
+MAX_HEARD_BY = 16
+"""Sources a ForeignCluster's ``status.discovery`` names at most (the first by name)."""
 
 
 class SourceType(StrEnum):
@@ -165,3 +167,24 @@ def neighbours_of(obj: Mapping[str, Any]) -> list[Heard]:
         except (AttributeError, KeyError, TypeError, ValueError):
             continue
     return heard
+
+
+def heard_by(sources: Iterable[Mapping[str, Any]], cluster_id: str, *, now: datetime.datetime) -> list[dict[str, str]]:
+    """Where ``cluster_id`` is heard now, for its ForeignCluster's ``status.discovery`` (pure).
+
+    One entry per source whose table holds it unexpired, by source name: an operator reading a record sees
+    which sources still hear the cluster and at which address, without reading every source's table. No
+    times: they move at every announcement, and the record's status is rewritten only when this changes.
+    """
+    found = []
+    for obj in sorted(sources, key=lambda o: str(o["metadata"]["name"])):
+        for heard in neighbours_of(obj):
+            if heard.cluster_id == cluster_id and heard.expires_at > now:
+                found.append({"source": str(obj["metadata"]["name"]), "address": heard.address})
+                break
+    return found[:MAX_HEARD_BY]
+
+
+def heard_ids(obj: Mapping[str, Any]) -> set[str]:
+    """The cluster IDs a source's status lists (expired or not): the records whose status it may change."""
+    return {heard.cluster_id for heard in neighbours_of(obj)}

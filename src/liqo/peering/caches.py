@@ -12,7 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.foreignclusters import ForeignClusters
-from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.api.resources import DISCOVERY_SOURCES, NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.cache import SharedInformers
 from liqo.kube.informer import Informer
 from liqo.kube.resources import SECRETS
@@ -21,7 +21,7 @@ MANAGED = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
 
 
 class PeeringCaches:
-    """ForeignClusters, liqo's Secrets, requests, offers, virtual nodes and network words, from shared informers."""
+    """ForeignClusters, liqo's Secrets, requests, offers, virtual nodes, network words and discovery sources, shared."""
 
     def __init__(self, informers: SharedInformers) -> None:
         self.by_cluster_id = ForeignClusters.shared(informers)
@@ -32,6 +32,7 @@ class PeeringCaches:
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.virtual_nodes = informers.informer(VIRTUAL_NODES)
         self.networks = informers.informer(NETWORK_CONFIGS)
+        self.discovery_sources = informers.informer(DISCOVERY_SOURCES)
 
     @property
     def secrets(self) -> tuple[Informer, Informer]:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api import names
+from liqo.api.discoverysources import heard_by, heard_ids, neighbours_of
 from liqo.api.foreignclusters import ConditionStatus as Status
 from liqo.api.foreignclusters import ConditionType, Reason, peer_key
 from liqo.api.identity import ClusterIdentity
@@ -72,6 +73,8 @@ class PeerState:
     """Our NetworkConfig for the peer (the fabric's word and its gateway's verdict); None without a fabric."""
     peer_network_config: dict[str, Any] | None = None
     """The peer's NetworkConfig; None while it runs no fabric (then no gateway connects either side)."""
+    heard_by: list[dict[str, str]] = field(default_factory=list)
+    """The discovery sources hearing the peer now (:func:`liqo.api.discoverysources.heard_by`)."""
 
 
 def _condition(kind: ConditionType, status: Status, reason: str, message: str = "") -> dict[str, str]:
@@ -103,6 +106,8 @@ def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
         "conditions": conditions,
         "tenantNamespace": {"local": names.tenant_namespace(peer_id)},
     }
+    if state.heard_by:
+        status["discovery"] = state.heard_by
     if outgoing:
         status["tenantNamespace"]["remote"] = names.tenant_namespace(state.local_id)
         if state.api_server_url:
@@ -261,6 +266,15 @@ def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
     return _condition(kind, Status.ERROR, state.api_server.reason, state.api_server.message)
 
 
+def hearing_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a source's table changed in what a record's status says (who, where), not in its times."""
+
+    def hearing(source: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(heard.cluster_id, heard.address) for heard in neighbours_of(source)}
+
+    return hearing(old) != hearing(new)
+
+
 class ForeignClusterStatus(Component):
     """Writes every ForeignCluster's status from the caches."""
 
@@ -292,6 +306,7 @@ class ForeignClusterStatus(Component):
         self.controller.watch(self.foreign_clusters, peer_key)
         for informer in (*caches.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
             self.controller.watch(informer, names.tenant_peer)
+        self.controller.watch(caches.discovery_sources, self._heard_in, changed=hearing_changed)
 
     @property
     def controllers(self) -> list[Controller[Any]]:
@@ -317,6 +332,17 @@ class ForeignClusterStatus(Component):
             ),
         ]
 
+    def _heard_in(self, source: dict[str, Any]) -> set[str]:
+        """The peers whose ``status.discovery`` ``source`` may change: those it lists, those said to be in it."""
+        name = source["metadata"]["name"]
+        said = {
+            peer
+            for fc in self.foreign_clusters.store.list()
+            for peer in peer_key(fc)
+            if any(entry.get("source") == name for entry in (fc.get("status") or {}).get("discovery") or ())
+        }
+        return heard_ids(source) | said
+
     async def reconcile(self, peer_id: str) -> Result | None:
         """Recompute and apply the status of ``peer_id``'s ForeignCluster."""
         fc = self.caches.foreign_cluster(peer_id)
@@ -325,6 +351,7 @@ class ForeignClusterStatus(Component):
         outgoing = wants_outgoing(fc)
         if outgoing:
             await self._probe(peer_id)
+        now = datetime.datetime.now(datetime.UTC)
         namespace = names.tenant_namespace(peer_id)
         state = PeerState(
             foreign_cluster=fc,
@@ -342,8 +369,9 @@ class ForeignClusterStatus(Component):
             api_server_url=peer.server if (peer := self._peers.get(peer_id)) else None,
             network_config=self.networks.store.get(f"{namespace}/{self._local.cluster_id}"),
             peer_network_config=self.networks.store.get(f"{namespace}/{peer_id}"),
+            heard_by=heard_by(self.caches.discovery_sources.store.list(), peer_id, now=now),
         )
-        status = peer_status(state, now=datetime.datetime.now(datetime.UTC))
+        status = peer_status(state, now=now)
         if status != fc.get("status"):
             await self._client.apply_status(FOREIGN_CLUSTERS, name=fc["metadata"]["name"], status=status)
             overlap = overlap_first_seen(fc.get("status"), status)

@@ -82,6 +82,11 @@ async def token_secret(consumer: KubeClient, provider: KubeClient, provider_id: 
     return secret
 
 
+def sources_named(record: dict[str, Any]) -> set[str]:
+    """The sources a ForeignCluster's status says hear its cluster now."""
+    return {entry["source"] for entry in (record.get("status") or {}).get("discovery") or ()}
+
+
 def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_sites: dict[str, Site]) -> None:
     ids = {site.cluster_id for site in lan_sites.values()}
 
@@ -111,7 +116,10 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                         found[:] = [r for r in [record_of(listed, other)] if r is not None]
                         return bool(found)
 
-                    await eventually(made, timeout=30, message=f"{site.cluster.name}'s record of {other}")
+                    async def said_heard(c: KubeClient = client, other: str = other, found: list[Any] = found) -> bool:
+                        return await made(c, other, found) and sources_named(found[0]) == {LAN_SOURCE}
+
+                    await eventually(said_heard, timeout=30, message=f"{site.cluster.name}'s record of {other}")
                     record = found[0]
                     peer = identity_of[other]
                     async with peer.client() as peer_client:
@@ -320,6 +328,14 @@ def test_a_cluster_published_only_in_dns_is_found_and_peered_and_expires_when_wi
                 listed_fcs, _ = await client.list_all(FOREIGN_CLUSTERS)
                 [record] = [fc for fc in listed_fcs if fc["spec"]["clusterID"] == paris.cluster_id]
                 assert record["metadata"]["labels"][names.DISCOVERED_BY] == source
+
+                async def named(expected: set[str]) -> bool:
+                    listed_fcs, _ = await client.list_all(FOREIGN_CLUSTERS)
+                    record = record_of(listed_fcs, paris.cluster_id)
+                    return record is not None and sources_named(record) == expected
+
+                # The LAN hears it too (it says Never: it peers with nothing, it still tells where it hears).
+                await eventually(functools.partial(named, {LAN_SOURCE, source}), timeout=30, message="both sources")
                 # Withdrawn from the zone: still believed for its TTL, then forgotten by the source.
                 zone_server.serve([], ttl=ttl)
                 await eventually(
@@ -327,6 +343,7 @@ def test_a_cluster_published_only_in_dns_is_found_and_peered_and_expires_when_wi
                     timeout=ttl + MIN_INTERVAL + 15,
                     message=f"paris gone from {source}",
                 )
+                await eventually(functools.partial(named, {LAN_SOURCE}), timeout=30, message=f"{source} unnamed")
             finally:
                 await client.delete(DISCOVERY_SOURCES, source, missing_ok=True)
                 await client.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"peering": None}})

@@ -6,6 +6,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.crds.schema import (
+    DNS_SUBDOMAIN_MAX_LENGTH,
     KEY_FINGERPRINT_PATTERN,
     OFFER_POLICY_MODES,
     PEERING_ENABLED,
@@ -22,6 +23,7 @@ from liqo.api.crds.schema import (
     struct,
     timestamp,
 )
+from liqo.api.discoverysources import MAX_HEARD_BY
 from liqo.api.foreignclusters import ConditionStatus, ConditionType
 from liqo.api.networks import NETWORK, POD_CIDR, SERVICE_CIDR
 from liqo.api.resources import (
@@ -96,6 +98,21 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 "The identity the peer issued to this cluster.",
                 {"expiresAt": timestamp("When its certificate expires.")},
             ),
+            "discovery": {
+                "type": "array",
+                "description": "The DiscoverySources hearing the peer now (not expired), by name, at most"
+                f" {MAX_HEARD_BY}; empty when none does.",
+                "items": struct(
+                    "A source hearing the peer.",
+                    {
+                        "source": string("The DiscoverySource.", maxLength=DNS_SUBDOMAIN_MAX_LENGTH),
+                        "address": string("Where the source hears it (the listener's word).", maxLength=255),
+                    },
+                    required=("source",),
+                ),
+                "maxItems": MAX_HEARD_BY,
+                "x-kubernetes-list-type": "atomic",
+            },
             "conditions": conditions(
                 "The state of each aspect of the peering.",
                 types=tuple(ConditionType),

@@ -310,27 +310,28 @@ async def gone_at_both_ends(consumer: KubeClient, provider: KubeClient, home: st
 
 
 async def test_a_rolling_update_of_the_manager_refuses_no_pod(porto: Site, lisbon: Site, offloaded_ns: str) -> None:
-    async with porto.client() as consumer:
+    async with porto.client() as consumer, lisbon.client() as provider:
         kubectl(porto.cluster, "-n", "liqo", "rollout", "restart", f"deployment/{MANAGER}")
         created, refused = 0, []
-
-        async def during_the_rollout() -> bool:
-            nonlocal created
-            name = f"during-{created}"
-            try:
-                # httpd as PID 1 ignores SIGTERM: a short grace, so that they are gone before the next test.
-                await consumer.create(PODS, pod(name, offloaded_ns, containers=[WEB], terminationGracePeriodSeconds=1))
-            except KubeError as exc:
-                refused.append(f"{name}: {exc}")
-            created += 1
-            return rolled_out(await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE))
-
-        await eventually(during_the_rollout, timeout=180, message="the manager rolled out", every=0.2)
-        assert created > 10
-        assert not refused
-        for index in range(created):
-            await consumer.delete(PODS, f"during-{index}", namespace=offloaded_ns)
-        async with lisbon.client() as provider:
+        deadline = time.monotonic() + 180
+        try:
+            # A pod every 0.2 s, however long the rollout takes (a wait's backoff would thin them out as it goes).
+            while not rolled_out(await consumer.get(DEPLOYMENTS, MANAGER, namespace=names.LIQO_NAMESPACE)):
+                assert time.monotonic() < deadline, "the manager rolled out within 180 s"
+                name = f"during-{created}"
+                try:
+                    # httpd as PID 1 ignores SIGTERM: a short grace, so that they are gone before the next test.
+                    spec = pod(name, offloaded_ns, containers=[WEB], terminationGracePeriodSeconds=1)
+                    await consumer.create(PODS, spec)
+                except KubeError as exc:
+                    refused.append(f"{name}: {exc}")
+                created += 1
+                await asyncio.sleep(0.2)  # the pace of the pods created, not a wait on anything
+            assert created > 10
+            assert not refused
+        finally:  # the next test counts pods: a failure here must not fail it too
+            for index in range(created):
+                await consumer.delete(PODS, f"during-{index}", namespace=offloaded_ns, missing_ok=True)
             await gone_at_both_ends(consumer, provider, offloaded_ns, twin(offloaded_ns, porto), prefix="during-")
 
 

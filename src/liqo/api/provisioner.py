@@ -59,6 +59,9 @@ class PeerRecord:
     """The key pinned for its cluster ID (None: none yet: the next consumer proving an enrolment token pins one)."""
     refused: bool
     """The admin refuses it (``incomingPeeringEnabled: No``): revoked, or never allowed."""
+    announced: bool = False
+    """Its key was pinned from what a discovery source heard (a record discovery made), not at an enrolment:
+    it says who the cluster is, it admits no one. The consumer still proves a token, which enrols it."""
 
 
 def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: str) -> tuple[bool, str | None]:
@@ -69,7 +72,8 @@ def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: s
 
     Returns:
         ``(needs_token, refusal)``: a refusal is final for this request (403); otherwise the consumer must
-        also prove the token unless its key is the one pinned for its cluster ID.
+        also prove the token unless its key is the one pinned for its cluster ID at an enrolment (a key
+        pinned from an announcement refuses any other key, and admits the announcer only with a token).
     """
     if record is not None and record.refused:
         return False, (
@@ -82,7 +86,7 @@ def admission(record: PeerRecord | None, *, consumer_id: str, key_fingerprint: s
                 f"another key is registered for cluster ID {consumer_id}: this request is not signed by it"
                 " (if the cluster really changed its key, the provider's admin clears spec.keyFingerprint)"
             )
-        return False, None
+        return record.announced, None
     return True, None
 
 

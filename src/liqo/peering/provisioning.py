@@ -151,8 +151,31 @@ def record_of(foreign_cluster: dict[str, Any]) -> PeerRecord:
     """What a ForeignCluster says of a consumer: its pinned key, whether it is refused (pure)."""
     spec = foreign_cluster.get("spec") or {}
     return PeerRecord(
-        key_fingerprint=spec.get("keyFingerprint") or None, refused=spec.get("incomingPeeringEnabled") == "No"
+        key_fingerprint=spec.get("keyFingerprint") or None,
+        refused=spec.get("incomingPeeringEnabled") == "No",
+        announced=names.DISCOVERED_BY in (foreign_cluster["metadata"].get("labels") or {}),
     )
+
+
+def enrolment_patches(fc: dict[str, Any], *, key_fingerprint: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The merge patches that enrol a consumer on its record, and that undo it (pure).
+
+    The key is pinned; a record discovery made stops being discovery's (its label goes): from now on its pin
+    is an enrolment's, and discovery no longer ages the record out. Undone, both come back as they were.
+    """
+    labels = fc["metadata"].get("labels") or {}
+    source = labels.get(names.DISCOVERED_BY)
+    pin: dict[str, Any] = {"metadata": {}, "spec": {"keyFingerprint": key_fingerprint}}
+    unpin: dict[str, Any] = {"metadata": {}, "spec": {"keyFingerprint": (fc.get("spec") or {}).get("keyFingerprint")}}
+    if source is not None:
+        pin["metadata"]["labels"] = {names.DISCOVERED_BY: None}
+        unpin["metadata"]["labels"] = {names.DISCOVERED_BY: source}
+    return pin, unpin
+
+
+def _conditioned(patch: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """``patch`` applying only to the object as ``meta`` was read (a conflict if it changed since)."""
+    return patch | {"metadata": patch["metadata"] | {"resourceVersion": meta["resourceVersion"]}}
 
 
 def csr_object(*, consumer_id: str, csr_pem: str, ttl: int) -> dict[str, Any]:
@@ -282,22 +305,17 @@ class KubeProvisioner:
             if not needs_token:
                 return fc  # its key, pinned already
             meta = fc["metadata"]
-            patch = {
-                "metadata": {"resourceVersion": meta["resourceVersion"]},
-                "spec": {"keyFingerprint": key_fingerprint},
-            }
+            pin, unpin = enrolment_patches(fc, key_fingerprint=key_fingerprint)
             try:
-                pinned = await self._client.patch(FOREIGN_CLUSTERS, meta["name"], patch)
+                pinned = await self._client.patch(FOREIGN_CLUSTERS, meta["name"], _conditioned(pin, meta))
             except ConflictError:
                 continue  # changed meanwhile: read it again
             log.info(
                 "pinned the key %s of consumer %s on ForeignCluster %s", key_fingerprint, consumer_id, meta["name"]
             )
-            unpin = {
-                "metadata": {"resourceVersion": pinned["metadata"]["resourceVersion"]},
-                "spec": {"keyFingerprint": None},
-            }
-            undo.append(partial(self._client.patch, FOREIGN_CLUSTERS, meta["name"], unpin))
+            undo.append(
+                partial(self._client.patch, FOREIGN_CLUSTERS, meta["name"], _conditioned(unpin, pinned["metadata"]))
+            )
             return pinned
         raise ProvisioningBusy(f"the record of cluster {consumer_id} kept changing while registering its key; retry")
 

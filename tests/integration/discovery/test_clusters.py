@@ -29,6 +29,7 @@ import pytest
 from liqo.api import names
 from liqo.api.discoverysources import LAN_SOURCE
 from liqo.api.foreignclusters import record_of
+from liqo.api.identity import read_cluster_key
 from liqo.api.resources import DISCOVERY_SOURCES, FOREIGN_CLUSTERS
 from liqo.discovery.announcements import Announcement
 from liqo.discovery.dnszone import MIN_INTERVAL
@@ -40,7 +41,7 @@ from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from tests.integration.discovery.lan import Host, Listener, listeners
-from tests.integration.helpers import Site, liqoctl, purge, start_sites, unique
+from tests.integration.helpers import Site, liqoctl, purge, signed_identity_request, start_sites, unique
 from tests.shared import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root")]
@@ -132,8 +133,31 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                 rows = orjson.loads(liqoctl(site.cluster, "discover", "-o", "json"))
                 verdicts = {r["clusterID"]: (r["verdict"], r["source"]) for r in rows if r["clusterID"] in ids}
                 assert verdicts == dict.fromkeys(ids - {site.cluster_id}, ("Known", LAN_SOURCE))
+        await a_known_neighbour_admits_no_one(lan_sites["rome"], lan_sites["milan"])
 
     asyncio.run(run())
+
+
+async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> None:
+    """The provider's record pins the key the consumer announced: it says who that is, it enrols no one.
+
+    The consumer, as a hostile one would, signs an identity request with its own key and no token.
+    """
+    async with consumer.client() as home, provider.client() as foreign:
+        key = await read_cluster_key(home)
+        assert key is not None
+        listed, _ = await home.list_all(FOREIGN_CLUSTERS)
+        record = record_of(listed, provider.cluster_id)
+        assert record is not None
+        status, answer = await signed_identity_request(
+            record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None
+        )
+        assert status == 401, answer
+        assert await foreign.get_or_none(NAMESPACES, names.tenant_namespace(consumer.cluster_id)) is None
+        listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
+        kept = record_of(listed, consumer.cluster_id)
+        assert kept is not None
+        assert kept["metadata"]["labels"][names.DISCOVERED_BY] == LAN_SOURCE  # still discovery's, unchanged
 
 
 def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict[str, Site]) -> None:
@@ -148,6 +172,11 @@ def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict
                 # The record discovery made is the peering's: one ForeignCluster for rome, never two.
                 listed, _ = await consumer.list_all(FOREIGN_CLUSTERS)
                 assert len([fc for fc in listed if fc["spec"]["clusterID"] == rome.cluster_id]) == 1
+                # rome's record of milan, discovery's until then, is the enrolment's: milan's key pinned by it.
+                listed, _ = await provider.list_all(FOREIGN_CLUSTERS)
+                enrolled = record_of(listed, milan.cluster_id)
+                assert enrolled is not None
+                assert names.DISCOVERED_BY not in enrolled["metadata"].get("labels", {})
                 namespace = unique("disc")
                 await consumer.create(
                     NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}

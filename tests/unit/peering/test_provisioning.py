@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import datetime
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
@@ -15,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from liqo.api import names
 from liqo.api.networks import ClusterNetwork
-from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerDenied, PeerRecord, ProvisioningError
+from liqo.api.provisioner import AuthenticatedConsumer, Issued, PeerDenied, PeerRecord, ProvisioningError, admission
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
@@ -224,6 +225,9 @@ class FakeKube:
             raise ConflictError(409, "Conflict", name)
         spec = {k: v for k, v in (current.get("spec", {}) | patch.get("spec", {})).items() if v is not None}
         meta = current["metadata"] | {"resourceVersion": str(int(current["metadata"].get("resourceVersion", "1")) + 1)}
+        if "labels" in patch.get("metadata", {}):  # merge patch: null deletes
+            labels = current["metadata"].get("labels", {}) | patch["metadata"]["labels"]
+            meta["labels"] = {k: v for k, v in labels.items() if v is not None}
         self.objects[(resource.kind, name)] = current | {"metadata": meta, "spec": spec}
         return self.objects[(resource.kind, name)]
 
@@ -379,6 +383,42 @@ async def test_an_admins_foreign_cluster_gets_the_key_on_a_condition() -> None:
     assert kube.objects[("ForeignCluster", "admins")]["spec"]["keyFingerprint"] == KEY
     assert kube.objects[("ForeignCluster", "admins")]["spec"]["network"] == NETWORK.to_message()
     assert ("ForeignCluster", "rome") not in kube.objects
+
+
+def test_a_key_pinned_from_an_announcement_says_who_the_cluster_is_and_admits_no_one() -> None:
+    discovered = foreign_cluster("milan", keyFingerprint=KEY)
+    discovered["metadata"]["labels"] = {names.DISCOVERED_BY: "lan"}
+    record = record_of(discovered)
+    assert record == PeerRecord(KEY, refused=False, announced=True)
+    assert admission(record, consumer_id=PEER, key_fingerprint=KEY) == (True, None)  # its token, still
+    needs_token, refusal = admission(record, consumer_id=PEER, key_fingerprint="sha256:" + "0" * 64)
+    assert not needs_token
+    assert refusal is not None
+    assert "another key" in refusal  # an impostor of the announcer is refused outright
+    assert admission(PeerRecord(KEY, refused=False), consumer_id=PEER, key_fingerprint=KEY) == (False, None)
+
+
+async def test_a_token_enrolment_makes_a_discovered_record_the_peerings_and_a_failure_gives_it_back() -> None:
+    discovered = foreign_cluster("milan", keyFingerprint=KEY)
+    discovered["metadata"]["labels"] = {names.DISCOVERED_BY: "lan", "team": "edge"}
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.objects[("ForeignCluster", "milan")] = copy.deepcopy(discovered)
+    await provision(provisioner(kube))
+    enrolled = kube.objects[("ForeignCluster", "milan")]
+    assert enrolled["metadata"]["labels"] == {"team": "edge"}  # discovery no longer ages it out
+    assert enrolled["spec"]["keyFingerprint"] == KEY
+    assert kube.patches[0] == (
+        "milan",
+        {"metadata": {"labels": {names.DISCOVERED_BY: None}, "resourceVersion": "5"}, "spec": {"keyFingerprint": KEY}},
+    )
+
+    failing = FakeKube(watch_events=[])
+    failing.objects[("ForeignCluster", "milan")] = copy.deepcopy(discovered)
+    with pytest.raises(ProvisioningError):
+        await provision(provisioner(failing, timeout=0.05))
+    given_back = failing.objects[("ForeignCluster", "milan")]
+    assert given_back["metadata"]["labels"] == discovered["metadata"]["labels"]
+    assert given_back["spec"]["keyFingerprint"] == KEY
 
 
 async def test_a_renewal_records_the_network_only_when_it_changed() -> None:

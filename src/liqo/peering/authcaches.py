@@ -69,9 +69,17 @@ class AuthCaches:
         return self.bindings.store.list(), self.offers.store.list()
 
     def enrolled(self, consumer_id: str, *, key_fingerprint: str) -> bool:
-        """Whether the caches show ``consumer_id`` enrolled: its key pinned, its tenant's RoleBinding made."""
+        """Whether the caches show ``consumer_id`` enrolled: its key pinned by an enrolment, its tenant's RoleBinding.
+
+        A pin discovery made is no enrolment's (:attr:`~liqo.api.provisioner.PeerRecord.announced`): the write
+        that enrols on such a record also takes its source label away, and that is what is waited for.
+        """
         fc = self.foreign_cluster(consumer_id)
-        pinned = fc is not None and (fc.get("spec") or {}).get("keyFingerprint") == key_fingerprint
+        pinned = (
+            fc is not None
+            and (fc.get("spec") or {}).get("keyFingerprint") == key_fingerprint
+            and names.DISCOVERED_BY not in (fc["metadata"].get("labels") or {})
+        )
         return pinned and f"{names.tenant_namespace(consumer_id)}/{names.PEER_BINDING}" in self.bindings.store
 
     async def settled(self, consumer_id: str, *, key_fingerprint: str, timeout: float | None = None) -> bool:

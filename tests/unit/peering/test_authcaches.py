@@ -117,6 +117,28 @@ async def test_an_enrolment_settles_once_the_caches_show_its_record_and_its_bind
     assert "do not show the enrolment" not in caplog.text
 
 
+async def test_a_pin_discovery_made_is_no_enrolment_until_the_enrolling_write_takes_its_label(
+    cluster: tuple[FakeApi, AuthCaches],
+) -> None:
+    api, caches = cluster
+    discovered = foreign_cluster("naples", NAPLES, keyFingerprint=KEY)
+    discovered["metadata"]["labels"] = {names.DISCOVERED_BY: "lan"}
+    api.put(FOREIGN_CLUSTERS, discovered)
+    api.put(ROLE_BINDINGS, binding(NAPLES))
+    enrolments = KubeEnrolments(client=cast(KubeClient, api), caches=caches, limits=TenantLimits())
+    settling = asyncio.create_task(enrolments.settle(NAPLES, key_fingerprint=KEY))
+
+    async def bound() -> bool:
+        return f"{names.tenant_namespace(NAPLES)}/{names.PEER_BINDING}" in caches.bindings.store
+
+    await eventually(bound, timeout=5, message="naples' binding is in the cache")
+    assert not caches.enrolled(NAPLES, key_fingerprint=KEY)  # the announced pin, still discovery's
+    assert not settling.done()
+    api.put(FOREIGN_CLUSTERS, foreign_cluster("naples", NAPLES, keyFingerprint=KEY))  # the label gone
+    await asyncio.wait_for(settling, timeout=5)
+    assert caches.enrolled(NAPLES, key_fingerprint=KEY)
+
+
 async def test_an_enrolment_the_caches_never_show_is_answered_after_a_bound_and_logged(
     cluster: tuple[FakeApi, AuthCaches], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

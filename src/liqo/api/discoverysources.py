@@ -94,6 +94,8 @@ class Source:
     """None: every neighbour not denied."""
     deny: Clusters = Clusters()
     token_secret: str = ""
+    admit_consumers: bool = False
+    """Its neighbours' records admit them as consumers without a token (the provider's opt-in)."""
 
     def admits(self, *, cluster_id: str, cluster_name: str) -> bool:
         """Whether a neighbour may be taken from this source: not denied, and allowed if there is an allow list."""
@@ -143,6 +145,14 @@ def source_of(obj: Mapping[str, Any]) -> Source:
         allow=_clusters(allow) if allow is not None else None,
         deny=_clusters(spec.get("deny")),
         token_secret=str(spec.get("tokenSecret") or ""),
+        admit_consumers=spec.get("admitConsumers") is True,
+    )
+
+
+def admitting(sources: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The sources whose neighbours may consume here without a token (``spec.admitConsumers``; pure)."""
+    return frozenset(
+        str(obj["metadata"]["name"]) for obj in sources if (obj.get("spec") or {}).get("admitConsumers") is True
     )
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from liqo.api import names
+from liqo.api.discoverysources import admitting
 from liqo.api.foreignclusters import ForeignClusters
-from liqo.api.resources import RESOURCE_OFFERS
+from liqo.api.resources import DISCOVERY_SOURCES, RESOURCE_OFFERS
 from liqo.kube.cache import Changes, SharedInformers
 from liqo.kube.projection import keep
 from liqo.kube.resources import ROLE_BINDINGS
@@ -33,7 +34,7 @@ SETTLE_TIMEOUT = 5.0
 
 
 class AuthCaches:
-    """ForeignClusters by cluster ID, the tenants' RoleBindings, this cluster's offers: what the endpoint reads."""
+    """ForeignClusters by cluster ID, tenants' RoleBindings, this cluster's offers, sources admitting consumers."""
 
     def __init__(self, informers: SharedInformers, *, local_id: str) -> None:
         self.local_id = local_id
@@ -50,7 +51,15 @@ class AuthCaches:
         self.offers = informers.informer(
             RESOURCE_OFFERS, field_selector=f"metadata.name={local_id}", projection=keep("metadata", "status.phase")
         )
+        # The sources whose neighbours a provider's admin admits as consumers without a token (off by default).
+        self.discovery_sources = informers.informer(
+            DISCOVERY_SOURCES, projection=keep("metadata.name", "spec.admitConsumers")
+        )
         self._changes = Changes(self.foreign_clusters, self.bindings)
+
+    def admitting(self) -> frozenset[str]:
+        """The DiscoverySources whose neighbours' records admit them without a token, as last seen."""
+        return admitting(self.discovery_sources.store.list())
 
     def foreign_clusters_of(self, peer_id: str) -> list[dict[str, Any]]:
         """This cluster's ForeignClusters of ``peer_id`` as last seen, by name (one, unless the admin made two)."""

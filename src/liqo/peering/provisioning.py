@@ -147,14 +147,24 @@ def consumer_foreign_cluster(*, name: str, consumer: AuthenticatedConsumer) -> d
     }
 
 
-def record_of(foreign_cluster: dict[str, Any]) -> PeerRecord:
-    """What a ForeignCluster says of a consumer: its pinned key, whether it is refused (pure)."""
+def record_of(foreign_cluster: dict[str, Any], *, admitting: frozenset[str] = frozenset()) -> PeerRecord:
+    """What a ForeignCluster says of a consumer: its pinned key, whether it is refused, whose pin it is (pure).
+
+    A record discovery made pins what was announced; it admits its cluster only if its source is among
+    ``admitting`` (the provider's opt-in, ``spec.admitConsumers``), or once an enrolment made it a peering's.
+    """
     spec = foreign_cluster.get("spec") or {}
+    source = discovered_by(foreign_cluster)
     return PeerRecord(
         key_fingerprint=spec.get("keyFingerprint") or None,
         refused=spec.get("incomingPeeringEnabled") == "No",
-        announced=names.DISCOVERED_BY in (foreign_cluster["metadata"].get("labels") or {}),
+        announced=source is not None and source not in admitting,
     )
+
+
+def discovered_by(foreign_cluster: dict[str, Any]) -> str | None:
+    """The DiscoverySource that made this record, while no enrolment has made it a peering's."""
+    return (foreign_cluster["metadata"].get("labels") or {}).get(names.DISCOVERED_BY)
 
 
 def enrolment_patches(fc: dict[str, Any], *, key_fingerprint: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -163,8 +173,7 @@ def enrolment_patches(fc: dict[str, Any], *, key_fingerprint: str) -> tuple[dict
     The key is pinned; a record discovery made stops being discovery's (its label goes): from now on its pin
     is an enrolment's, and discovery no longer ages the record out. Undone, both come back as they were.
     """
-    labels = fc["metadata"].get("labels") or {}
-    source = labels.get(names.DISCOVERED_BY)
+    source = discovered_by(fc)
     pin: dict[str, Any] = {"metadata": {}, "spec": {"keyFingerprint": key_fingerprint}}
     unpin: dict[str, Any] = {"metadata": {}, "spec": {"keyFingerprint": (fc.get("spec") or {}).get("keyFingerprint")}}
     if source is not None:
@@ -195,6 +204,10 @@ class Records(records.Seen, Protocol):
 
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
         """The ForeignCluster of ``consumer_id`` as last seen; None if there was none."""
+        ...
+
+    def admitting(self) -> frozenset[str]:
+        """The DiscoverySources whose neighbours' records admit them without a token."""
         ...
 
 
@@ -229,7 +242,7 @@ class KubeProvisioner:
     async def record(self, consumer_id: str) -> PeerRecord | None:
         """This cluster's record of ``consumer_id``: its ForeignCluster as last seen, if there is one (no API call)."""
         fc = self._records.foreign_cluster(consumer_id)
-        return record_of(fc) if fc is not None else None
+        return record_of(fc, admitting=self._records.admitting()) if fc is not None else None
 
     async def provision(self, consumer: AuthenticatedConsumer) -> Issued:
         """Pin the consumer's key, ensure its namespace and RBAC, have its CSR signed, record its network.
@@ -298,12 +311,12 @@ class KubeProvisioner:
                 )
                 undo.append(partial(self._client.delete, FOREIGN_CLUSTERS, meta["name"], uid=meta["uid"]))
                 return fc
-            record = record_of(fc)
+            record = record_of(fc, admitting=self._records.admitting())
             needs_token, refusal = admission(record, consumer_id=consumer_id, key_fingerprint=key_fingerprint)
             if refusal:
                 raise PeerDenied(refusal)
-            if not needs_token:
-                return fc  # its key, pinned already
+            if not needs_token and discovered_by(fc) is None:
+                return fc  # its key, pinned at an enrolment already
             meta = fc["metadata"]
             pin, unpin = enrolment_patches(fc, key_fingerprint=key_fingerprint)
             try:

@@ -134,8 +134,49 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                 verdicts = {r["clusterID"]: (r["verdict"], r["source"]) for r in rows if r["clusterID"] in ids}
                 assert verdicts == dict.fromkeys(ids - {site.cluster_id}, ("Known", LAN_SOURCE))
         await a_known_neighbour_admits_no_one(lan_sites["rome"], lan_sites["milan"])
+        await a_neighbour_its_source_admits_consumes_on_its_key_alone(lan_sites["paris"], lan_sites["milan"])
 
     asyncio.run(run())
+
+
+async def a_neighbour_its_source_admits_consumes_on_its_key_alone(consumer: Site, provider: Site) -> None:
+    """The provider's opt-in (``admitConsumers`` on its source): the announced key is the consumer's proof."""
+    tenant = names.tenant_namespace(consumer.cluster_id)
+    async with consumer.client() as home, provider.client() as foreign:
+        key = await read_cluster_key(home)
+        assert key is not None
+        listed, _ = await home.list_all(FOREIGN_CLUSTERS)
+        record = record_of(listed, provider.cluster_id)
+        assert record is not None
+        await foreign.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"admitConsumers": True}})
+        try:
+            status, answer = await signed_identity_request(
+                record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None
+            )
+            assert status == 200, answer
+            assert answer["namespace"] == tenant
+            listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
+            enrolled = record_of(listed, consumer.cluster_id)
+            assert enrolled is not None
+            assert names.DISCOVERED_BY not in enrolled["metadata"].get("labels", {})  # the peering's now
+        finally:
+            await foreign.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"admitConsumers": None}})
+            await foreign.delete(NAMESPACES, tenant, missing_ok=True)
+
+            async def released() -> bool:
+                return await foreign.get_or_none(NAMESPACES, tenant) is None
+
+            await eventually(released, timeout=60, message=f"{tenant} deleted on {provider.cluster.name}")
+            listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
+            if (kept := record_of(listed, consumer.cluster_id)) is not None:
+                await foreign.delete(FOREIGN_CLUSTERS, kept["metadata"]["name"], missing_ok=True)
+
+            async def known_again() -> bool:  # as the test found it: discovery's record, made anew
+                listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
+                again = record_of(listed, consumer.cluster_id)
+                return again is not None and names.DISCOVERED_BY in again["metadata"].get("labels", {})
+
+            await eventually(known_again, timeout=60, message=f"{consumer.cluster.name} known again")
 
 
 async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> None:
@@ -152,7 +193,7 @@ async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> Non
         status, answer = await signed_identity_request(
             record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None
         )
-        assert status == 401, answer
+        assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key"), answer
         assert await foreign.get_or_none(NAMESPACES, names.tenant_namespace(consumer.cluster_id)) is None
         listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
         kept = record_of(listed, consumer.cluster_id)

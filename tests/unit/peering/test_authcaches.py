@@ -80,6 +80,7 @@ async def test_a_consumer_is_found_by_its_cluster_id_and_its_tenants_counted_wit
             ("foreignclusters", None),
             ("rolebindings", f"metadata.name={names.PEER_BINDING}"),
             ("resourceoffers", f"metadata.name={LOCAL}"),
+            ("discoverysources", None),
         ],
         key=str,
     )  # once each, when the caches start
@@ -99,7 +100,7 @@ async def test_a_consumer_is_found_by_its_cluster_id_and_its_tenants_counted_wit
     refusal = await enrolments.refusal()
     assert refusal is not None
     assert refusal.status == 429
-    assert len(lists(api)) == 3  # nothing listed since
+    assert len(lists(api)) == 4  # nothing listed since
     assert {c.verb for c in api.calls} == {"list", "watch"}  # nor asked anything else
 
 

@@ -185,6 +185,7 @@ class FakeKube:
         self.reads: list[str] = []  # ForeignClusters read by name
         self.conflicts = 0  # conditional patches to refuse with a conflict first
         self.meanwhile: Callable[[], None] | None = None
+        self.admitting_sources: frozenset[str] = frozenset()  # DiscoverySources with admitConsumers
 
     def _cache(self) -> list[dict[str, Any]]:
         if self.cached is not None:
@@ -205,6 +206,9 @@ class FakeKube:
 
     def foreign_cluster(self, consumer_id: str) -> dict[str, Any] | None:
         return next((fc for fc in self._cache() if fc["spec"].get("clusterID") == consumer_id), None)
+
+    def admitting(self) -> frozenset[str]:
+        return self.admitting_sources
 
     async def apply(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         self.objects[(resource.kind, obj["metadata"]["name"])] = obj
@@ -396,6 +400,20 @@ def test_a_key_pinned_from_an_announcement_says_who_the_cluster_is_and_admits_no
     assert refusal is not None
     assert "another key" in refusal  # an impostor of the announcer is refused outright
     assert admission(PeerRecord(KEY, refused=False), consumer_id=PEER, key_fingerprint=KEY) == (False, None)
+    # The provider's opt-in: that source's neighbours consume on their announced key alone.
+    opted_in = record_of(discovered, admitting=frozenset({"lan"}))
+    assert admission(opted_in, consumer_id=PEER, key_fingerprint=KEY) == (False, None)
+    assert record_of(discovered, admitting=frozenset({"corp"})).announced
+
+
+async def test_a_consumer_admitted_by_its_source_is_enrolled_as_one_with_a_token() -> None:
+    discovered = foreign_cluster("milan", keyFingerprint=KEY)
+    discovered["metadata"]["labels"] = {names.DISCOVERED_BY: "lan"}
+    kube = FakeKube(watch_events=[{"type": "MODIFIED", "object": signed(CSR)}])
+    kube.admitting_sources = frozenset({"lan"})
+    kube.objects[("ForeignCluster", "milan")] = discovered
+    await provision(provisioner(kube))
+    assert kube.objects[("ForeignCluster", "milan")]["metadata"]["labels"] == {}  # the peering's now
 
 
 async def test_a_token_enrolment_makes_a_discovered_record_the_peerings_and_a_failure_gives_it_back() -> None:

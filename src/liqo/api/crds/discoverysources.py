@@ -125,6 +125,13 @@ def discovery_source_crd() -> dict[str, Any]:
                 pattern=DNS_SUBDOMAIN_PATTERN,
                 maxLength=DNS_SUBDOMAIN_MAX_LENGTH,
             ),
+            "admitConsumers": {
+                "type": "boolean",
+                "description": "Whether the neighbours this source made records of may consume from this cluster"
+                " without an enrolment token, their announced key their only proof. Off by default: on, anyone"
+                " who can announce on this source (any host on the LAN, whoever writes the zone) is a consumer.",
+                "default": False,
+            },
         },
         required=("type",),
     )

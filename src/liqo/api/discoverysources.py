@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime
 import fnmatch
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from liqo.api.labels import selects
 from liqo.kube.timefmt import parse_time
 
 LAN_SOURCE = "lan"
@@ -70,12 +71,19 @@ class Clusters:
 
     cluster_ids: frozenset[str] = frozenset()
     cluster_names: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    """A ``matchLabels``: the clusters announcing every one of these labels (none given: no cluster by labels)."""
 
-    def matches(self, *, cluster_id: str, cluster_name: str) -> bool:
-        """Whether the list names this cluster."""
-        return cluster_id in self.cluster_ids or any(
-            fnmatch.fnmatchcase(cluster_name, pattern) if pattern.endswith("*") else cluster_name == pattern
-            for pattern in self.cluster_names
+    def matches(self, heard: Heard) -> bool:
+        """Whether the list names this neighbour: by its ID, its name, or the labels it announces."""
+        name = heard.cluster_name
+        return (
+            heard.cluster_id in self.cluster_ids
+            or any(
+                fnmatch.fnmatchcase(name, pattern) if pattern.endswith("*") else name == pattern
+                for pattern in self.cluster_names
+            )
+            or selects(dict(self.labels), heard.labels)
         )
 
 
@@ -97,11 +105,11 @@ class Source:
     admit_consumers: bool = False
     """Its neighbours' records admit them as consumers without a token (the provider's opt-in)."""
 
-    def admits(self, *, cluster_id: str, cluster_name: str) -> bool:
+    def admits(self, heard: Heard) -> bool:
         """Whether a neighbour may be taken from this source: not denied, and allowed if there is an allow list."""
-        if self.deny.matches(cluster_id=cluster_id, cluster_name=cluster_name):
+        if self.deny.matches(heard):
             return False
-        return self.allow is None or self.allow.matches(cluster_id=cluster_id, cluster_name=cluster_name)
+        return self.allow is None or self.allow.matches(heard)
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ class Heard:
     last_seen: datetime.datetime | None
     expires_at: datetime.datetime
     conflict: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The labels it announced (a claim, like its name)."""
 
 
 def _clusters(raw: Any) -> Clusters:
@@ -123,7 +133,15 @@ def _clusters(raw: Any) -> Clusters:
     return Clusters(
         cluster_ids=frozenset(str(i) for i in raw.get("clusterIDs") or ()),
         cluster_names=tuple(str(n) for n in raw.get("clusterNames") or ()),
+        labels=tuple(sorted(_string_map(raw.get("labels")).items())),
     )
+
+
+def _string_map(raw: Any) -> dict[str, str]:
+    """A map of strings as the schema holds it; anything else read as none (a status is read defensively)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(key): value for key, value in raw.items() if isinstance(value, str)}
 
 
 def source_of(obj: Mapping[str, Any]) -> Source:
@@ -172,6 +190,7 @@ def neighbours_of(obj: Mapping[str, Any]) -> list[Heard]:
                     last_seen=parse_time(str(last_seen)) if last_seen else None,
                     expires_at=parse_time(str(entry["expiresAt"])),
                     conflict=bool(entry.get("conflict")),
+                    labels=_string_map(entry.get("labels")),
                 )
             )
         except (AttributeError, KeyError, TypeError, ValueError):

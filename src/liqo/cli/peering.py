@@ -198,12 +198,7 @@ def generate_dns_records(
             check_auth_url(identity.auth_url)
         except Unusable as exc:
             raise operations.PeeringError(f"peers could not use this cluster's authentication URL: {exc}") from exc
-        return Announcement(
-            cluster_id=identity.cluster_id,
-            cluster_name=identity.cluster_name,
-            auth_url=identity.auth_url,
-            key_fingerprint=identity.key_fingerprint,
-        )
+        return Announcement.of(identity)
 
     with expected_errors():
         announcement = asyncio.run(run())

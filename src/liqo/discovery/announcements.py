@@ -5,7 +5,8 @@ its operator publishes it (``liqoctl generate dns-records``). Service ``_liqo._t
 cluster ID, so one cluster is one instance whichever address it is heard from; the TXT record carries:
 
 ``txtvers=1``, ``id`` (the cluster ID), ``name`` (its name, a hint), ``fp`` (the fingerprint of its cluster
-key), ``auth`` (its authentication endpoint, an ``https://`` URL).
+key), ``auth`` (its authentication endpoint, an ``https://`` URL), and ``labels`` (its cluster labels,
+``k=v,k=v``, a hint like the name: announced only when they fit one TXT string).
 
 Whoever can send a packet on the LAN, or write the zone, can announce anything: an announcement is a
 stranger's claim. :func:`parse` keeps only well-formed ones, every field checked as the handshake checks it,
@@ -20,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from liqo.api import labels
 from liqo.api.crds.schema import CLUSTER_UUID_PATTERN, KEY_FINGERPRINT_PATTERN
+from liqo.api.identity import ClusterIdentity
 from liqo.kube.printable import describe, printable, unprintable
 
 SERVICE_TYPE = "_liqo._tcp"
@@ -29,7 +32,7 @@ TXT_VERSION = "1"
 MAX_TXT_STRING = 255
 """Bytes in one ``key=value`` string of a TXT record (RFC 6763, 6.1)."""
 MAX_TXT_STRINGS = 16
-"""Strings a record may carry before it is refused whole (ours has five)."""
+"""Strings a record may carry before it is refused whole (ours has five or six)."""
 
 _CLUSTER_ID = re.compile(CLUSTER_UUID_PATTERN)
 _FINGERPRINT = re.compile(KEY_FINGERPRINT_PATTERN)
@@ -47,18 +50,35 @@ class Announcement:
     cluster_name: str
     auth_url: str
     key_fingerprint: str
+    labels: tuple[tuple[str, str], ...] = ()
+    """Its cluster labels, by key (a tuple: an announcement is compared and hashed)."""
+
+    @classmethod
+    def of(cls, identity: ClusterIdentity) -> Announcement:
+        """What a cluster of this identity announces."""
+        return cls(
+            cluster_id=identity.cluster_id,
+            cluster_name=identity.cluster_name,
+            auth_url=identity.auth_url,
+            key_fingerprint=identity.key_fingerprint,
+            labels=tuple(sorted(identity.cluster_labels.items())),
+        )
 
     def txt(self) -> dict[str, str]:
-        """The TXT record's strings, ``name`` cut to fit a TXT string (it is only a hint)."""
+        """The TXT record's strings, ``name`` cut to fit a TXT string (it is only a hint), the labels if they fit."""
         room = MAX_TXT_STRING - len(b"name=")
         name = self.cluster_name.encode()[:room].decode(errors="ignore")
-        return {
+        strings = {
             "txtvers": TXT_VERSION,
             "id": self.cluster_id,
             "name": name,
             "fp": self.key_fingerprint,
             "auth": self.auth_url,
         }
+        encoded = labels.encode(dict(self.labels))
+        if encoded and len(encoded.encode()) <= MAX_TXT_STRING - len(b"labels="):
+            strings["labels"] = encoded
+        return strings
 
     @property
     def instance(self) -> str:
@@ -116,11 +136,16 @@ def parse(properties: Mapping[bytes, bytes | None]) -> Announcement:
     fingerprint = fields.get("fp", "")
     if not _FINGERPRINT.fullmatch(fingerprint):
         raise Unusable(f"fp {_shown(fingerprint)} is not a key fingerprint (sha256:<64 hex digits>)")
+    try:
+        claimed = labels.decode(fields.get("labels", ""))
+    except ValueError as exc:
+        raise Unusable(f"labels: {exc}") from None
     return Announcement(
         cluster_id=cluster_id,
         cluster_name=name,
         auth_url=check_auth_url(fields.get("auth", "")),
         key_fingerprint=fingerprint,
+        labels=tuple(sorted(claimed.items())),
     )
 
 

@@ -120,6 +120,7 @@ class Neighbours:
                 "expiresAt": format_time(n.expires_at),
                 "conflict": n.announcement.cluster_id in conflicts,
             }
+            | ({"labels": dict(n.announcement.labels)} if n.announcement.labels else {})
             for _, n in sorted(self.held.items())
         ]
         status: dict[str, Any] = {"neighbours": neighbours, "refused": self.refused}

@@ -115,13 +115,7 @@ def why_silent(identity: Obj | None) -> str:
 
 def _announcement(identity: Obj | None) -> Announcement:
     assert identity is not None
-    ours = ClusterIdentity.from_configmap(identity)
-    return Announcement(
-        cluster_id=ours.cluster_id,
-        cluster_name=ours.cluster_name,
-        auth_url=ours.auth_url,
-        key_fingerprint=ours.key_fingerprint,
-    )
+    return Announcement.of(ClusterIdentity.from_configmap(identity))
 
 
 def status_of(table: Neighbours, *, address: str, now: datetime.datetime) -> dict[str, Any]:

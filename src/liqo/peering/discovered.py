@@ -116,7 +116,7 @@ def _decide(
             f"ForeignCluster {record} pins key {pinned}, but {heard.key_fingerprint} is announced: left untouched"
             " (clear spec.keyFingerprint to trust the new key)",
         )
-    admitting = [s for s, h in claims if s.admits(cluster_id=cluster_id, cluster_name=h.cluster_name)]
+    admitting = [s for s, h in claims if s.admits(h)]
     if not admitting:
         return decision(Verdict.DENIED, f"denied by the allow and deny lists of {_names(s.name for s, _ in claims)}")
     taking = [s for s in admitting if s.peering is not PeeringPolicy.NEVER]

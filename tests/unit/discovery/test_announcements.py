@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,10 +38,20 @@ def test_a_long_name_is_cut_to_fit_one_txt_string_and_still_reads(name: str) -> 
     assert name.startswith(heard.cluster_name)
 
 
+def test_cluster_labels_travel_with_the_announcement_when_they_fit_one_txt_string() -> None:
+    labelled = dataclasses.replace(ROME, labels=(("region", "eu"), ("tier", "edge")))
+    assert labelled.txt()["labels"] == "region=eu,tier=edge"
+    assert parse(_wire(labelled.txt())) == labelled
+    crowded = dataclasses.replace(ROME, labels=tuple((f"label-{i:02}", "v" * 40) for i in range(16)))
+    assert "labels" not in crowded.txt()  # rather none than some: a deny list must not see half of them
+    assert parse(_wire(crowded.txt())).labels == ()
+
+
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        ({"txtvers": "2"}, "txtvers is '2', not 1"),
+        ({"labels": "tier"}, "labels: the label 'tier' has no '='"),
+        ({"labels": "tier=edge\n"}, "labels: the value of label 'tier'"),
         ({"id": "rome"}, "id 'rome' is not a cluster ID"),
         ({"id": ROME.cluster_id.upper()}, "is not a cluster ID"),
         ({"name": ""}, "no name"),

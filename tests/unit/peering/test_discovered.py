@@ -95,6 +95,17 @@ def test_deny_wins_over_allow_and_names_match_by_prefix() -> None:
     assert _one([(only_rome, [_heard(3, name="rome")])]).verdict is Verdict.KNOWN
 
 
+def test_labels_announced_allow_and_deny_and_deny_wins() -> None:
+    edge = Heard(**{**_heard(1).__dict__, "labels": {"tier": "edge", "region": "eu"}})
+    core = Heard(**{**_heard(2).__dict__, "labels": {"tier": "core"}})
+    only_edge = _source(allow=Clusters(labels=(("tier", "edge"),)))
+    assert _one([(only_edge, [edge])]).verdict is Verdict.KNOWN
+    assert _one([(only_edge, [core])]).verdict is Verdict.DENIED
+    assert _one([(only_edge, [_heard(3)])]).verdict is Verdict.DENIED  # no labels announced: not allowed
+    not_eu = _source(allow=Clusters(labels=(("tier", "edge"),)), deny=Clusters(labels=(("region", "eu"),)))
+    assert _one([(not_eu, [edge])]).verdict is Verdict.DENIED
+
+
 def test_never_only_lists() -> None:
     assert _one([(_source(peering=PeeringPolicy.NEVER), [_heard(1)])]).verdict is Verdict.LISTED
 

@@ -24,6 +24,7 @@ from liqo.api.crds.schema import (
     enum,
     integer,
     string,
+    string_map,
     string_set,
     struct,
     timestamp,
@@ -36,15 +37,17 @@ from liqo.api.discoverysources import (
     PeeringPolicy,
     SourceType,
 )
+from liqo.api.labels import MAX_LABELS
 from liqo.api.resources import DISCOVERY_SOURCES
 
 NAMESERVER_PATTERN = r"^([0-9]{1,3}\.){3}[0-9]{1,3}(:[0-9]{1,5})?$"
 
 
 def _clusters(what: str) -> Schema:
-    """An allow or deny list: by cluster ID, or by name (exact, or a prefix and ``*``)."""
+    """An allow or deny list: by cluster ID, by name (exact, or a prefix and ``*``), or by announced labels."""
     return struct(
-        f"Neighbours {what}, by cluster ID or by name (a name is only what the neighbour announces: a hint).",
+        f"Neighbours {what}, by cluster ID, name or labels (a name or a label is only what the neighbour"
+        " announces: a hint).",
         {
             "clusterIDs": string_set(
                 "Cluster IDs.", string("A cluster ID.", pattern=CLUSTER_UUID_PATTERN, maxLength=36)
@@ -55,6 +58,10 @@ def _clusters(what: str) -> Schema:
                 string("A cluster name, or a prefix and *.", minLength=1, maxLength=63),
             )
             | {"maxItems": MAX_LISTED},
+            "labels": string_map(
+                "The clusters announcing every one of these labels (their cluster labels, a claim like a name)."
+            )
+            | {"maxProperties": MAX_LISTED},
         },
     )
 
@@ -70,6 +77,7 @@ def _neighbour() -> Schema:
                 "The fingerprint of its cluster key, which the handshake will demand that it prove.",
                 pattern=KEY_FINGERPRINT_PATTERN,
             ),
+            "labels": string_map("The cluster labels it announced.") | {"maxProperties": MAX_LABELS},
             "address": string("Where it was heard from.", maxLength=255),
             "lastSeen": timestamp("When it was last heard."),
             "expiresAt": timestamp("When it is forgotten unless heard again."),

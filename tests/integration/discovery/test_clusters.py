@@ -269,6 +269,7 @@ def test_an_impostor_claiming_rome_with_another_key_changes_nothing(
         cluster_name="rome",
         auth_url=f"https://{impostor_host.address}:30443",
         key_fingerprint="sha256:" + "e" * 64,
+        labels=(("corp.example/tier", "edge"),),  # through the listener and the status schema, as any cluster's
     )
 
     async def run() -> None:
@@ -286,6 +287,9 @@ def test_an_impostor_claiming_rome_with_another_key_changes_nothing(
                     return len(entries) == 2 and all(n["conflict"] for n in entries)
 
                 await eventually(conflict, timeout=30, message="milan seeing two keys for rome")
+                source = await client.get(DISCOVERY_SOURCES, LAN_SOURCE)
+                [claimed] = [n for n in source["status"]["neighbours"] if n["address"] == impostor_host.address]
+                assert claimed["labels"] == {"corp.example/tier": "edge"}
 
                 async def warned() -> bool:
                     events, _ = await client.list_all(EVENTS, namespace="default")

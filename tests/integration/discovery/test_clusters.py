@@ -139,26 +139,45 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
     asyncio.run(run())
 
 
+async def without_token(consumer: Site, provider: Site) -> tuple[int, dict[str, Any]]:
+    """The consumer, as a hostile one would, signs an identity request with its own key and no token, at the
+    endpoint its record of the provider names."""
+    async with consumer.client() as home:
+        key = await read_cluster_key(home)
+        record = await record_on(home, provider.cluster_id)
+    assert key is not None
+    assert record is not None
+    return await signed_identity_request(record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None)
+
+
+async def record_on(client: KubeClient, cluster_id: str) -> dict[str, Any] | None:
+    listed, _ = await client.list_all(FOREIGN_CLUSTERS)
+    return record_of(listed, cluster_id)
+
+
+def discovered(record: dict[str, Any] | None) -> bool:
+    """Whether ``record`` is discovery's (not a peering's)."""
+    return record is not None and names.DISCOVERED_BY in record["metadata"].get("labels", {})
+
+
+async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> None:
+    """The provider's record pins the key the consumer announced: it says who that is, it enrols no one."""
+    status, answer = await without_token(consumer, provider)
+    assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key"), answer
+    async with provider.client() as foreign:
+        assert await foreign.get_or_none(NAMESPACES, names.tenant_namespace(consumer.cluster_id)) is None
+        assert discovered(await record_on(foreign, consumer.cluster_id))  # unchanged
+
+
 async def a_neighbour_its_source_admits_consumes_on_its_key_alone(consumer: Site, provider: Site) -> None:
     """The provider's opt-in (``admitConsumers`` on its source): the announced key is the consumer's proof."""
     tenant = names.tenant_namespace(consumer.cluster_id)
-    async with consumer.client() as home, provider.client() as foreign:
-        key = await read_cluster_key(home)
-        assert key is not None
-        listed, _ = await home.list_all(FOREIGN_CLUSTERS)
-        record = record_of(listed, provider.cluster_id)
-        assert record is not None
+    async with provider.client() as foreign:
         await foreign.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"admitConsumers": True}})
         try:
-            status, answer = await signed_identity_request(
-                record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None
-            )
-            assert status == 200, answer
-            assert answer["namespace"] == tenant
-            listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
-            enrolled = record_of(listed, consumer.cluster_id)
-            assert enrolled is not None
-            assert names.DISCOVERED_BY not in enrolled["metadata"].get("labels", {})  # the peering's now
+            status, answer = await without_token(consumer, provider)
+            assert (status, answer.get("namespace")) == (200, tenant), answer
+            assert not discovered(await record_on(foreign, consumer.cluster_id))  # the peering's now
         finally:
             await foreign.patch(DISCOVERY_SOURCES, LAN_SOURCE, {"spec": {"admitConsumers": None}})
             await foreign.delete(NAMESPACES, tenant, missing_ok=True)
@@ -167,38 +186,13 @@ async def a_neighbour_its_source_admits_consumes_on_its_key_alone(consumer: Site
                 return await foreign.get_or_none(NAMESPACES, tenant) is None
 
             await eventually(released, timeout=60, message=f"{tenant} deleted on {provider.cluster.name}")
-            listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
-            if (kept := record_of(listed, consumer.cluster_id)) is not None:
+            if (kept := await record_on(foreign, consumer.cluster_id)) is not None:
                 await foreign.delete(FOREIGN_CLUSTERS, kept["metadata"]["name"], missing_ok=True)
 
             async def known_again() -> bool:  # as the test found it: discovery's record, made anew
-                listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
-                again = record_of(listed, consumer.cluster_id)
-                return again is not None and names.DISCOVERED_BY in again["metadata"].get("labels", {})
+                return discovered(await record_on(foreign, consumer.cluster_id))
 
             await eventually(known_again, timeout=60, message=f"{consumer.cluster.name} known again")
-
-
-async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> None:
-    """The provider's record pins the key the consumer announced: it says who that is, it enrols no one.
-
-    The consumer, as a hostile one would, signs an identity request with its own key and no token.
-    """
-    async with consumer.client() as home, provider.client() as foreign:
-        key = await read_cluster_key(home)
-        assert key is not None
-        listed, _ = await home.list_all(FOREIGN_CLUSTERS)
-        record = record_of(listed, provider.cluster_id)
-        assert record is not None
-        status, answer = await signed_identity_request(
-            record["spec"]["authURL"], consumer=consumer.cluster_id, key=key, token=None
-        )
-        assert (status, answer["reason"].split(",")[0]) == (401, "this cluster does not know your key"), answer
-        assert await foreign.get_or_none(NAMESPACES, names.tenant_namespace(consumer.cluster_id)) is None
-        listed, _ = await foreign.list_all(FOREIGN_CLUSTERS)
-        kept = record_of(listed, consumer.cluster_id)
-        assert kept is not None
-        assert kept["metadata"]["labels"][names.DISCOVERED_BY] == LAN_SOURCE  # still discovery's, unchanged
 
 
 def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict[str, Site]) -> None:
@@ -214,10 +208,9 @@ def test_auto_peers_with_the_token_for_that_cluster_and_offloads(lan_sites: dict
                 listed, _ = await consumer.list_all(FOREIGN_CLUSTERS)
                 assert len([fc for fc in listed if fc["spec"]["clusterID"] == rome.cluster_id]) == 1
                 # rome's record of milan, discovery's until then, is the enrolment's: milan's key pinned by it.
-                listed, _ = await provider.list_all(FOREIGN_CLUSTERS)
-                enrolled = record_of(listed, milan.cluster_id)
+                enrolled = await record_on(provider, milan.cluster_id)
                 assert enrolled is not None
-                assert names.DISCOVERED_BY not in enrolled["metadata"].get("labels", {})
+                assert not discovered(enrolled)
                 namespace = unique("disc")
                 await consumer.create(
                     NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}

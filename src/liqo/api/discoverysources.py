@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from liqo.api.labels import selects
-from liqo.kube.timefmt import parse_time
+from liqo.kube.timefmt import format_time, parse_time
 
 LAN_SOURCE = "lan"
 """The source ``liqoctl install --discovery`` makes: this cluster's LAN."""
@@ -202,16 +202,33 @@ def heard_by(sources: Iterable[Mapping[str, Any]], cluster_id: str, *, now: date
     """Where ``cluster_id`` is heard now, for its ForeignCluster's ``status.discovery`` (pure).
 
     One entry per source whose table holds it unexpired, by source name: an operator reading a record sees
-    which sources still hear the cluster and at which address, without reading every source's table. No
-    times: they move at every announcement, and the record's status is rewritten only when this changes.
+    which sources still hear the cluster, of which type, at which address and when last, without reading every
+    source's table. ``lastSeen`` is to the minute: it moves at every announcement, and a record's status
+    is rewritten when what it says changes — once a minute at most, not at every announcement.
     """
     found = []
     for obj in sorted(sources, key=lambda o: str(o["metadata"]["name"])):
         for heard in neighbours_of(obj):
             if heard.cluster_id == cluster_id and heard.expires_at > now:
-                found.append({"source": str(obj["metadata"]["name"]), "address": heard.address})
+                found.append(_said(obj, heard))
                 break
     return found[:MAX_HEARD_BY]
+
+
+def said_of(obj: Mapping[str, Any]) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    """What a source's table would say in records' status, by cluster ID: a change here is one for them."""
+    return {(heard.cluster_id, tuple(sorted(_said(obj, heard).items()))) for heard in neighbours_of(obj)}
+
+
+def _said(obj: Mapping[str, Any], heard: Heard) -> dict[str, str]:
+    entry = {
+        "source": str(obj["metadata"]["name"]),
+        "type": str((obj.get("spec") or {}).get("type") or ""),
+        "address": heard.address,
+    }
+    if heard.last_seen is not None:
+        entry["lastSeen"] = format_time(heard.last_seen.replace(second=0, microsecond=0))
+    return entry
 
 
 def heard_ids(obj: Mapping[str, Any]) -> set[str]:

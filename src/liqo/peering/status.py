@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liqo.api import names
-from liqo.api.discoverysources import heard_by, heard_ids, neighbours_of
+from liqo.api.discoverysources import heard_by, heard_ids, said_of
 from liqo.api.foreignclusters import ConditionStatus as Status
 from liqo.api.foreignclusters import ConditionType, Reason, peer_key
 from liqo.api.identity import ClusterIdentity
@@ -267,12 +267,8 @@ def _api_server(state: PeerState, *, outgoing: bool) -> dict[str, str]:
 
 
 def hearing_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Whether a source's table changed in what a record's status says (who, where), not in its times."""
-
-    def hearing(source: dict[str, Any]) -> set[tuple[str, str]]:
-        return {(heard.cluster_id, heard.address) for heard in neighbours_of(source)}
-
-    return hearing(old) != hearing(new)
+    """Whether a source's table changed in what records' status says of it (not at every announcement)."""
+    return said_of(old) != said_of(new)
 
 
 class ForeignClusterStatus(Component):

@@ -40,9 +40,10 @@ def test_each_source_hearing_the_peer_unexpired_is_named_with_its_address_in_nam
         _source("stale", _entry(PEER, expires=-1)),
         _source("elsewhere", _entry(OTHER)),
     ]
+    minute = format_time(NOW.replace(second=0))
     assert heard_by(sources, PEER, now=NOW) == [
-        {"source": "lan", "address": "172.30.0.2"},
-        {"source": "zone", "address": "milan.corp.example"},
+        {"source": "lan", "type": "LAN", "address": "172.30.0.2", "lastSeen": minute},
+        {"source": "zone", "type": "LAN", "address": "milan.corp.example", "lastSeen": minute},
     ]
     assert heard_ids(sources[1]) == {PEER, OTHER}
 
@@ -64,9 +65,10 @@ def test_the_status_carries_the_sources_only_while_one_hears_the_peer() -> None:
     assert "discovery" not in peer_status(peer_state(), now=NOW)  # applied without it: the field goes
 
 
-def test_a_renewed_announcement_rewrites_no_record_a_new_address_or_a_gone_neighbour_does() -> None:
-    before = _source("lan", _entry(PEER))
-    renewed = _source("lan", _entry(PEER, expires=120, seen=-30))
+def test_a_renewed_announcement_rewrites_a_record_once_a_minute_a_new_address_or_a_gone_neighbour_at_once() -> None:
+    before = _source("lan", _entry(PEER, seen=60))  # NOW is on a minute: heard a minute before
+    renewed = _source("lan", _entry(PEER, expires=120, seen=30))  # half a minute later: the same minute
     assert not hearing_changed(before, renewed)
+    assert hearing_changed(before, _source("lan", _entry(PEER, seen=0)))  # on NOW: the next minute
     assert hearing_changed(before, _source("lan", _entry(PEER, address="172.30.0.9")))
     assert hearing_changed(before, _source("lan"))

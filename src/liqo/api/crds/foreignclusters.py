@@ -106,7 +106,9 @@ def foreign_cluster_crd() -> dict[str, Any]:
                     "A source hearing the peer.",
                     {
                         "source": string("The DiscoverySource.", maxLength=DNS_SUBDOMAIN_MAX_LENGTH),
+                        "type": string("The source's type: LAN or DNS.", maxLength=16),
                         "address": string("Where the source hears it (the listener's word).", maxLength=255),
+                        "lastSeen": timestamp("When the source last heard it, to the minute."),
                     },
                     required=("source",),
                 ),

@@ -38,7 +38,7 @@ SHORT_NAMES = {
     "DiscoverySource": "dsrc",  # "ds" is DaemonSet's
 }
 # `.field`, optionally followed by a filter on a list item: `[?(@.key=="value")]`.
-SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\])?')
+SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\]|\[(?P<index>\d+)\])?')
 # A label of the object, its key's dots escaped: `metadata` is the API server's schema, not ours.
 LABEL = re.compile(r"\.metadata\.labels\.(?:[\w/-]|\\\.)+")
 
@@ -79,6 +79,9 @@ def resolve(schema: Schema, json_path: str) -> Schema:
         else:
             assert isinstance(node.get("additionalProperties"), dict), f"{json_path}: no field {segment['field']}"
             node = node["additionalProperties"]
+        if segment["index"]:
+            assert node["type"] == "array", f"{json_path}: index of a non-list"
+            node = node["items"]
         if segment["key"]:
             assert node["type"] == "array", f"{json_path}: filter on a non-list"
             node = node["items"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from liqo.api import names
 from liqo.api.crds.schema import (
     DNS_SUBDOMAIN_MAX_LENGTH,
     KEY_FINGERPRINT_PATTERN,
@@ -142,8 +141,8 @@ def foreign_cluster_crd() -> dict[str, Any]:
             ),
             column(
                 "Discovered",
-                ".metadata.labels." + names.DISCOVERED_BY.replace(".", "\\."),
-                description="The DiscoverySource this record was made from (empty: made by hand or by a peering).",
+                ".status.discovery[0].source",
+                description="The first DiscoverySource (by name) hearing the cluster now (status.discovery: all).",
                 priority=1,
             ),
         ],

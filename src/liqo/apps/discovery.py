@@ -18,10 +18,11 @@ import sys
 
 import orjson
 
+from liqo.api import labels
 from liqo.api.components import DISCOVERY
 from liqo.api.discoverysources import DEFAULT_LIMIT
 from liqo.apps import operability
-from liqo.discovery.announcements import Announcement, Unusable, check_auth_url
+from liqo.discovery.announcements import Announcement, check_auth_url
 from liqo.discovery.lan import TTL, LanListener
 from liqo.discovery.neighbours import Neighbours
 from liqo.discovery.sources import Listener
@@ -49,9 +50,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     announce.add_argument("--cluster-name")
     announce.add_argument("--auth-url")
     announce.add_argument("--key-fingerprint")
+    announce.add_argument("--cluster-labels", default="", help="k=v,k=v (optional)")
     operability.add_flags(parser)
     args = parser.parse_args(argv)
     fields = (args.cluster_id, args.cluster_name, args.auth_url, args.key_fingerprint)
+    if args.cluster_labels and not all(fields):
+        parser.error("--cluster-labels goes with what is announced")
     if args.source and any(fields):
         parser.error("with --source, what is announced comes from the cluster's identity")
     if any(fields) and not all(fields):
@@ -60,13 +64,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if all(fields):
         try:
             check_auth_url(args.auth_url)
-        except Unusable as exc:
-            parser.error(str(exc))
+            claimed = labels.decode(args.cluster_labels)
+        except ValueError as exc:  # Unusable is one
+            parser.error(f"{exc}")
         args.announcement = Announcement(
             cluster_id=args.cluster_id,
             cluster_name=args.cluster_name,
             auth_url=args.auth_url,
             key_fingerprint=args.key_fingerprint,
+            labels=tuple(sorted(claimed.items())),
         )
     return args
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from liqo.api import labels
 from liqo.discovery.announcements import Announcement
 
 
@@ -88,6 +89,7 @@ class Listener:
                 f"--cluster-name={announcement.cluster_name}",
                 f"--auth-url={announcement.auth_url}",
                 f"--key-fingerprint={announcement.key_fingerprint}",
+                f"--cluster-labels={labels.encode(dict(announcement.labels))}",
             ]
         self.host = host
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -135,6 +135,7 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                 assert verdicts == dict.fromkeys(ids - {site.cluster_id}, ("Known", LAN_SOURCE))
         await a_known_neighbour_admits_no_one(lan_sites["rome"], lan_sites["milan"])
         await a_neighbour_its_source_admits_consumes_on_its_key_alone(lan_sites["paris"], lan_sites["milan"])
+        await a_manual_peering_converges_on_the_discovered_record(lan_sites["paris"], lan_sites["rome"])
 
     asyncio.run(run())
 
@@ -158,6 +159,29 @@ async def record_on(client: KubeClient, cluster_id: str) -> dict[str, Any] | Non
 def discovered(record: dict[str, Any] | None) -> bool:
     """Whether ``record`` is discovery's (not a peering's)."""
     return record is not None and names.DISCOVERED_BY in record["metadata"].get("labels", {})
+
+
+async def a_manual_peering_converges_on_the_discovered_record(consumer: Site, provider: Site) -> None:
+    """``liqoctl peer out-of-band`` with a cluster discovery already made a record of: that record, not a second."""
+    async with consumer.client() as home, provider.client() as foreign:
+        known = await record_on(home, provider.cluster_id)
+        assert discovered(known)
+        assert known is not None
+        command = await peering.peer_command(foreign)
+        liqoctl(
+            consumer.cluster,
+            "peer", "out-of-band", command.name, f"--auth-url={command.auth_url}",
+            f"--cluster-id={command.cluster_id}", f"--key-fingerprint={command.key_fingerprint}",
+            f"--auth-token={command.token}",
+        )  # fmt: skip
+        try:
+            await peering.wait_established(home, provider.cluster_id, timeout=120)
+            listed, _ = await home.list_all(FOREIGN_CLUSTERS)
+            records = [fc for fc in listed if fc["spec"]["clusterID"] == provider.cluster_id]
+            assert [fc["metadata"]["uid"] for fc in records] == [known["metadata"]["uid"]]
+            assert records[0]["spec"]["outgoingPeeringEnabled"] == "Yes"
+        finally:
+            await peering.unpeer(home, provider.cluster_id, timeout=90)
 
 
 async def a_known_neighbour_admits_no_one(consumer: Site, provider: Site) -> None:

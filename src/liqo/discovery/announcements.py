@@ -36,6 +36,7 @@ MAX_TXT_STRINGS = 16
 
 _CLUSTER_ID = re.compile(CLUSTER_UUID_PATTERN)
 _FINGERPRINT = re.compile(KEY_FINGERPRINT_PATTERN)
+_INSTANCE_KEY = re.compile(r"^[0-9a-f]{12}$")
 
 
 class Unusable(ValueError):
@@ -100,9 +101,13 @@ def key_prefix(fingerprint: str) -> str:
 
 
 def claim_of_instance(instance: str) -> tuple[str, str] | None:
-    """The cluster ID and ``sha256:<prefix>`` an instance label stands for; None if it cannot be one of ours (pure)."""
+    """The cluster ID and ``sha256:<prefix>`` an instance label stands for; None if it cannot be one of ours (pure).
+
+    Only a cluster ID and 12 lowercase hex digits pass: every announcement has such a name, and nothing else
+    heard (control characters, any script, the longest label) goes any further than this.
+    """
     cluster_id, dash, prefix = instance.rpartition("-")
-    if not dash or len(prefix) != 12:
+    if not dash or not _CLUSTER_ID.match(cluster_id) or not _INSTANCE_KEY.match(prefix):
         return None
     return cluster_id, f"sha256:{prefix}"
 

@@ -8,8 +8,9 @@ is given — a real node's address on its LAN, never the machine's other interfa
   (:attr:`~liqo.discovery.announcements.Announcement.instance`), its records living :data:`TTL` seconds (a cluster that
   vanishes without a goodbye is forgotten within that), again every third of that (a listener's cache
   only refreshes the list of instances by itself, not what each one says), and says goodbye when stopped;
-- resolves each instance it hears, :func:`~liqo.discovery.announcements.parse` judging the TXT record, and
-  feeds :class:`~liqo.discovery.neighbours.Neighbours`; at most :data:`MAX_RESOLVING` resolutions run at
+- refuses at once an instance whose name is no cluster ID and key, resolves the others,
+  :func:`~liqo.discovery.announcements.parse` judging the TXT record, and feeds
+  :class:`~liqo.discovery.neighbours.Neighbours`; at most :data:`MAX_RESOLVING` resolutions run at
   once, so a flood of instance names queues nothing unbounded (what is skipped comes back with the next
   announcement or refresh);
 - every :data:`TICK` seconds, takes each neighbour's remaining life from its SRV record in zeroconf's cache
@@ -141,11 +142,18 @@ class LanListener:
 
     def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
         """zeroconf's (synchronous) callback: a goodbye to apply, or an instance to resolve."""
+        claim = claim_of(name)
         if state_change is ServiceStateChange.Removed:
-            claim = claim_of(name)
             if claim is not None:
                 self._table = self._table.withdrawn(claim[0], key_prefix=claim[1], now=self._clock())
                 self._changed.set()
+            return
+        if claim is None:
+            # Not even asked about: it cannot be an announcement (:meth:`_judge` checks that again), and zeroconf
+            # refuses to query many such names, with an exception that would put each stranger's packet in our log.
+            reason = "its instance name is no cluster ID and key"
+            self._table = self._table.refuse(address=name, reason=reason, now=self._clock())
+            self._changed.set()
             return
         if name in self._resolving or len(self._resolving) >= MAX_RESOLVING:
             return

@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -92,7 +93,9 @@ class Listener:
                 f"--cluster-labels={labels.encode(dict(announcement.labels))}",
             ]
         self.host = host
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its log goes to a file: a pipe no one reads fills and stops the listener at its next log line.
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by stop)
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._log, text=True)
         self.last: dict[str, Any] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -115,14 +118,20 @@ class Listener:
                 return self.last
             left = deadline - time.monotonic()
             if left <= 0 or self.process.poll() is not None:
-                errors = self.process.stderr.read() if self.process.poll() is not None and self.process.stderr else ""
                 raise AssertionError(
-                    f"{self.host.namespace}: {what} not seen in {timeout:.0f}s; last: {self.last} {errors}"
+                    f"{self.host.namespace}: {what} not seen in {timeout:.0f}s; last: {self.last}\n"
+                    f"its log ends:\n{self.log_tail()}"
                 )
             try:
                 self.last = json.loads(self._lines.get(timeout=min(left, 0.5)))
             except queue.Empty:
                 continue
+
+    def log_tail(self, size: int = 4000) -> str:
+        """The end of what the listener logged."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read()[-size:]
 
     @property
     def table(self) -> dict[str, Any]:
@@ -139,6 +148,7 @@ class Listener:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self._log.close()
 
 
 @contextmanager

@@ -88,3 +88,16 @@ def test_whatever_is_heard_is_an_announcement_or_a_printable_refusal(properties:
         why = str(refused)
     assert unprintable(why) is None
     assert len(why) < 300
+
+
+@given(st.text(min_size=12, max_size=12))
+def test_only_a_cluster_id_and_twelve_lowercase_hex_digits_name_a_claim(key: str) -> None:
+    claim = claim_of_instance(f"{ROME.cluster_id}-{key}")
+    assert (claim is not None) == all(c in "0123456789abcdef" for c in key)
+    assert claim is None or claim == (ROME.cluster_id, f"sha256:{key}")
+
+
+@pytest.mark.parametrize("instance", ["rome-abababababab", f"{ROME.cluster_id.upper()}-abababababab", "0", "-", ""])
+def test_an_instance_named_otherwise_is_no_claim(instance: str) -> None:
+    assert claim_of_instance(instance) is None
+    assert claim_of_instance(f"{instance}\x15") is None

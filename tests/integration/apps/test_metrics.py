@@ -11,11 +11,8 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from liqo.install.installer import InstallOptions
 from liqo.kube.resources import DEPLOYMENTS
-from liqo.localclusters.launch import HostProcesses, host_processes
 from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     Site,
@@ -26,9 +23,8 @@ from tests.integration.helpers import (
     start_sites,
     unique,
 )
+from tests.integration.metrics import Samples, ports, scrape, value
 from tests.shared import eventually
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture(scope="module")
@@ -44,25 +40,6 @@ def pair() -> Iterator[tuple[Site, Site]]:
         yield made["consumer"], made["provider"]
     finally:
         purge(made["consumer"].cluster, made["provider"].cluster)
-
-
-async def ports(site: Site) -> HostProcesses:
-    return host_processes(site.cluster.name, InstallOptions())
-
-
-async def scrape(session: aiohttp.ClientSession, port: int) -> Samples:
-    async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
-        assert response.status == 200
-        text = await response.text()
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
 
 
 async def test_offloaded_pods_show_in_the_metrics_of_both_sides_and_every_component_is_healthy_and_ready(

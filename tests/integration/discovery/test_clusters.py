@@ -27,6 +27,7 @@ import orjson
 import pytest
 
 from liqo.api import names
+from liqo.api.components import MANAGER
 from liqo.api.discoverysources import LAN_SOURCE
 from liqo.api.foreignclusters import record_of
 from liqo.api.identity import read_cluster_key
@@ -42,6 +43,7 @@ from liqo.offloading import operations as offloading
 from liqo.peering import operations as peering
 from tests.integration.discovery.lan import Host, Listener, listeners
 from tests.integration.helpers import Site, liqoctl, purge, signed_identity_request, start_sites, unique
+from tests.integration.metrics import in_pods, total
 from tests.shared import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root")]
@@ -133,11 +135,25 @@ def test_three_clusters_discover_each_other_and_become_foreign_clusters(lan_site
                 rows = orjson.loads(liqoctl(site.cluster, "discover", "-o", "json"))
                 verdicts = {r["clusterID"]: (r["verdict"], r["source"]) for r in rows if r["clusterID"] in ids}
                 assert verdicts == dict.fromkeys(ids - {site.cluster_id}, ("Known", LAN_SOURCE))
+                counted: dict[str, float] = {}
+
+                def what_counted(s: Site = site, c: dict[str, float] = counted) -> str:
+                    return f"{s.cluster.name}'s manager counting the others as Known: {c}"
+
+                await eventually(functools.partial(counts_known, site, counted), timeout=30, message=what_counted)
         await a_known_neighbour_admits_no_one(lan_sites["rome"], lan_sites["milan"])
         await a_neighbour_its_source_admits_consumes_on_its_key_alone(lan_sites["paris"], lan_sites["milan"])
         await a_manual_peering_converges_on_the_discovered_record(lan_sites["paris"], lan_sites["rome"])
 
     asyncio.run(run())
+
+
+async def counts_known(site: Site, seen: dict[str, float]) -> bool:
+    """The manager's ``liqo_discovered_clusters`` counts at least the two others (other runs' clusters may add)."""
+    samples = await asyncio.to_thread(in_pods, site.cluster, MANAGER)
+    seen.clear()
+    seen.update({str(sorted(labels)): v for (name, labels), v in samples.items() if name == "liqo_discovered_clusters"})
+    return total(samples, "liqo_discovered_clusters", source=LAN_SOURCE, verdict="Known") >= 2
 
 
 async def without_token(consumer: Site, provider: Site) -> tuple[int, dict[str, Any]]:

@@ -52,6 +52,7 @@ from tests.integration.helpers import (
     start,
     unique,
 )
+from tests.integration.metrics import in_pods, total
 from tests.shared import eventually
 
 pytestmark = [
@@ -220,13 +221,7 @@ async def test_the_peers_offload_a_deployment_onto_the_providers_real_node(
     assert "serving" in kubectl(porto.cluster, "logs", "-n", offloaded_ns, home)
     assert kubectl(porto.cluster, "exec", "-n", offloaded_ns, home, "--", "sh", "-c", "echo $((6 * 7))") == "42\n"
     # The virtual kubelet's pod counts them in /metrics (scraped from inside its pod: pod IPs are not routed here).
-    scrape = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8080/metrics').read().decode())"
-    metrics = kubectl(porto.cluster, "-n", "liqo", "exec", f"deploy/{VIRTUAL_KUBELET}", "--", "python3", "-c", scrape)
-    running = [
-        line for line in metrics.splitlines() if line.startswith("liqo_offloaded_pods{") and 'phase="Running"' in line
-    ]
-    assert running, metrics
-    assert float(running[0].rsplit(" ", 1)[1]) >= 3
+    assert total(in_pods(porto.cluster, VIRTUAL_KUBELET), "liqo_offloaded_pods", phase="Running") >= 3
 
 
 def manager_pid(pod_name: str) -> int:

@@ -56,6 +56,7 @@ from liqo.peering.authprotocol import NonceStore
 from liqo.peering.authserver import DEFAULT_BURST, DEFAULT_RATE, RateLimit, auth_app
 from liqo.peering.bootstrap import InvalidSettings, ensure_identity, read_settings
 from liqo.peering.caches import PeeringCaches
+from liqo.peering.consumerside import ConsumerSide
 from liqo.peering.discovered import DiscoveredClusters
 from liqo.peering.enrolment import (
     DEFAULT_MAX_PENDING_TENANTS,
@@ -395,17 +396,7 @@ async def _controllers(
     observations = Observations()
     peers = PeerClients()
     caches = PeeringCaches(informers)
-    outgoing = OutgoingPeering(
-        client=client,
-        caches=caches,
-        local=local,
-        network=network,
-        key=key,
-        peers=peers,
-        observations=observations,
-        events=events,
-    )
-    status = ForeignClusterStatus(
+    consumer = ConsumerSide(
         client=client,
         caches=caches,
         local=local,
@@ -414,6 +405,8 @@ async def _controllers(
         observations=observations,
         events=events,
     )
+    outgoing = OutgoingPeering(consumer, key=key)
+    status = ForeignClusterStatus(consumer)
     incoming = IncomingPeering(client=client, informers=informers)
     tokens = TokenCollector(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)

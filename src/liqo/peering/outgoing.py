@@ -33,24 +33,22 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.foreignclusters import Reason, peer_key
 from liqo.api.identity import ClusterIdentity
-from liqo.api.networks import ClusterNetwork, network_patch
+from liqo.api.networks import network_patch
 from liqo.api.peerings import wants_outgoing
-from liqo.api.peers import PeerClients, UntrustedIdentity, identity_access
+from liqo.api.peers import UntrustedIdentity, identity_access
 from liqo.api.requests import withdrawn
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
 from liqo.kube.client import KubeClient
-from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.csr import renewal_time
 from liqo.kube.errors import KubeError, NotFoundError
-from liqo.kube.events import EventRecorder
 from liqo.kube.finalizers import add_finalizer, has_finalizer, remove_finalizer
 from liqo.kube.resources import NAMESPACES, SECRETS, changed_beyond_status, object_key, terminating
 from liqo.kube.timefmt import format_time
 from liqo.peering import authclient
-from liqo.peering.caches import PeeringCaches
+from liqo.peering.consumerside import ConsumerLoop, ConsumerSide
 from liqo.peering.identities import identity_secret, renewal_due
-from liqo.peering.observations import Observation, Observations
+from liqo.peering.observations import Observation
 from liqo.peering.tenants import tenant_namespace_manifest
 from liqo.peering.tokens import token_of
 
@@ -76,42 +74,21 @@ def resource_request(*, local: ClusterIdentity, provider_id: str) -> dict[str, A
     }
 
 
-class OutgoingPeering(Component):
+class OutgoingPeering(ConsumerLoop):
     """Reconciles the consumer side of every peering."""
 
-    def __init__(
-        self,
-        *,
-        client: KubeClient,
-        caches: PeeringCaches,
-        local: ClusterIdentity,
-        network: ClusterNetwork,
-        key: ClusterKey,
-        peers: PeerClients,
-        observations: Observations,
-        events: EventRecorder,
-    ) -> None:
-        self._client = client
-        self._local = local
-        self._network = network
+    def __init__(self, side: ConsumerSide, *, key: ClusterKey) -> None:
+        super().__init__(side)
         self._key = key
         self._forced: dict[str, tuple[float, str]] = {}  # provider → (when, request stamp) of the last forced handshake
-        self._peers = peers
-        self._observations = observations
-        self._events = events
-        self.caches = caches
-        self.foreign_clusters = caches.foreign_clusters
-        self.requests = caches.requests
-        self.offers = caches.offers
-        self.virtual_nodes = caches.virtual_nodes
         self.controller: Controller[str] = Controller(name="outgoing-peering", reconcile=self.reconcile, workers=2)
         # Not on status updates: ForeignClusterStatus writes what the handshakes observed, and a refused or busy
         # handshake waking the next one at once would flood the provider (its rate limit then answers 429).
         self.controller.watch(self.foreign_clusters, peer_key, changed=changed_beyond_status)
-        for informer in caches.secrets:
+        for informer in self.caches.secrets:
             self.controller.watch(informer, names.tenant_peer)
         self.look_alikes: Controller[str] = Controller(name="identity-look-alikes", reconcile=self.refuse, workers=1)
-        self.look_alikes.watch(caches.identities, lambda secret: [object_key(secret)])
+        self.look_alikes.watch(self.caches.identities, lambda secret: [object_key(secret)])
 
     @property
     def controllers(self) -> list[Controller[Any]]:

@@ -29,25 +29,20 @@ from liqo.api import names
 from liqo.api.discoverysources import heard_by, heard_ids, said_of
 from liqo.api.foreignclusters import ConditionStatus as Status
 from liqo.api.foreignclusters import ConditionType, Reason, peer_key
-from liqo.api.identity import ClusterIdentity
 from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
 from liqo.api.offers import OfferPhase, OfferState
 from liqo.api.peerings import wants_outgoing
-from liqo.api.peers import PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
-from liqo.kube.client import KubeClient
-from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
-from liqo.kube.events import EventRecorder
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import terminating
 from liqo.kube.timefmt import format_micro_time, format_time
 from liqo.peering import metrics
-from liqo.peering.caches import PeeringCaches
+from liqo.peering.consumerside import ConsumerLoop, ConsumerSide
 from liqo.peering.identities import expires_at
-from liqo.peering.observations import Observation, Observations
+from liqo.peering.observations import Observation
 
 PROBE_INTERVAL = 10.0
 
@@ -271,38 +266,17 @@ def hearing_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return said_of(old) != said_of(new)
 
 
-class ForeignClusterStatus(Component):
+class ForeignClusterStatus(ConsumerLoop):
     """Writes every ForeignCluster's status from the caches."""
 
-    def __init__(
-        self,
-        *,
-        client: KubeClient,
-        caches: PeeringCaches,
-        local: ClusterIdentity,
-        network: ClusterNetwork,
-        peers: PeerClients,
-        observations: Observations,
-        events: EventRecorder,
-    ) -> None:
-        self._client = client
-        self._local = local
-        self._network = network
-        self._peers = peers
-        self._observations = observations
-        self._events = events
+    def __init__(self, side: ConsumerSide) -> None:
+        super().__init__(side)
         self._probed: dict[str, float] = {}
-        self.caches = caches
-        self.foreign_clusters = caches.foreign_clusters
-        self.requests = caches.requests
-        self.offers = caches.offers
-        self.virtual_nodes = caches.virtual_nodes
-        self.networks = caches.networks
         self.controller: Controller[str] = Controller(name="foreigncluster-status", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.foreign_clusters, peer_key)
-        for informer in (*caches.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
+        for informer in (*self.caches.secrets, self.requests, self.offers, self.virtual_nodes, self.networks):
             self.controller.watch(informer, names.tenant_peer)
-        self.controller.watch(caches.discovery_sources, self._heard_in, changed=hearing_changed)
+        self.controller.watch(self.caches.discovery_sources, self._heard_in, changed=hearing_changed)
 
     @property
     def controllers(self) -> list[Controller[Any]]:

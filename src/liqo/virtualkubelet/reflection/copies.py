@@ -26,16 +26,12 @@ from dataclasses import dataclass
 
 from liqo.api import names
 from liqo.kube.controller import Result
-from liqo.kube.errors import ApiError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
-from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
-from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.steps import (
-    REFUSALS,
     ReflectionPolicy,
     Refusals,
     converge_copy,
@@ -182,24 +178,17 @@ class CopyReflector(Reflector[ObjectKey]):
                 self._refusals.forget(key)
             return None
         desired = kind.copy(home, namespace=pair.twin, home_cluster_id=self._home_cluster_id)
-        try:
-            written = await converge_copy(
-                self._provider,
-                resource,
-                current=current,
-                desired=desired,
-                is_current=kind.is_current,
-                must_replace=kind.must_replace,
-            )
-        except ApiError as exc:
-            if exc.status not in REFUSALS:
-                raise
-            await self._refusals.say(key, typed(resource, home), reason=PROVIDER_REFUSED, message=exc.message)
-            return self._refusals.retry(key)
-        self._refusals.forget(key)
-        if written:
-            metrics.written(plural, self.controller, key)
-        return None
+        write = converge_copy(
+            self._provider,
+            resource,
+            current=current,
+            desired=desired,
+            is_current=kind.is_current,
+            must_replace=kind.must_replace,
+        )
+        return await self._refusals.write(
+            key, typed(resource, home), write, controller=self.controller, reflector=plural
+        )
 
 
 def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:

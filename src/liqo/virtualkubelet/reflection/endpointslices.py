@@ -19,16 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from liqo.kube.controller import Result
-from liqo.kube.errors import ApiError
 from liqo.kube.objects import Obj
 from liqo.kube.resources import ENDPOINT_SLICES, SERVICES
-from liqo.virtualkubelet import metrics
 from liqo.virtualkubelet.forge import endpointslices as forge
 from liqo.virtualkubelet.forge import services
-from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.steps import (
-    REFUSALS,
     ReflectionPolicy,
     Refusals,
     converge_copy,
@@ -138,25 +134,22 @@ class EndpointSliceReflector(Reflector[SliceKey]):
             if current is not None:
                 await delete_copy(self._provider, ENDPOINT_SLICES, current)
             return None
-        try:
-            written = await converge_copy(
-                self._provider,
-                ENDPOINT_SLICES,
-                current=current,
-                desired=desired,
-                is_current=forge.slice_is_current,
-                must_replace=forge.must_replace,
-            )
-        except ApiError as exc:
-            if exc.status not in REFUSALS:
-                raise
-            message = f"EndpointSlice {name}: {exc.message}"
-            await self._refusals.say(key, typed(SERVICES, service), reason=PROVIDER_REFUSED, message=message)
-            return self._refusals.retry(key)
-        self._refusals.forget(key)
-        if written:
-            metrics.written(ENDPOINT_SLICES.plural, self.controller, key)
-        return None
+        write = converge_copy(
+            self._provider,
+            ENDPOINT_SLICES,
+            current=current,
+            desired=desired,
+            is_current=forge.slice_is_current,
+            must_replace=forge.must_replace,
+        )
+        return await self._refusals.write(
+            key,
+            typed(SERVICES, service),
+            write,
+            controller=self.controller,
+            reflector=ENDPOINT_SLICES.plural,
+            what=f"EndpointSlice {name}: ",
+        )
 
     async def _report(self, key: SliceKey, service: Obj, refused: list[str]) -> None:
         """A Warning Event on the home Service when the reasons endpoints are left out change (not on every look)."""

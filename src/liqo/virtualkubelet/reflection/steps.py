@@ -9,17 +9,19 @@ write the provider refused is said at home and retried, is one piece here, so no
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from liqo.kube.client import KubeClient
-from liqo.kube.controller import Result
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.controller import Controller, Result
+from liqo.kube.errors import ApiError, ConflictError, NotFoundError
 from liqo.kube.events import EventRecorder
 from liqo.kube.objects import Obj
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import Resource, terminating
+from liqo.virtualkubelet import metrics
+from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
 
 Mode = Literal["All", "None"]
 REFUSED_FIRST_SECONDS = 1.0
@@ -50,6 +52,33 @@ class Refusals:
             return
         self._said[key] = (reason, message)
         await self._events.record(about, type="Warning", reason=reason, message=message)
+
+    async def write(
+        self,
+        key: Any,
+        about: Obj,
+        write: Awaitable[bool],
+        *,
+        controller: Controller[Any],
+        reflector: str,
+        what: str = "",
+    ) -> Result | None:
+        """Await a copy's ``write``; the provider's verdict on it is said on home object ``about`` and retried.
+
+        A write that went through forgets the last refusal and records its lag (``reflector``'s, measured by
+        ``controller``); ``what`` names the copy in the refusal's message when ``about`` is not that object.
+        """
+        try:
+            written = await write
+        except ApiError as exc:
+            if exc.status not in REFUSALS:
+                raise
+            await self.say(key, about, reason=PROVIDER_REFUSED, message=f"{what}{exc.message}")
+            return self.retry(key)
+        self.forget(key)
+        if written:
+            metrics.written(reflector, controller, key)
+        return None
 
     def retry(self, key: Any) -> Result:
         """When to write a refused object again."""

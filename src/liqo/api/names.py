@@ -112,6 +112,22 @@ def tenant_peer(obj: Mapping[str, Any]) -> list[str]:
     return [peer] if peer else []
 
 
+def labelled_peer_id(obj: Mapping[str, Any]) -> str | None:
+    """The peer ``obj``'s ``REMOTE_CLUSTER_ID`` label names, if any: the one reading of that label (pure).
+
+    A label says only what the object's writer claims; who that writer may be is the caller's to know (an
+    object of a cache of what this cluster writes, or a namespace the peer was never given).
+    """
+    peer = ((obj.get("metadata") or {}).get("labels") or {}).get(REMOTE_CLUSTER_ID)
+    return str(peer) if peer else None
+
+
+def labelled_peer(obj: Mapping[str, Any]) -> list[str]:
+    """The peer ``obj``'s label names, as a controller's watch maps it: one ID, or none (pure)."""
+    peer = labelled_peer_id(obj)
+    return [peer] if peer else []
+
+
 def peer_user(cluster_id: str) -> str:
     """The Kubernetes user name of peer ``cluster_id``'s identity."""
     return f"{PEER_USER_PREFIX}{cluster_id}"

@@ -67,8 +67,7 @@ def identity_provider(secret: Mapping[str, Any]) -> str:
             f"identities are only read from Secret {names.IDENTITY_SECRET} in a provider's tenant namespace"
             f" ({names.TENANT_NAMESPACE_PREFIX}<cluster ID>)"
         )
-    labelled = (meta.get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
-    if labelled != provider_id:
+    if names.labelled_peer_id(secret) != provider_id:
         raise UntrustedIdentity(f"label {names.REMOTE_CLUSTER_ID} does not name the provider of its namespace")
     return provider_id
 

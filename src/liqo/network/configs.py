@@ -122,7 +122,7 @@ class NetworkConfigs(Component):
         self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.configs, names.tenant_peer)
         for informer in (self.secrets, self.deployments, self.services, self.pods):
-            self.controller.watch(informer, _labelled_peer)
+            self.controller.watch(informer, names.labelled_peer)
         self.controller.watch(self.templates, lambda _t: self._peers())
         self.controller.watch(self.api_endpoints, lambda _s: self._peers())
         # A node's status changes every few seconds; its addresses hardly ever: only they matter here.
@@ -239,13 +239,7 @@ class NetworkConfigs(Component):
 
     def _endpoint(self, peer_id: str) -> Endpoint | None:
         """Where the peer dials our server: the node its pod runs on, at the Service's node port."""
-        host = gateway_objects.running_host(
-            [
-                p
-                for p in self.pods.store.list()
-                if (p["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == peer_id
-            ]
-        )
+        host = gateway_objects.running_host([p for p in self.pods.store.list() if names.labelled_peer_id(p) == peer_id])
         port = gateway_objects.node_port(
             self.services.store.get(f"{names.LIQO_NAMESPACE}/{gateway_objects.gateway_name(peer_id)}")
         )
@@ -311,8 +305,3 @@ def _live(request: dict[str, Any] | None) -> bool:
     return (
         request is not None and not terminating(request) and not (request.get("spec") or {}).get("withdrawalTimestamp")
     )
-
-
-def _labelled_peer(obj: dict[str, Any]) -> list[str]:
-    peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
-    return [peer] if peer else []

@@ -82,7 +82,7 @@ async def peers(client: KubeClient, *, local_id: str) -> list[Peer]:
     )
     found = []
     for node in nodes:
-        peer_id = (node["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
+        peer_id = names.labelled_peer_id(node)
         if not peer_id:
             continue
         fc = record_of(foreign_clusters, peer_id)
@@ -90,9 +90,7 @@ async def peers(client: KubeClient, *, local_id: str) -> list[Peer]:
         ours = await client.get_or_none(NETWORK_CONFIGS, local_id, namespace=namespace)
         theirs = await client.get_or_none(NETWORK_CONFIGS, peer_id, namespace=namespace)
         running = any(
-            (p["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == peer_id
-            and (p.get("status") or {}).get("phase") == "Running"
-            for p in gateways
+            names.labelled_peer_id(p) == peer_id and (p.get("status") or {}).get("phase") == "Running" for p in gateways
         )
         try:
             network = recorded_network(fc) if fc else None

@@ -48,10 +48,9 @@ Lease duration: the same judgement Kubernetes makes of a silent kubelet)."""
 
 def consumer_of_twin(namespace: Obj | None) -> str | None:
     """The consumer a twin namespace was made for, from the labels this cluster wrote (pure)."""
-    labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-    if names.ORIGIN_NAMESPACE not in labels:
+    if namespace is None or names.ORIGIN_NAMESPACE not in ((namespace.get("metadata") or {}).get("labels") or {}):
         return None
-    return labels.get(names.REMOTE_CLUSTER_ID) or None
+    return names.labelled_peer_id(namespace)
 
 
 def not_ready(endpoint_slice: Obj) -> Obj | None:

@@ -317,10 +317,10 @@ def twin_consumer(namespace: Mapping[str, Any] | None) -> str | None:
     """The consumer whose twin ``namespace`` is, or None if it is no twin (pure)."""
     if namespace is None:
         return None
-    consumer = ((namespace.get("metadata") or {}).get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
+    consumer = names.labelled_peer_id(namespace)
     if not consumer or not is_twin_of(dict(namespace), consumer_id=consumer):
         return None
-    return str(consumer)
+    return consumer
 
 
 def pod_verdict(

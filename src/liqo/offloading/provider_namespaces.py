@@ -355,11 +355,6 @@ def consumer_of_map(namespace_map: Obj) -> list[str]:
     return [meta["name"]] if meta.get("namespace") == names.tenant_namespace(meta["name"]) else []
 
 
-def _peer_label(obj: Obj) -> list[str]:
-    peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
-    return [peer] if peer else []
-
-
 WAITING_FOR_QUOTA = "waiting for this cluster's quota controller to count the objects in {twin}"
 RECOUNTING = (
     "waiting for this cluster's quota controller to count the objects in {twin}: it counted the quota before it knew"
@@ -425,7 +420,7 @@ class NamespaceMapController(Component):
         self.controller: Controller[str] = Controller(name="namespace-maps", reconcile=self.reconcile, workers=2)
         self.controller.watch(self.maps, consumer_of_map)
         self.controller.watch(self.namespaces, self._consumers_of_namespace)
-        self.controller.watch(self.bindings, _peer_label)
+        self.controller.watch(self.bindings, names.labelled_peer)
         self.controller.watch(self.policies, self._every_consumer)
         self.controller.watch(self.offers, self._consumer_of_ours)
         self.controller.watch(self.foreign_clusters, peer_key)
@@ -457,7 +452,7 @@ class NamespaceMapController(Component):
         """The consumer whose twin holds ``obj``: the namespace's label, which this cluster wrote, not the object's."""
         namespace = self.namespaces.store.get(obj["metadata"].get("namespace") or "")
         return (
-            _peer_label(namespace)
+            names.labelled_peer(namespace)
             if namespace is not None and names.ORIGIN_NAMESPACE in (namespace["metadata"].get("labels") or {})
             else []
         )
@@ -492,7 +487,7 @@ class NamespaceMapController(Component):
             if name in ((nm.get("spec") or {}).get("mappings") or {}).values()
             for key in consumer_of_map(nm)
         ]
-        return _peer_label(namespace) + wanting
+        return names.labelled_peer(namespace) + wanting
 
     async def reconcile(self, consumer_id: str) -> Result | None:
         """Converge the twins of ``consumer_id`` on its NamespaceMap."""

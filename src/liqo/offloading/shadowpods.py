@@ -274,7 +274,7 @@ class ShadowPods(Component):
         found = self.namespaces.store.get(namespace)
         if found is None:
             return None
-        consumer = (found["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID, "")
+        consumer = names.labelled_peer_id(found) or ""
         return consumer if is_twin_of(found, consumer_id=consumer) else None
 
     def _rebuild(self) -> None:

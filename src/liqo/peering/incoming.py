@@ -131,7 +131,7 @@ class IncomingPeering(Component):
         self._by_cluster_id = ForeignClusters.shared(informers)
         self.foreign_clusters = self._by_cluster_id.informer
         self.controller: Controller[str] = Controller(name="incoming-peering", reconcile=self.reconcile)
-        self.controller.watch(self.namespaces, _peer_label)
+        self.controller.watch(self.namespaces, names.labelled_peer)
         self.controller.watch(self.requests, lambda rr: [rr["metadata"]["name"]])
         self.controller.watch(self.foreign_clusters, peer_key)
 
@@ -190,8 +190,3 @@ class IncomingPeering(Component):
         if fc is not None and not keep_record:
             await self._client.delete(FOREIGN_CLUSTERS, fc["metadata"]["name"], missing_ok=True)
         await self._client.delete(NAMESPACES, namespace, missing_ok=True)
-
-
-def _peer_label(obj: Obj) -> list[str]:
-    peer = (obj["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID)
-    return [peer] if peer else []

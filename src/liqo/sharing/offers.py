@@ -108,7 +108,7 @@ class OfferController(Component):
         self.controller.watch(self.offloaded, lambda _obj: self.consumers(), coalesce=CAPACITY_COALESCE_SECONDS)
         self.controller.watch(self.requests, self._consumer_of_request)
         self.controller.watch(self.offers, names.tenant_peer)
-        self.controller.watch(self.hosted, lambda ns: [(ns["metadata"].get("labels") or {})[names.REMOTE_CLUSTER_ID]])
+        self.controller.watch(self.hosted, names.labelled_peer)
         self.controller.watch(self.policies, lambda _obj: self.consumers())
 
     def _offloaded_event(self, pod: dict[str, Any], *, gone: bool = False) -> None:
@@ -188,9 +188,7 @@ class OfferController(Component):
             return None
         policy = select_policy(self.policies.store.list(), peer_id=consumer_id)
         hosted = frozenset(
-            ns["metadata"]["name"]
-            for ns in self.hosted.store.list()
-            if (ns["metadata"].get("labels") or {}).get(names.REMOTE_CLUSTER_ID) == consumer_id
+            ns["metadata"]["name"] for ns in self.hosted.store.list() if names.labelled_peer_id(ns) == consumer_id
         )
         capacity = self.capacity.get(CAPACITY)
         if capacity is None or not capacity.synced:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.api import names
 from liqo.api.names import foreign_cluster_names, virtual_node_name
 
 PEER = "5a3c1b2e-0d4f-4a6b-9c8d-7e6f5a4b3c2d"
@@ -63,3 +64,19 @@ def test_node_names_are_valid_hostname_labels_and_distinct_for_distinct_foreign_
         assert LABEL_VALUE.fullmatch(node)
     if a != b:
         assert virtual_node_name(a) != virtual_node_name(b)
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        ({"metadata": {"labels": {names.REMOTE_CLUSTER_ID: "rome-id"}}}, "rome-id"),
+        ({"metadata": {"labels": {names.REMOTE_CLUSTER_ID: ""}}}, None),
+        ({"metadata": {"labels": {"other": "rome-id"}}}, None),
+        ({"metadata": {"labels": None}}, None),
+        ({"metadata": {}}, None),
+        ({}, None),
+    ],
+)
+def test_the_peer_a_label_names_is_read_one_way(obj: dict[str, object], expected: str | None) -> None:
+    assert names.labelled_peer_id(obj) == expected
+    assert names.labelled_peer(obj) == ([expected] if expected else [])

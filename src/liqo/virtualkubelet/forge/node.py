@@ -71,7 +71,7 @@ def node_is_ours(node: Obj, *, provider_id: str | None) -> bool:
     The only kind of Node a virtual kubelet touches.
     """
     labels = node["metadata"].get("labels") or {}
-    provider = labels.get(names.REMOTE_CLUSTER_ID)
+    provider = names.labelled_peer_id(node)
     return bool(
         labels.get(names.MANAGED_BY) == names.MANAGED_BY_VALUE
         and labels.get(names.VIRTUAL_NODE_TYPE) == names.VIRTUAL_NODE

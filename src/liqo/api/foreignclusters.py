@@ -87,10 +87,13 @@ class Reason(StrEnum):
     """The peer has not told its network yet (a peering made before networks were exchanged, or no handshake)."""
 
 
-def cluster_id(foreign_cluster: Mapping[str, Any]) -> str | None:
-    """The cluster ID a ForeignCluster is about, its ``spec.clusterID`` (pure)."""
+def cluster_id(foreign_cluster: Mapping[str, Any]) -> str:
+    """The cluster ID a ForeignCluster is about, its ``spec.clusterID``: the one reading of it (pure).
+
+    The schema requires it; "" for an object that is no ForeignCluster (never equal to a peer's ID).
+    """
     found = (foreign_cluster.get("spec") or {}).get("clusterID")
-    return found if isinstance(found, str) and found else None
+    return found if isinstance(found, str) else ""
 
 
 def records_of(foreign_clusters: Iterable[M], peer_id: str) -> list[M]:

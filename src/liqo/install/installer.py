@@ -41,7 +41,7 @@ from liqo.api.components import (
     WEBHOOK_SERVICE,
 )
 from liqo.api.crds.schema import crd_name
-from liqo.api.foreignclusters import ConditionStatus, ConditionType
+from liqo.api.foreignclusters import ConditionStatus, ConditionType, cluster_id
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import ClusterNetwork, InvalidNetwork, IPNetwork
 from liqo.install import manifests
@@ -486,7 +486,7 @@ async def _active_peers(client: KubeClient) -> list[str]:
     except NotFoundError:
         return []
     return [
-        peer["spec"].get("clusterName") or peer["spec"]["clusterID"]
+        peer["spec"].get("clusterName") or cluster_id(peer)
         for peer in peers
         if any(
             condition.get("type") in (ConditionType.OUTGOING, ConditionType.INCOMING)

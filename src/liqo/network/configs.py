@@ -38,7 +38,7 @@ from ipaddress import IPv4Network
 from typing import Any
 
 from liqo.api import names
-from liqo.api.foreignclusters import ForeignClusters, peer_key
+from liqo.api.foreignclusters import ForeignClusters, cluster_id, peer_key
 from liqo.api.networks import ClusterNetwork, IPNetwork
 from liqo.api.peerings import offer_accepted, wants_outgoing
 from liqo.api.resources import NETWORK_CONFIGS, RESOURCE_OFFERS, RESOURCE_REQUESTS
@@ -140,7 +140,7 @@ class NetworkConfigs(Component):
         return [self.controller]
 
     def _peers(self) -> list[str]:
-        return [fc["spec"]["clusterID"] for fc in self.foreign_clusters.store.list()]
+        return [cluster_id(fc) for fc in self.foreign_clusters.store.list()]
 
     def _requeue_all(self) -> None:
         for peer_id in self._peers():

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from liqo.api.foreignclusters import cluster_id
 from liqo.kube.metrics import Sample
 
 
@@ -35,6 +36,5 @@ def peers_by_condition(foreign_clusters: Iterable[Mapping[str, Any]]) -> Iterato
 def peer_info(foreign_clusters: Iterable[Mapping[str, Any]]) -> Iterator[Sample]:
     """``((cluster ID, ForeignCluster name), 1)`` for every peer."""
     for foreign_cluster in foreign_clusters:
-        cluster_id = (foreign_cluster.get("spec") or {}).get("clusterID")
-        if cluster_id:
-            yield (str(cluster_id), str(foreign_cluster["metadata"]["name"])), 1.0
+        if peer_id := cluster_id(foreign_cluster):
+            yield (peer_id, str(foreign_cluster["metadata"]["name"])), 1.0

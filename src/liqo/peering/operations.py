@@ -22,7 +22,7 @@ import orjson
 from liqo.api import names
 from liqo.api.crds.schema import KEY_FINGERPRINT_PATTERN
 from liqo.api.foreignclusters import ConditionStatus as Status
-from liqo.api.foreignclusters import ConditionType, Reason, record_of
+from liqo.api.foreignclusters import ConditionType, Reason, cluster_id, record_of
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import NETWORK
 from liqo.api.offers import OfferPhase
@@ -312,7 +312,7 @@ async def unpeer(
             local side: the provider is left to expire the identity and clean up when it can).
     """
     fc = await _find(client, name)
-    peer_id = fc["spec"]["clusterID"]
+    peer_id = cluster_id(fc)
     namespace = names.tenant_namespace(peer_id)
     incoming = await client.get_or_none(RESOURCE_REQUESTS, peer_id, namespace=namespace) is not None
     if fc["spec"].get("outgoingPeeringEnabled") != "Yes":
@@ -354,7 +354,7 @@ async def revoke(client: KubeClient, fc: dict[str, Any], *, timeout: float, prog
     consumer had here (RBAC, twins, and its tenant namespace unless we consume from it), so its identity is
     worth nothing, and refuses its handshakes until the admin allows it again (:func:`allow`).
     """
-    peer_id = fc["spec"]["clusterID"]
+    peer_id = cluster_id(fc)
     namespace = names.tenant_namespace(peer_id)
     progress(f"revoking {fc['metadata']['name']} ({peer_id}): it consumes from us, we do not consume from it")
     await client.patch(FOREIGN_CLUSTERS, fc["metadata"]["name"], {"spec": {"incomingPeeringEnabled": "No"}})
@@ -387,7 +387,7 @@ async def allow(client: KubeClient, name: str, *, forget_key: bool = False) -> d
 
 
 async def _force_local_teardown(client: KubeClient, fc: dict[str, Any], *, keep_namespace: bool) -> None:
-    peer_id = fc["spec"]["clusterID"]
+    peer_id = cluster_id(fc)
     namespace = names.tenant_namespace(peer_id)
     local_id = (await installed(client, role="local")).cluster_id
     ours = {VIRTUAL_NODES: None, RESOURCE_OFFERS: peer_id, RESOURCE_REQUESTS: local_id}  # None: every one
@@ -415,7 +415,7 @@ async def foreign_cluster(client: KubeClient, peer_id: str) -> dict[str, Any] | 
 async def _find(client: KubeClient, name: str) -> dict[str, Any]:
     items, _ = await client.list_all(FOREIGN_CLUSTERS)
     for fc in items:
-        if name in (fc["metadata"]["name"], fc["spec"].get("clusterID"), fc["spec"].get("clusterName")):
+        if name in (fc["metadata"]["name"], cluster_id(fc), fc["spec"].get("clusterName")):
             return fc
     known = ", ".join(fc["metadata"]["name"] for fc in items) or "none"
     raise PeeringError(f"no peer named {name!r} (known: {known})")
@@ -457,7 +457,7 @@ async def info(client: KubeClient) -> dict[str, Any]:
     peers = []
     items, _ = await client.list_all(FOREIGN_CLUSTERS)
     for fc in items:
-        peer_id = fc["spec"]["clusterID"]
+        peer_id = cluster_id(fc)
         namespace = names.tenant_namespace(peer_id)
         their_offer = await client.get_or_none(RESOURCE_OFFERS, peer_id, namespace=namespace)
         our_offer = await client.get_or_none(RESOURCE_OFFERS, local.cluster_id, namespace=namespace)
@@ -516,7 +516,7 @@ def problems(report: dict[str, Any]) -> list[str]:
 async def peer_kubeconfig(client: KubeClient, peer: str) -> dict[str, Any]:
     """The identity kubeconfig this cluster holds on provider ``peer`` (name or cluster ID)."""
     fc = await _find(client, peer)
-    namespace = names.tenant_namespace(fc["spec"]["clusterID"])
+    namespace = names.tenant_namespace(cluster_id(fc))
     try:
         secret = await client.get(SECRETS, names.IDENTITY_SECRET, namespace=namespace)
     except NotFoundError as exc:

@@ -31,7 +31,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
-from liqo.api.foreignclusters import Reason, peer_key
+from liqo.api.foreignclusters import Reason, cluster_id, peer_key
 from liqo.api.identity import ClusterIdentity
 from liqo.api.networks import network_patch
 from liqo.api.peerings import wants_outgoing
@@ -140,7 +140,7 @@ class OutgoingPeering(ConsumerLoop):
         At most every :data:`RETRY_REFUSED_SECONDS`, unless someone asked again (``liqoctl peer`` stamps
         the ForeignCluster): a provider that keeps refusing is not hammered.
         """
-        peer_id = fc["spec"]["clusterID"]
+        peer_id = cluster_id(fc)
         probe = self._observations.api_server.get(peer_id)
         if probe is None or probe.reason != Reason.FORBIDDEN:
             self._forced.pop(peer_id, None)
@@ -155,7 +155,7 @@ class OutgoingPeering(ConsumerLoop):
 
     async def _authenticate(self, fc: dict[str, Any], *, now: datetime.datetime) -> datetime.datetime | Result:
         """Run the handshake and store the identity; the renewal time, or when to try again if it did not."""
-        peer_id = fc["spec"]["clusterID"]
+        peer_id = cluster_id(fc)
         token = token_of(self.caches.peer_token(peer_id))
         auth_url = fc["spec"].get("authURL")
         fingerprint = fc["spec"].get("keyFingerprint")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from liqo.api import names
-from liqo.api.foreignclusters import records_of
+from liqo.api.foreignclusters import cluster_id, records_of
 from liqo.api.resources import FOREIGN_CLUSTERS
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, NotFoundError
@@ -161,7 +161,7 @@ async def _foreign_clusters(
         except NotFoundError:
             continue  # gone since the cache saw it, or the claimed record not made yet
     held = (seen.foreign_cluster_named(name) for name in candidates if name not in read)
-    return now + [fc for fc in held if fc is not None and (fc.get("spec") or {}).get("clusterID") != peer_id]
+    return now + [fc for fc in held if fc is not None and cluster_id(fc) != peer_id]
 
 
 async def ensure_record(

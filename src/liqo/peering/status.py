@@ -28,7 +28,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.discoverysources import heard_by, heard_ids, said_of
 from liqo.api.foreignclusters import ConditionStatus as Status
-from liqo.api.foreignclusters import ConditionType, Reason, peer_key
+from liqo.api.foreignclusters import ConditionType, Reason, cluster_id, peer_key
 from liqo.api.networkconfigs import ConnectionState
 from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conflict, recorded_network
 from liqo.api.offers import OfferPhase, OfferState
@@ -82,7 +82,7 @@ def _phase(obj: dict[str, Any] | None, field: str) -> str | None:
 
 def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
     """The ForeignCluster ``status`` for ``state`` (pure); transition times carry over when unchanged."""
-    peer_id = state.foreign_cluster["spec"]["clusterID"]
+    peer_id = cluster_id(state.foreign_cluster)
     outgoing = wants_outgoing(state.foreign_cluster)
     conditions = [
         _authentication(state, outgoing=outgoing),

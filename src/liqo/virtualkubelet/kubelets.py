@@ -17,7 +17,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from liqo.api.foreignclusters import ForeignClusters
+from liqo.api.foreignclusters import ForeignClusters, cluster_id
 from liqo.api.names import IDENTITY_SECRET, tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, IPNetwork, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
@@ -162,9 +162,9 @@ class VirtualKubelets:
         network = (foreign_cluster.get("spec") or {}).get("network")
         if old is not None and (old.get("spec") or {}).get("network") == network:
             return
-        self._network_changed((foreign_cluster.get("spec") or {}).get("clusterID"))
+        self._network_changed(cluster_id(foreign_cluster))
 
-    def _network_changed(self, provider_id: str | None) -> None:
+    def _network_changed(self, provider_id: str) -> None:
         for running in self.running.values():
             if running.provider_id == provider_id and running.manager is not None:
                 running.manager.network_changed()

@@ -158,6 +158,10 @@ SCHEDULING_ENABLED = "liqo.io/scheduling-enabled"
 """``"true"`` on home namespaces being offloaded: the pod webhook is called for those only."""
 ORIGIN_NAMESPACE = "liqo.io/origin-namespace"
 """On twin namespaces (provider side): the home namespace they stand for."""
+MADE_FOR_TETHER = "liqo.io/made-for-tether"
+"""On a NamespaceOffloading the working-mode switch made (``"true"``): the tether undoes it, and only it."""
+STAYS_LOCAL = "liqo.io/stays-local"
+"""``"true"`` on a namespace a tether must not offload (the admin's choice, besides the system namespaces)."""
 PEER_PODS = "liqo.io/peer-pods"
 """On twin namespaces (provider side): the CIDR this cluster sees the consumer's pods at; the only addresses
 the consumer's EndpointSlices there may list (absent: none). Kept by the provider's manager; a peer never

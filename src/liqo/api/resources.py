@@ -21,6 +21,7 @@ NAMESPACE_OFFLOADINGS = Resource(OFFLOADING, VERSION, "namespaceoffloadings", "N
 NAMESPACE_MAPS = Resource(OFFLOADING, VERSION, "namespacemaps", "NamespaceMap", namespaced=True)
 NETWORK_CONFIGS = Resource(NETWORKING, VERSION, "networkconfigs", "NetworkConfig", namespaced=True)
 DISCOVERY_SOURCES = Resource(DISCOVERY, VERSION, "discoverysources", "DiscoverySource", namespaced=False)
+WORKING_MODES = Resource(OFFLOADING, VERSION, "workingmodes", "WorkingMode", namespaced=False)
 
 ALL = (
     FOREIGN_CLUSTERS,
@@ -33,4 +34,5 @@ ALL = (
     NAMESPACE_MAPS,
     NETWORK_CONFIGS,
     DISCOVERY_SOURCES,
+    WORKING_MODES,
 )

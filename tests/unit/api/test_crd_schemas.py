@@ -36,6 +36,7 @@ SHORT_NAMES = {
     "NamespaceMap": "nm",
     "NetworkConfig": "netcfg",
     "DiscoverySource": "dsrc",  # "ds" is DaemonSet's
+    "WorkingMode": "wm",
 }
 # `.field`, optionally followed by a filter on a list item: `[?(@.key=="value")]`.
 SEGMENT = re.compile(r'\.(?P<field>[\w-]+)(?:\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]+)"\)\]|\[(?P<index>\d+)\])?')

@@ -22,6 +22,7 @@ from liqo.api.crds.offloadings import namespace_map_crd, namespace_offloading_cr
 from liqo.api.crds.shadowpods import shadow_pod_crd
 from liqo.api.crds.sharingpolicies import sharing_policy_crd
 from liqo.api.crds.virtualnodes import virtual_node_crd
+from liqo.api.crds.workingmodes import working_mode_crd
 
 
 def all_crds() -> list[dict[str, Any]]:
@@ -37,4 +38,5 @@ def all_crds() -> list[dict[str, Any]]:
         namespace_map_crd(),
         network_config_crd(),
         discovery_source_crd(),
+        working_mode_crd(),
     ]

@@ -35,10 +35,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from liqo.kube.client import status_body
-from liqo.kube.errors import ConflictError, NotFoundError
+from liqo.kube.client import TOO_MANY_REQUESTS, status_body
+from liqo.kube.errors import ApiError, ConflictError, NotFoundError
 from liqo.kube.objects import Obj
-from liqo.kube.resources import Resource
+from liqo.kube.resources import PODS, Resource
 from tests.shared import apply_patch
 
 DELETED_AT = "2030-01-01T00:00:00Z"
@@ -383,6 +383,30 @@ class FakeApi:
             if missing_ok:
                 return None
             raise
+
+    async def evict(self, name: str, *, namespace: str, uid: str | None = None) -> bool:
+        """As the Eviction API: the pod deleted (marked) unless a scripted refusal (a budget's 429) says not now."""
+        call = self._record(Call("evict", "pods", namespace, name, options={"uid": uid}))
+
+        def evicted() -> Obj:
+            current = self._found(PODS, namespace, name)
+            if uid is not None and current["metadata"].get("uid") != uid:
+                raise ConflictError(409, "Conflict", f"pods {name}: the uid precondition failed")
+            if "deletionTimestamp" in current["metadata"]:
+                return current
+            return self._write(
+                PODS, current | {"metadata": current["metadata"] | {"deletionTimestamp": DELETED_AT}}, False
+            )
+
+        try:
+            await self._refused(call, evicted)
+        except (NotFoundError, ConflictError):
+            return True
+        except ApiError as exc:
+            if exc.status == TOO_MANY_REQUESTS:
+                return False
+            raise
+        return True
 
     async def request(self, method: str, path: str, *, body: Any = None, **_: Any) -> Any:
         """A raw request, answered by :attr:`answer`."""

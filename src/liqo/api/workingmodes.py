@@ -64,6 +64,10 @@ class ModeReason(StrEnum):
 
 SWITCHED = "Switched"
 """The condition type: True when the phase is what the spec asks."""
+ACCEPTS_TETHERING = "acceptsTethering"
+"""A ResourceOffer's field: the provider's policy accepts this consumer tethering itself to it."""
+TETHERED = "tethered"
+"""A ResourceOffer's field: the provider is tethered to this consumer (it schedules the provider's workloads)."""
 
 
 @dataclass(frozen=True)

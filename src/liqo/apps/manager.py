@@ -43,6 +43,7 @@ from liqo.kube.informer import HandlerFuncs
 from liqo.kube.resources import CONFIGMAPS
 from liqo.kube.shell import Leadership, Shell, reload_tls, server_tls
 from liqo.kube.waiting import poll_until
+from liqo.modes.controller import WorkingModes
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
 from liqo.offloading.consumer_namespaces import NamespaceOffloadings
@@ -463,6 +464,7 @@ async def _controllers(
         heartbeats,
         network_configs,
         discovered,
+        WorkingModes(client=client, informers=informers, events=events),
     ]
     try:
         await run_components(components, informers=informers)

@@ -79,6 +79,8 @@ def manager_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": _READ},
         # Pods: read for capacity; create and delete for the ShadowPods it runs as a provider.
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "create", "delete"]},
+        # A tether moves this cluster's pods to its peer and back through evictions (their budgets decide).
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         # Consumers' heartbeats, by name (a list or watch names it in a field selector), and the slices they

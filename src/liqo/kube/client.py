@@ -20,9 +20,9 @@ import aiohttp
 import orjson
 
 from liqo.kube import kubeconfig
-from liqo.kube.errors import GoneError, NotFoundError, UnreachableError, api_error
+from liqo.kube.errors import ApiError, ConflictError, GoneError, NotFoundError, UnreachableError, api_error
 from liqo.kube.kubeconfig import Access, Authenticator
-from liqo.kube.resources import Resource
+from liqo.kube.resources import PODS, Resource
 from liqo.kube.websocket import WebSocket
 
 FIELD_MANAGER = "liqo"
@@ -46,6 +46,9 @@ MAX_CONNECTIONS = 256
 """Connections a client keeps open to its API server at most: liqo's only client-side bound (there is no
 client QPS limit; the API server's priority and fairness throttles, answered with Retry-After)."""
 """Attempts of a request the server keeps answering with Retry-After (about 10 s in all)."""
+
+
+TOO_MANY_REQUESTS = 429
 
 
 def _retry_after(response: aiohttp.ClientResponse) -> float | None:
@@ -434,6 +437,29 @@ class KubeClient:
                 return None
             raise
         return result
+
+    async def evict(self, name: str, *, namespace: str, uid: str | None = None) -> bool:
+        """Evict pod ``name`` through the Eviction API: its PodDisruptionBudgets decide, as for ``kubectl drain``.
+
+        True once it is evicted, or gone, or replaced by a namesake since (``uid``); False while a budget says
+        not now (429, once the retries every throttled request gets are spent: about 10 s).
+        """
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        try:
+            await self.request("POST", PODS.path(namespace=namespace, name=name, subresource="eviction"), body=body)
+        except (NotFoundError, ConflictError):
+            return True
+        except ApiError as exc:
+            if exc.status == TOO_MANY_REQUESTS:
+                return False
+            raise
+        return True
 
     async def stream(self, path: str, *, params: Params | None = None) -> AsyncIterator[bytes]:
         """GET ``path`` and yield the body as it arrives (``pods/log?follow=true``); no total deadline."""

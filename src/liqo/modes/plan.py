@@ -62,6 +62,8 @@ class Namespace:
     """Its NamespaceOffloading's pod strategy (None: not offloaded)."""
     ours: bool = False
     """Its NamespaceOffloading was made by the tether."""
+    peer: str = ""
+    """The peer the tether's offloading sends its pods to (ours only)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,10 @@ def next_step(observed: Observed) -> Step | None:
 def _autonomous(observed: Observed) -> Step | None:
     spec, status = observed.spec, observed.status
     if spec.mode is Mode.AUTONOMOUS:
+        # Offloadings of a tether with no status saying so (the WorkingMode deleted, or its status lost) are
+        # undone all the same: the annotations are the truth, the status only a record.
+        if (undo := _undo(observed)) is not None:
+            return undo
         done = Status(phase=ModePhase.AUTONOMOUS, observed_generation=spec.generation)
         return None if status == done else SetStatus(done)
     if status.reason is ModeReason.FELL_BACK and status.observed_generation == spec.generation:
@@ -256,8 +262,8 @@ def _start_untethering(observed: Observed, *, reason: ModeReason, message: str) 
     )
 
 
-def _untethering(observed: Observed) -> Step | None:
-    status = observed.status
+def _undo(observed: Observed) -> Step | None:
+    """The next step undoing the tether's offloadings; None once none is left."""
     ours = [n for n in observed.namespaces if n.ours]
     for namespace in ours:
         if namespace.offloading != "Local":
@@ -266,6 +272,13 @@ def _untethering(observed: Observed) -> Step | None:
         return Evict(observed.pods_on_peer[0])
     if ours:
         return Unoffload(ours[0].name)
+    return None
+
+
+def _untethering(observed: Observed) -> Step | None:
+    status = observed.status
+    if (undo := _undo(observed)) is not None:
+        return undo
     fell_back = status.reason is ModeReason.FELL_BACK
     return SetStatus(
         Status(

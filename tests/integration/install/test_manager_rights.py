@@ -138,6 +138,7 @@ ALLOWED: list[Attributes] = [
         for v in ("get", "list", "watch", "create", "patch", "delete")
     ),
     *({"verb": v, "resource": "namespaces"} for v in ("get", "list", "watch", "create", "patch", "delete")),
+    {"verb": "create", "resource": "pods", "subresource": "eviction", "namespace": "default"},
 ]
 
 

@@ -106,3 +106,15 @@ class WorkingModeSpec:
         if self.fallback_after is not None:
             spec["fallbackAfterSeconds"] = int(self.fallback_after.total_seconds())
         return {"metadata": {"name": NAME}, "spec": spec}
+
+
+def tethered_to(working_mode: Mapping[str, Any] | None) -> str | None:
+    """The peer this cluster is tethered to, or being tethered to or from; None when Autonomous (pure).
+
+    From the status (where the switch is), not the spec (what is asked): a tether asked for but refused
+    gives the peer nothing.
+    """
+    status = (working_mode or {}).get("status") or {}
+    if status.get("phase") in (ModePhase.TETHERING, ModePhase.TETHERED, ModePhase.UNTETHERING):
+        return str(status.get("peer") or "") or None
+    return None

@@ -28,7 +28,9 @@ from typing import Any
 from liqo.api import names
 from liqo.api.identity import ClusterIdentity
 from liqo.api.offers import OfferState
-from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, SHARING_POLICIES
+from liqo.api.resources import RESOURCE_OFFERS, RESOURCE_REQUESTS, SHARING_POLICIES, WORKING_MODES
+from liqo.api.workingmodes import NAME as WORKING_MODE
+from liqo.api.workingmodes import tethered_to
 from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -39,7 +41,7 @@ from liqo.kube.metrics import CacheGauge
 from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
 from liqo.sharing import metrics
 from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, CapacityLedger, largest_slots
-from liqo.sharing.policy import compute_offer, next_refresh, offer_spec, select_policy
+from liqo.sharing.policy import compute_offer, next_refresh, offer_spec, select_policy, tethered_policy
 
 CAPACITY_COALESCE_SECONDS = 1.0
 CAPACITY = "capacity"
@@ -110,6 +112,8 @@ class OfferController(Component):
         self.controller.watch(self.offers, names.tenant_peer)
         self.controller.watch(self.hosted, names.labelled_peer)
         self.controller.watch(self.policies, lambda _obj: self.consumers())
+        self.working_modes = informers.informer(WORKING_MODES)
+        self.controller.watch(self.working_modes, lambda _obj: self.consumers())
 
     def _offloaded_event(self, pod: dict[str, Any], *, gone: bool = False) -> None:
         """Account a pod of the shared watch in the running ledger (none while no consumer asks)."""
@@ -187,6 +191,8 @@ class OfferController(Component):
             await self._withdraw(consumer_id, offer)
             return None
         policy = select_policy(self.policies.store.list(), peer_id=consumer_id)
+        if tethered_to(self.working_modes.store.get(WORKING_MODE)) == consumer_id:
+            policy = tethered_policy(policy)
         hosted = frozenset(
             ns["metadata"]["name"] for ns in self.hosted.store.list() if names.labelled_peer_id(ns) == consumer_id
         )

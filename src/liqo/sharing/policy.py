@@ -42,13 +42,15 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
+from liqo.api import names
 from liqo.api.networks import PodNetwork
 from liqo.api.podrequests import covers
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
+from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED
 from liqo.kube.timefmt import as_utc, format_time, parse_time
 
 SHARE = "Share"
@@ -151,6 +153,10 @@ class Policy:
     cluster DNS and their gateway (every twin's NetworkPolicy); nothing by default."""
     ingress: IngressOffer = field(default_factory=IngressOffer)
     """What the consumer's Ingresses may say here."""
+    accepts_tethering: bool = False
+    """Whether the consumer may tether itself to this cluster (``tethering: Accept``)."""
+    tethered: bool = False
+    """This cluster is tethered to the consumer: never from a SharingPolicy, only :func:`tethered_policy`."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> Policy:
@@ -177,11 +183,31 @@ class Policy:
             allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
             pod_network=PodNetwork.from_spec(spec.get("podNetwork")),
             ingress=IngressOffer.from_spec(spec.get("ingress")),
+            accepts_tethering=spec.get("tethering") == "Accept",
         )
 
 
 BUILT_IN_DEFAULT = Policy(name="")
 """What applies when no SharingPolicy does: share 50 % of the free capacity."""
+
+
+def tethered_policy(policy: Policy) -> Policy:
+    """What this cluster offers the peer it is tethered to (pure): all it has, its virtual node marked.
+
+    The peer's own policy is set aside while the tether lasts (and applies again after): a tethered cluster
+    gives its controlling peer every resource of its nodes, as the seed's working modes say, and that peer's
+    virtual node for it carries :data:`~liqo.api.names.TETHERED_DEVICE` for its users to select or avoid.
+    What the peer's pods may do here (pod security, network, ingress) stays what the policy says.
+    """
+    return replace(
+        policy,
+        action=SHARE,
+        percentage=100,
+        limits={},
+        resources=frozenset(),
+        labels={**policy.labels, names.TETHERED_DEVICE: "true"},
+        tethered=True,
+    )
 
 
 def select_policy(policies: Iterable[Mapping[str, Any]], *, peer_id: str) -> Policy:
@@ -277,10 +303,12 @@ def offer_spec(
     Returns:
         ``providerClusterID``, ``providerClusterName``, ``resources`` and ``prices`` (quantities; prices only
         for offered resources), ``largestSlots`` (quantities), ``labels``, ``timestamp`` and ``expiry``
-        (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second.
+        (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second; ``acceptsTethering`` and
+        ``tethered`` when true.
     """
     # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
     timestamp = as_utc(now).replace(microsecond=0)
+    flags = {ACCEPTS_TETHERING: policy.accepts_tethering, TETHERED: policy.tethered}
     return {
         "providerClusterID": provider_id,
         "providerClusterName": provider_name,
@@ -290,7 +318,7 @@ def offer_spec(
         "prices": {name: price for name, price in policy.prices.items() if name in resources},
         "timestamp": format_time(timestamp),
         "expiry": format_time(timestamp + datetime.timedelta(seconds=policy.offer_ttl_seconds)),
-    }
+    } | {flag: True for flag, on in flags.items() if on}
 
 
 class Drift(enum.Enum):
@@ -367,6 +395,8 @@ def next_refresh(
         or any(abs(amount - current[name]) * 100 > current[name] * threshold for name, amount in new_resources.items())
         or (current_spec.get("labels") or {}) != dict(policy.labels)
         or (current_spec.get("prices") or {}) != {n: p for n, p in policy.prices.items() if n in new_resources}
+        or bool(current_spec.get(ACCEPTS_TETHERING)) != policy.accepts_tethering
+        or bool(current_spec.get(TETHERED)) != policy.tethered
     ):
         return now
     due = expiry - datetime.timedelta(seconds=policy.offer_ttl_seconds / 3)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from decimal import Decimal
 from typing import Any
@@ -8,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.api import names
 from liqo.api.quantity import QuantityError, parse_quantity
+from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED, tethered_to
 from liqo.kube.objects import Obj
 from liqo.kube.timefmt import parse_time
 from liqo.sharing.policy import (
@@ -21,6 +24,7 @@ from liqo.sharing.policy import (
     next_refresh,
     offer_spec,
     select_policy,
+    tethered_policy,
 )
 
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, 678_000, tzinfo=datetime.UTC)
@@ -404,3 +408,47 @@ def test_a_remembered_selection_is_select_policys_and_follows_changes() -> None:
     denied = versioned(sharing_policy("rome", peers=["id-rome"], action="Deny"), "2")
     assert selection([denied, default], "id-rome").action == "Deny"
     assert selection([default], "id-rome").name == "default"
+
+
+# -- tethering ------------------------------------------------------------------------------------------------
+
+
+def test_a_policy_accepting_tethered_peers_says_so_in_its_offers() -> None:
+    accepting = Policy.from_object(sharing_policy("p", action="Share", tethering="Accept"))
+    assert accepting.accepts_tethering
+    assert not Policy.from_object(sharing_policy("p", action="Share")).accepts_tethering
+    spec = offer_spec(provider_id="id", provider_name="n", resources={}, slots=[], policy=accepting, now=NOW)
+    assert spec[ACCEPTS_TETHERING] is True
+    assert TETHERED not in spec
+
+
+def test_tethered_a_cluster_offers_its_controlling_peer_everything_free_and_marks_its_virtual_node() -> None:
+    denying = Policy(
+        name="p", percentage=10, limits={"cpu": Decimal(1)}, resources=frozenset({"cpu"}), labels={"a": "b"}
+    )
+    free = {"cpu": Decimal(4), "memory": 8 * GI}
+    tethered = tethered_policy(denying)
+    assert compute_offer(free, tethered) == free
+    assert tethered.labels == {"a": "b", names.TETHERED_DEVICE: "true"}
+    assert tethered.pod_security == denying.pod_security  # what the peer's pods may do stays the policy's
+    spec = offer_spec(provider_id="id", provider_name="n", resources=free, slots=[], policy=tethered, now=NOW)
+    assert spec[TETHERED] is True
+    # The offer is replaced at once when the tether begins, and when it ends, whatever else changed.
+    autonomous = offer_spec(provider_id="id", provider_name="n", resources=free, slots=[], policy=denying, now=NOW)
+    assert needs_refresh(autonomous, free, tethered, new_slots=[], now=NOW)
+    assert needs_refresh(spec, free, dataclasses.replace(tethered, tethered=False), new_slots=[], now=NOW)
+    assert not needs_refresh(spec, free, tethered, new_slots=[], now=NOW)
+
+
+def test_only_a_tether_in_force_or_under_way_names_the_peer_offered_everything() -> None:
+    def mode(phase: str) -> Obj:
+        return {"spec": {"mode": "Tethered", "peer": "id-e"}, "status": {"phase": phase, "peer": "id-e"}}
+
+    assert [tethered_to(mode(p)) for p in ("Autonomous", "Tethering", "Tethered", "Untethering")] == [
+        None,
+        "id-e",
+        "id-e",
+        "id-e",
+    ]
+    assert tethered_to(None) is None
+    assert tethered_to({"spec": {"mode": "Tethered", "peer": "id-e"}}) is None  # asked, not (yet) made

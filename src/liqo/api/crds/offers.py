@@ -25,6 +25,7 @@ from liqo.api.resources import (
     RESOURCE_OFFERS,
     RESOURCE_REQUESTS,
 )
+from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED
 from liqo.kube import printable
 
 
@@ -73,6 +74,14 @@ def resource_offer_crd() -> dict[str, Any]:
                 " no slot holds is refused by the consumer's virtual kubelet instead of sent to no node."
             ),
             "labels": string_map("Labels for the virtual node standing for this offer."),
+            ACCEPTS_TETHERING: {
+                "type": "boolean",
+                "description": "The provider's policy accepts this consumer tethering itself to the provider.",
+            },
+            TETHERED: {
+                "type": "boolean",
+                "description": "The provider is tethered to this consumer: the consumer schedules its workloads.",
+            },
             "prices": quantity_map("The price per resource unit-hour."),
             "timestamp": timestamp("When the offer was made."),
             "expiry": timestamp("When the offer lapses unless refreshed."),

@@ -44,6 +44,7 @@ CLUSTER_UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 PEERING_ENABLED = ("Yes", "No", "Auto")
 OFFER_POLICY_MODES = ("Auto", "Manual", "PriceLimit")
 SHARING_ACTIONS = ("Share", "Deny")
+TETHERING_POLICIES = ("Accept", "Refuse")
 POD_OFFLOADING_STRATEGIES = ("Local", "Remote", "LocalAndRemote")
 NAMESPACE_MAPPING_STRATEGIES = ("DefaultName", "EnforceSameName")
 POD_SECURITY_LEVELS = ("baseline", "restricted")

@@ -22,6 +22,7 @@ from liqo.api.crds.schema import (
     POD_SECURITY_LEVELS,
     SHARING_ACTIONS,
     TAINT_EFFECTS,
+    TETHERING_POLICIES,
     TOLERATION_OPERATORS,
     Schema,
     cidr,
@@ -218,6 +219,12 @@ def sharing_policy_crd() -> dict[str, Any]:
             },
             "podNetwork": _pod_network(),
             "ingress": _ingress(),
+            "tethering": enum(
+                "Whether these peers may tether themselves to this cluster (liqoctl mode tethered): this"
+                " cluster's scheduler then places all their workloads, and may use all their resources.",
+                TETHERING_POLICIES,
+                default="Refuse",
+            ),
             "countLimits": {
                 "type": "boolean",
                 "description": "Whether the declared limits of the peers' pods must also add up within the accepted"

@@ -110,6 +110,14 @@ def record_of(foreign_clusters: Iterable[M], peer_id: str) -> M | None:
     return found[0] if found else None
 
 
+def named(foreign_clusters: Iterable[M], name: str) -> M | None:
+    """The ForeignCluster a person means by ``name``: its own name, its cluster ID or its cluster name (pure)."""
+    for fc in foreign_clusters:
+        if name in (fc["metadata"]["name"], cluster_id(fc), (fc.get("spec") or {}).get("clusterName")):
+            return fc
+    return None
+
+
 class ForeignClusters:
     """A process's ForeignClusters, found by the cluster ID they are about without a scan of the cache."""
 

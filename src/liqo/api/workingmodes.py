@@ -77,8 +77,6 @@ class WorkingModeSpec:
     mode: Mode = Mode.AUTONOMOUS
     peer: str = ""
     """The controlling peer's cluster ID (Tethered only)."""
-    keep_foreign_workloads: bool = False
-    """On untethering, leave the peer's pods running here (instead of draining them)."""
     fallback_after: datetime.timedelta | None = None
     """End the tether by itself after the peer is unreachable this long (None: never)."""
     generation: int = 0
@@ -93,14 +91,13 @@ class WorkingModeSpec:
         return cls(
             mode=Mode(spec.get("mode") or Mode.AUTONOMOUS),
             peer=str(spec.get("peer") or ""),
-            keep_foreign_workloads=bool(spec.get("keepForeignWorkloads")),
             fallback_after=datetime.timedelta(seconds=int(fallback)) if fallback else None,
             generation=int((obj.get("metadata") or {}).get("generation") or 0),
         )
 
     def manifest(self) -> dict[str, Any]:
         """The WorkingMode object asking for this (server-side applied by liqoctl)."""
-        spec: dict[str, Any] = {"mode": self.mode.value, "keepForeignWorkloads": self.keep_foreign_workloads}
+        spec: dict[str, Any] = {"mode": self.mode.value}
         if self.mode is Mode.TETHERED:
             spec["peer"] = self.peer
         if self.fallback_after is not None:

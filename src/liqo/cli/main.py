@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from liqo.cli import install, kube, local, network, offloading, peering
+from liqo.cli import install, kube, local, modes, network, offloading, peering
 
 app = typer.Typer(
     name="liqoctl",
@@ -38,6 +38,7 @@ app.add_typer(peering.token_app, name="token")
 app.command("info")(peering.info)
 app.command("status")(peering.status)
 app.command("discover")(peering.discover)
+app.add_typer(modes.mode_app, name="mode")
 app.add_typer(offloading.offload_app, name="offload")
 app.add_typer(offloading.unoffload_app, name="unoffload")
 app.add_typer(network.test_app, name="test")

@@ -22,7 +22,7 @@ import orjson
 from liqo.api import names
 from liqo.api.crds.schema import KEY_FINGERPRINT_PATTERN
 from liqo.api.foreignclusters import ConditionStatus as Status
-from liqo.api.foreignclusters import ConditionType, Reason, cluster_id, record_of
+from liqo.api.foreignclusters import ConditionType, Reason, cluster_id, named, record_of
 from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import NETWORK
 from liqo.api.offers import OfferPhase
@@ -414,9 +414,8 @@ async def foreign_cluster(client: KubeClient, peer_id: str) -> dict[str, Any] | 
 
 async def _find(client: KubeClient, name: str) -> dict[str, Any]:
     items, _ = await client.list_all(FOREIGN_CLUSTERS)
-    for fc in items:
-        if name in (fc["metadata"]["name"], cluster_id(fc), fc["spec"].get("clusterName")):
-            return fc
+    if (found := named(items, name)) is not None:
+        return found
     known = ", ".join(fc["metadata"]["name"] for fc in items) or "none"
     raise PeeringError(f"no peer named {name!r} (known: {known})")
 

@@ -28,11 +28,6 @@ def working_mode_crd() -> dict[str, Any]:
                 "Autonomous: this cluster schedules; Tethered: the peer does.", tuple(Mode), default="Autonomous"
             ),
             "peer": string("The controlling peer's cluster ID (Tethered only).", pattern=CLUSTER_UUID_PATTERN),
-            "keepForeignWorkloads": {
-                "type": "boolean",
-                "description": "On untethering, leave the peer's pods running here rather than draining them.",
-                "default": False,
-            },
             "fallbackAfterSeconds": integer(
                 "End the tether by itself once the peer is unreachable this long (unset: never).",
                 minimum=MIN_FALLBACK_SECONDS,

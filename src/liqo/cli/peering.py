@@ -278,19 +278,20 @@ def info(kubeconfig: Kubeconfig = None, context: Context = None, output: Format 
         return
     local = report["local"]
     line(
-        "[bold]{name}[/bold] ({id})  API {api}  auth {auth}  {network}",
+        "[bold]{name}[/bold] ({id})  API {api}  auth {auth}  {network}  {mode}",
         name=local["clusterName"],
         id=local["clusterID"],
         api=local["apiServerURL"],
         auth=local["authURL"],
         network=_network(local["network"]),
+        mode=f"Tethered to {local['tetheredTo']}" if local["tetheredTo"] else local["workingMode"],
     )
     table(
         ["peer", "role", "outgoing", "incoming", "auth", "api", "network", "accepted", "offered"],
         [
             [
                 p["name"],
-                p["role"],
+                f"{p['role']} (tethered here)" if p["tethered"] else p["role"],
                 *(
                     p["conditions"].get(c, {}).get("status", "-")
                     for c in (

@@ -21,9 +21,18 @@ from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
 from liqo.kube.events import EventRecorder
+from liqo.kube.metrics import CacheGauge
 from liqo.kube.objects import Obj
 from liqo.kube.resources import NAMESPACES, NODES, PODS
-from liqo.modes.observe import movable, namespaces_of, peer_of, status_manifest, status_of, tether_offloading
+from liqo.modes.observe import (
+    mode_sample,
+    movable,
+    namespaces_of,
+    peer_of,
+    status_manifest,
+    status_of,
+    tether_offloading,
+)
 from liqo.modes.plan import Evict, Localise, Observed, Offload, Pod, SetStatus, Step, Unoffload, next_step
 
 log = logging.getLogger(__name__)
@@ -69,6 +78,18 @@ class WorkingModes(Component):
     def controllers(self) -> list[Controller[Any]]:
         """The control loop."""
         return [self.controller]
+
+    @property
+    def gauges(self) -> list[CacheGauge]:
+        """The mode asked for, where the switch is, and the peer of the tether (1 for the one combination)."""
+        return [
+            CacheGauge(
+                "liqo_working_mode",
+                "This cluster's working mode as asked (mode), where the switch is (phase), and the tether's peer.",
+                ("mode", "phase", "peer"),
+                lambda: [mode_sample(self.modes.store.get(NAME))],
+            )
+        ]
 
     async def reconcile(self, _key: str) -> Result | None:
         """Take the next step of the switch, if any; look again as soon as it is taken."""

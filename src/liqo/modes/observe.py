@@ -13,7 +13,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus, ConditionType, Reason, cluster_id
 from liqo.api.resources import NAMESPACE_OFFLOADINGS
-from liqo.api.workingmodes import ACCEPTS_TETHERING, SWITCHED, ModePhase, ModeReason
+from liqo.api.workingmodes import ACCEPTS_TETHERING, SWITCHED, ModePhase, ModeReason, WorkingModeSpec
 from liqo.kube.objects import Obj
 from liqo.kube.timefmt import format_time, parse_time
 from liqo.modes.plan import Namespace, Peer, Pod, Status, stays_local
@@ -127,6 +127,12 @@ def status_manifest(status: Status, *, offloaded: Iterable[str], now: datetime.d
     if status.peer:
         body["peer"] = status.peer
     return body
+
+
+def mode_sample(working_mode: Mapping[str, Any] | None) -> tuple[tuple[str, str, str], float]:
+    """The one sample of ``liqo_working_mode``: (mode asked, phase, peer), 1 (pure)."""
+    spec, status = WorkingModeSpec.of(working_mode), status_of(working_mode)
+    return (spec.mode.value, status.phase.value, status.peer or spec.peer), 1.0
 
 
 def tether_offloading(namespace: str, *, peer: str) -> Obj:

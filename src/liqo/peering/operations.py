@@ -27,7 +27,9 @@ from liqo.api.identity import ClusterIdentity, read_identity
 from liqo.api.networks import NETWORK
 from liqo.api.offers import OfferPhase
 from liqo.api.peers import kubeconfig_of
-from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_OFFERS, RESOURCE_REQUESTS, VIRTUAL_NODES, WORKING_MODES
+from liqo.api.workingmodes import NAME as WORKING_MODE
+from liqo.api.workingmodes import WorkingModeSpec, tethered_to
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import InvalidError, NotFoundError
 from liqo.kube.resources import NAMESPACES, SECRETS
@@ -453,6 +455,7 @@ def _now() -> str:
 async def info(client: KubeClient) -> dict[str, Any]:
     """The local identity and every peer with its conditions, offered and accepted resources (no secrets)."""
     local = await installed(client, role="local")
+    working_mode = await client.get_or_none(WORKING_MODES, WORKING_MODE)
     peers = []
     items, _ = await client.list_all(FOREIGN_CLUSTERS)
     for fc in items:
@@ -481,6 +484,7 @@ async def info(client: KubeClient) -> dict[str, Any]:
                 else {},
                 "offered": _resources(our_offer),
                 "identityExpiresAt": ((fc.get("status") or {}).get("identity") or {}).get("expiresAt"),
+                "tethered": bool((fc.get("status") or {}).get("tethered")),
                 "network": fc["spec"].get(NETWORK),
             }
         )
@@ -492,6 +496,8 @@ async def info(client: KubeClient) -> dict[str, Any]:
             "authURL": local.auth_url,
             "labels": local.cluster_labels,
             "network": local.network.to_message() if local.network else None,
+            "workingMode": WorkingModeSpec.of(working_mode).mode.value,
+            "tetheredTo": tethered_to(working_mode),
         },
         "peers": peers,
     }

@@ -34,6 +34,7 @@ from liqo.api.networks import UNKNOWN_HINT, ClusterNetwork, InvalidNetwork, conf
 from liqo.api.offers import OfferPhase, OfferState
 from liqo.api.peerings import wants_outgoing
 from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
+from liqo.api.workingmodes import TETHERED
 from liqo.kube.controller import Controller, Result
 from liqo.kube.errors import ApiError, KubeError
 from liqo.kube.metrics import CacheGauge
@@ -103,6 +104,8 @@ def peer_status(state: PeerState, *, now: datetime.datetime) -> dict[str, Any]:
     }
     if state.heard_by:
         status["discovery"] = state.heard_by
+    if ((state.their_offer or {}).get("spec") or {}).get(TETHERED) is True:
+        status["tethered"] = True
     if outgoing:
         status["tenantNamespace"]["remote"] = names.tenant_namespace(state.local_id)
         if state.api_server_url:

@@ -11,7 +11,15 @@ from hypothesis import strategies as st
 from liqo.api import names
 from liqo.api.workingmodes import ACCEPTS_TETHERING, ModePhase, ModeReason
 from liqo.kube.objects import Obj
-from liqo.modes.observe import movable, namespaces_of, peer_of, status_manifest, status_of, tether_offloading
+from liqo.modes.observe import (
+    mode_sample,
+    movable,
+    namespaces_of,
+    peer_of,
+    status_manifest,
+    status_of,
+    tether_offloading,
+)
 from liqo.modes.plan import Namespace, Peer, Pod, Status
 
 T0 = datetime.datetime(2026, 11, 29, 12, 0, tzinfo=datetime.UTC)
@@ -99,3 +107,9 @@ def test_only_running_pods_a_controller_owns_are_moved_and_their_node_says_where
         pod("leaving", "laptop", going=True),
     ]
     assert movable(pods, peer_node="liqo-enterprise") == ([Pod("default", "here")], [Pod("default", "there")])
+
+
+def test_the_working_mode_metric_says_what_is_asked_where_the_switch_is_and_the_peer() -> None:
+    assert mode_sample(None) == (("Autonomous", "Autonomous", ""), 1.0)
+    tethering = {"spec": {"mode": "Tethered", "peer": PEER}, "status": {"phase": "Tethering", "peer": PEER}}
+    assert mode_sample(tethering) == (("Tethered", "Tethering", PEER), 1.0)

@@ -114,6 +114,11 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 "maxItems": MAX_HEARD_BY,
                 "x-kubernetes-list-type": "atomic",
             },
+            "tethered": {
+                "type": "boolean",
+                "description": "The peer is tethered to this cluster (its offer says so): this cluster schedules"
+                " its workloads (docs/modes.md).",
+            },
             "conditions": conditions(
                 "The state of each aspect of the peering.",
                 types=tuple(ConditionType),
@@ -137,6 +142,13 @@ def foreign_cluster_crd() -> dict[str, Any]:
                 "Network",
                 '.status.conditions[?(@.type=="NetworkStatus")].reason',
                 description="How addresses pass between the peer and this cluster: DirectRouting, CIDROverlap...",
+                priority=1,
+            ),
+            column(
+                "Tethered",
+                ".status.tethered",
+                type_="boolean",
+                description="The peer is tethered to this cluster: this cluster schedules its workloads.",
                 priority=1,
             ),
             column(

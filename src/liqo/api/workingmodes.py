@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from liqo.api import names
+from liqo.api.resources import NAMESPACE_OFFLOADINGS
+
 NAME = "cluster"
 """The one WorkingMode of a cluster."""
 MIN_FALLBACK_SECONDS = 30
@@ -115,3 +118,31 @@ def tethered_to(working_mode: Mapping[str, Any] | None) -> str | None:
     if status.get("phase") in (ModePhase.TETHERING, ModePhase.TETHERED, ModePhase.UNTETHERING):
         return str(status.get("peer") or "") or None
     return None
+
+
+def made_for_tether(offloading: Mapping[str, Any]) -> bool:
+    """Whether a NamespaceOffloading was made by a tether, on either side (its annotation) (pure)."""
+    return ((offloading.get("metadata") or {}).get("annotations") or {}).get(names.MADE_FOR_TETHER) == "true"
+
+
+def tether_offloading(namespace: str, *, peer: str, strategy: str) -> dict[str, Any]:
+    """The NamespaceOffloading a tether makes of ``namespace``: its pods to ``peer``'s virtual node (pure).
+
+    ``Remote`` on the tethered cluster (every pod goes to the peer), ``LocalAndRemote`` on the peer for the
+    tethered cluster's twins (its scheduler may send them back). Marked as the tether's
+    (:func:`made_for_tether`): the tether undoes it, and only it.
+    """
+    return {
+        "apiVersion": NAMESPACE_OFFLOADINGS.api_version,
+        "kind": NAMESPACE_OFFLOADINGS.kind,
+        "metadata": {
+            "name": names.OFFLOADING,
+            "namespace": namespace,
+            "annotations": {names.MADE_FOR_TETHER: "true"},
+        },
+        "spec": {
+            "podOffloadingStrategy": strategy,
+            "namespaceMappingStrategy": "DefaultName",
+            "clusterSelector": {names.REMOTE_CLUSTER_ID: peer},
+        },
+    }

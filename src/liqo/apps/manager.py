@@ -44,6 +44,7 @@ from liqo.kube.resources import CONFIGMAPS
 from liqo.kube.shell import Leadership, Shell, reload_tls, server_tls
 from liqo.kube.waiting import poll_until
 from liqo.modes.controller import WorkingModes
+from liqo.modes.controlling import TetheredHere
 from liqo.network.configs import NetworkConfigs
 from liqo.offloading import registration
 from liqo.offloading.consumer_namespaces import NamespaceOffloadings
@@ -465,6 +466,7 @@ async def _controllers(
         network_configs,
         discovered,
         WorkingModes(client=client, informers=informers, events=events),
+        TetheredHere(client=client, informers=informers, local_id=local.cluster_id),
     ]
     try:
         await run_components(components, informers=informers)

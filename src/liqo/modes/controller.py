@@ -15,7 +15,7 @@ from typing import Any
 from liqo.api import names
 from liqo.api.foreignclusters import ForeignClusters, cluster_id
 from liqo.api.resources import NAMESPACE_OFFLOADINGS, RESOURCE_OFFERS, WORKING_MODES
-from liqo.api.workingmodes import NAME, ModePhase, WorkingModeSpec
+from liqo.api.workingmodes import NAME, ModePhase, WorkingModeSpec, made_for_tether, tether_offloading
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -31,7 +31,6 @@ from liqo.modes.observe import (
     peer_of,
     status_manifest,
     status_of,
-    tether_offloading,
 )
 from liqo.modes.plan import Evict, Localise, Observed, Offload, Pod, SetStatus, Step, Unoffload, next_step
 
@@ -143,7 +142,7 @@ class WorkingModes(Component):
             case SetStatus(status):
                 if working_mode is None:
                     return True  # nothing to write it on: an Autonomous cluster never asked for anything
-                offloaded = [n["metadata"]["namespace"] for n in self.offloadings.store.list() if _made_for_tether(n)]
+                offloaded = [n["metadata"]["namespace"] for n in self.offloadings.store.list() if made_for_tether(n)]
                 body = status_manifest(status, offloaded=offloaded, now=self._clock())
                 await self._client.apply_status(WORKING_MODES, name=NAME, status=body)
                 if status.phase in (ModePhase.TETHERED, ModePhase.AUTONOMOUS) or status.message:
@@ -153,7 +152,9 @@ class WorkingModes(Component):
                         about, type="Normal", reason=reason, message=status.message or status.phase.value
                     )
             case Offload(namespace, peer):
-                await self._client.apply(NAMESPACE_OFFLOADINGS, tether_offloading(namespace, peer=peer))
+                await self._client.apply(
+                    NAMESPACE_OFFLOADINGS, tether_offloading(namespace, peer=peer, strategy="Remote")
+                )
             case Localise(namespace):
                 patch = {"spec": {"podOffloadingStrategy": "Local"}}
                 await self._client.patch(NAMESPACE_OFFLOADINGS, names.OFFLOADING, patch, namespace=namespace)
@@ -162,7 +163,3 @@ class WorkingModes(Component):
             case Evict(pod):
                 return await self._client.evict(pod.name, namespace=pod.namespace)
         return True
-
-
-def _made_for_tether(offloading: Obj) -> bool:
-    return (offloading["metadata"].get("annotations") or {}).get(names.MADE_FOR_TETHER) == "true"

@@ -12,9 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus, ConditionType, Reason, cluster_id
-from liqo.api.resources import NAMESPACE_OFFLOADINGS
-from liqo.api.workingmodes import ACCEPTS_TETHERING, SWITCHED, ModePhase, ModeReason, WorkingModeSpec
-from liqo.kube.objects import Obj
+from liqo.api.workingmodes import ACCEPTS_TETHERING, SWITCHED, ModePhase, ModeReason, WorkingModeSpec, made_for_tether
 from liqo.kube.timefmt import format_time, parse_time
 from liqo.modes.plan import Namespace, Peer, Pod, Status, stays_local
 
@@ -55,10 +53,7 @@ def namespaces_of(namespaces: Iterable[Mapping[str, Any]], offloadings: Iterable
             continue
         offloading = by_namespace.get(meta["name"])
         spec = (offloading or {}).get("spec") or {}
-        ours = (
-            offloading is not None
-            and (offloading["metadata"].get("annotations") or {}).get(names.MADE_FOR_TETHER) == "true"
-        )
+        ours = offloading is not None and made_for_tether(offloading)
         found.append(
             Namespace(
                 name=meta["name"],
@@ -133,21 +128,3 @@ def mode_sample(working_mode: Mapping[str, Any] | None) -> tuple[tuple[str, str,
     """The one sample of ``liqo_working_mode``: (mode asked, phase, peer), 1 (pure)."""
     spec, status = WorkingModeSpec.of(working_mode), status_of(working_mode)
     return (spec.mode.value, status.phase.value, status.peer or spec.peer), 1.0
-
-
-def tether_offloading(namespace: str, *, peer: str) -> Obj:
-    """The NamespaceOffloading a tether makes: every pod of ``namespace`` to ``peer``'s virtual node (pure)."""
-    return {
-        "apiVersion": NAMESPACE_OFFLOADINGS.api_version,
-        "kind": NAMESPACE_OFFLOADINGS.kind,
-        "metadata": {
-            "name": names.OFFLOADING,
-            "namespace": namespace,
-            "annotations": {names.MADE_FOR_TETHER: "true"},
-        },
-        "spec": {
-            "podOffloadingStrategy": "Remote",
-            "namespaceMappingStrategy": "DefaultName",
-            "clusterSelector": {names.REMOTE_CLUSTER_ID: peer},
-        },
-    }

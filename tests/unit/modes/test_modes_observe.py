@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
-from liqo.api.workingmodes import ACCEPTS_TETHERING, ModePhase, ModeReason
+from liqo.api.workingmodes import ACCEPTS_TETHERING, ModePhase, ModeReason, tether_offloading
 from liqo.kube.objects import Obj
 from liqo.modes.observe import (
     mode_sample,
@@ -18,7 +18,6 @@ from liqo.modes.observe import (
     peer_of,
     status_manifest,
     status_of,
-    tether_offloading,
 )
 from liqo.modes.plan import Namespace, Peer, Pod, Status
 
@@ -71,7 +70,7 @@ def test_a_peer_is_read_from_its_records_conditions_and_its_offer() -> None:
 
 
 def test_namespaces_know_their_offloading_and_whether_the_tether_made_it() -> None:
-    made = tether_offloading("default", peer=PEER)
+    made = tether_offloading("default", peer=PEER, strategy="Remote")
     admins = {"metadata": {"name": names.OFFLOADING, "namespace": "shop"}, "spec": {"podOffloadingStrategy": "Local"}}
     found = namespaces_of(
         [

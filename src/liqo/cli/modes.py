@@ -67,13 +67,16 @@ def show(
 def _switch(
     mode: Mode,
     *,
-    to: str | None,
-    fallback_after: float | None,
+    to: str | None = None,
+    fallback_after: float | None = None,
     wait: bool,
     timeout: float,
     kubeconfig: str | None,
     context: str | None,
-) -> dict[str, Any]:
+    output: Format,
+) -> None:
+    """Ask for ``mode``, wait for it if asked, and print where the switch is."""
+
     async def run() -> dict[str, Any]:
         async with client_for(kubeconfig, context) as client:
             generation = await operations.switch(
@@ -88,7 +91,13 @@ def _switch(
             return await operations.wait_switched(client, generation=generation, timeout=timeout, progress=progress)
 
     with _failures():
-        return asyncio.run(run())
+        row = asyncio.run(run())
+    if output is Format.TABLE and wait:
+        if mode is Mode.TETHERED:
+            line("tethered to [bold]{peer}[/bold]", peer=row.get("peer", to))
+        else:
+            line("[bold]autonomous[/bold]: this cluster schedules its own workloads")
+    _print(row, fmt=output)
 
 
 @mode_app.command("tethered")
@@ -107,7 +116,7 @@ def tethered(
     output: Format = OUTPUT_OPTION,
 ) -> None:
     """Hand this cluster's scheduling to one peer: its namespaces go there, and the peer places pods here."""
-    row = _switch(
+    _switch(
         Mode.TETHERED,
         to=to,
         fallback_after=fallback_after,
@@ -115,10 +124,8 @@ def tethered(
         timeout=timeout,
         kubeconfig=kubeconfig,
         context=context,
+        output=output,
     )
-    if output is Format.TABLE and wait:
-        line("tethered to [bold]{peer}[/bold]", peer=row.get("peer", to))
-    _print(row, fmt=output)
 
 
 @mode_app.command("autonomous")
@@ -130,15 +137,4 @@ def autonomous(
     output: Format = OUTPUT_OPTION,
 ) -> None:
     """Take scheduling back: the tether's namespaces come home, their pods rescheduled here."""
-    row = _switch(
-        Mode.AUTONOMOUS,
-        to=None,
-        fallback_after=None,
-        wait=wait,
-        timeout=timeout,
-        kubeconfig=kubeconfig,
-        context=context,
-    )
-    if output is Format.TABLE and wait:
-        line("[bold]autonomous[/bold]: this cluster schedules its own workloads")
-    _print(row, fmt=output)
+    _switch(Mode.AUTONOMOUS, wait=wait, timeout=timeout, kubeconfig=kubeconfig, context=context, output=output)

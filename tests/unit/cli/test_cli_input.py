@@ -130,3 +130,13 @@ def test_the_manager_takes_caps_of_zero_or_more() -> None:
     for bad in ("-1", "x", "²"):
         with pytest.raises(SystemExit):
             parse_args([f"--max-pending-tenants={bad}"])
+
+
+def test_mode_tethered_names_its_peer_and_the_cluster_it_talks_to(tmp_path: Path) -> None:
+    missing = CliRunner().invoke(app, ["mode", "tethered"])
+    assert missing.exit_code == 2
+    assert "--to" in missing.output
+    nowhere = tmp_path / "no.kubeconfig"
+    result = CliRunner().invoke(app, ["mode", "tethered", "--to", "corp", "--kubeconfig", str(nowhere)])
+    assert result.exit_code == 1
+    assert f"no kubeconfig at {nowhere}" in " ".join(result.output.split())

@@ -115,9 +115,10 @@ class WorkingModes(Component):
         ours = [n for n in namespaces if n.ours]
         if status.phase is not ModePhase.AUTONOMOUS or ours:
             peer_node = self._virtual_node_of(status.peer or next((n.peer for n in ours), ""))
+            virtual_nodes = frozenset(n["metadata"]["name"] for n in self.virtual_nodes.store.list())
             for namespace in ours:
                 pods, _ = await self._client.list_all(PODS, namespace=namespace.name)
-                found = movable(pods, peer_node=peer_node)
+                found = movable(pods, peer_node=peer_node, virtual_nodes=virtual_nodes)
                 local += found[0]
                 on_peer += found[1]
         return Observed(

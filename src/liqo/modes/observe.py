@@ -12,6 +12,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.foreignclusters import ConditionStatus, ConditionType, Reason, cluster_id
+from liqo.api.offloadings import OffloadingPhase
 from liqo.api.workingmodes import ACCEPTS_TETHERING, SWITCHED, ModePhase, ModeReason, WorkingModeSpec, made_for_tether
 from liqo.kube.timefmt import format_time, parse_time
 from liqo.modes.plan import Namespace, Peer, Pod, Status, stays_local
@@ -54,9 +55,11 @@ def namespaces_of(namespaces: Iterable[Mapping[str, Any]], offloadings: Iterable
         offloading = by_namespace.get(meta["name"])
         spec = (offloading or {}).get("spec") or {}
         ours = offloading is not None and made_for_tether(offloading)
+        phase = ((offloading or {}).get("status") or {}).get("offloadingPhase")
         found.append(
             Namespace(
                 name=meta["name"],
+                ready=phase == OffloadingPhase.READY,
                 stays_local=stays_local(meta["name"], meta.get("labels") or {}),
                 offloading=None if offloading is None else str(spec.get("podOffloadingStrategy") or "LocalAndRemote"),
                 ours=ours,
@@ -66,11 +69,13 @@ def namespaces_of(namespaces: Iterable[Mapping[str, Any]], offloadings: Iterable
     return sorted(found, key=lambda n: n.name)
 
 
-def movable(pods: Iterable[Mapping[str, Any]], *, peer_node: str | None) -> tuple[list[Pod], list[Pod]]:
+def movable(
+    pods: Iterable[Mapping[str, Any]], *, peer_node: str | None, virtual_nodes: frozenset[str]
+) -> tuple[list[Pod], list[Pod]]:
     """The pods a switch may move: (those on this cluster's own nodes, those on the peer's virtual node) (pure).
 
     Only pods a controller owns (it makes them again where the placement now says) that are bound, running or
-    about to, and not already going.
+    about to, and not already going; a pod on another provider's virtual node is neither.
     """
     local: list[Pod] = []
     remote: list[Pod] = []
@@ -81,7 +86,10 @@ def movable(pods: Iterable[Mapping[str, Any]], *, peer_node: str | None) -> tupl
         if not owned or not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in _DONE:
             continue
         ref = Pod(namespace=meta["namespace"], name=meta["name"])
-        (remote if node == peer_node else local).append(ref)
+        if node == peer_node:
+            remote.append(ref)
+        elif node not in virtual_nodes:
+            local.append(ref)
     return sorted(local, key=_order), sorted(remote, key=_order)
 
 

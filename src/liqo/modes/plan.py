@@ -13,8 +13,8 @@ WorkingMode's status::
 - **Tethering** offloads every namespace of this cluster but the system ones (:func:`stays_local`) to the
   peer, pods there ``Remote`` (the pod placement then puts every new pod on the peer's virtual node), then
   evicts this cluster's pods of those namespaces that a controller re-creates (the Eviction API: their
-  PodDisruptionBudgets hold), so they come back on the peer. A pod no controller owns is left where it
-  runs: evicted, it would be lost.
+  PodDisruptionBudgets hold), once each offloading is Ready, so they come back on the peer. A pod no
+  controller owns is left where it runs: evicted, it would be lost.
 - **Tethered** offloads the namespaces made since, and watches the peer: unreachable longer than
   ``fallbackAfter`` (if set), the tether ends by itself, and is not made again until the spec changes.
 - **Untethering** turns the tether's offloadings ``Local`` (new pods run here), evicts the pods of those
@@ -64,6 +64,8 @@ class Namespace:
     """Its NamespaceOffloading was made by the tether."""
     peer: str = ""
     """The peer the tether's offloading sends its pods to (ours only)."""
+    ready: bool = False
+    """Its offloading is Ready: twins made, the namespace labelled, so new pods get the placement."""
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,11 @@ def _tethered(observed: Observed) -> Step | None:
         if not namespace.stays_local and namespace.offloading is None:
             return Offload(namespace=namespace.name, peer=peer_id)
     if observed.local_pods:
-        return Evict(observed.local_pods[0])
+        # Only where the offloading is Ready: before, the pod placement may not act yet, and the replacement
+        # of an evicted pod would start here again. The offloading's status wakes the controller.
+        ready = {n.name for n in observed.namespaces if n.ready}
+        movable = [p for p in observed.local_pods if p.namespace in ready]
+        return Evict(movable[0]) if movable else None
     tethered = Status(
         phase=ModePhase.TETHERED,
         peer=peer_id,

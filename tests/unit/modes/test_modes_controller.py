@@ -82,17 +82,30 @@ def _api() -> FakeApi:
     )
 
 
+async def offloadings_made_ready(api: FakeApi) -> None:
+    """What the offloading controller does, as far as the switch sees it: each NamespaceOffloading Ready."""
+    while True:
+        for (plural, _, _), obj in list(api.objects.items()):
+            if plural == NAMESPACE_OFFLOADINGS.plural and (obj.get("status") or {}).get("offloadingPhase") != "Ready":
+                api.put(NAMESPACE_OFFLOADINGS, obj | {"status": {"offloadingPhase": "Ready"}})
+        await asyncio.sleep(0.05)
+
+
 @contextlib.asynccontextmanager
 async def running(api: FakeApi) -> AsyncIterator[WorkingModes]:
     client = cast(KubeClient, api)
     informers = SharedInformers(client)
     modes = WorkingModes(client=client, informers=informers, events=EventRecorder(client=client, component="test"))
-    task = asyncio.create_task(run_components([modes], informers=informers))
+    tasks = [
+        asyncio.create_task(run_components([modes], informers=informers)),
+        asyncio.create_task(offloadings_made_ready(api)),
+    ]
     try:
         yield modes
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _phase(api: FakeApi) -> str | None:

@@ -82,7 +82,7 @@ def test_namespaces_know_their_offloading_and_whether_the_tether_made_it() -> No
         [made, admins],
     )
     assert found == [
-        Namespace("default", offloading="Remote", ours=True, peer=PEER),
+        Namespace("default", offloading="Remote", ours=True, peer=PEER),  # not Ready: no status yet
         Namespace("kube-system", stays_local=True),
         Namespace("shop", offloading="Local"),
     ]
@@ -104,8 +104,13 @@ def test_only_running_pods_a_controller_owns_are_moved_and_their_node_says_where
         pod("unbound", None),
         pod("done", "laptop", phase="Succeeded"),
         pod("leaving", "laptop", going=True),
+        pod("elsewhere", "liqo-other-provider"),
     ]
-    assert movable(pods, peer_node="liqo-enterprise") == ([Pod("default", "here")], [Pod("default", "there")])
+    virtual_nodes = frozenset({"liqo-enterprise", "liqo-other-provider"})
+    assert movable(pods, peer_node="liqo-enterprise", virtual_nodes=virtual_nodes) == (
+        [Pod("default", "here")],
+        [Pod("default", "there")],
+    )
 
 
 def test_the_working_mode_metric_says_what_is_asked_where_the_switch_is_and_the_peer() -> None:

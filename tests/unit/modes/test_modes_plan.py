@@ -91,8 +91,10 @@ def test_tethering_offloads_each_namespace_but_the_local_ones_then_moves_local_p
         Namespace("shop", offloading="LocalAndRemote"),  # the admin's own: left as it is
     )
     assert next_step(_observed(status=tethering, namespaces=namespaces)) == Offload("default", ENTERPRISE)
-    done = (*namespaces[:1], Namespace("default", offloading="Remote", ours=True), namespaces[2])
+    pending = (*namespaces[:1], Namespace("default", offloading="Remote", ours=True), namespaces[2])
     pod = Pod("default", "web-1")
+    assert next_step(_observed(status=tethering, namespaces=pending, local_pods=(pod,))) is None  # not Ready yet
+    done = (*namespaces[:1], Namespace("default", offloading="Remote", ours=True, ready=True), namespaces[2])
     assert next_step(_observed(status=tethering, namespaces=done, local_pods=(pod,))) == Evict(pod)
     step = next_step(_observed(status=tethering, namespaces=done))
     assert isinstance(step, SetStatus)
@@ -168,15 +170,15 @@ class Model:
         match step:
             case SetStatus(status):
                 self.status = status
-            case Offload(namespace, _):
+            case Offload(namespace, _):  # and its controller makes it Ready
                 self.namespaces[namespace] = dataclasses.replace(
-                    self.namespaces[namespace], offloading="Remote", ours=True
+                    self.namespaces[namespace], offloading="Remote", ours=True, ready=True
                 )
             case Localise(namespace):
                 self.namespaces[namespace] = dataclasses.replace(self.namespaces[namespace], offloading="Local")
             case Unoffload(namespace):
                 self.namespaces[namespace] = dataclasses.replace(
-                    self.namespaces[namespace], offloading=None, ours=False
+                    self.namespaces[namespace], offloading=None, ours=False, ready=False
                 )
             case Evict(pod):  # its controller makes it again where the offloading's strategy says
                 remote = self.namespaces[pod.namespace].offloading == "Remote"

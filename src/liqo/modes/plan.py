@@ -229,6 +229,9 @@ def _tethered(observed: Observed) -> Step | None:
     peer = observed.peer(peer_id)
     if peer is None or not peer.consuming:
         return _start_untethering(observed, reason=ModeReason.NOT_CONSUMING, message=f"no longer peered with {peer_id}")
+    if not peer.accepts_tether:
+        message = f"the sharing policy of {peer_id} no longer accepts tethered clusters"
+        return _start_untethering(observed, reason=ModeReason.NOT_ACCEPTED, message=message)
     if (
         spec.fallback_after is not None
         and peer.unreachable_since is not None

@@ -223,3 +223,10 @@ def test_a_tether_and_its_end_leave_every_namespace_and_pod_where_they_belong(
     assert ended.phase is ModePhase.AUTONOMOUS
     assert model.namespaces == namespaces
     assert all(at == "local" for p, at in model.pods.items() if p.namespace not in admin_offloaded)
+
+
+def test_a_peer_that_stops_accepting_tethered_clusters_ends_the_tether_saying_so() -> None:
+    tethered = Status(phase=ModePhase.TETHERED, peer=ENTERPRISE, observed_generation=2)
+    step = next_step(_observed(status=tethered, peers=(dataclasses.replace(READY, accepts_tether=False),)))
+    assert isinstance(step, SetStatus)
+    assert (step.status.phase, step.status.reason) == (ModePhase.UNTETHERING, ModeReason.NOT_ACCEPTED)

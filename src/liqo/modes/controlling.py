@@ -28,6 +28,8 @@ from liqo.kube.controller import Controller
 from liqo.kube.resources import NAMESPACES, terminating
 
 KEY = "tethered-here"
+BACK = "LocalAndRemote"
+"""The twins' pods may run here or on the tethered cluster: this cluster's scheduler decides."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,13 @@ def changes(
         meta = namespace["metadata"]
         labels = meta.get("labels") or {}
         consumer = names.labelled_peer_id(namespace)
-        is_twin = consumer is not None and names.ORIGIN_NAMESPACE in labels
+        if consumer is None or names.ORIGIN_NAMESPACE not in labels:
+            continue  # not a twin: this cluster's own namespaces (its own tether's among them) are not ours here
         current = existing.get(meta["name"])
         ours = current is not None and made_for_tether(current)
-        wanted = is_twin and consumer in tethered and not terminating(namespace)
-        if wanted and current is None and consumer is not None:
+        wanted = consumer in tethered and not terminating(namespace)
+        desired = tether_offloading(meta["name"], peer=consumer, strategy=BACK)["spec"]
+        if wanted and (current is None or (ours and (current.get("spec") or {}) != desired)):
             offload.append((meta["name"], consumer))
         elif ours and not wanted and current is not None and not terminating(current):
             unoffload.append(meta["name"])
@@ -106,7 +110,7 @@ class TetheredHere(Component):
         todo = changes(tethered, namespaces=self.namespaces.store.list(), offloadings=self.offloadings.store.list())
         for twin, consumer in todo.offload:
             await self._client.apply(
-                NAMESPACE_OFFLOADINGS, tether_offloading(twin, peer=consumer, strategy="LocalAndRemote")
+                NAMESPACE_OFFLOADINGS, tether_offloading(twin, peer=consumer, strategy=BACK)
             )
         for twin in todo.unoffload:
             await self._client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=twin, missing_ok=True)

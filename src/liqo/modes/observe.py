@@ -54,13 +54,15 @@ def namespaces_of(namespaces: Iterable[Mapping[str, Any]], offloadings: Iterable
             continue
         offloading = by_namespace.get(meta["name"])
         spec = (offloading or {}).get("spec") or {}
-        ours = offloading is not None and made_for_tether(offloading)
+        local = stays_local(meta["name"], meta.get("labels") or {})
+        # A twin's tether offloading is the controlling side's (liqo.modes.controlling), never this switch's.
+        ours = offloading is not None and made_for_tether(offloading) and not local
         phase = ((offloading or {}).get("status") or {}).get("offloadingPhase")
         found.append(
             Namespace(
                 name=meta["name"],
                 ready=phase == OffloadingPhase.READY,
-                stays_local=stays_local(meta["name"], meta.get("labels") or {}),
+                stays_local=local,
                 offloading=None if offloading is None else str(spec.get("podOffloadingStrategy") or "LocalAndRemote"),
                 ours=ours,
                 peer=str((spec.get("clusterSelector") or {}).get(names.REMOTE_CLUSTER_ID) or "") if ours else "",

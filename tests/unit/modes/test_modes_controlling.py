@@ -46,7 +46,14 @@ def test_only_the_twins_of_tethered_consumers_are_offloaded_back_and_only_the_te
         offload=(("default-00000000", LAPTOP),)
     )
     made = tether_offloading("default-00000000", peer=LAPTOP, strategy="LocalAndRemote")
-    assert changes(frozenset({LAPTOP}), namespaces=namespaces, offloadings=[admins, made]) == Changes()
-    assert changes(frozenset(), namespaces=namespaces, offloadings=[admins, made]) == Changes(
+    # This cluster's own tether (to another peer) offloads its own namespaces: never this side's to undo.
+    own = tether_offloading("default", peer=OTHER, strategy="Remote")
+    assert changes(frozenset({LAPTOP}), namespaces=namespaces, offloadings=[admins, made, own]) == Changes()
+    assert changes(frozenset(), namespaces=namespaces, offloadings=[admins, made, own]) == Changes(
         unoffload=("default-00000000",)
+    )
+    # Changed by someone (its strategy turned Local): made as it should be again.
+    turned = tether_offloading("default-00000000", peer=LAPTOP, strategy="Local")
+    assert changes(frozenset({LAPTOP}), namespaces=namespaces, offloadings=[admins, turned]) == Changes(
+        offload=(("default-00000000", LAPTOP),)
     )

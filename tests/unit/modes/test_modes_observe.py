@@ -71,6 +71,7 @@ def test_a_peer_is_read_from_its_records_conditions_and_its_offer() -> None:
 
 def test_namespaces_know_their_offloading_and_whether_the_tether_made_it() -> None:
     made = tether_offloading("default", peer=PEER, strategy="Remote")
+    back = tether_offloading("shop-1a2b3c4d", peer=PEER, strategy="LocalAndRemote")  # the controlling side's
     admins = {"metadata": {"name": names.OFFLOADING, "namespace": "shop"}, "spec": {"podOffloadingStrategy": "Local"}}
     found = namespaces_of(
         [
@@ -78,13 +79,15 @@ def test_namespaces_know_their_offloading_and_whether_the_tether_made_it() -> No
             {"metadata": {"name": "default"}},
             {"metadata": {"name": "kube-system"}},
             {"metadata": {"name": "going", "deletionTimestamp": "2026-11-29T12:00:00Z"}},
+            {"metadata": {"name": "shop-1a2b3c4d", "labels": {names.ORIGIN_NAMESPACE: "shop"}}},
         ],
-        [made, admins],
+        [made, admins, back],
     )
     assert found == [
         Namespace("default", offloading="Remote", ours=True, peer=PEER),  # not Ready: no status yet
         Namespace("kube-system", stays_local=True),
         Namespace("shop", offloading="Local"),
+        Namespace("shop-1a2b3c4d", stays_local=True, offloading="LocalAndRemote"),  # not this switch's to undo
     ]
 
 

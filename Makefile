@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 LANES ?= 3
 LANE_ARGS := $(if $(filter-out 0 1,$(LANES)),-n $(LANES) --dist loadfile)
 
-.PHONY: help setup apt venv binaries image chart demo demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network clean
+.PHONY: help setup apt venv binaries image chart demo demo-tether demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-pods PODS=N     liqo as pods: install, memory idle and during an offload, hand-over"
 	@echo "make bench-network REPEAT=K [PREFIX=name] pod→pod through the fabric vs bare wireguard-go"
 	@echo "make chart        rewrite charts/liqo's generated files from src/liqo/install"
+	@echo "make demo-tether  set up, then a laptop cluster tethers to an enterprise's and back (docs/modes.md)"
 	@echo "make demo-down    stop and delete the demo clusters"
 
 setup: apt venv binaries
@@ -65,9 +66,14 @@ chart: venv
 demo: setup
 	LIQOCTL=$(LIQOCTL) scripts/demo.sh
 
+demo-tether: setup
+	LIQOCTL=$(LIQOCTL) scripts/demo-tether.sh
+
 demo-down: venv
 	-$(LIQOCTL) local down rome --purge
 	-$(LIQOCTL) local down milan --purge
+	-$(LIQOCTL) local down laptop --purge
+	-$(LIQOCTL) local down enterprise --purge
 
 lint: venv
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -28,7 +28,14 @@ from liqo.api import names
 from liqo.api.clusterkey import ClusterKey
 from liqo.api.networks import ClusterNetwork
 from liqo.api.resources import ALL as LIQO_RESOURCES
-from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_MAPS, SHADOW_PODS, SHARING_POLICIES, VIRTUAL_NODES
+from liqo.api.resources import (
+    FOREIGN_CLUSTERS,
+    NAMESPACE_MAPS,
+    SHADOW_PODS,
+    SHARING_POLICIES,
+    VIRTUAL_NODES,
+    WORKING_MODES,
+)
 from liqo.install.installer import InstallOptions, install
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
@@ -310,7 +317,7 @@ async def liqo_objects(client: KubeClient) -> list[str]:
     """Every liqo-managed object about peers on a cluster (what unpeer must leave at zero)."""
     found = []
     for resource in LIQO_RESOURCES:
-        if resource is SHARING_POLICIES:
+        if resource in (SHARING_POLICIES, WORKING_MODES):
             continue  # the admin's, not the peering's
         items, _ = await client.list_all(resource)
         found += [f"{resource.kind} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in items]

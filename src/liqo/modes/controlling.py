@@ -109,8 +109,6 @@ class TetheredHere(Component):
         tethered = tethered_here(self.offers.store.list(), local_id=self._local_id)
         todo = changes(tethered, namespaces=self.namespaces.store.list(), offloadings=self.offloadings.store.list())
         for twin, consumer in todo.offload:
-            await self._client.apply(
-                NAMESPACE_OFFLOADINGS, tether_offloading(twin, peer=consumer, strategy=BACK)
-            )
+            await self._client.apply(NAMESPACE_OFFLOADINGS, tether_offloading(twin, peer=consumer, strategy=BACK))
         for twin in todo.unoffload:
             await self._client.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=twin, missing_ok=True)

@@ -82,22 +82,50 @@ def home_pod(name: str = "web-1", uid: str = "u1", **spec: Any) -> Obj:
 
 
 def test_never_reflected() -> None:
-    assert configdata.reflectable(configmap(), resource=CONFIGMAPS)
-    assert configdata.reflectable(secret(), resource=SECRETS)
-    assert not configdata.reflectable(configmap(configdata.ROOT_CA_CONFIGMAP), resource=CONFIGMAPS)
+    assert configdata.reflectable(configmap(), resource=CONFIGMAPS, provider_id=PROVIDER_ID)
+    assert configdata.reflectable(secret(), resource=SECRETS, provider_id=PROVIDER_ID)
+    assert not configdata.reflectable(
+        configmap(configdata.ROOT_CA_CONFIGMAP), resource=CONFIGMAPS, provider_id=PROVIDER_ID
+    )
     assert configdata.reflectable(
-        secret(configdata.ROOT_CA_CONFIGMAP), resource=SECRETS
+        secret(configdata.ROOT_CA_CONFIGMAP), resource=SECRETS, provider_id=PROVIDER_ID
     )  # only the ConfigMap is the CA's
-    assert not configdata.reflectable(secret(type=configdata.SERVICE_ACCOUNT_TOKEN_TYPE), resource=SECRETS)
+    assert not configdata.reflectable(
+        secret(type=configdata.SERVICE_ACCOUNT_TOKEN_TYPE), resource=SECRETS, provider_id=PROVIDER_ID
+    )
     skip = {"annotations": {names.SKIP_REFLECTION: "true"}}
-    assert not configdata.reflectable(configmap(metadata=skip), resource=CONFIGMAPS)
-    assert not configdata.reflectable(secret(metadata=skip), resource=SECRETS)
+    assert not configdata.reflectable(configmap(metadata=skip), resource=CONFIGMAPS, provider_id=PROVIDER_ID)
+    assert not configdata.reflectable(secret(metadata=skip), resource=SECRETS, provider_id=PROVIDER_ID)
     assert configdata.reflectable(
-        configmap(metadata={"annotations": {names.SKIP_REFLECTION: "false"}}), resource=CONFIGMAPS
+        configmap(metadata={"annotations": {names.SKIP_REFLECTION: "false"}}),
+        resource=CONFIGMAPS,
+        provider_id=PROVIDER_ID,
     )
     # Copies and pod tokens are never copied on (a twin that is itself offloaded).
-    assert not configdata.reflectable(configmap(metadata={"labels": {names.ORIGIN: "x"}}), resource=CONFIGMAPS)
-    assert not configdata.reflectable(secret(metadata={"labels": {names.POD_TOKEN: "true"}}), resource=SECRETS)
+    assert not configdata.reflectable(
+        configmap(metadata={"labels": {names.ORIGIN: "x"}}), resource=CONFIGMAPS, provider_id=PROVIDER_ID
+    )
+    assert not configdata.reflectable(
+        secret(metadata={"labels": {names.POD_TOKEN: "true"}}), resource=SECRETS, provider_id=PROVIDER_ID
+    )
+
+
+def test_copies_and_pod_tokens_go_back_to_the_cluster_they_came_from_and_nowhere_else() -> None:
+    # A tether's controlling peer sends the tethered cluster's pods back to it: they need its copies there.
+    back = configmap(metadata={"labels": {names.ORIGIN: PROVIDER_ID}})
+    assert configdata.reflectable(back, resource=CONFIGMAPS, provider_id=PROVIDER_ID)
+    assert not configdata.reflectable(back, resource=CONFIGMAPS, provider_id="a-third-cluster")
+    token = secret(metadata={"labels": names.peer_labels(PROVIDER_ID) | {names.POD_TOKEN: "true"}})
+    assert configdata.reflectable(token, resource=SECRETS, provider_id=PROVIDER_ID)  # to the cluster that issued it
+    assert not configdata.reflectable(token, resource=SECRETS, provider_id="a-third-cluster")
+    skipped = configmap(
+        metadata={"labels": {names.ORIGIN: PROVIDER_ID}, "annotations": {names.SKIP_REFLECTION: "true"}}
+    )
+    assert not configdata.reflectable(skipped, resource=CONFIGMAPS, provider_id=PROVIDER_ID)
+    # Back there, a pod token is a plain copy: that hop's token reflector did not write it.
+    copy = configdata.reflected_copy(token, resource=SECRETS, namespace="demo-rome", home_cluster_id=HOME_ID)
+    assert names.POD_TOKEN not in copy["metadata"]["labels"]
+    assert copy["metadata"]["labels"][names.ORIGIN] == HOME_ID
 
 
 def test_the_copy_keeps_content_and_metadata_and_is_marked() -> None:

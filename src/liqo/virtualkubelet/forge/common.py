@@ -15,22 +15,43 @@ DROPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configurati
 ingress class (a home class means nothing on the provider)."""
 
 
+def not_skipped(obj: Obj) -> bool:
+    """Whether the object's owner did not opt it out of reflection (``liqo.io/skip-reflection``) (pure)."""
+    return (obj["metadata"].get("annotations") or {}).get(names.SKIP_REFLECTION) != "true"
+
+
 def reflected_by_default(obj: Obj) -> bool:
     """Whether a home object may be copied at all: not opted out, and not itself a copy or a pod token (pure).
 
     A namespace that is both a twin and offloaded onwards would otherwise bounce copies from cluster to cluster.
     """
-    meta = obj["metadata"]
-    labels = meta.get("labels") or {}
-    if (meta.get("annotations") or {}).get(names.SKIP_REFLECTION) == "true":
-        return False
-    return names.ORIGIN not in labels and names.POD_TOKEN not in labels
+    labels = obj["metadata"].get("labels") or {}
+    return not_skipped(obj) and names.ORIGIN not in labels and names.POD_TOKEN not in labels
+
+
+def goes_back_to(obj: Obj, *, provider_id: str) -> bool:
+    """Whether ``obj``, a copy or a pod token, came from ``provider_id`` and may go back there (pure).
+
+    A twin that is offloaded back to the cluster it stands for (the controlling peer of a tether sends the
+    tethered cluster's pods back to it: docs/modes.md) holds that cluster's copies and pod tokens, which its
+    pods need there too. They return only to the cluster they came from, its own data (a pod token: the one
+    it issued), never onward to a third.
+    """
+    labels = obj["metadata"].get("labels") or {}
+    if names.POD_TOKEN in labels:
+        return labels.get(names.REMOTE_CLUSTER_ID) == provider_id
+    return names.ORIGIN in labels and labels[names.ORIGIN] == provider_id
 
 
 def copy_metadata(obj: Obj, *, resource: Resource, namespace: str, home_cluster_id: str) -> Obj:
-    """A copy's envelope in twin ``namespace``: same name, labels and annotations, marked as ours (pure)."""
+    """A copy's envelope in twin ``namespace``: same name, labels and annotations, marked as ours (pure).
+
+    A pod token going back to its issuer (:func:`goes_back_to`) becomes a plain copy there: the token reflector
+    of that hop did not write it.
+    """
     meta = obj["metadata"]
-    labels = dict(meta.get("labels") or {}) | names.peer_labels(home_cluster_id) | {names.ORIGIN: home_cluster_id}
+    own = {k: v for k, v in (meta.get("labels") or {}).items() if k != names.POD_TOKEN}
+    labels = own | names.peer_labels(home_cluster_id) | {names.ORIGIN: home_cluster_id}
     kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in DROPPED_ANNOTATIONS}
     copy_meta: Obj = {"name": meta["name"], "namespace": namespace, "labels": labels}
     if kept:

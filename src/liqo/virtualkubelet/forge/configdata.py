@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS, SECRETS, Resource
-from liqo.virtualkubelet.forge.common import copy_metadata, reflected_by_default, same_metadata
+from liqo.virtualkubelet.forge.common import (
+    copy_metadata,
+    goes_back_to,
+    not_skipped,
+    reflected_by_default,
+    same_metadata,
+)
 
 ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
 """Published by every cluster into every namespace: the provider's own must stay (its pods trust its API)."""
@@ -18,13 +24,14 @@ _COPIED_FIELDS = ("data", "binaryData", "type", "immutable")
 _CONTENT_FIELDS = ("data", "binaryData", "immutable")
 
 
-def reflectable(obj: Obj, *, resource: Resource) -> bool:
-    """Whether a home ConfigMap or Secret is ever copied to a provider, whatever the policy (pure).
+def reflectable(obj: Obj, *, resource: Resource, provider_id: str) -> bool:
+    """Whether a home ConfigMap or Secret is ever copied to provider ``provider_id``, whatever the policy (pure).
 
     Never: the cluster's root CA ConfigMap, ServiceAccount token Secrets, objects annotated
-    ``liqo.io/skip-reflection: "true"``, and copies or pod tokens themselves.
+    ``liqo.io/skip-reflection: "true"``, and copies or pod tokens themselves, but back to the cluster they
+    came from (:func:`~liqo.virtualkubelet.forge.common.goes_back_to`).
     """
-    if not reflected_by_default(obj):
+    if not reflected_by_default(obj) and not (not_skipped(obj) and goes_back_to(obj, provider_id=provider_id)):
         return False
     if resource == CONFIGMAPS:
         return bool(obj["metadata"]["name"] != ROOT_CA_CONFIGMAP)

@@ -59,7 +59,8 @@ class CopiedKind:
     """
 
     resource: Resource
-    reflectable: Callable[[Obj], bool]
+    reflectable: Callable[[Obj, str], bool]
+    """Whether a home object is ever copied to the provider of that cluster ID, whatever the policy."""
     copy: Callable[..., Obj]
     is_current: Callable[[Obj, Obj], bool]
     must_replace: Callable[[Obj, Obj], bool]
@@ -73,7 +74,7 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
         *CONFIG_KINDS,
         CopiedKind(
             resource=SERVICES,
-            reflectable=services.reflectable,
+            reflectable=lambda obj, _provider: services.reflectable(obj),
             copy=services.reflected_service,
             is_current=services.service_is_current,
             must_replace=services.must_replace,
@@ -81,7 +82,7 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
         ),
         CopiedKind(
             resource=INGRESSES,
-            reflectable=ingresses.reflectable,
+            reflectable=lambda obj, _provider: ingresses.reflectable(obj),
             copy=lambda obj, **where: ingresses.reflected_ingress(obj, classes=policy.ingress_classes, **where),
             is_current=ingresses.ingress_is_current,
             must_replace=ingresses.must_replace,
@@ -93,14 +94,14 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
 CONFIG_KINDS = (
     CopiedKind(
         resource=CONFIGMAPS,
-        reflectable=lambda obj: configdata.reflectable(obj, resource=CONFIGMAPS),
+        reflectable=lambda obj, provider: configdata.reflectable(obj, resource=CONFIGMAPS, provider_id=provider),
         copy=lambda obj, **where: configdata.reflected_copy(obj, resource=CONFIGMAPS, **where),
         is_current=configdata.copy_is_current,
         must_replace=configdata.must_replace,
     ),
     CopiedKind(
         resource=SECRETS,
-        reflectable=lambda obj: configdata.reflectable(obj, resource=SECRETS),
+        reflectable=lambda obj, provider: configdata.reflectable(obj, resource=SECRETS, provider_id=provider),
         copy=lambda obj, **where: configdata.reflected_copy(obj, resource=SECRETS, **where),
         is_current=configdata.copy_is_current,
         must_replace=configdata.must_replace,
@@ -136,7 +137,7 @@ class CopyReflector(Reflector[ObjectKey]):
         home_namespace = pair.home_namespace
         for plural, kind in self._kinds.items():
             for informer in (pair.home(kind.resource), _in_twin(pair, kind)):
-                self.controller.watch(informer, _keyer(plural, home_namespace))
+                self.controller.watch(informer, _keyer(plural, home_namespace, self._manager.provider_id))
 
     def namespace_synced(self, pair: NamespacePair) -> None:
         """Reconcile every object seen on either side again, with both caches listed."""
@@ -160,7 +161,9 @@ class CopyReflector(Reflector[ObjectKey]):
             return None  # not (or no longer) offloaded here; or namespace_synced re-queues it
         home = pair.home(resource).store.get(f"{namespace}/{name}")
         current = _in_twin(pair, kind).store.get(f"{pair.twin}/{name}")
-        wanted = home is not None and self._policy.reflects(resource) and kind.reflectable(home)
+        wanted = (
+            home is not None and self._policy.reflects(resource) and kind.reflectable(home, self._manager.provider_id)
+        )
         refusal = kind.refusal(home) if wanted and home is not None else None
         if current is not None and not common.is_copy(current, origin=self._home_cluster_id):
             if wanted and home is not None:
@@ -191,11 +194,15 @@ class CopyReflector(Reflector[ObjectKey]):
         )
 
 
-def _keyer(plural: str, home_namespace: str) -> Callable[[Obj], list[ObjectKey]]:
-    """Every object of the kind (whether it qualifies is the reconcile's to judge) but pod tokens (tokens.py's)."""
+def _keyer(plural: str, home_namespace: str, provider_id: str) -> Callable[[Obj], list[ObjectKey]]:
+    """Every object of the kind but pod tokens (tokens.py's), unless one goes back to the cluster that issued it.
+
+    Whether an object qualifies otherwise is the reconcile's to judge.
+    """
 
     def keys(obj: Obj) -> list[ObjectKey]:
-        if names.POD_TOKEN in (obj["metadata"].get("labels") or {}):
+        labels = obj["metadata"].get("labels") or {}
+        if names.POD_TOKEN in labels and not common.goes_back_to(obj, provider_id=provider_id):
             return []
         return [(plural, home_namespace, obj["metadata"]["name"])]
 

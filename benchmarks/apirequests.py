@@ -36,12 +36,10 @@ Counts = dict[Key, float]
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def request_counts(metrics: str, *, scope: str | None = None) -> Counts:
-    """Requests answered so far by (resource[/subresource], verb), summed over codes, groups and versions.
+def request_counts(metrics: str) -> Counts:
+    """Requests answered so far by (resource[/subresource], verb), summed over codes, groups, versions and scopes.
 
     Requests without a resource (``/healthz``, ``/metrics``, discovery) are left out: they are no pod's.
-    ``scope`` keeps only the requests of that scope: ``cluster`` (a list or watch across every namespace, or
-    of a cluster-scoped kind), ``namespace`` (one namespace's), ``resource`` (one object's).
     """
     counts: Counts = {}
     for line in metrics.splitlines():
@@ -50,7 +48,7 @@ def request_counts(metrics: str, *, scope: str | None = None) -> Counts:
         labels_text, _, value = line[len(METRIC) + 1 :].rpartition("} ")
         labels = dict(_LABEL.findall(labels_text))
         resource = labels.get("resource", "")
-        if not resource or (scope is not None and labels.get("scope") != scope):
+        if not resource:
             continue
         if labels.get("subresource"):
             resource += "/" + labels["subresource"]

@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ from liqo.kube.resources import CSRS, EVENTS, NAMESPACES, NODES, PODS, SECRETS
 from liqo.localclusters import clusters, toolchain
 from liqo.localclusters.launch import detect
 from liqo.localclusters.layout import ClusterDir, read_json
+from liqo.localclusters.processes import ProcessRef
 from liqo.localclusters.realnodes.nodes import RealNode, real_nodes
 from liqo.localclusters.spec import ClusterSpec
 from liqo.offloading import operations as offloading
@@ -477,6 +479,21 @@ def pod_state(pod: Obj) -> str:
     reason = status.get("reason") or next((r for r in waiting if r), "")
     deleting = " (deleting)" if pod["metadata"].get("deletionTimestamp") else ""
     return f"{status.get('phase', 'NoPhase')}{'/' + reason if reason else ''}{deleting}"
+
+
+async def sigkill(site: Site, component: str) -> None:
+    """SIGKILL the host process of ``component`` of a cluster (liqo's too, where it runs on the host), and wait
+    until the cluster's supervisor restarted it and it is healthy again."""
+    status = read_json(site.cluster.dir.status_file)["components"][component]
+    victim = ProcessRef.from_dict(status["process"])
+    assert victim is not None, f"{component} of {site.cluster.name} runs no process"
+    os.kill(victim.pid, signal.SIGKILL)
+
+    async def restarted() -> bool:
+        now = read_json(site.cluster.dir.status_file)["components"][component]
+        return bool(now["restarts"] > status["restarts"] and now["healthy"])
+
+    await eventually(restarted, timeout=60, message=f"{component} restarted by the supervisor")
 
 
 @contextlib.asynccontextmanager

@@ -397,3 +397,26 @@ def pods_seen_at(
     if isinstance(base, Refused):
         return None
     return ipaddress.ip_network((base.address, pods.prefixlen))
+
+
+def returned_home(
+    address: str, *, home: ClusterNetwork | None, provider_sees_home: IPNetwork | None
+) -> IPAddress | None:
+    """Which of home's own pod addresses the provider means by ``address``, if it names one of them (pure).
+
+    A provider may run a pod of home's back on home's own nodes (a tether's controlling peer does, through
+    its virtual node for home): the address it then reports is home's pod as the provider sees it, in the
+    block the network fabric remapped home's pods to (``provider_sees_home``), or home's pod CIDR itself while
+    not remapped. The answer is only a claim: the caller must find home's pod with that address, run for
+    this very pod in the provider's twin here, before it shows it (a peer's word is untrusted).
+    """
+    if home is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    block = provider_sees_home or home.pod_cidr
+    if ip.version != block.version or ip not in block or block.prefixlen != home.pod_cidr.prefixlen:
+        return None
+    return home.pod_cidr.network_address + (int(ip) - int(block.network_address))

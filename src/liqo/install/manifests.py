@@ -499,6 +499,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         },
         # Where each side sees the other's pods (the network fabric), to translate addresses.
         {"apiGroups": [liqo_resources.NETWORKING], "resources": ["networkconfigs"], "verbs": read},
+        # A provider's twins here, by their labels: where a pod it sent back runs, to give its own address home.
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]},
         # The Registered condition: whether the Node of that name is ours (server-side apply is a patch).
         {"apiGroups": [liqo_resources.VIRTUAL_KUBELET], "resources": ["virtualnodes/status"], "verbs": ["patch"]},
         # Its own CSR: created, watched by name until signed, deleted (names are generated: no resourceNames).

@@ -32,7 +32,18 @@ from liqo.modes.observe import (
     status_manifest,
     status_of,
 )
-from liqo.modes.plan import Evict, Localise, Observed, Offload, Pod, SetStatus, Step, Unoffload, next_step
+from liqo.modes.plan import (
+    Evict,
+    Localise,
+    Observed,
+    Offload,
+    Pod,
+    SetStatus,
+    Step,
+    Unoffload,
+    fallback_in,
+    next_step,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +107,8 @@ class WorkingModes(Component):
         observed = await self._observe(working_mode)
         step = next_step(observed)
         if step is None:
-            return None
+            due = fallback_in(observed)
+            return None if due is None else Result(requeue_after=due.total_seconds())
         log.info("working mode: %s", step)
         if not await self._take(step, working_mode=working_mode):
             return Result(requeue_after=EVICTION_REFUSED_RETRY)

@@ -65,6 +65,7 @@ def namespaces_of(namespaces: Iterable[Mapping[str, Any]], offloadings: Iterable
                 stays_local=local,
                 offloading=None if offloading is None else str(spec.get("podOffloadingStrategy") or "LocalAndRemote"),
                 ours=ours,
+                going=bool(ours and (offloading or {})["metadata"].get("deletionTimestamp")),
                 peer=str((spec.get("clusterSelector") or {}).get(names.REMOTE_CLUSTER_ID) or "") if ours else "",
             )
         )

@@ -66,6 +66,8 @@ class Namespace:
     """The peer the tether's offloading sends its pods to (ours only)."""
     ready: bool = False
     """Its offloading is Ready: twins made, the namespace labelled, so new pods get the placement."""
+    going: bool = False
+    """Its (tether's) offloading is being deleted: the offloading controller ends it once the peer dropped the twin."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,21 @@ def _autonomous(observed: Observed) -> Step | None:
     )
 
 
+def fallback_in(observed: Observed) -> datetime.timedelta | None:
+    """How long until the silent peer's tether falls back by itself, if it is due to (pure).
+
+    Nothing else may happen meanwhile (a peer that stays silent changes nothing the controller watches), so
+    the controller looks again then.
+    """
+    spec, status = observed.spec, observed.status
+    if status.phase not in (ModePhase.TETHERING, ModePhase.TETHERED) or spec.fallback_after is None:
+        return None
+    peer = observed.peer(status.peer)
+    if peer is None or peer.unreachable_since is None:
+        return None
+    return max(peer.unreachable_since + spec.fallback_after - observed.now, datetime.timedelta(0))
+
+
 def _tethered(observed: Observed) -> Step | None:
     spec, status = observed.spec, observed.status
     peer_id = status.peer
@@ -272,8 +289,8 @@ def _start_untethering(observed: Observed, *, reason: ModeReason, message: str) 
 
 
 def _undo(observed: Observed) -> Step | None:
-    """The next step undoing the tether's offloadings; None once none is left."""
-    ours = [n for n in observed.namespaces if n.ours]
+    """The next step undoing the tether's offloadings; None once every one is asked to go."""
+    ours = [n for n in observed.namespaces if n.ours and not n.going]
     for namespace in ours:
         if namespace.offloading != "Local":
             return Localise(namespace.name)
@@ -289,6 +306,10 @@ def _untethering(observed: Observed) -> Step | None:
     if (undo := _undo(observed)) is not None:
         return undo
     fell_back = status.reason is ModeReason.FELL_BACK
+    if not fell_back and any(n.going for n in observed.namespaces):
+        # Done once the offloadings are gone (their deletion wakes the controller). Not after a fallback: their
+        # deletion waits for a peer that does not answer, and this cluster works alone meanwhile.
+        return None
     return SetStatus(
         Status(
             phase=ModePhase.AUTONOMOUS,

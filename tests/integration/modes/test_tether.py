@@ -1,15 +1,17 @@
 """A laptop tethers to an enterprise and back: its namespaces go there, its pods move there and home again.
 
-Two clusters of this module's own: the laptop (one node) and the enterprise (two), liqo installed on both,
-peered both ways (a tether needs it). The enterprise's SharingPolicy for the laptop is what accepts the tether.
-Pods here run on KWOK nodes: where each is bound, and that it is Running, is what a switch changes; what runs
-inside a pod (exec, logs, a Service) is the offloading tests' concern (and the tether demo's, on real nodes).
+Three clusters of this module's own: the laptop (one node), the enterprise (two) and a friend (one), liqo
+installed on each; the laptop and the enterprise peered both ways for the whole module (a tether needs it).
+The enterprise's SharingPolicy for the laptop is what accepts the tether; the friend, consuming from the
+laptop, is what a tether must refuse. Pods here run on KWOK nodes: where each is bound, and that it is
+Running, is what a switch changes, and what faults in the middle of a switch must not change; what runs inside
+a pod (exec, logs, a Service) is tests/integration/modes/test_real_nodes.py's concern. The tests run in order,
+each in namespaces of its own; the last unpeers and finds nothing left.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,10 +19,10 @@ import orjson
 import pytest
 
 from liqo.api import names
-from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, RESOURCE_OFFERS, VIRTUAL_NODES, WORKING_MODES
+from liqo.api.components import MANAGER
+from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, WORKING_MODES
 from liqo.api.workingmodes import NAME
 from liqo.kube.client import KubeClient
-from liqo.kube.objects import Obj
 from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS
 from liqo.localclusters.spec import ClusterSpec
 from liqo.peering import operations as peering
@@ -30,10 +32,12 @@ from tests.integration.helpers import (
     expect_clean,
     liqoctl_run,
     purge,
-    sharing_policy,
+    sigkill,
     start_sites,
+    stopped,
     unique,
 )
+from tests.integration.modes.tethers import accepting, budget, placed, virtual_node_of
 from tests.shared import eventually
 
 REPLICAS = 12
@@ -42,17 +46,32 @@ and the enterprise's scheduler spreads them over its own nodes and the laptop's,
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[tuple[Site, Site]]:
+def trio() -> Iterator[dict[str, Site]]:
     made = start_sites(
         {
             "laptop": ClusterSpec(name=unique("t-laptop"), nodes=1),
             "enterprise": ClusterSpec(name=unique("t-corp"), nodes=2, node_cpu="1", node_memory="4Gi"),
+            "friend": ClusterSpec(name=unique("t-friend"), nodes=1),
         }
     )
     try:
-        yield made["laptop"], made["enterprise"]
+        yield made
     finally:
-        purge(made["laptop"].cluster, made["enterprise"].cluster)
+        purge(*(site.cluster for site in made.values()))
+
+
+@pytest.fixture(scope="module")
+def pair(trio: dict[str, Site]) -> tuple[Site, Site]:
+    """The laptop and the enterprise, peered both ways (the last test unpeers them)."""
+    laptop, enterprise = trio["laptop"], trio["enterprise"]
+
+    async def peer_both_ways() -> None:
+        async with laptop.client() as home, enterprise.client() as corp:
+            await peering.peer(home, corp, timeout=60)
+            await peering.peer(corp, home, timeout=60)
+
+    asyncio.run(peer_both_ways())
+    return laptop, enterprise
 
 
 async def mode(site: Site, *args: str) -> tuple[int, dict[str, Any] | str]:
@@ -60,31 +79,6 @@ async def mode(site: Site, *args: str) -> tuple[int, dict[str, Any] | str]:
     argv = ("mode", *args, "-o", "json", f"--kubeconfig={site.cluster.kubeconfig}")
     done = await asyncio.to_thread(liqoctl_run, *argv, timeout=240)
     return done.returncode, orjson.loads(done.stdout) if done.returncode == 0 else done.stderr
-
-
-async def placed(client: KubeClient, namespace: str, *, count: int, where: Any) -> list[Obj]:
-    """Until ``count`` live pods of ``namespace`` are Running and ``where(node)`` holds for each one's node."""
-    last: list[Obj] = []
-
-    async def check() -> bool:
-        pods, _ = await client.list_all(PODS, namespace=namespace)
-        last[:] = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        running = [p for p in last if (p.get("status") or {}).get("phase") == "Running"]
-        return len(last) == len(running) == count and all(where(p["spec"].get("nodeName")) for p in running)
-
-    def said() -> str:
-        seen = collections.Counter(
-            f"{(p.get('spec') or {}).get('nodeName')}/{(p.get('status') or {}).get('phase')}" for p in last
-        )
-        return f"{count} pods Running where asked in {client.name}/{namespace}; last: {dict(seen)}"
-
-    await eventually(check, timeout=120, message=said)
-    return last
-
-
-async def virtual_node_of(client: KubeClient, peer_id: str) -> str:
-    nodes, _ = await client.list_all(VIRTUAL_NODES, namespace=names.tenant_namespace(peer_id))
-    return str(nodes[0]["metadata"]["name"])
 
 
 async def tethered_on_both_sides(home: KubeClient, corp: KubeClient, *, laptop_id: str, work: str) -> None:
@@ -109,8 +103,6 @@ async def test_a_tether_moves_the_laptops_workloads_to_the_enterprise_and_its_en
 ) -> None:
     laptop, enterprise = pair
     async with laptop.client() as home, enterprise.client() as corp:
-        await peering.peer(home, corp, timeout=60)
-        await peering.peer(corp, home, timeout=60)
         work = unique("work")
         await home.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": work}})
         await home.create(DEPLOYMENTS, deployment("web", work, replicas=REPLICAS, cpu="100m"))
@@ -122,14 +114,7 @@ async def test_a_tether_moves_the_laptops_workloads_to_the_enterprise_and_its_en
         assert "refused (NotAccepted)" in str(said)
         assert await home.get_or_none(WORKING_MODES, NAME) is None
 
-        async with sharing_policy(corp, laptop.cluster_id, prefix="tether", tethering="Accept", percentage=100):
-            corp_namespace = names.tenant_namespace(enterprise.cluster_id)
-
-            async def accepted() -> bool:
-                offer = await home.get_or_none(RESOURCE_OFFERS, enterprise.cluster_id, namespace=corp_namespace)
-                return bool(((offer or {}).get("spec") or {}).get("acceptsTethering"))
-
-            await eventually(accepted, timeout=60, message="the enterprise's offer accepting tethered clusters")
+        async with accepting(corp, home, laptop=laptop, enterprise=enterprise):
             code, row = await mode(laptop, "tethered", "--to", enterprise.cluster_id)
             assert code == 0, row
             assert isinstance(row, dict)
@@ -172,6 +157,142 @@ async def test_a_tether_moves_the_laptops_workloads_to_the_enterprise_and_its_en
             await eventually(twins_gone, timeout=60, message="no twin left of the laptop's namespace, either way")
         for namespace in (work, later):
             await home.delete(NAMESPACES, namespace)
+
+
+async def test_a_tether_is_refused_while_the_laptop_also_provides_to_another_peer(
+    trio: dict[str, Site], pair: tuple[Site, Site]
+) -> None:
+    laptop, enterprise = pair
+    friend = trio["friend"]
+    async with laptop.client() as home, enterprise.client() as corp, friend.client() as pal:
+        await peering.peer(pal, home, timeout=60)  # the friend consumes from the laptop
+        try:
+            async with accepting(corp, home, laptop=laptop, enterprise=enterprise):
+                before = await home.get_or_none(WORKING_MODES, NAME)
+                code, said = await mode(laptop, "tethered", "--to", enterprise.cluster_id)
+                assert code == 1
+                assert "refused (ProvidesToOthers)" in str(said)
+                assert friend.cluster_id in str(said)
+                after = await home.get_or_none(WORKING_MODES, NAME)
+                assert (after or {}).get("spec") == (before or {}).get("spec"), "a refused switch wrote its spec"
+        finally:
+            await peering.unpeer(pal, laptop.cluster_id, timeout=90)
+        await expect_clean(pal)
+
+
+async def phase_of(client: KubeClient) -> str:
+    return str(((await client.get(WORKING_MODES, NAME)).get("status") or {}).get("phase"))
+
+
+async def switched(client: KubeClient, phase: str) -> None:
+    async def there() -> bool:
+        working_mode = await client.get(WORKING_MODES, NAME)
+        conditions = (working_mode.get("status") or {}).get("conditions") or []
+        done = any(c.get("type") == "Switched" and c.get("status") == "True" for c in conditions)
+        return done and await phase_of(client) == phase
+
+    await eventually(there, timeout=120, message=f"the switch to {phase} done")
+
+
+async def some_placed(client: KubeClient, namespace: str, *, at_least: int, where: Any) -> None:
+    """Until ``at_least`` live pods of ``namespace`` run where ``where(node)`` says: a switch under way."""
+
+    async def enough() -> bool:
+        pods, _ = await client.list_all(PODS, namespace=namespace)
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return (
+            sum(
+                1
+                for p in live
+                if (p.get("status") or {}).get("phase") == "Running" and where(p["spec"].get("nodeName"))
+            )
+            >= at_least
+        )
+
+    await eventually(enough, timeout=60, message=f"{at_least} pods moved in {namespace}", every=0.05)
+
+
+async def test_a_manager_killed_in_the_middle_of_either_switch_resumes_it(pair: tuple[Site, Site]) -> None:
+    laptop, enterprise = pair
+    async with laptop.client() as home, enterprise.client() as corp:
+        work = unique("killed")
+        await home.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": work}})
+        await home.create(DEPLOYMENTS, deployment("web", work, replicas=REPLICAS, cpu="100m"))
+        await budget(home, work, "web")  # one pod at a time: the switch takes long enough to be caught in it
+        await placed(home, work, count=REPLICAS, where=bool)
+        async with accepting(corp, home, laptop=laptop, enterprise=enterprise):
+            code, row = await mode(laptop, "tethered", "--to", enterprise.cluster_id, "--no-wait")
+            assert code == 0, row
+            peer_node = await virtual_node_of(home, enterprise.cluster_id)
+            await some_placed(home, work, at_least=2, where=lambda node: node == peer_node)
+            assert await phase_of(home) == "Tethering"
+            await sigkill(laptop, MANAGER)
+            await placed(home, work, count=REPLICAS, where=lambda node: node == peer_node, timeout=180)
+            await switched(home, "Tethered")
+
+            code, row = await mode(laptop, "autonomous", "--no-wait")
+            assert code == 0, row
+            await some_placed(home, work, at_least=2, where=lambda node: node and node != peer_node)
+            assert await phase_of(home) == "Untethering"
+            await sigkill(laptop, MANAGER)
+            await placed(home, work, count=REPLICAS, where=lambda node: node and node != peer_node, timeout=180)
+            await switched(home, "Autonomous")
+            assert await home.get_or_none(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=work) is None
+            twin = names.twin_namespace(work, home_cluster_id=laptop.cluster_id)
+
+            async def twin_gone() -> bool:
+                return await corp.get_or_none(NAMESPACES, twin) is None
+
+            await eventually(twin_gone, timeout=60, message="no twin left on the enterprise")
+        await home.delete(NAMESPACES, work)
+
+
+async def test_the_tether_falls_back_while_the_enterprise_is_gone_longer_than_asked(pair: tuple[Site, Site]) -> None:
+    laptop, enterprise = pair
+    replicas = 4
+    async with laptop.client() as home, enterprise.client() as corp:
+        work = unique("alone")
+        await home.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": work}})
+        await home.create(DEPLOYMENTS, deployment("web", work, replicas=replicas, cpu="100m"))
+        async with accepting(corp, home, laptop=laptop, enterprise=enterprise):
+            code, row = await mode(laptop, "tethered", "--to", enterprise.cluster_id, "--fallback-after", "30")
+            assert code == 0, row
+            peer_node = await virtual_node_of(home, enterprise.cluster_id)
+            await placed(home, work, count=replicas, where=lambda node: node == peer_node)
+            async with stopped(enterprise, "kube-apiserver"):
+                code, row = await mode(laptop)
+                assert code == 0, row
+
+                async def fell_back() -> bool:
+                    working_mode = await home.get(WORKING_MODES, NAME)
+                    conditions = (working_mode.get("status") or {}).get("conditions") or []
+                    return await phase_of(home) == "Autonomous" and any(
+                        c.get("type") == "Switched" and c.get("reason") == "FellBack" for c in conditions
+                    )
+
+                await eventually(fell_back, timeout=150, message="the laptop Autonomous again (FellBack)")
+                # Every replica runs on the laptop alone; those on the silent enterprise wait, Terminating.
+                await placed(home, work, count=replicas, where=lambda node: node and node != peer_node)
+            code, row = await mode(laptop)
+            assert isinstance(row, dict)
+            assert (row["mode"], row["phase"]) == ("Tethered", "Autonomous"), row  # asked, but not made again
+
+            async def settled() -> bool:
+                pods, _ = await home.list_all(PODS, namespace=work)
+                offloading = await home.get_or_none(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=work)
+                return len(pods) == replicas and offloading is None
+
+            await eventually(
+                settled, timeout=120, message="the enterprise back: its leftovers finished, no offloading left"
+            )
+        code, row = await mode(laptop, "autonomous")
+        assert code == 0, row
+        await home.delete(NAMESPACES, work)
+
+
+async def test_zz_unpeered_both_ways_nothing_is_left(pair: tuple[Site, Site]) -> None:
+    laptop, enterprise = pair
+    async with laptop.client() as home, enterprise.client() as corp:
         await peering.unpeer(home, enterprise.cluster_id, timeout=90)
         await peering.unpeer(corp, laptop.cluster_id, timeout=90)
         await expect_clean(home, corp)

@@ -7,25 +7,16 @@ pod in milan, nothing left over on either side (no duplicate, no orphan).
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from typing import Any
 
 from liqo.api.components import MANAGER, VIRTUAL_KUBELET
 from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.resources import DEPLOYMENTS, NODES, PODS
-from liqo.localclusters.layout import read_json
-from liqo.localclusters.processes import ProcessRef
-from tests.integration.helpers import LocalCluster, Offloaded, Site, deployment, running, running_pods, stopped
+from tests.integration.helpers import Offloaded, Site, deployment, running, running_pods, sigkill, stopped
 from tests.shared import eventually
 
 BURST = 30
-
-
-def read_status(cluster: LocalCluster) -> dict[str, Any]:
-    status: dict[str, Any] = read_json(cluster.dir.status_file)
-    return status
 
 
 async def agree(rome: KubeClient, milan: KubeClient, offloaded: Offloaded, count: int) -> None:
@@ -55,16 +46,7 @@ async def sigkill_mid_burst(site: Site, component: str, shadows_seen: KubeClient
         return len((await shadows_seen.list_all(SHADOW_PODS, namespace=offloaded.twin))[0]) >= 3
 
     await eventually(some_shadows, timeout=60, message="the burst under way", every=0.02)
-    status = read_status(site.cluster)["components"][component]
-    victim = ProcessRef.from_dict(status["process"])
-    assert victim is not None
-    os.kill(victim.pid, signal.SIGKILL)
-
-    async def restarted() -> bool:
-        now = read_status(site.cluster)["components"][component]
-        return bool(now["restarts"] > status["restarts"] and now["healthy"])
-
-    await eventually(restarted, timeout=60, message=f"{component} restarted by the supervisor")
+    await sigkill(site, component)
 
 
 async def test_virtual_kubelet_killed_mid_burst(

@@ -23,6 +23,7 @@ from liqo.api.networks import (
     parse_cidr,
     pods_seen_at,
     recorded_network,
+    returned_home,
     translate,
 )
 
@@ -393,3 +394,35 @@ def test_a_foreign_cluster_is_patched_only_when_its_record_differs() -> None:
     assert network_patch({"spec": {"network": ROME.to_message()}}, MILAN) == {"spec": {"network": MILAN.to_message()}}
     hand_written = {"spec": {"network": {"podCIDR": "127.0.0.0/8", "serviceCIDR": "10.96.0.0/16"}}}
     assert network_patch(hand_written, MILAN) == {"spec": {"network": MILAN.to_message()}}
+
+
+# -- a pod of ours the provider sent back ----------------------------------------------------------------------
+
+
+@given(networks, networks, st.data())
+def test_an_address_of_ours_as_the_provider_sees_it_comes_back_to_our_own(
+    home: ClusterNetwork, provider: ClusterNetwork, data: st.DataObject
+) -> None:
+    """Whatever block the provider sees our pods at, the address it gives for one of them names that very pod."""
+    pods = home.pod_cidr
+    block = data.draw(
+        st.none()
+        | st.integers(0, 2**pods.max_prefixlen - 1).map(lambda n: type(pods)((n, pods.prefixlen), strict=False))
+    )
+    ours = data.draw(_pod_address(home))
+    seen = translate(ours, owner=home, reader=provider, owner_name="home", remapped_pod_cidr=block)
+    if not isinstance(seen, Refused):
+        assert returned_home(str(seen.address), home=home, provider_sees_home=block) == ours
+
+
+def test_an_address_outside_where_the_provider_sees_us_names_no_pod_of_ours() -> None:
+    block = ipaddress.ip_network("10.71.0.0/16")
+    assert returned_home("10.71.3.4", home=ROME, provider_sees_home=block) == ipaddress.ip_address("10.244.3.4")
+    assert returned_home("10.72.0.1", home=ROME, provider_sees_home=block) is None
+    assert returned_home("10.244.3.4", home=ROME, provider_sees_home=block) is None  # remapped: only the block
+    assert returned_home("10.244.3.4", home=ROME, provider_sees_home=None) == ipaddress.ip_address("10.244.3.4")
+    assert returned_home("fd00::1", home=ROME, provider_sees_home=None) is None
+    assert returned_home("not-an-ip", home=ROME, provider_sees_home=None) is None
+    assert returned_home("10.244.3.4", home=None, provider_sees_home=None) is None
+    wider = ipaddress.ip_network("10.70.0.0/15")  # not the size of our pod CIDR: no claim is read from it
+    assert returned_home("10.70.0.1", home=ROME, provider_sees_home=wider) is None

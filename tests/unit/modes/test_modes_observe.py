@@ -91,6 +91,13 @@ def test_namespaces_know_their_offloading_and_whether_the_tether_made_it() -> No
     ]
 
 
+def test_a_tether_offloading_being_deleted_is_known_as_going() -> None:
+    going = tether_offloading("default", peer=PEER, strategy="Local")
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
+    [found] = namespaces_of([{"metadata": {"name": "default"}}], [going])
+    assert found == Namespace("default", offloading="Local", ours=True, peer=PEER, going=True)
+
+
 def test_only_running_pods_a_controller_owns_are_moved_and_their_node_says_where_they_are() -> None:
     def pod(name: str, node: str | None, *, owned: bool = True, phase: str = "Running", going: bool = False) -> Obj:
         meta: Obj = {"name": name, "namespace": "default"}

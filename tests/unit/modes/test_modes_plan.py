@@ -22,6 +22,7 @@ from liqo.modes.plan import (
     SetStatus,
     Status,
     Unoffload,
+    fallback_in,
     next_step,
     refusal,
     stays_local,
@@ -129,6 +130,17 @@ def test_the_peer_silent_longer_than_fallback_after_ends_the_tether_until_asked_
     assert next_step(_observed(status=tethered, peers=(too_long,))) is None  # no fallbackAfter: never by itself
 
 
+def test_a_silent_peer_is_looked_at_again_when_its_fallback_is_due() -> None:
+    """A peer that stays silent changes nothing the controller watches: it must know when to look again."""
+    spec = dataclasses.replace(TETHER, fallback_after=datetime.timedelta(seconds=60))
+    tethered = Status(phase=ModePhase.TETHERED, peer=ENTERPRISE, observed_generation=2)
+    silent = dataclasses.replace(READY, unreachable_since=T0 - datetime.timedelta(seconds=45))
+    assert fallback_in(_observed(spec=spec, status=tethered, peers=(silent,))) == datetime.timedelta(seconds=15)
+    assert fallback_in(_observed(spec=spec, status=tethered, peers=(READY,))) is None  # answering
+    assert fallback_in(_observed(status=tethered, peers=(silent,))) is None  # no fallbackAfter
+    assert fallback_in(_observed(spec=spec, status=Status(), peers=(silent,))) is None  # not tethered
+
+
 def test_untethering_turns_offloadings_local_brings_pods_back_then_deletes_only_its_own() -> None:
     untethering = Status(phase=ModePhase.UNTETHERING, peer=ENTERPRISE, reason=ModeReason.IN_PROGRESS)
     spec = WorkingModeSpec(generation=3)
@@ -138,9 +150,20 @@ def test_untethering_turns_offloadings_local_brings_pods_back_then_deletes_only_
     pod = Pod("default", "web-1")
     assert next_step(_observed(spec=spec, status=untethering, namespaces=local, pods_on_peer=(pod,))) == Evict(pod)
     assert next_step(_observed(spec=spec, status=untethering, namespaces=local)) == Unoffload("default")
+    going = (dataclasses.replace(local[0], going=True), namespaces[1])
+    assert next_step(_observed(spec=spec, status=untethering, namespaces=going)) is None  # until it is gone
     step = next_step(_observed(spec=spec, status=untethering, namespaces=namespaces[1:]))
     assert isinstance(step, SetStatus)
     assert step.status.phase is ModePhase.AUTONOMOUS
+
+
+def test_a_fallback_ends_without_waiting_for_the_silent_peer_to_drop_the_twins() -> None:
+    """The offloadings' deletion waits for the peer; a laptop that fell back works alone meanwhile."""
+    fell_back = Status(phase=ModePhase.UNTETHERING, peer=ENTERPRISE, reason=ModeReason.FELL_BACK, message="silent")
+    going = (Namespace("default", offloading="Local", ours=True, going=True),)
+    step = next_step(_observed(status=fell_back, namespaces=going))
+    assert isinstance(step, SetStatus)
+    assert (step.status.phase, step.status.reason) == (ModePhase.AUTONOMOUS, ModeReason.FELL_BACK)
 
 
 # -- whole switches against a model of the cluster -----------------------------------------------------------

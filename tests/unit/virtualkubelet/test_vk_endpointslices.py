@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
-from liqo.api.networks import ClusterNetwork, Translation, translate
+from liqo.api.networks import ClusterNetwork, Translation, returned_home, translate
 from liqo.kube.objects import Obj
 from liqo.virtualkubelet.forge import endpointslices, pods
 
@@ -167,6 +167,47 @@ def test_an_ip_home_cannot_dial_is_left_out_never_copied() -> None:
 def test_a_pod_without_an_ip_yet_is_left_as_it_is() -> None:
     status = {"phase": "Pending"}
     assert pods.with_home_addresses(status, translate=to(ROME, owner=MILAN)) == (status, None)
+
+
+def _sent_back_case(home_ips: frozenset[str]) -> tuple[Obj, str | None]:
+    """Rome's pod runs on milan, which sent it back to rome's own node: milan sees rome's pods at 10.71/16."""
+    seen_at = ipaddress.ip_network("10.71.0.0/16")
+    translate = to(ROME, owner=NAPLES)  # milan's pod CIDR is rome's: 10.71.0.7 is outside it
+
+    def returned(address: str) -> Any:
+        return returned_home(address, home=ROME, provider_sees_home=seen_at)
+
+    status = {"phase": "Running", "podIP": "10.71.0.7", "podIPs": [{"ip": "10.71.0.7"}]}
+    assert pods.claims_home_pod(status, translate=translate, returned=returned)
+    return pods.with_home_addresses(status, translate=pods.sent_back(translate, returned=returned, home_ips=home_ips))
+
+
+def test_a_pod_sent_back_to_home_gets_its_address_at_home() -> None:
+    translated, reason = _sent_back_case(frozenset({"10.244.0.7"}))
+    assert reason is None
+    assert translated["podIP"] == "10.244.0.7"
+    assert translated["podIPs"] == [{"ip": "10.244.0.7"}]
+
+
+def test_an_address_naming_another_pod_of_homes_is_refused() -> None:
+    translated, reason = _sent_back_case(frozenset({"10.244.0.8"}))
+    assert reason is not None
+    assert "10.244.0.7" in reason
+    assert translated["podIP"] is None
+
+
+def test_a_providers_own_address_is_no_claim_on_homes_pods() -> None:
+    status = {"phase": "Running", "podIP": "10.245.0.7"}
+    translate = to(ROME, owner=MILAN)
+
+    def returned(address: str) -> Any:
+        return returned_home(address, home=ROME, provider_sees_home=None)
+
+    assert not pods.claims_home_pod(status, translate=translate, returned=returned)
+    translated, _ = pods.with_home_addresses(
+        status, translate=pods.sent_back(translate, returned=returned, home_ips=frozenset())
+    )
+    assert translated["podIP"] == "10.245.0.7"
 
 
 def test_the_providers_slices_of_a_service_copy_are_never_taken_for_ours() -> None:

@@ -10,10 +10,11 @@ back or refuses it, a Pending status with the provider's reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import ipaddress
+from collections.abc import Callable, Collection
 
 from liqo.api import names
-from liqo.api.networks import Refused, Translation
+from liqo.api.networks import IPAddress, Refused, Remapped, Translation
 from liqo.api.resources import SHADOW_PODS
 from liqo.api.shadowpods import WAIT_REASONS, ShadowPodPhase
 from liqo.kube.objects import Obj
@@ -236,6 +237,50 @@ def status_differs(home_pod: Obj, desired: Obj) -> bool:
     return False
 
 
+def pod_ips(status: Obj) -> list[str]:
+    """The IPs a pod status lists (``podIPs``, else ``podIP``), as written."""
+    listed = [entry.get("ip") for entry in status.get("podIPs") or []] or [status.get("podIP")]
+    return [str(ip) for ip in listed if ip]
+
+
+def claims_home_pod(
+    status: Obj, *, translate: Callable[[str], Translation], returned: Callable[[str], IPAddress | None]
+) -> bool:
+    """Whether the provider gives, as this pod's, an address of one of home's own pods (pure).
+
+    It does for a pod it sent back to run here: only then is home's pod looked up (:func:`sent_back`).
+    """
+    return any(isinstance(translate(ip), Refused) and returned(ip) is not None for ip in pod_ips(status))
+
+
+def sent_back(
+    translate: Callable[[str], Translation],
+    *,
+    returned: Callable[[str], IPAddress | None],
+    home_ips: Collection[str],
+) -> Callable[[str], Translation]:
+    """``translate``, except for an address that names home's own pod running this very pod (pure).
+
+    The provider sent the pod back here (a tether's controlling peer does): it runs on home's node, in the
+    provider's twin here, and home dials it at its own address. ``home_ips`` are that pod's IPs, which the
+    caller found with home's own eyes; an address naming any other pod of home's stays refused, so a peer
+    cannot make home's Services send traffic to a pod of home's it does not run.
+    """
+
+    def translated(address: str) -> Translation:
+        verdict = translate(address)
+        if not isinstance(verdict, Refused):
+            return verdict
+        home_ip = returned(address)
+        if home_ip is None:
+            return verdict
+        if str(home_ip) not in home_ips:
+            return Refused(f"{address} would be our pod {home_ip}, which runs no pod of the provider's for this one")
+        return Remapped(address=home_ip, original=ipaddress.ip_address(address))
+
+    return translated
+
+
 def with_home_addresses(status: Obj, *, translate: Callable[[str], Translation]) -> tuple[Obj, str | None]:
     """``status`` with its pod IPs as home must dial them, and why some could not be given (pure).
 
@@ -243,16 +288,16 @@ def with_home_addresses(status: Obj, *, translate: Callable[[str], Translation])
     overlapping pod CIDR) and home's EndpointSlices would send traffic there. With none left, ``podIP`` and
     ``podIPs`` are cleared (None deletes them in the strategic merge), and the pod is no Service endpoint.
     """
-    listed = [entry.get("ip") for entry in status.get("podIPs") or []] or [status.get("podIP")]
+    listed = pod_ips(status)
     addresses: list[str] = []
     reason = None
-    for ip in (ip for ip in listed if ip):
+    for ip in listed:
         translation = translate(ip)
         if isinstance(translation, Refused):
             reason = reason or translation.reason
         else:
             addresses.append(str(translation.address))
-    if not any(listed):
+    if not listed:
         return status, None
     translated = dict(status)
     translated["podIP"] = addresses[0] if addresses else None

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from liqo.api import names
-from liqo.api.networks import ClusterNetwork, IPNetwork, Translation, translate
+from liqo.api.networks import ClusterNetwork, IPAddress, IPNetwork, Translation, returned_home, translate
 from liqo.api.offloadings import TwinPhase
 from liqo.kube.cache import InformerGroup
 from liqo.kube.client import KubeClient
@@ -225,6 +225,10 @@ class Addresses:
             owner_name=self.provider_name,
             remapped_pod_cidr=self.home_sees_provider(),
         )
+
+    def returned_home(self, address: str) -> IPAddress | None:
+        """Home's own pod the provider means by ``address``, if it names one (a pod it sent back here)."""
+        return returned_home(address, home=self.home, provider_sees_home=self.provider_sees_home())
 
 
 class ReflectionManager:

@@ -41,6 +41,7 @@ import logging
 from collections.abc import Callable
 
 from liqo.api import names
+from liqo.api.networks import Translation
 from liqo.api.resources import SHADOW_PODS
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Result
@@ -48,7 +49,7 @@ from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import PODS, object_key, split_namespaced_key, terminating
+from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import pods as forge
 from liqo.virtualkubelet.forge.common import PROVIDER_REFUSED
@@ -207,15 +208,41 @@ class PodReflector(Reflector[str]):
         elif remote is not None and forge.runs_home_pod(remote, home):
             if not forge.news_for_home(remote, home):
                 return None  # starting as it should: the write that makes it Running comes next
-            status, unreachable = forge.with_home_addresses(
-                forge.home_status(remote, node_address=self._address), translate=self._manager.addresses.for_home
-            )
-            if await self._set_status(home, status) and unreachable:
-                message = f"the pod's IP on the provider is not given at home: {unreachable}"
-                await self._events.record(home, type="Warning", reason=POD_IP_NOT_REACHABLE, message=message)
+            await self._report(home, remote, twin=twin_name)
         elif (verdict := forge.held_back(shadow)) is not None:
             await self._refused(home, reason=verdict[0], message=verdict[1])
         return None
+
+    async def _report(self, home: Obj, remote: Obj, *, twin: str) -> None:
+        """The remote pod's status onto the home pod, its IPs as home dials them (an Event for those it cannot)."""
+        status = forge.home_status(remote, node_address=self._address)
+        addresses = self._manager.addresses
+        translate: Callable[[str], Translation] = addresses.for_home
+        if forge.claims_home_pod(status, translate=translate, returned=addresses.returned_home):
+            home_ips = await self._sent_back_ips(remote, twin=twin)
+            translate = forge.sent_back(translate, returned=addresses.returned_home, home_ips=home_ips)
+        status, unreachable = forge.with_home_addresses(status, translate=translate)
+        if await self._set_status(home, status) and unreachable:
+            message = f"the pod's IP on the provider is not given at home: {unreachable}"
+            await self._events.record(home, type="Warning", reason=POD_IP_NOT_REACHABLE, message=message)
+
+    async def _sent_back_ips(self, remote: Obj, *, twin: str) -> frozenset[str]:
+        """The IPs of home's pod that runs ``remote`` here: the provider sent it back, to its twin of ``twin`` here.
+
+        Found by what home wrote itself: the provider's twin here of ``twin`` (namespace labels only home's
+        manager writes), and in it the pod of the remote pod's name that stands for it (its home-pod UID, which
+        home's ShadowPod controller copies). A peer writes its ShadowPods' home-pod UID, but only in its own
+        twins: whatever it claims, the pod found is one it runs here.
+        """
+        selector = f"{names.REMOTE_CLUSTER_ID}={self._manager.provider_id},{names.ORIGIN_NAMESPACE}={twin}"
+        twins, _ = await self._home.list_all(NAMESPACES, label_selector=selector)
+        for namespace in twins:
+            pod = await self._home.get_or_none(
+                PODS, remote["metadata"]["name"], namespace=namespace["metadata"]["name"]
+            )
+            if pod is not None and forge.runs_home_pod(pod, remote):
+                return frozenset(forge.pod_ips(pod.get("status") or {}))
+        return frozenset()
 
     async def _no_twin(self, home: Obj | None) -> Result | None:
         if home is None:

@@ -400,21 +400,29 @@ def pods_seen_at(
 
 
 def returned_home(
-    address: str, *, home: ClusterNetwork | None, provider_sees_home: IPNetwork | None
+    address: str,
+    *,
+    home: ClusterNetwork | None,
+    provider: ClusterNetwork | None,
+    provider_sees_home: IPNetwork | None,
 ) -> IPAddress | None:
     """Which of home's own pod addresses the provider means by ``address``, if it names one of them (pure).
 
     A provider may run a pod of home's back on home's own nodes (a tether's controlling peer does, through
     its virtual node for home): the address it then reports is home's pod as the provider sees it, in the
     block the network fabric remapped home's pods to (``provider_sees_home``), or home's pod CIDR itself while
-    not remapped. The answer is only a claim: the caller must find home's pod with that address, run for
-    this very pod in the provider's twin here, before it shows it (a peer's word is untrusted).
+    not remapped. An address in the provider's own pod CIDR is one of its pods, never a claim on home's (two
+    clusters with one pod CIDR and no fabric: which pod it is cannot be told). The answer is only a claim:
+    the caller must find home's pod with that address, run for this very pod in the provider's twin here,
+    before it shows it (a peer's word is untrusted).
     """
-    if home is None:
+    if home is None or provider is None:
         return None
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
+        return None
+    if ip.version == provider.pod_cidr.version and ip in provider.pod_cidr:
         return None
     block = provider_sees_home or home.pod_cidr
     if ip.version != block.version or ip not in block or block.prefixlen != home.pod_cidr.prefixlen:

@@ -302,19 +302,22 @@ def offer_spec(
 
     Returns:
         ``providerClusterID``, ``providerClusterName``, ``resources`` and ``prices`` (quantities; prices only
-        for offered resources), ``largestSlots`` (quantities), ``labels``, ``timestamp`` and ``expiry``
+        for offered resources), ``largestSlots`` (quantities), ``labels`` (if any), ``timestamp`` and ``expiry``
         (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second; ``acceptsTethering`` and
         ``tethered`` when true.
     """
     # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
     timestamp = as_utc(now).replace(microsecond=0)
     flags = {ACCEPTS_TETHERING: policy.accepts_tethering, TETHERED: policy.tethered}
+    # No labels means no field: applied empty after keys this manager owned (a tether's mark), server-side
+    # apply leaves ``labels: null``, which the schema refuses, and the offer could not change any more.
+    labels = {"labels": dict(policy.labels)} if policy.labels else {}
     return {
         "providerClusterID": provider_id,
         "providerClusterName": provider_name,
         "resources": _formatted(resources),
         "largestSlots": [_formatted(slot) for slot in slots],
-        "labels": dict(policy.labels),
+        **labels,
         "prices": {name: price for name, price in policy.prices.items() if name in resources},
         "timestamp": format_time(timestamp),
         "expiry": format_time(timestamp + datetime.timedelta(seconds=policy.offer_ttl_seconds)),

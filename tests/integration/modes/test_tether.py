@@ -155,6 +155,13 @@ async def test_a_tether_moves_the_laptops_workloads_to_the_enterprise_and_its_en
                 )
 
             await eventually(twins_gone, timeout=60, message="no twin left of the laptop's namespace, either way")
+
+            async def untethered() -> bool:  # the laptop's offer lost its tether's mark
+                records, _ = await corp.list_all(FOREIGN_CLUSTERS)
+                laptop_records = [r for r in records if r["spec"]["clusterID"] == laptop.cluster_id]
+                return bool(laptop_records) and not any((r.get("status") or {}).get("tethered") for r in laptop_records)
+
+            await eventually(untethered, timeout=60, message="the enterprise's record of the laptop: not tethered")
         for namespace in (work, later):
             await home.delete(NAMESPACES, namespace)
 

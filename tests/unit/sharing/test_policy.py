@@ -194,6 +194,18 @@ def test_offer_spec() -> None:
     }
 
 
+def test_an_offer_without_labels_has_no_labels_field_so_a_tethers_mark_can_be_dropped() -> None:
+    """Applied as ``{}`` after the tether's label, server-side apply leaves ``labels: null``, which the schema
+    refuses (a run logged it 35 times, the offer stuck saying ``tethered``)."""
+    tethered = offer_spec(
+        provider_id="id", provider_name="n", resources={}, slots=[], policy=tethered_policy(BUILT_IN_DEFAULT), now=NOW
+    )
+    assert tethered["labels"] == {names.TETHERED_DEVICE: "true"}
+    after = offer_spec(provider_id="id", provider_name="n", resources={}, slots=[], policy=BUILT_IN_DEFAULT, now=NOW)
+    assert "labels" not in after
+    assert needs_refresh(tethered, {}, BUILT_IN_DEFAULT, new_slots=[], now=NOW)  # the mark goes at once
+
+
 def test_times_are_written_in_utc() -> None:
     rome = datetime.timezone(datetime.timedelta(hours=1))
     spec = offer_spec(

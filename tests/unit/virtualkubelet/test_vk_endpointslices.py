@@ -175,7 +175,7 @@ def _sent_back_case(home_ips: frozenset[str]) -> tuple[Obj, str | None]:
     translate = to(ROME, owner=NAPLES)  # milan's pod CIDR is rome's: 10.71.0.7 is outside it
 
     def returned(address: str) -> Any:
-        return returned_home(address, home=ROME, provider_sees_home=seen_at)
+        return returned_home(address, home=ROME, provider=NAPLES, provider_sees_home=seen_at)
 
     status = {"phase": "Running", "podIP": "10.71.0.7", "podIPs": [{"ip": "10.71.0.7"}]}
     assert pods.claims_home_pod(status, translate=translate, returned=returned)
@@ -196,12 +196,26 @@ def test_an_address_naming_another_pod_of_homes_is_refused() -> None:
     assert translated["podIP"] is None
 
 
+def test_an_overlapping_address_keeps_its_reason_and_asks_home_nothing() -> None:
+    """Rome and naples share a pod CIDR, no fabric: naples' pod address is naples' own, no claim on rome's."""
+    status = {"phase": "Running", "podIP": "10.244.0.7"}
+    translate = to(ROME, owner=NAPLES)
+
+    def returned(address: str) -> Any:
+        return returned_home(address, home=ROME, provider=NAPLES, provider_sees_home=None)
+
+    assert not pods.claims_home_pod(status, translate=translate, returned=returned)
+    _, reason = pods.with_home_addresses(status, translate=translate)
+    assert reason is not None
+    assert "overlaps" in reason
+
+
 def test_a_providers_own_address_is_no_claim_on_homes_pods() -> None:
     status = {"phase": "Running", "podIP": "10.245.0.7"}
     translate = to(ROME, owner=MILAN)
 
     def returned(address: str) -> Any:
-        return returned_home(address, home=ROME, provider_sees_home=None)
+        return returned_home(address, home=ROME, provider=MILAN, provider_sees_home=None)
 
     assert not pods.claims_home_pod(status, translate=translate, returned=returned)
     translated, _ = pods.with_home_addresses(

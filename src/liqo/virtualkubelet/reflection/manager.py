@@ -228,7 +228,9 @@ class Addresses:
 
     def returned_home(self, address: str) -> IPAddress | None:
         """Home's own pod the provider means by ``address``, if it names one (a pod it sent back here)."""
-        return returned_home(address, home=self.home, provider_sees_home=self.provider_sees_home())
+        return returned_home(
+            address, home=self.home, provider=self.provider(), provider_sees_home=self.provider_sees_home()
+        )
 
 
 class ReflectionManager:

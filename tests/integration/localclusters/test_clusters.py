@@ -143,6 +143,9 @@ def test_down_stops_exactly_its_processes_and_up_resumes_on_new_ports_when_taken
         assert clusters.info(local.name).state == "Stopped"
 
         with socket.socket() as squatter:  # someone takes the API server's port meanwhile
+            # As servers do (the API server too): the stopped API server's connections may linger in TIME_WAIT,
+            # and a bind without it fails on them (a run saw EADDRINUSE here).
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             squatter.bind(("127.0.0.1", ports.apiserver))
             squatter.listen()
             clusters.up(local.spec)

@@ -26,7 +26,7 @@ from liqo.kube.resources import DEPLOYMENTS, ENDPOINT_SLICES, EVENTS, NODES, POD
 from liqo.localclusters.realnodes.nodes import UNDERLAY_HOST
 from liqo.peering import operations as peering
 from liqo.virtualkubelet.forge import endpointslices as forge
-from tests.integration.helpers import Offloaded, Site, deployment, offloaded_to, pod, stopped, unique
+from tests.integration.helpers import Offloaded, Site, deployment, offloaded_to, pod, running_pods, stopped, unique
 from tests.shared import eventually
 
 ROME_PODS = ipaddress.ip_network("10.244.0.0/16")
@@ -124,6 +124,35 @@ async def test_a_split_deployment_lists_every_endpoint_on_both_sides(
         return not await slices_of(milan, twin, "web")
 
     await eventually(gone_from_milan, timeout=60, message="the Service's slices gone from the twin")
+
+
+async def test_a_provider_claiming_one_of_our_pods_addresses_gets_none_at_home(
+    rome: KubeClient, milan: KubeClient, split: tuple[str, str]
+) -> None:
+    """Milan's admin (the provider: the peer, on its own cluster) rewrites its pod's status to the address of one
+    of rome's own pods, as a pod it had sent back to rome would show. Rome finds no pod of milan's there, so the
+    home pod gets no address: home's Service never sends traffic to a pod of rome's that the provider named."""
+    home, twin = split
+    await rome.create(SERVICES, service("web", home))
+    await rome.create(DEPLOYMENTS, spread("web", home, replicas=2))
+    (remote,) = await running_pods(milan, twin, 1)
+    name = remote["metadata"]["name"]
+    [victim] = [p for p in await running_pods(rome, home, 2) if p["metadata"]["name"] != name]
+    victim_ip = victim["status"]["podIP"]
+    assert ipaddress.ip_address(victim_ip) in ROME_PODS
+    claim = {"status": {"podIP": victim_ip, "podIPs": [{"ip": victim_ip}]}}
+    await milan.patch(PODS, name, claim, namespace=twin, subresource="status")
+
+    async def refused() -> bool:
+        events, _ = await rome.list_all(EVENTS, namespace=home, field_selector=f"involvedObject.name={name}")
+        return any(
+            e["reason"] == "PodIPNotReachable" and f"would be our pod {victim_ip}" in e["message"] for e in events
+        )
+
+    await eventually(refused, timeout=60, message=f"PodIPNotReachable naming {victim_ip} on {name}")
+    assert (await rome.get(PODS, name, namespace=home)).get("status", {}).get("podIP") != victim_ip
+    # Rome's own pod is listed once, for itself: never a second time for milan's.
+    assert [ip for ip in ready_addresses(await slices_of(rome, home, "web")) if ip == victim_ip] == [victim_ip]
 
 
 async def test_overlapping_pod_cidrs_are_reported_and_nothing_is_written_wrong(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Any
 
@@ -169,13 +170,17 @@ def test_a_pod_without_an_ip_yet_is_left_as_it_is() -> None:
     assert pods.with_home_addresses(status, translate=to(ROME, owner=MILAN)) == (status, None)
 
 
+def returned_to_rome(provider: ClusterNetwork, *, seen_at: Any = None) -> Any:
+    """Which of rome's own pods ``provider`` means by an address (it sees rome's pods at ``seen_at``)."""
+    return functools.partial(returned_home, home=ROME, provider=provider, provider_sees_home=seen_at)
+
+
 def _sent_back_case(home_ips: frozenset[str]) -> tuple[Obj, str | None]:
     """Rome's pod runs on milan, which sent it back to rome's own node: milan sees rome's pods at 10.71/16."""
     seen_at = ipaddress.ip_network("10.71.0.0/16")
     translate = to(ROME, owner=NAPLES)  # milan's pod CIDR is rome's: 10.71.0.7 is outside it
 
-    def returned(address: str) -> Any:
-        return returned_home(address, home=ROME, provider=NAPLES, provider_sees_home=seen_at)
+    returned = returned_to_rome(NAPLES, seen_at=seen_at)
 
     status = {"phase": "Running", "podIP": "10.71.0.7", "podIPs": [{"ip": "10.71.0.7"}]}
     assert pods.claims_home_pod(status, translate=translate, returned=returned)
@@ -201,8 +206,7 @@ def test_an_overlapping_address_keeps_its_reason_and_asks_home_nothing() -> None
     status = {"phase": "Running", "podIP": "10.244.0.7"}
     translate = to(ROME, owner=NAPLES)
 
-    def returned(address: str) -> Any:
-        return returned_home(address, home=ROME, provider=NAPLES, provider_sees_home=None)
+    returned = returned_to_rome(NAPLES)
 
     assert not pods.claims_home_pod(status, translate=translate, returned=returned)
     _, reason = pods.with_home_addresses(status, translate=translate)
@@ -214,8 +218,7 @@ def test_a_providers_own_address_is_no_claim_on_homes_pods() -> None:
     status = {"phase": "Running", "podIP": "10.245.0.7"}
     translate = to(ROME, owner=MILAN)
 
-    def returned(address: str) -> Any:
-        return returned_home(address, home=ROME, provider=MILAN, provider_sees_home=None)
+    returned = returned_to_rome(MILAN)
 
     assert not pods.claims_home_pod(status, translate=translate, returned=returned)
     translated, _ = pods.with_home_addresses(

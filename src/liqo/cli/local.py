@@ -70,6 +70,10 @@ def up(
         str | None, typer.Option(help=f"Memory of each node (a quantity: 32Gi).{_new('node_memory')}")
     ] = None,
     node_pods: Annotated[int | None, typer.Option(help=f"Maximum pods per node.{_new('node_pods')}")] = None,
+    node_storage: Annotated[
+        str | None,
+        typer.Option(help=f"What each real node holds for volumes (a quantity: 20Gi).{_new('node_storage')}"),
+    ] = None,
     pod_cidr: Annotated[
         str | None, typer.Option(help=f"Pod CIDR (may overlap another cluster's).{_new('pod_cidr')}")
     ] = None,
@@ -94,6 +98,7 @@ def up(
             "node_cpu": node_cpu,
             "node_memory": node_memory,
             "node_pods": node_pods,
+            "node_storage": node_storage,
             "pod_cidr": pod_cidr,
             "service_cidr": service_cidr,
             "node_labels": parse_labels(node_labels) if node_labels is not None else None,

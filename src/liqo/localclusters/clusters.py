@@ -36,7 +36,7 @@ from liqo.kube import pki
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError, NotFoundError
 from liqo.kube.kubeconfig import KubeconfigError
-from liqo.kube.resources import CLUSTER_ROLE_BINDINGS, ENDPOINT_SLICES, NODES, SERVICE_ACCOUNTS
+from liqo.kube.resources import NODES, SERVICE_ACCOUNTS
 from liqo.kube.waiting import WaitTimeout, block_until, poll_until
 from liqo.localclusters import toolchain
 from liqo.localclusters.components import (
@@ -67,7 +67,7 @@ from liqo.localclusters.layout import (
     write_json,
 )
 from liqo.localclusters.processes import ProcessRef, is_alive, terminate, wait_gone
-from liqo.localclusters.realnodes import host, images
+from liqo.localclusters.realnodes import host, images, volumes
 from liqo.localclusters.realnodes import plan as realplan
 from liqo.localclusters.realnodes.nodes import (
     NODE_PRIVATE_DIRS,
@@ -323,7 +323,13 @@ def _prepare(spec: ClusterSpec, cluster: ClusterDir, bin_dir: Path, node_kit: _N
         )
         ca = pki.KeyPair((cluster.pki / "ca.crt").read_bytes(), (cluster.pki / "ca.key").read_bytes())
         sandbox = images.pause_archive()
-        for node in real_nodes(cluster=spec.name, count=spec.real_nodes, underlay=underlay, cluster_root=cluster.root):
+        nodes = real_nodes(cluster=spec.name, count=spec.real_nodes, underlay=underlay, cluster_root=cluster.root)
+        components.append(
+            realplan.provisioner_component(
+                nodes=nodes, kubeconfig=cluster.pki / "volume-provisioner.kubeconfig", capacity=spec.node_storage
+            )
+        )
+        for node in nodes:
             realplan.write_node_files(
                 node,
                 ca=ca,
@@ -394,6 +400,7 @@ def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
         "scheduler": {"common_name": "system:kube-scheduler", "client": True},
         # kwok impersonates every kubelet of the cluster: no per-node identity fits it.
         "kwok": {"common_name": "kwok-controller", "organizations": ["system:masters"], "client": True},
+        "volume-provisioner": {"common_name": volumes.IDENTITY, "client": True},
     }  # fmt: skip
     for name, params in leaves.items():
         if not (d / f"{name}.crt").exists():
@@ -415,6 +422,7 @@ def _write_pki(spec: ClusterSpec, cluster: ClusterDir, ports: Ports) -> None:
         ("controller-manager", d / "controller-manager.kubeconfig"),
         ("scheduler", d / "scheduler.kubeconfig"),
         ("kwok", d / "kwok.kubeconfig"),
+        ("volume-provisioner", d / "volume-provisioner.kubeconfig"),
     ):
         config = pki.kubeconfig(
             cluster=spec.name,
@@ -462,9 +470,8 @@ async def _wait_ready(spec: ClusterSpec, cluster: ClusterDir, *, progress: Progr
                 await client.create(NODES, node_manifest(spec=spec, index=index))
         if spec.real_nodes:
             port = int(read_json(cluster.cluster_file)["ports"]["apiserver"])
-            binding, endpoints = realplan.api_objects(apiserver_port=port)
-            await client.apply(CLUSTER_ROLE_BINDINGS, binding)
-            await client.apply(ENDPOINT_SLICES, endpoints)
+            for resource, obj in realplan.api_objects(apiserver_port=port):
+                await client.apply(resource, obj)
         progress(f"waiting for {spec.all_nodes} node(s) to be Ready")
         problems: list[str] = []
 

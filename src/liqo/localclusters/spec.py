@@ -141,6 +141,8 @@ class ClusterSpec:
     node_cpu: str = "8"
     node_memory: str = "32Gi"
     node_pods: int = 110
+    node_storage: str = "20Gi"
+    """What each real node holds for volumes (the local StorageClass's provisioner counts it)."""
     pod_cidr: str = "10.244.0.0/16"
     service_cidr: str = "10.96.0.0/16"
     node_labels: dict[str, str] = field(default_factory=dict)
@@ -162,6 +164,8 @@ class ClusterSpec:
             raise SpecError(f"--node-cpu must be positive, got {self.node_cpu!r}")
         if parse_quantity(self.node_memory) <= 0:
             raise SpecError(f"--node-memory must be positive, got {self.node_memory!r}")
+        if parse_quantity(self.node_storage) <= 0:
+            raise SpecError(f"--node-storage must be positive, got {self.node_storage!r}")
         pods = _ipv4_network("--pod-cidr", self.pod_cidr)
         services = _ipv4_network("--service-cidr", self.service_cidr)
         if pods.overlaps(services):

@@ -21,12 +21,20 @@ import pytest
 
 from liqo.kube.client import KubeClient
 from liqo.kube.objects import Obj
-from liqo.kube.resources import DEPLOYMENTS, NAMESPACES, PODS, SERVICES
+from liqo.kube.resources import (
+    DEPLOYMENTS,
+    EVENTS,
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    PODS,
+    SERVICES,
+)
 from liqo.localclusters import clusters
 from liqo.localclusters.layout import read_json
 from liqo.localclusters.processes import ProcessRef, is_alive
-from liqo.localclusters.realnodes import host, images
-from liqo.localclusters.realnodes.nodes import CGROUP_PARENT, SYSCTLS_KUBELET_WANTS
+from liqo.localclusters.realnodes import host, images, volumes
+from liqo.localclusters.realnodes.nodes import CGROUP_PARENT, SYSCTLS_KUBELET_WANTS, RealNode, real_nodes
 from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     LocalCluster,
@@ -47,6 +55,8 @@ pytestmark = [
 ]
 
 TOOLBOX = images.TOOLBOX_PINNED
+NODE_STORAGE = "4Gi"
+"""What each node of the module's cluster holds for volumes: small enough for a claim to outgrow it."""
 
 
 def host_sysctls() -> dict[str, str]:
@@ -60,7 +70,7 @@ def sysctls_before() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def real(sysctls_before: dict[str, str]) -> Iterator[LocalCluster]:
-    local = start(ClusterSpec(name=unique("real"), nodes=0, real_nodes=2))
+    local = start(ClusterSpec(name=unique("real"), nodes=0, real_nodes=2, node_storage=NODE_STORAGE))
     yield local
     purge(local)
 
@@ -87,6 +97,16 @@ def tool_deployment(name: str, namespace: str, *, replicas: int, command: list[s
     extra: dict[str, Any] = {"affinity": affinity} if spread else {}
     return deployment(
         name, namespace, replicas=replicas, containers=[container], terminationGracePeriodSeconds=1, **extra
+    )
+
+
+def real_nodes_of(cluster: LocalCluster) -> list[RealNode]:
+    stored = read_json(cluster.dir.cluster_file)
+    return real_nodes(
+        cluster=cluster.name,
+        count=cluster.spec.real_nodes,
+        underlay=int(stored["underlay"]),
+        cluster_root=cluster.dir.root,
     )
 
 
@@ -175,6 +195,82 @@ async def test_logs_exec_cp_attach_and_port_forward(
     assert shell.strip() == "got hello"
     with port_forward(real, ns, name, 8080) as local_port, socket.create_connection(("127.0.0.1", local_port)) as conn:
         assert conn.recv(100) == b"pong\n"
+
+
+CLAIM_AND_WRITER = """\
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data}}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: {size}}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {pod}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: {image}
+    command: [sh, -c, "[ -f /data/first ] || hostname > /data/first; exec sleep 3600"]
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: data}}}}]
+"""
+"""A claim of the default class (none named) and a pod that writes its own name once on the volume."""
+
+
+async def test_a_claim_of_the_default_class_holds_data_across_pods_and_goes_with_its_claim(
+    real: LocalCluster, real_kube: KubeClient, ns: str
+) -> None:
+    kubectl(real, "apply", "-n", ns, "-f", "-", stdin=CLAIM_AND_WRITER.format(size="1Gi", pod="first", image=TOOLBOX))
+    [first] = await running_pods(real_kube, ns, 1)
+    claim = await real_kube.get(PERSISTENT_VOLUME_CLAIMS, "data", namespace=ns)
+    assert claim["status"]["phase"] == "Bound"
+    assert claim["spec"]["storageClassName"] == volumes.STORAGE_CLASS
+    volume = await real_kube.get(PERSISTENT_VOLUMES, claim["spec"]["volumeName"])
+    node = first["spec"]["nodeName"]
+    assert volumes.node_of(volume) == node, "the volume is on the node where its first pod runs"
+    assert kubectl(real, "exec", "-n", ns, "first", "--", "cat", "/data/first").strip() == "first"
+    [real_node] = [n for n in real_nodes_of(real) if n.name == node]
+    directory = real_node.inside(volume["spec"]["local"]["path"])
+    assert (directory / "first").read_text().strip() == "first", "the data is on the node's own disk"
+
+    kubectl(real, "delete", "pod", "-n", ns, "first", "--wait=true", timeout=60)
+    kubectl(real, "apply", "-n", ns, "-f", "-", stdin=CLAIM_AND_WRITER.format(size="1Gi", pod="second", image=TOOLBOX))
+    [second] = await running_pods(real_kube, ns, 1)
+    assert second["spec"]["nodeName"] == node, "a pod of the claim follows its data"
+    assert kubectl(real, "exec", "-n", ns, "second", "--", "cat", "/data/first").strip() == "first"
+
+    kubectl(real, "delete", "pod", "-n", ns, "second", "--wait=true", timeout=60)
+    kubectl(real, "delete", "pvc", "-n", ns, "data", "--wait=true", timeout=60)
+
+    async def gone() -> bool:
+        return await real_kube.get_or_none(PERSISTENT_VOLUMES, volume["metadata"]["name"]) is None
+
+    await eventually(gone, timeout=60, message="the released volume is deleted")
+    assert not directory.exists(), "its data went with it"
+
+
+async def test_a_claim_larger_than_any_node_holds_waits_with_the_reason_and_makes_nothing(
+    real: LocalCluster, real_kube: KubeClient, ns: str
+) -> None:
+    kubectl(real, "apply", "-n", ns, "-f", "-", stdin=CLAIM_AND_WRITER.format(size="5Gi", pod="big", image=TOOLBOX))
+    reasons: list[str] = []
+
+    async def refused_on_each_node() -> bool:
+        events = (await real_kube.list(EVENTS, namespace=ns, field_selector="involvedObject.name=data"))["items"]
+        reasons[:] = [e["message"] for e in events if e["reason"] == "NodeStorageFull"]
+        return {n.name for n in real_nodes_of(real)} <= {m.split()[1] for m in reasons}
+
+    await eventually(refused_on_each_node, timeout=60, message="the claim is refused by both nodes")
+    assert all(f"of {NODE_STORAGE} left" in m and "asks 5Gi" in m for m in reasons), reasons
+    pod = await real_kube.get(PODS, "big", namespace=ns)
+    assert pod["status"]["phase"] == "Pending"
+    claim = await real_kube.get(PERSISTENT_VOLUME_CLAIMS, "data", namespace=ns)
+    assert claim["status"]["phase"] == "Pending"
+    volumes_now, _ = await real_kube.list_all(PERSISTENT_VOLUMES)
+    assert [v for v in volumes_now if (v["spec"].get("claimRef") or {}).get("namespace") == ns] == []
 
 
 async def test_load_image_makes_an_archive_runnable_even_with_pull_policy_always(

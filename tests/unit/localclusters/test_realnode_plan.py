@@ -124,7 +124,13 @@ def test_apiserver_nat_recreates_one_table_forwarding_the_underlay_to_loopback(p
 
 
 def test_real_node_api_objects() -> None:
-    binding, slice_ = api_objects(apiserver_port=34567)
+    objects = api_objects(apiserver_port=34567)
+    assert [(resource.kind, obj["kind"]) for resource, obj in objects] == [
+        (obj["kind"], obj["kind"]) for _, obj in objects
+    ], "each object is applied as its own kind"
+    binding, slice_ = (obj for _, obj in objects[:2])
+    classes = [obj for _, obj in objects if obj["kind"] == "StorageClass"]
+    assert [c["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] for c in classes] == ["true"]
     assert binding["kind"] == "ClusterRoleBinding"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

@@ -23,8 +23,15 @@ from typing import Any
 import yaml
 
 from liqo.kube import pki
+from liqo.kube.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    ENDPOINT_SLICES,
+    STORAGE_CLASSES,
+    Resource,
+)
 from liqo.localclusters.components import Component, Probe
-from liqo.localclusters.realnodes import configs
+from liqo.localclusters.realnodes import configs, volumes
 from liqo.localclusters.realnodes.nodes import UNDERLAY_HOST, RealNode
 
 
@@ -183,13 +190,14 @@ def write_node_files(
     )
 
 
-def api_objects(*, apiserver_port: int) -> list[dict[str, Any]]:
-    """What a cluster with real nodes needs in its API (pure).
+def api_objects(*, apiserver_port: int) -> list[tuple[Resource, dict[str, Any]]]:
+    """What a cluster with real nodes needs in its API, each with its resource (pure).
 
     The API server calls kubelets as ``kube-apiserver-kubelet-client`` (logs, exec, port-forward), which
     real kubelets authorize by asking the API server: it needs ``system:kubelet-api-admin``. The
     ``kubernetes`` Service gets an endpoint pods can reach, the underlay's host address (NATed to the API
-    server): the API server itself publishes none (``--endpoint-reconciler-type=none``).
+    server): the API server itself publishes none (``--endpoint-reconciler-type=none``). The nodes' volumes
+    come with a default StorageClass and what their provisioner may do (:mod:`~.volumes`).
     """
     rbac = "rbac.authorization.k8s.io"
     binding = {
@@ -216,4 +224,27 @@ def api_objects(*, apiserver_port: int) -> list[dict[str, Any]]:
         "endpoints": [{"addresses": [UNDERLAY_HOST], "conditions": {"ready": True}}],
         "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}],
     }
-    return [binding, endpoints]
+    role, role_binding = volumes.rbac()
+    return [
+        (CLUSTER_ROLE_BINDINGS, binding),
+        (ENDPOINT_SLICES, endpoints),
+        (CLUSTER_ROLES, role),
+        (CLUSTER_ROLE_BINDINGS, role_binding),
+        (STORAGE_CLASSES, volumes.storage_class()),
+    ]
+
+
+def provisioner_component(*, nodes: Sequence[RealNode], kubeconfig: Path, capacity: str) -> Component:
+    """The volume provisioner of the real nodes (:mod:`~.provisioner`), after the API server."""
+    return Component(
+        name="volume-provisioner",
+        argv=[
+            sys.executable,
+            "-m",
+            "liqo.localclusters.realnodes.provisioner",
+            f"--kubeconfig={kubeconfig}",
+            f"--capacity={capacity}",
+            *(f"--node={node.name}={node.inside(volumes.VOLUMES_DIR)}" for node in nodes),
+        ],
+        after=["kube-apiserver"],
+    )

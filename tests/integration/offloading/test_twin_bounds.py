@@ -194,6 +194,13 @@ async def test_every_twin_holds_a_network_policy_that_follows_the_providers_poli
         block = blocks["0.0.0.0/0"]
         assert {"169.254.0.0/16", "10.245.0.0/16"} <= set(block["except"]), block
 
+    async def restored() -> bool:
+        current = await milan.get(NETWORK_POLICIES, names.PEER_NETWORK_POLICY, namespace=twin)
+        return bool(current["spec"] == made["spec"])
+
+    # The policy gone, the twin's NetworkPolicy closes again (asynchronously): then the peer tries its hand, and
+    # what it leaves is checked at once.
+    await eventually(restored, timeout=30, message="the twin's NetworkPolicy back to milan's default")
     async with peer_identity(rome, milan_id, name="rome@milan") as peer:
         own = dict(made, metadata={"name": unique("mine"), "namespace": twin})
         for call in (

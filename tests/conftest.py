@@ -11,4 +11,4 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("liqo", suppress_health_check=[HealthCheck.too_slow], deadline=None)
 settings.load_profile("liqo")
 
-pytest_plugins = ["tests.timing", "tests.lanes"]
+pytest_plugins = ["tests.timing", "tests.cpu_by_program", "tests.lanes"]

@@ -1,0 +1,47 @@
+"""The CPU table's words: what a process is called, and how the table adds up."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.cpu_by_program import CpuByProgram, cpu_table, program
+
+
+def test_a_process_is_named_by_its_binary_or_its_python_module_or_script() -> None:
+    bin_dir = "/root/.cache/liqo/bin/k8s-v1.37.2-etcd-v3.6.16-kwok-v0.8.0"
+    # The binary's directory names etcd and kwok: only the binary's own name counts.
+    assert program([f"{bin_dir}/kube-controller-manager", "--kubeconfig=x"]) == "kube-controller-manager"
+    assert program([f"{bin_dir}/etcd", "--name=rome"]) == "etcd"
+    assert program(["/work/.venv/bin/python", "-m", "liqo.apps.manager", "--kubeconfig=x"]) == "liqo.apps.manager"
+    assert program(["/usr/bin/python3", "-u", "-m", "liqo.apps.gateway"]) == "liqo.apps.gateway"
+    assert program(["/work/.venv/bin/python", "/work/.venv/bin/pytest", "tests"]) == "pytest"
+    assert program(["/work/.venv/bin/python", "/work/.venv/bin/liqoctl", "peer"]) == "liqoctl"
+    assert program(["python", "-c", "import sys;exec(eval(sys.stdin.readline()))  # xdist"]) == "pytest lane"
+    assert program([]) == "kernel"
+    assert program([""]) == "kernel"
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.floats(min_value=0, max_value=1e5), max_size=30))
+def test_the_table_shows_the_largest_and_adds_up_to_the_total(seconds: dict[str, float]) -> None:
+    rows = cpu_table(seconds, wall=100.0, cores=2, shown=5)
+    *programs, total = rows
+    assert total[0] == "total"
+    assert len(programs) <= 6
+    assert [name for name, _, _ in programs[:5]] == [
+        name for name, _ in sorted(seconds.items(), key=lambda item: (-item[1], item[0]))[:5]
+    ]
+    assert abs(sum(float(cpu) for _, cpu, _ in programs) - sum(seconds.values())) <= len(programs) * 0.5 + 1e-6
+
+
+def test_a_sampler_counts_this_process_work_and_nothing_from_before() -> None:
+    sampler = CpuByProgram()
+    sampler._take(count=False)
+    deadline = os.times().user + 0.3
+    while os.times().user < deadline:
+        pass  # 0.3 s of this process's CPU, between the two samples
+    sampler._take(count=True)
+    assert sum(sampler.seconds.values()) >= 0.2, sampler.seconds
+    assert sum(sampler.seconds.values()) < 60, "what ran before the first sample is not counted"

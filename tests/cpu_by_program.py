@@ -48,7 +48,8 @@ def program(argv: Sequence[str]) -> str:
     if len(args) >= 2 and args[0] == "-m":
         return args[1]
     if args and args[0] == "-c":
-        return "pytest lane" if "xdist" in " ".join(args[1:2]) else "python -c"
+        # pytest-xdist's lanes are execnet gateways, which read their code from stdin
+        return "pytest lane" if "sys.stdin.readline" in " ".join(args[1:2]) else "python -c"
     return os.path.basename(args[0]) if args else binary
 
 

@@ -19,7 +19,8 @@ def test_a_process_is_named_by_its_binary_or_its_python_module_or_script() -> No
     assert program(["/usr/bin/python3", "-u", "-m", "liqo.apps.gateway"]) == "liqo.apps.gateway"
     assert program(["/work/.venv/bin/python", "/work/.venv/bin/pytest", "tests"]) == "pytest"
     assert program(["/work/.venv/bin/python", "/work/.venv/bin/liqoctl", "peer"]) == "liqoctl"
-    assert program(["python", "-c", "import sys;exec(eval(sys.stdin.readline()))  # xdist"]) == "pytest lane"
+    assert program(["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"]) == "pytest lane"
+    assert program(["python3", "-c", "print(1)"]) == "python -c"
     assert program([]) == "kernel"
     assert program([""]) == "kernel"
 

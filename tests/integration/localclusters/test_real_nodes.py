@@ -45,6 +45,7 @@ from tests.integration.helpers import (
     purge,
     running_pods,
     start,
+    stopped,
     unique,
 )
 from tests.shared import eventually
@@ -250,6 +251,24 @@ async def test_a_claim_of_the_default_class_holds_data_across_pods_and_goes_with
 
     await eventually(gone, timeout=60, message="the released volume is deleted")
     assert not directory.exists(), "its data went with it"
+
+
+async def test_a_claim_made_while_the_provisioner_is_down_gets_its_volume_when_it_is_back(
+    real: LocalCluster, real_kube: KubeClient, ns: str
+) -> None:
+    async with stopped(real, "volume-provisioner"):
+        kubectl(
+            real, "apply", "-n", ns, "-f", "-", stdin=CLAIM_AND_WRITER.format(size="1Gi", pod="late", image=TOOLBOX)
+        )
+
+        async def node_chosen() -> bool:
+            claim = await real_kube.get(PERSISTENT_VOLUME_CLAIMS, "data", namespace=ns)
+            return volumes.SELECTED_NODE in (claim["metadata"].get("annotations") or {})
+
+        await eventually(node_chosen, timeout=60, message="the scheduler picks a node and waits for the volume")
+        assert (await real_kube.get(PODS, "late", namespace=ns))["status"]["phase"] == "Pending"
+    await running_pods(real_kube, ns, 1, timeout=90)
+    assert kubectl(real, "exec", "-n", ns, "late", "--", "cat", "/data/first").strip() == "late"
 
 
 async def test_a_claim_larger_than_any_node_holds_waits_with_the_reason_and_makes_nothing(

@@ -62,6 +62,8 @@ def test_parse_labels_rejects(text: str) -> None:
         ({"name": "ok", "nodes": 0}, "--nodes"),
         ({"name": "ok", "node_cpu": "0"}, "--node-cpu"),
         ({"name": "ok", "node_memory": "lots"}, "quantity"),
+        ({"name": "ok", "node_storage": "0"}, "--node-storage"),
+        ({"name": "ok", "node_storage": "a lot"}, "quantity"),
         ({"name": "ok", "pod_cidr": "10.0.0.0/33"}, "--pod-cidr"),
         ({"name": "ok", "pod_cidr": "10.0.0.1/16"}, "host bits"),
         ({"name": "ok", "pod_cidr": "fd00::/64"}, "only IPv4"),
@@ -80,6 +82,9 @@ def test_spec_round_trip_and_differences() -> None:
     other = ClusterSpec(name="rome", nodes=2, node_labels={"zone": "north"})
     assert spec.differences(other) == ["nodes: 3 -> 2"]
     assert spec.api_service_ip == "10.96.0.1"
+    # A cluster stored before --node-storage existed resumes with the default.
+    stored = {key: value for key, value in spec.to_dict().items() if key != "node_storage"}
+    assert ClusterSpec.from_dict(stored) == spec
 
 
 @given(prefix=st.integers(min_value=8, max_value=24), nodes=st.integers(min_value=1, max_value=1000))

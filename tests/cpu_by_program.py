@@ -69,20 +69,25 @@ def cpu_table(
     return rows
 
 
-def _processes(names: dict[tuple[str, str], str]) -> Iterator[tuple[tuple[str, str], str, float]]:
-    """Every process now: its identity (pid, start time), its program, its CPU-seconds so far."""
+def _processes(names: dict[tuple[str, str, str], str]) -> Iterator[tuple[tuple[str, str], str, float]]:
+    """Every process now: its identity (pid, start time), its program, its CPU-seconds so far.
+
+    A program is named again when its process runs another (``exec``: its ``comm`` changes), as the launcher
+    of a real node's daemons does; the CPU it used before counts for the program it was.
+    """
     ticks = os.sysconf("SC_CLK_TCK")
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            key = (entry.name, fields[19])
+            stat = (entry / "stat").read_text()
+            comm, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 1 :].split()
+            key = (entry.name, fields[19], comm)
             if key not in names:
                 names[key] = program((entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1])
-        except (OSError, IndexError):
+        except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
-        yield key, names[key], (int(fields[11]) + int(fields[12])) / ticks
+        yield key[:2], names[key], (int(fields[11]) + int(fields[12])) / ticks
 
 
 class CpuByProgram:
@@ -90,7 +95,7 @@ class CpuByProgram:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._names: dict[tuple[str, str], str] = {}
+        self._names: dict[tuple[str, str, str], str] = {}
         self._last: dict[tuple[str, str], float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-by-program", daemon=True)
@@ -104,7 +109,7 @@ class CpuByProgram:
             if count:  # the first sample sets where each process stood; what ran before the run is not counted
                 self.seconds[name] = self.seconds.get(name, 0.0) + cpu - self._last.get(key, 0.0)
         self._last = current
-        self._names = {key: self._names[key] for key in current}
+        self._names = {key: name for key, name in self._names.items() if key[:2] in current}
 
     def _run(self) -> None:
         while not self._stop.wait(INTERVAL):

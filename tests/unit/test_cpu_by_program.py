@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.cpu_by_program import CpuByProgram, cpu_table, program
+from tests.cpu_by_program import CpuByProgram, _processes, cpu_table, program
 
 
 def test_a_process_is_named_by_its_binary_or_its_python_module_or_script() -> None:
@@ -46,3 +50,21 @@ def test_a_sampler_counts_this_process_work_and_nothing_from_before() -> None:
     sampler._take(count=True)
     assert sum(sampler.seconds.values()) >= 0.2, sampler.seconds
     assert sum(sampler.seconds.values()) < 60, "what ran before the first sample is not counted"
+
+
+def test_a_process_that_runs_another_program_is_named_again() -> None:
+    ready = "import os; input(); os.execvp('sleep', ['sleep', '30'])"
+    with subprocess.Popen([sys.executable, "-c", ready], stdin=subprocess.PIPE, text=True) as child:
+        try:
+            pid = str(child.pid)
+            names: dict[tuple[str, str, str], str] = {}
+            assert {name for (p, _), name, _ in _processes(names) if p == pid} == {"python -c"}
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            deadline = time.monotonic() + 10
+            while Path(f"/proc/{pid}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+                time.sleep(0.01)  # polling the kernel's own record of the exec, not waiting for a guess
+            assert {name for (p, _), name, _ in _processes(names) if p == pid} == {"sleep"}
+        finally:
+            child.kill()

@@ -1,6 +1,6 @@
 """Real local clusters for integration tests.
 
-Shared clusters (the families of :data:`tests.lanes.SHARED`: ``sites``, ``cluster``, ``peer_cluster``) serve
+Shared clusters (the families of :data:`tests.lanes.SHARED`: ``naples``, ``sites``, ``cluster``, ``peer_cluster``) serve
 every test that only adds objects to them (in namespaces of their own); tests that stop or restart
 components restore them before they finish, and tests that take a whole cluster down make their own.
 A family starts when the first module of a lane (an xdist worker, or the one serial run) needs it, and is
@@ -57,9 +57,18 @@ class Families:
 
     def get(self, name: str, *, start: Callable[[], Any], purge: Callable[[Any], None]) -> Any:
         if name not in self.held:
-            value = start()
-            self.held[name] = (value, lambda: purge(value))
+            self.add(name, start(), purge=purge)
+        return self.value(name)
+
+    def holds(self, name: str) -> bool:
+        return name in self.held
+
+    def value(self, name: str) -> Any:
         return self.held[name][0]
+
+    def add(self, name: str, value: Any, *, purge: Callable[[Any], None]) -> None:
+        """Hold ``value``, started by the caller, as family ``name``."""
+        self.held[name] = (value, lambda: purge(value))
 
     def release(self, *, keep: set[str]) -> None:
         """Purge every family held but those in ``keep``."""
@@ -79,10 +88,13 @@ def families() -> Iterator[Families]:
 @pytest.fixture(scope="module", autouse=True)
 def _release_families(request: pytest.FixtureRequest, families: Families) -> None:
     """At each module's start, purge the families it does not use (see the module docstring)."""
+    families.release(keep=_module_fixtures(request) & set(SHARED))
+
+
+def _module_fixtures(request: pytest.FixtureRequest) -> set[str]:
+    """The fixtures any test of the requesting module uses."""
     module = request.node.path
-    items = [item for item in request.session.items if item.path == module]
-    used = {name for item in items for name in getattr(item, "fixturenames", ())}
-    families.release(keep=used & set(SHARED))
+    return {name for item in request.session.items if item.path == module for name in getattr(item, "fixturenames", ())}
 
 
 @pytest.fixture(scope="module")
@@ -127,22 +139,27 @@ async def crds(kube: KubeClient) -> None:
 
 
 @pytest.fixture(scope="module")
-def sites(families: Families) -> dict[str, Site]:
-    """rome, milan and naples, liqo installed on each, not peered."""
-    started: dict[str, Site] = families.get("sites", start=_start_sites, purge=_purge_sites)
-    return started
+def sites(request: pytest.FixtureRequest, families: Families) -> dict[str, Site]:
+    """rome and milan, liqo installed on each, not peered; and naples in a module whose tests use ``naples``.
+
+    The families a module lacks start together (a start mostly waits, so three take little more than one).
+    """
+    wanted = ["sites", *(["naples"] if "naples" in _module_fixtures(request) else [])]
+    missing = [family for family in wanted if not families.holds(family)]
+    if missing:
+        started = start_sites({role: SITE_SPECS[role] for family in missing for role in SITE_FAMILIES[family]})
+        for family in missing:
+            families.add(family, {role: started[role] for role in SITE_FAMILIES[family]}, purge=_purge_sites)
+    return {role: site for family in wanted for role, site in families.value(family).items()}
 
 
-def _start_sites() -> dict[str, Site]:
-    specs = {
-        "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
-        # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (peering/test_networks.py).
-        "milan": ClusterSpec(
-            name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi", pod_cidr="10.245.0.0/16"
-        ),
-        "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
-    }
-    return start_sites(specs)
+SITE_FAMILIES = {"sites": ("rome", "milan"), "naples": ("naples",)}
+SITE_SPECS = {
+    "rome": ClusterSpec(name=f"t{RUN_ID}-rome", nodes=1, node_cpu="4", node_memory="8Gi"),
+    # A pod CIDR of its own: rome and milan route directly, rome and naples overlap (peering/test_networks.py).
+    "milan": ClusterSpec(name=f"t{RUN_ID}-milan", nodes=2, node_cpu="8", node_memory="16Gi", pod_cidr="10.245.0.0/16"),
+    "naples": ClusterSpec(name=f"t{RUN_ID}-naples", nodes=1, node_cpu="4", node_memory="8Gi"),
+}
 
 
 def _purge_sites(sites: dict[str, Site]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import math
 import socket
@@ -37,9 +38,9 @@ from liqo.kube import kubeconfig
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import run_components
-from liqo.kube.errors import KubeError
 from liqo.kube.events import EventRecorder
-from liqo.kube.informer import HandlerFuncs
+from liqo.kube.informer import HandlerFuncs, Informer
+from liqo.kube.objects import Obj
 from liqo.kube.resources import CONFIGMAPS
 from liqo.kube.shell import Leadership, Shell, reload_tls, server_tls
 from liqo.kube.waiting import poll_until
@@ -80,8 +81,6 @@ from liqo.sharing.virtualnodes import OfferAcceptance
 
 log = logging.getLogger("liqo.manager")
 
-SETTINGS_REFRESH = 3.0
-"""Seconds between two reads of the settings (a re-install waits for the identity they make)."""
 LEASE = MANAGER
 """Named after the manager: its Role in ``liqo`` grants get/update on this one Lease only."""
 
@@ -264,18 +263,36 @@ async def _settings_changed(client: KubeClient, settings: dict[str, str]) -> Non
     """Return once the install's settings differ from ``settings``.
 
     Every component holds the identity made of them: the process stops (and its supervisor or kubelet
-    starts it again) rather than mend each.
+    starts it again) rather than mend each. A watch, not a poll: a read every few seconds was, on an idle
+    cluster, one of the manager's two steady streams of requests.
     """
-    while True:
-        await asyncio.sleep(SETTINGS_REFRESH)
-        try:
-            current = await read_settings(client)
-        except KubeError as exc:
-            log.warning("cannot read the settings: %s", exc)
-            continue
-        if current is not None and current != settings:
-            log.info("the install's settings changed: restarting to apply them")
-            return
+    changed = asyncio.Event()
+
+    def compare(configmap: Obj) -> None:
+        if settings_differ(configmap, settings):
+            changed.set()
+
+    informer = Informer(
+        client=client,
+        resource=CONFIGMAPS,
+        namespace=names.LIQO_NAMESPACE,
+        field_selector=f"metadata.name={names.CLUSTER_SETTINGS}",
+        name="settings",
+    )
+    informer.add_handler(HandlerFuncs(add=compare, update=lambda _old, new: compare(new)))
+    watching = asyncio.create_task(informer.run())
+    try:
+        await changed.wait()
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    log.info("the install's settings changed: restarting to apply them")
+
+
+def settings_differ(configmap: Obj, settings: Mapping[str, str]) -> bool:
+    """Whether the settings ConfigMap now says something else than ``settings`` (pure)."""
+    return dict(configmap.get("data") or {}) != dict(settings)
 
 
 async def _serve_auth(

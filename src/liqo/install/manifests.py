@@ -165,6 +165,13 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
             "resourceNames": [names.CLUSTER_SETTINGS, names.CLUSTER_IDENTITY, "kube-root-ca.crt"],
             "verbs": ["get"],
         },
+        # Watched by name (a metadata.name field selector): a changed install restarts the manager.
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [names.CLUSTER_SETTINGS],
+            "verbs": ["list", "watch"],
+        },
         # The identity it derives from the settings at start-up (liqo.peering.bootstrap): created once, then
         # applied by name. (Create cannot be limited by name; it is limited to this namespace.)
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},

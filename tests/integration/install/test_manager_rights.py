@@ -128,7 +128,10 @@ ALLOWED: list[Attributes] = [
     ),
     {"verb": "create", "group": "coordination.k8s.io", "resource": "leases", "namespace": names.LIQO_NAMESPACE},
     {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_IDENTITY},
-    {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_SETTINGS},
+    *(
+        {"verb": v, "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_SETTINGS}
+        for v in ("get", "list", "watch")
+    ),
     {"verb": "patch", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": names.CLUSTER_IDENTITY},
     {"verb": "create", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE},
     {"verb": "get", "resource": "configmaps", "namespace": names.LIQO_NAMESPACE, "name": "kube-root-ca.crt"},

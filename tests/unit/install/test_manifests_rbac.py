@@ -81,6 +81,9 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
         ("secrets", "update", "liqo-manager-tls"),
         # The identity the manager derives from the install's settings (liqo.peering.bootstrap).
         ("configmaps", "get", "liqo-settings"),
+        # Watched by name: changed settings restart the manager (liqo.apps.manager).
+        ("configmaps", "list", "liqo-settings"),
+        ("configmaps", "watch", "liqo-settings"),
         ("configmaps", "create", "*"),
         ("configmaps", "patch", "liqo-cluster-identity"),
         # Gateways (liqo.network.configs): their Deployments and Services, the template they are made of.

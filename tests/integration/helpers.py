@@ -11,6 +11,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import os
 import signal
 import ssl
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,22 +220,30 @@ def install_liqo(local: LocalCluster, *, discovery: bool = False) -> str:
 
 
 def start_sites(specs: dict[str, ClusterSpec], *, discovery: bool = False) -> dict[str, Site]:
-    """Start a cluster per spec and install liqo on each, all at once; the sites by the specs' keys.
+    """Start a cluster per spec and install liqo on each, all at once; the sites by the specs' keys."""
+    install = functools.partial(install_liqo, discovery=discovery)
+    return together({role: functools.partial(site_of, spec, install=install) for role, spec in specs.items()})
+
+
+def site_of(spec: ClusterSpec, *, install: Callable[[LocalCluster], str]) -> Site:
+    """A cluster started from ``spec`` and installed by ``install`` (which returns its cluster ID); purged if
+    either fails."""
+    local = start(spec)
+    try:
+        return Site(local, install(local))
+    except BaseException:
+        purge(local)
+        raise
+
+
+def together(makers: Mapping[str, Callable[[], Site]]) -> dict[str, Site]:
+    """Run every maker at once (each makes a site, or purges what it started and raises: :func:`site_of`).
 
     A cluster's start and install mostly wait (probes, Deployments rolling out), so three together take
-    little more than one. If any fails, those that came up are purged and the first error is raised.
+    little more than one. If any fails, the sites made are purged and the first error is raised.
     """
-
-    def one(spec: ClusterSpec) -> Site:
-        local = start(spec)
-        try:
-            return Site(local, install_liqo(local, discovery=discovery))
-        except BaseException:
-            purge(local)
-            raise
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(specs)) as pool:
-        futures = {role: pool.submit(one, spec) for role, spec in specs.items()}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(makers)) as pool:
+        futures = {role: pool.submit(make) for role, make in makers.items()}
         concurrent.futures.wait(futures.values())
     failed = [error for future in futures.values() if (error := future.exception()) is not None]
     if failed:

@@ -8,7 +8,9 @@ re-list, and reconciling from fresh caches is idempotent, so nothing is lost or 
 VirtualNode (unpeer, a withdrawn offer) stops both; its Node goes by the same sweep that removes any of our
 Nodes without a VirtualNode (:func:`~liqo.virtualkubelet.forge.node.orphans`), so a VirtualNode that went
 while no virtual kubelet ran (an unpeer during a manager restart), or a delete that failed, leaves no Node
-behind. Pods still bound to a deleted Node are then deleted by the cluster's pod garbage collector.
+behind. The pods still bound to a Node it deleted are deleted next (:meth:`VirtualKubelets._release_pods`):
+they run nowhere any more, and the cluster's pod garbage collector would take them only after a quarantine of
+40 s, during which their Deployments saw them Running and made no replacement.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from liqo.kube.events import EventRecorder
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
 from liqo.kube.objects import Obj
-from liqo.kube.resources import NODES, SECRETS, object_key, split_namespaced_key, terminating
+from liqo.kube.resources import NODES, PODS, SECRETS, object_key, split_namespaced_key, terminating
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.node import NodeController
@@ -366,5 +368,49 @@ class VirtualKubelets:
                 failed = True
                 continue
             log.info("virtual node %s deleted: no VirtualNode of that name", name)
+            await self._release_pods(name)
         if failed:
             asyncio.get_running_loop().call_later(ORPHAN_RETRY_SECONDS, self._dirty.set)
+
+    async def _release_pods(self, node: str) -> None:
+        """Delete the pods bound to ``node``, a Node just deleted.
+
+        Deleting the Node said that nothing runs there any more (its VirtualNode went with the peering or the
+        offer, and the provider's pods with it), as deleting a real Node does: the pods go at once, with no
+        grace period (no kubelet is left to confirm a graceful end), and their controllers replace them. One
+        that fails to go is left to the cluster's pod garbage collector (the Node is gone: no sweep sees it).
+        """
+        try:
+            pods, _ = await self._client.list_all(PODS, field_selector=f"spec.nodeName={node}")
+        except KubeError as error:
+            log.warning("virtual node %s deleted, listing the pods bound to it failed: %s", node, error)
+            return
+        for pod in pods:
+            meta = pod["metadata"]
+            await self._events.record(
+                pod,
+                type="Warning",
+                reason="VirtualNodeDeleted",
+                message=f"virtual node {node} was deleted (unpeered, or the offer withdrawn): the pod runs nowhere",
+            )
+            try:
+                await self._client.delete(
+                    PODS,
+                    meta["name"],
+                    namespace=meta["namespace"],
+                    uid=meta["uid"],
+                    grace_period_seconds=0,
+                    missing_ok=True,
+                )
+            except ConflictError:  # a namesake since: not bound to this node
+                continue
+            except KubeError as error:
+                log.warning(
+                    "virtual node %s deleted, deleting its pod %s/%s failed: %s",
+                    node,
+                    meta["namespace"],
+                    meta["name"],
+                    error,
+                )
+        if pods:
+            log.info("virtual node %s deleted: the %d pods bound to it too", node, len(pods))

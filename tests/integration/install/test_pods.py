@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,8 @@ from tests.integration.helpers import (
     purge,
     running,
     running_pods,
-    start,
+    site_of,
+    together,
     unique,
 )
 from tests.integration.metrics import in_pods, total
@@ -113,22 +115,43 @@ async def wait_installed(cluster: LocalCluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def lisbon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """The provider: liqo installed by ``helm install``."""
-    local = start(ClusterSpec(name=unique("lisbon"), nodes=0, real_nodes=1, pod_cidr="10.247.0.0/16"))
-    values = values_file(local, tmp_path_factory.mktemp("lisbon") / "values.yaml")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Site]]:
+    """lisbon and porto, started and installed together (each mostly waits on its real node)."""
+    values = tmp_path_factory.mktemp("lisbon") / "values.yaml"
+    lisbon = ClusterSpec(name=unique("lisbon"), nodes=0, real_nodes=1, pod_cidr="10.247.0.0/16")
+    porto = ClusterSpec(name=unique("porto"), nodes=0, real_nodes=1, pod_cidr="10.248.0.0/16")
+    made = together(
+        {
+            "lisbon": partial(site_of, lisbon, install=partial(helm_install, values=values)),
+            "porto": partial(site_of, porto, install=liqoctl_install),
+        }
+    )
+    yield made
+    purge(*(site.cluster for site in made.values()))
+
+
+def helm_install(local: LocalCluster, *, values: Path) -> str:
+    """``helm install`` with the values ``liqoctl install --dry-run -o values`` prints; the cluster ID."""
+    values_file(local, values)
     helm(local, "install", "liqo", str(CHART), "--namespace", "liqo", "--create-namespace", "-f", str(values))
-    yield Site(local, asyncio.run(wait_installed(local)))
-    purge(local)
+    return asyncio.run(wait_installed(local))
+
+
+def liqoctl_install(local: LocalCluster) -> str:
+    liqoctl(local, "install")
+    return asyncio.run(wait_installed(local))
 
 
 @pytest.fixture(scope="module")
-def porto() -> Iterator[Site]:
+def lisbon(installed: dict[str, Site]) -> Site:
+    """The provider: liqo installed by ``helm install``."""
+    return installed["lisbon"]
+
+
+@pytest.fixture(scope="module")
+def porto(installed: dict[str, Site]) -> Site:
     """The consumer: liqo installed by ``liqoctl install``."""
-    local = start(ClusterSpec(name=unique("porto"), nodes=0, real_nodes=1, pod_cidr="10.248.0.0/16"))
-    liqoctl(local, "install")
-    yield Site(local, asyncio.run(wait_installed(local)))
-    purge(local)
+    return installed["porto"]
 
 
 @pytest.fixture(scope="module")

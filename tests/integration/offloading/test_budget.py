@@ -36,6 +36,7 @@ from tests.integration.helpers import (
     offload_fresh,
     peer_identity,
     pod,
+    recorded_event,
     running,
     running_pods,
     shadow_pod,
@@ -399,7 +400,7 @@ async def test_after_a_deny_the_pods_stop_and_run_again_when_shared(
     rome_id = sites["rome"].cluster_id
     await rome.create(DEPLOYMENTS, deployment("steady", offloaded.namespace, replicas=2))
     await running_pods(milan, offloaded.twin, 2)
-    await running_pods(rome, offloaded.namespace, 2)
+    first = {p["metadata"]["name"] for p in await running_pods(rome, offloaded.namespace, 2)}
     async with sharing_policy(milan, rome_id, prefix="budget", action="Deny"):
 
         async def stopped_everywhere() -> bool:
@@ -408,6 +409,10 @@ async def test_after_a_deny_the_pods_stop_and_run_again_when_shared(
             return not remote and len(home) == 2 and all(p["status"].get("phase") == "Pending" for p in home)
 
         await eventually(stopped_everywhere, timeout=150, message="no pod in milan, rome's pods Pending")
+        # Replaced at once by the virtual kubelet that deleted their Node, not 40 s later by the pod GC.
+        for name in first:
+            event = await recorded_event(rome, namespace=offloaded.namespace, reason="VirtualNodeDeleted", about=name)
+            assert event["reportingComponent"] == VIRTUAL_KUBELET, event
         waiting: dict[str, tuple[str | None, str | None]] = {}
 
         async def left_shadows_wait() -> bool:

@@ -21,14 +21,13 @@ from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
     LocalCluster,
     Site,
-    install_liqo,
     kubectl,
     offloaded_to,
     pod,
     port_forward,
     purge,
     running_pods,
-    start,
+    start_sites,
     unique,
 )
 from tests.shared import eventually
@@ -48,15 +47,30 @@ def kubectl_run(cluster: LocalCluster, *args: str) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def florence() -> Iterator[Site]:
-    local = start(ClusterSpec(name=unique("florence"), nodes=0, real_nodes=1, pod_cidr="10.246.0.0/16"))
-    yield Site(local, install_liqo(local))
-    purge(local)
+def home_and_florence() -> Iterator[dict[str, Site]]:
+    """rome (fake nodes) and florence (one real node), started and installed together.
+
+    Not the shared ``sites``: this module runs in the lane of clusters with real nodes, which holds no
+    family, and milan would idle through it.
+    """
+    made = start_sites(
+        {
+            "rome": ClusterSpec(name=unique("rome"), nodes=1, node_cpu="4", node_memory="8Gi"),
+            "florence": ClusterSpec(name=unique("florence"), nodes=0, real_nodes=1, pod_cidr="10.246.0.0/16"),
+        }
+    )
+    yield made
+    purge(*(site.cluster for site in made.values()))
 
 
 @pytest.fixture(scope="module")
-def rome_site(sites: dict[str, Site]) -> Site:
-    return sites["rome"]
+def rome_site(home_and_florence: dict[str, Site]) -> Site:
+    return home_and_florence["rome"]
+
+
+@pytest.fixture(scope="module")
+def florence(home_and_florence: dict[str, Site]) -> Site:
+    return home_and_florence["florence"]
 
 
 async def test_a_pod_offloaded_to_a_real_node_answers_kubectl_at_home(

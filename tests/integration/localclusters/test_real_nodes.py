@@ -277,12 +277,15 @@ async def test_a_claim_larger_than_any_node_holds_waits_with_the_reason_and_make
     kubectl(real, "apply", "-n", ns, "-f", "-", stdin=CLAIM_AND_WRITER.format(size="5Gi", pod="big", image=TOOLBOX))
     reasons: list[str] = []
 
-    async def refused_on_each_node() -> bool:
+    async def refused() -> bool:
         events = (await real_kube.list(EVENTS, namespace=ns, field_selector="involvedObject.name=data"))["items"]
         reasons[:] = [e["message"] for e in events if e["reason"] == "NodeStorageFull"]
-        return {n.name for n in real_nodes_of(real)} <= {m.split()[1] for m in reasons}
+        return bool(reasons)
 
-    await eventually(refused_on_each_node, timeout=60, message="the claim is refused by both nodes")
+    # Refused by the node the scheduler chose, which is then asked again: by score, not necessarily the other
+    # node next (it knows no capacity: the class is not CSI), so "both refused" may take minutes.
+    await eventually(refused, timeout=60, message="the claim refused by the node the scheduler chose")
+    assert {m.split()[1] for m in reasons} <= {n.name for n in real_nodes_of(real)}, reasons
     assert all(f"of {NODE_STORAGE} left" in m and "asks 5Gi" in m for m in reasons), reasons
     pod = await real_kube.get(PODS, "big", namespace=ns)
     assert pod["status"]["phase"] == "Pending"

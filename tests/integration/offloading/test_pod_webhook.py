@@ -333,26 +333,30 @@ async def test_a_namespace_offloading_being_deleted_places_new_pods_no_more(
     """The policy's skip on a terminating parameter, alone: with the manager stopped nothing unlabels the namespace."""
     if placement == "webhook":
         pytest.skip("the webhook cannot answer with the manager stopped; pod_patch's skip is unit-tested")
-    namespace = await make_namespace(labelled=True, strategy="Remote")
     hold = {"metadata": {"finalizers": ["test.liqo.io/hold"]}}
+    # Stopped first: running, the offloading controller could see the label before the NamespaceOffloading (two
+    # watches) and take it off until the next event, and the manager would stop in between (s6 saw it).
     await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=False)
     try:
-        await kube.patch(NAMESPACE_OFFLOADINGS, names.OFFLOADING, hold, namespace=namespace)
-        await kube.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
-        labels = (await kube.get(NAMESPACES, namespace))["metadata"]["labels"]
-        assert labels.get(names.SCHEDULING_ENABLED) == "true"  # still bound: only the parameter says "going"
+        namespace = await make_namespace(labelled=True, strategy="Remote")
+        try:
+            await kube.patch(NAMESPACE_OFFLOADINGS, names.OFFLOADING, hold, namespace=namespace)
+            await kube.delete(NAMESPACE_OFFLOADINGS, names.OFFLOADING, namespace=namespace)
+            labels = (await kube.get(NAMESPACES, namespace))["metadata"]["labels"]
+            assert labels.get(names.SCHEDULING_ENABLED) == "true"  # still bound: only the parameter says "going"
 
-        async def placed_locally() -> bool:
-            # The API server sees the deletionTimestamp from its informer on NamespaceOffloadings.
-            dry = await kube.create(PODS, pod(namespace), dry_run=True)
-            return required_terms(dry) is None and ours(dry) == 0
+            async def placed_locally() -> bool:
+                # The API server sees the deletionTimestamp from its informer on NamespaceOffloadings.
+                dry = await kube.create(PODS, pod(namespace), dry_run=True)
+                return required_terms(dry) is None and ours(dry) == 0
 
-        await eventually(placed_locally, timeout=30, message="a pod of a namespace going back to local, left alone")
+            await eventually(placed_locally, timeout=30, message="a pod of a namespace going back to local, left alone")
+        finally:
+            with contextlib.suppress(NotFoundError):
+                await kube.patch(
+                    NAMESPACE_OFFLOADINGS, names.OFFLOADING, {"metadata": {"finalizers": None}}, namespace=namespace
+                )
     finally:
-        with contextlib.suppress(NotFoundError):
-            await kube.patch(
-                NAMESPACE_OFFLOADINGS, names.OFFLOADING, {"metadata": {"finalizers": None}}, namespace=namespace
-            )
         await asyncio.to_thread(clusters.set_components, installed.name, [MANAGER], enabled=True)
 
 

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 from liqo.kube import pki
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError, KubeError, NotFoundError
+from liqo.kube.errors import ApiError, ConflictError, GoneError, KubeError, NotFoundError
 from liqo.kube.kubeconfig import load_cert_chain
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
 from liqo.kube.resources import CSRS
@@ -285,15 +285,22 @@ class CsrIssuer:
             if certificate:
                 return certificate
             version = csr["metadata"]["resourceVersion"]
-            async for event in self._client.watch(
-                CSRS, resource_version=version, field_selector=f"metadata.name={name}", timeout_seconds=60
-            ):
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    certificate = certificate_of(event["object"])
-                    if certificate:
-                        return certificate
-                elif event["type"] == "DELETED":
-                    raise SigningError(f"CertificateSigningRequest {name} was deleted before it was signed")
+            try:
+                async for event in self._client.watch(
+                    CSRS, resource_version=version, field_selector=f"metadata.name={name}", timeout_seconds=60
+                ):
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        certificate = certificate_of(event["object"])
+                        if certificate:
+                            return certificate
+                    elif event["type"] == "DELETED":
+                        raise SigningError(f"CertificateSigningRequest {name} was deleted before it was signed")
+            except ApiError as exc:
+                # The server ended the watch with an error of its own: 410 (the version compacted), or a 5xx
+                # (an API server without a watch cache answers 500 "PrevKv=nil" when etcd compacted under it).
+                if not isinstance(exc, GoneError) and exc.status < 500:
+                    raise
+                log.info("watch of CertificateSigningRequest %s ended (%s): reading it afresh", name, exc)
             # The server ended the watch: read the object afresh and watch on from its version.
             try:
                 csr = await self._client.get(CSRS, name)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from liqo.kube import csr, pki
 from liqo.kube.client import KubeClient
-from liqo.kube.errors import ConflictError, NotFoundError, UnreachableError
+from liqo.kube.errors import ApiError, ConflictError, GoneError, NotFoundError, UnreachableError
 from liqo.kube.resources import CSRS
 
 ME = "system:serviceaccount:liqo:liqo-virtual-kubelet"
@@ -253,6 +253,41 @@ async def test_our_request_is_approved_as_created_and_deleted_once_its_certifica
     kube.events = [{"type": "MODIFIED", "object": issued(asked(), "CERT2")}]
     assert await signer.sign(asked(), reason="R", message="m") == "CERT2"
     assert kube.reviews == 1  # who we are is asked once
+
+
+class WatchEndsInError(FakeKube):
+    """The first watch ends with the API server's error; the object read afresh carries the certificate."""
+
+    def __init__(self, error: Exception, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error, self.watches = error, 0
+
+    async def watch(self, resource: Any, **_: Any) -> AsyncIterator[dict[str, Any]]:
+        self.watches += 1
+        raise self.error
+        yield {}  # an async generator
+
+    async def get(self, resource: Any, name: str) -> dict[str, Any]:
+        return issued(asked(), "CERT") | {"metadata": {"name": name, "resourceVersion": "7"}}
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiError(500, "InternalError", "etcd event received with PrevKv=nil"),
+        GoneError(410, "Expired", "too old resource version"),
+    ],
+)
+async def test_a_watch_ended_by_the_server_is_followed_by_a_fresh_read(error: Exception) -> None:
+    kube = WatchEndsInError(error)
+    assert await issuer(kube).sign(asked(), reason="R", message="m") == "CERT"
+    assert kube.watches == 1
+
+
+async def test_a_watch_refused_for_the_caller_is_an_error() -> None:
+    kube = WatchEndsInError(ApiError(403, "Forbidden", "cannot watch"))
+    with pytest.raises(ApiError, match="403"):
+        await issuer(kube).sign(asked(), reason="R", message="m")
 
 
 async def test_a_request_recorded_as_someone_elses_is_never_approved_and_is_deleted() -> None:

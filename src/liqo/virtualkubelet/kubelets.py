@@ -388,7 +388,7 @@ class VirtualKubelets:
         for pod in pods:
             meta = pod["metadata"]
             await self._events.record(
-                pod,
+                {"apiVersion": "v1", "kind": "Pod"} | pod,  # list items carry no kind: `kubectl get events` shows it
                 type="Warning",
                 reason="VirtualNodeDeleted",
                 message=f"virtual node {node} was deleted (unpeered, or the offer withdrawn): the pod runs nowhere",

@@ -1,7 +1,7 @@
 """How many objects a peer may make on a provider: a ResourceQuota of object counts in each of its namespaces (pure).
 
-A peer writes in its twins (ShadowPods, ConfigMaps, Secrets, Services, EndpointSlices, Ingresses) and in its tenant
-namespace (its ResourceRequest, NamespaceMap, NetworkConfig, heartbeat Lease). RBAC says which kinds, never how
+A peer writes in its twins (ShadowPods, ConfigMaps, Secrets, Services, EndpointSlices, Ingresses, claims) and in its
+tenant namespace (its ResourceRequest, NamespaceMap, NetworkConfig, heartbeat Lease). RBAC says which kinds, never how
 many: without a bound, a stranger fills the provider's etcd, and every watch of those kinds on the provider (its
 manager's, the API server's own controllers') carries what it wrote. The budget (:mod:`liqo.offloading.budget`)
 bounds what *runs*; this bounds what is *stored*.
@@ -57,6 +57,8 @@ DEFAULT_TWIN_QUOTA: Mapping[str, int] = {
     # The consumer's reflected slices, and the ones this cluster's controller makes for its Services with selectors.
     _count("endpointslices", "discovery.k8s.io"): 1000,
     _count("ingresses", "networking.k8s.io"): 100,
+    # Its claims: what they hold is the storage budget's; this bounds how many are stored.
+    _count("persistentvolumeclaims"): 200,
 }
 """Each twin's bounds, unless the provider's admin says otherwise."""
 DEFAULT_TENANT_QUOTA: Mapping[str, int] = {_count("leases", "coordination.k8s.io"): 10}

@@ -176,6 +176,10 @@ INGRESS_HOSTS = "liqo.io/ingress-hosts"
 ``*.example.com`` for any name under that domain."""
 INGRESS_ANNOTATIONS = "liqo.io/ingress-annotations"
 """On twin namespaces: the annotation keys those Ingresses may carry beyond the built-in few, comma-separated."""
+STORAGE_CLASSES = "liqo.io/storage-classes"
+"""On twin namespaces: the StorageClasses the provider's policy offers the consumer's claims, each as
+``<class>:<access mode>|<access mode>...:<capacity>``, comma-separated (absent: none, so no claim of the consumer's
+is accepted)."""
 VIRTUAL_NODE_TAINT = "virtual-node.liqo.io/not-allowed"
 """Key of the NoExecute taint on virtual nodes; only pods the webhook let through tolerate it."""
 

@@ -24,11 +24,13 @@ class ShadowPodReason(StrEnum):
     """It waits: its pod would take its consumer beyond the accepted offer."""
     NO_ACCEPTED_OFFER = "NoAcceptedOffer"
     """It waits: its consumer has no accepted offer from this provider (none, withdrawn, denied)."""
+    CLAIM_MISSING = "ClaimMissing"
+    """It waits: a PersistentVolumeClaim its pod uses is not in its namespace (yet)."""
     POD_REFUSED = "PodRefused"
     """Refused: the provider's admission (or the API server) refused the pod it stands for."""
     UNREADABLE_RESOURCES = "UnreadableResources"
     """Refused: its pod's resource requests cannot be read as quantities, so no budget can count them."""
 
 
-WAIT_REASONS = (ShadowPodReason.OVER_BUDGET, ShadowPodReason.NO_ACCEPTED_OFFER)
+WAIT_REASONS = (ShadowPodReason.OVER_BUDGET, ShadowPodReason.NO_ACCEPTED_OFFER, ShadowPodReason.CLAIM_MISSING)
 """The reasons a consumer shows as they are on its home pod: its own budget's, not the provider's verdict."""

@@ -79,6 +79,10 @@ def manager_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["nodes"], "verbs": _READ},
         # Pods: read for capacity; create and delete for the ShadowPods it runs as a provider.
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*_READ, "create", "delete"]},
+        # Claims: read, for the storage the consumers' claims hold (their budget); StorageClasses: read, since only
+        # those waiting for a first consumer can be budgeted (liqo.sharing.offers).
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": _READ},
+        {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": _READ},
         # A tether moves this cluster's pods to its peer and back through evictions (their budgets decide).
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
@@ -252,6 +256,25 @@ def peer_ingresses_policy() -> list[Manifest]:
         users=_PEER_USERS,
         variables=peerwrites.INGRESS_VARIABLES,
         validations=peerwrites.INGRESS_RULES,
+    )
+
+
+PEER_CLAIMS_POLICY = "liqo-peer-claims"
+
+
+def peer_claims_policy() -> list[Manifest]:
+    """A peer's claims name only the storage the provider's policy offers it (docs/security.md, "Storage")."""
+    return _admission_policy(
+        PEER_CLAIMS_POLICY,
+        rule={
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["persistentvolumeclaims"],
+        },
+        users=_PEER_USERS,
+        variables=peerwrites.CLAIM_VARIABLES,
+        validations=peerwrites.CLAIM_VALIDATIONS,
     )
 
 
@@ -964,6 +987,7 @@ def rights() -> list[Manifest]:
         *manager_peer_bounds_policy(),
         *peer_endpoint_slices_policy(),
         *peer_ingresses_policy(),
+        *peer_claims_policy(),
         *own_approvals_policy(),
         *peer_network_configs_policy(),
         *peer_tenant_writes_policy(),

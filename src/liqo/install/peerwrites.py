@@ -20,7 +20,14 @@ So the API server refuses, from any ``liqo.io:peer:`` user, in any namespace, be
 - an Ingress on a class the provider's SharingPolicy does not offer that consumer (none by default), with
   the legacy class annotation, a default backend, a rule without a host or a host (rules and TLS) outside
   the policy's patterns, or an annotation key outside :data:`BUILTIN_INGRESS_ANNOTATIONS` and the policy's
-  list (ingress-nginx's snippets run configuration inside the controller; other keys rewrite its routing).
+  list (ingress-nginx's snippets run configuration inside the controller; other keys rewrite its routing);
+- a PersistentVolumeClaim of a class the policy does not offer (none by default), of an access mode it does
+  not offer for the class, larger than all the class's offer, carrying annotations (the provisioners and the
+  binder act on them: ``volume.kubernetes.io/selected-node`` has a volume made at once, with no pod), or
+  naming a volume, a label selector, a data source or a volume attributes class of this cluster; and any
+  change of a claim's spec or annotations afterwards. How much the claims ask for *together* is the budget's
+  (:mod:`liqo.offloading.budget`): a volume of an offered class (``WaitForFirstConsumer`` only) is made for
+  the first pod using it, and only the provider's ShadowPod controller makes the consumer's pods.
 
 ValidatingAdmissionPolicies rather than the manager's webhook: no server of ours is on the path, so they
 hold while the manager is down, and cost the provider nothing per write but the API server's CEL. What they
@@ -35,6 +42,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from liqo.api import names
+from liqo.api.storage import CLAIM_RULES
 
 
 class Validation(NamedTuple):
@@ -180,5 +188,62 @@ INGRESS_RULES = (
         "'metadata.annotations: ' + object.metadata.annotations.filter(k, !(k in variables.annotationKeys))"
         ".join(', ') + ' not allowed: ingress controllers act on annotations (snippets configure the controller"
         " itself); this cluster allows ' + variables.annotationKeys.join(', ')",
+    ),
+)
+
+
+# -- PersistentVolumeClaims ------------------------------------------------------------------------------
+
+_CREATE = "request.operation != 'CREATE'"
+CLAIM_VARIABLES = (
+    TWIN,
+    ("offered", _listed(names.STORAGE_CLASSES)),
+    ("storageClass", "has(object.spec.storageClassName) ? object.spec.storageClassName : ''"),
+    ("entry", "variables.offered.filter(e, e.split(':')[0] == variables.storageClass)"),
+    ("modes", "size(variables.entry) == 0 ? [] : variables.entry[0].split(':')[1].split('|')"),
+    ("capacity", "size(variables.entry) == 0 ? '0' : variables.entry[0].split(':')[2]"),
+    (
+        "requested",
+        "has(object.spec.resources) && has(object.spec.resources.requests)"
+        " && 'storage' in object.spec.resources.requests ? string(object.spec.resources.requests['storage']) : '0'",
+    ),
+)
+"""What the twin says the policy offers (``<class>:<mode>|<mode>:<capacity>`` each), and the claim's entry in it."""
+_CLASSES_OFFERED = "(size(variables.offered) == 0 ? 'none' : variables.offered.map(e, e.split(':')[0]).join(', '))"
+_ANNOTATIONS = "(has(object.metadata.annotations) ? object.metadata.annotations : {})"
+_OLD_ANNOTATIONS = "(has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {})"
+CLAIM_VALIDATIONS = (
+    Validation(
+        f"{_CREATE} || size(variables.entry) == 1",
+        "spec.storageClassName: " + CLAIM_RULES["storageClassName"],
+        "'spec.storageClassName: ' + (variables.storageClass == '' ? 'none named' : variables.storageClass)"
+        " + ' is not a StorageClass this cluster offers you (' + " + _CLASSES_OFFERED + " + ')'",
+    ),
+    Validation(
+        f"{_CREATE} || size(variables.entry) == 0 || !has(object.spec.accessModes)"
+        " || object.spec.accessModes.all(m, m in variables.modes)",
+        "spec.accessModes: " + CLAIM_RULES["accessModes"],
+        "'spec.accessModes: ' + object.spec.accessModes.join(', ') + ': this cluster offers '"
+        " + variables.modes.join(', ') + ' for ' + variables.storageClass",
+    ),
+    Validation(
+        f"{_CREATE} || size(variables.entry) == 0 || !isQuantity(variables.requested)"
+        " || !quantity(variables.requested).isGreaterThan(quantity(variables.capacity))",
+        "spec.resources.requests.storage: larger than all this cluster offers you of the class",
+        "'spec.resources.requests.storage: ' + variables.requested + ' is more than the ' + variables.capacity"
+        " + ' of ' + variables.storageClass + ' this cluster offers you in all'",
+    ),
+    Validation(f"{_CREATE} || size({_ANNOTATIONS}) == 0", "metadata.annotations: " + CLAIM_RULES["annotations"]),
+    *(
+        Validation(
+            f"{_CREATE} || !has(object.spec.{field})"
+            + (" || object.spec.volumeName == ''" if field == "volumeName" else ""),
+            f"spec.{field}: {CLAIM_RULES[field]}",
+        )
+        for field in ("volumeName", "selector", "dataSource", "dataSourceRef", "volumeAttributesClassName")
+    ),
+    Validation(
+        f"request.operation != 'UPDATE' || (object.spec == oldObject.spec && {_ANNOTATIONS} == {_OLD_ANNOTATIONS})",
+        "spec, metadata.annotations: a peer's claim does not change once made (resizing is not offered)",
     ),
 )

@@ -22,12 +22,22 @@ of nothing: a pod asking for ``nvidia.com/gpu`` from an offer without GPUs never
 requests (BestEffort) takes one of ``pods`` and nothing else — which is how the consumer's own scheduler
 counts it against the virtual node, whose capacity is the offer, so home and provider agree on what fits;
 on the provider such a pod has the lowest quality of service (evicted first, CPU only when it is idle).
+
+Storage is budgeted per StorageClass (the accepted offer's ``spec.storage``), and held by *claims*, not pods: a
+volume outlives the pods using it. Every class a provider offers waits for a first consumer (the policy's
+classes that do not are left out of the offer), so a claim's volume is made only once a pod using it is
+scheduled, and only this controller makes the consumer's pods; a peer's claim carries no annotation that
+would have a volume made sooner (the admission policy, ``liqo.install.peerwrites``). So a claim is counted
+(:class:`ClaimLedger`) from the admission of the first pod using it — that pod is made only if every claim it
+brings fits, with the claims already held, in the class's budget — until the claim is deleted. A claim's size
+is the larger of what it requests and what its volume holds. A generic ephemeral volume is a claim too
+(kube-controller-manager makes it, ``<pod>-<volume>``, from the pod's template).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -35,6 +45,7 @@ from typing import Any
 from liqo.api.offers import OfferPhase
 from liqo.api.podrequests import Resources, pod_limits, pod_requests
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity
+from liqo.api.storage import class_offers
 from liqo.kube.resources import terminating
 
 PODS = "pods"
@@ -63,6 +74,8 @@ class Budget:
     """The accepted offer's ``spec.resources``."""
     count_limits: bool = True
     """Whether the pods' declared limits must add up within ``resources`` too (requests always must)."""
+    storage: Mapping[str, Decimal] = field(default_factory=dict)
+    """What the consumer's claims may request together, per StorageClass (the offer's ``spec.storage``)."""
 
 
 @dataclass(frozen=True)
@@ -142,13 +155,18 @@ def budget_of(offer: Mapping[str, Any] | None, *, count_limits: bool) -> Budget 
             f"the consumer has not accepted this provider's offer (its phase is {phase or 'not set'}):"
             " no pod of the consumer runs here until it does"
         )
+    spec = offer.get("spec") or {}
     resources: dict[str, Decimal] = {}
-    for name, amount in ((offer.get("spec") or {}).get("resources") or {}).items():
+    for name, amount in (spec.get("resources") or {}).items():
         try:
             resources[name] = parse_quantity(amount)
         except QuantityError as exc:
             return NoBudget(f"the offer's spec.resources.{name} cannot be read ({exc}): no pod of the consumer runs")
-    return Budget(resources=resources, count_limits=count_limits)
+    try:
+        storage = {offer.name: offer.capacity for offer in class_offers(spec.get("storage"))}
+    except (QuantityError, ValueError, AttributeError) as exc:
+        return NoBudget(f"the offer's spec.storage cannot be read ({exc}): no pod of the consumer runs")
+    return Budget(resources=resources, count_limits=count_limits, storage=storage)
 
 
 def shortfall(budget: Budget, in_use: Usage, pod: Usage) -> Shortfall | None:
@@ -255,6 +273,136 @@ class Ledger:
         _add(self._requests[holding.consumer], holding.usage.requests, -1)
         _add(self._limits[holding.consumer], holding.usage.limits, -1)
         return holding.consumer
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a consumer's pod, as the budget counts it: its class and size (``storage_class`` may be empty)."""
+
+    key: str
+    """``namespace/name`` of the PersistentVolumeClaim (made by kube-controller-manager for an ephemeral volume)."""
+    storage_class: str
+    size: Decimal
+
+
+@dataclass(frozen=True)
+class ClaimsWait:
+    """Why a pod's claims cannot be counted yet, or would overrun the storage budget: the pod waits."""
+
+    message: str
+    missing: bool = False
+    """A claim is not there yet (rather than too large)."""
+
+
+def claim_size(claim: Mapping[str, Any]) -> Decimal:
+    """What a PersistentVolumeClaim takes: the larger of its request and its volume's capacity (pure).
+
+    Raises:
+        QuantityError: A size that is not a quantity (the API server validates both: cannot happen).
+    """
+    requested = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage", 0)
+    capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage", 0)
+    return max(parse_quantity(requested), parse_quantity(capacity))
+
+
+def pod_claims(
+    pod_spec: Mapping[str, Any],
+    *,
+    namespace: str,
+    pod_name: str,
+    claim_of: Callable[[str], Mapping[str, Any] | None],
+) -> list[Claim] | ClaimsWait:
+    """The claims a pod with ``pod_spec`` uses, in its volumes' order, or why they cannot be counted yet (pure).
+
+    Args:
+        pod_spec: The pod's spec (judged already: storage volumes only where the policy offers storage).
+        namespace: The pod's namespace (its twin).
+        pod_name: The pod's name (an ephemeral volume's claim is ``<pod>-<volume>``).
+        claim_of: The PersistentVolumeClaim of a ``namespace/name`` key, if it exists (the cache).
+    """
+    claims = []
+    for volume in pod_spec.get("volumes") or ():
+        if not isinstance(volume, Mapping):
+            continue
+        source, ephemeral = volume.get("persistentVolumeClaim"), volume.get("ephemeral")
+        try:
+            if isinstance(source, Mapping):
+                key = f"{namespace}/{source.get('claimName')}"
+                claim = claim_of(key)
+                if claim is None:
+                    name = source.get("claimName")
+                    return ClaimsWait(f"claim {name} does not exist in {namespace} (yet)", missing=True)
+                spec = claim.get("spec") or {}
+                claims.append(Claim(key, str(spec.get("storageClassName") or ""), claim_size(claim)))
+            elif isinstance(ephemeral, Mapping):
+                template = ephemeral.get("volumeClaimTemplate") or {}
+                key = f"{namespace}/{pod_name}-{volume.get('name')}"
+                made = claim_of(key)
+                spec = (made or template).get("spec") or {}
+                claims.append(Claim(key, str(spec.get("storageClassName") or ""), claim_size(made or template)))
+        except (QuantityError, AttributeError, TypeError) as exc:
+            return ClaimsWait(f"volume {volume.get('name')}: its claim's size cannot be read ({exc})")
+    return claims
+
+
+class ClaimLedger:
+    """Per consumer and StorageClass, what its counted claims hold (:mod:`this module's note <liqo.offloading.budget>`).
+
+    Synchronous, like :class:`Ledger`: a check and the counting it grants are one step on the event loop.
+    """
+
+    def __init__(self) -> None:
+        self._claims: dict[str, tuple[str, Claim]] = {}
+        self._held: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+
+    def held(self, consumer: str) -> dict[str, Decimal]:
+        """What ``consumer``'s counted claims hold, per class."""
+        return dict(self._held.get(consumer, {}))
+
+    def counted(self, key: str) -> bool:
+        """Whether claim ``key`` is counted."""
+        return key in self._claims
+
+    def shortfall(self, consumer: str, claims: Iterable[Claim], storage: Mapping[str, Decimal]) -> ClaimsWait | None:
+        """Whether ``claims`` not counted yet overrun ``consumer``'s ``storage`` budget beside the counted ones."""
+        adding: dict[str, Decimal] = defaultdict(Decimal)
+        for claim in claims:
+            if claim.key not in self._claims:
+                adding[claim.storage_class] += claim.size
+        held = self._held.get(consumer, {})
+        for storage_class in sorted(adding):
+            allowed = storage.get(storage_class)
+            need = format_quantity(adding[storage_class], resource="storage")
+            if allowed is None:
+                what = f"class {storage_class}" if storage_class else "no class"
+                return ClaimsWait(
+                    f"storage: the pod's new claims ask {need} of {what}, which the consumer's accepted offer does"
+                    " not hold; it cannot run here under this offer"
+                )
+            if held.get(storage_class, Decimal(0)) + adding[storage_class] > allowed:
+                total = format_quantity(allowed, resource="storage")
+                return ClaimsWait(
+                    f"storage of class {storage_class}: the pod's new claims ask {need}, and with the consumer's other"
+                    f" claims here that would exceed the {total} its accepted offer allows; it starts as soon as"
+                    " claims are deleted or the offer grows"
+                )
+        return None
+
+    def count(self, consumer: str, claims: Iterable[Claim]) -> None:
+        """Count ``claims`` (those counted already stay as they are)."""
+        for claim in claims:
+            if claim.key not in self._claims:
+                self._claims[claim.key] = (consumer, claim)
+                self._held[consumer][claim.storage_class] += claim.size
+
+    def release(self, key: str) -> str | None:
+        """Stop counting claim ``key`` (deleted); the consumer whose budget has room again, if it was counted."""
+        found = self._claims.pop(key, None)
+        if found is None:
+            return None
+        consumer, claim = found
+        _add(self._held[consumer], {claim.storage_class: claim.size}, -1)
+        return consumer
 
 
 def _add(total: Resources, amounts: Mapping[str, Decimal], sign: int) -> None:

@@ -18,7 +18,8 @@ pod is judged by the provider alone, from the peer's :class:`SecurityPolicy` (a 
   (``nodeName``), the scheduler, tolerations (only the policy's), priority and preemption, the runtime
   class, the ServiceAccount (only the twin's ``default``, never its token: home tokens reach offloaded pods
   as Secrets), projected ServiceAccount tokens and pod certificates (credentials issued by this cluster),
-  storage claims unless the policy shares storage, resource claims, scheduling gates and ephemeral
+  storage claims but of the classes the policy offers (a generic ephemeral volume's template as a claim of
+  the peer's own: :data:`liqo.api.storage.CLAIM_RULES`), resource claims, scheduling gates and ephemeral
   containers; pod (anti-)affinity to pods of other namespaces (the provider's own workloads: a peer would
   probe where they run, or push them off nodes); probes and lifecycle hooks aimed at a ``host``, which the
   kubelet dials from the node (its neighbours, the cloud's metadata service) instead of the pod;
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from liqo.api import names
+from liqo.api.storage import CLAIM_RULES, ClassOffer, claim_refusals
 from liqo.offloading.twins import is_twin_of
 
 BASELINE = "baseline"
@@ -182,8 +184,8 @@ class SecurityPolicy(Protocol):
         """The only tolerations the pods may carry."""
 
     @property
-    def share_storage(self) -> bool:
-        """Whether the pods may claim storage (PVCs, generic ephemeral volumes)."""
+    def storage(self) -> Sequence[ClassOffer]:
+        """The StorageClasses the pods' claims may name (none: no PVC and no generic ephemeral volume)."""
 
     @property
     def max_grace_seconds(self) -> int:
@@ -344,7 +346,7 @@ def pod_verdict(
     check.pod_level(pod, path)
     check.provider_fields(pod, path, policy)
     check.affinity(pod.get("affinity"), f"{path}.affinity", own_namespace=own_namespace)
-    check.volumes(pod.get("volumes"), f"{path}.volumes", share_storage=policy.share_storage)
+    check.volumes(pod.get("volumes"), f"{path}.volumes", storage=policy.storage)
     for kind in _CONTAINER_KINDS:
         for index, container in check.items(pod.get(kind), f"{path}.{kind}"):
             check.container(container, f"{path}.{kind}[{index}]", pod_context=pod.get("securityContext"))
@@ -530,19 +532,21 @@ class _Check:
             rule = f"only the pod's own namespace ({own_namespace}) may be named: the others are the provider's"
             self.refuse(f"{at}.namespaces", rule)
 
-    def volumes(self, value: Any, path: str, *, share_storage: bool) -> None:
-        allowed = VOLUME_TYPES + STORAGE_VOLUME_TYPES if share_storage else VOLUME_TYPES
+    def volumes(self, value: Any, path: str, *, storage: Sequence[ClassOffer]) -> None:
+        allowed = VOLUME_TYPES + STORAGE_VOLUME_TYPES if storage else VOLUME_TYPES
         for index, volume in self.items(value, path):
             at = f"{path}[{index}]"
             # A null field is an absent one: the API server decodes it to no source.
             for kind in sorted(k for k, source in volume.items() if k != "name" and source is not None):
                 if kind == "hostPath":
                     self.refuse(f"{at}.hostPath", "hostPath volumes are refused (baseline)")
-                elif kind in STORAGE_VOLUME_TYPES and not share_storage:
+                elif kind in STORAGE_VOLUME_TYPES and not storage:
                     self.refuse(f"{at}.{kind}", "this provider does not share storage with you")
                 elif kind not in allowed:
                     rule = f"{kind} volumes are not allowed on this provider (only {', '.join(allowed)})"
                     self.refuse(f"{at}.{kind}", rule)
+                elif kind == "ephemeral":
+                    self.ephemeral(volume["ephemeral"], f"{at}.ephemeral", storage=storage)
             projected = self.mapping(volume.get("projected"), f"{at}.projected")
             if projected is None:
                 continue
@@ -552,6 +556,18 @@ class _Check:
                         kind, f"projected volumes gather only {', '.join(PROJECTED_SOURCES)}"
                     )
                     self.refuse(f"{at}.projected.sources[{source_index}].{kind}", f"refused: {what}")
+
+    def ephemeral(self, value: Any, at: str, *, storage: Sequence[ClassOffer]) -> None:
+        """A generic ephemeral volume: its template is a claim this cluster makes for the peer, judged as one."""
+        source = self.mapping(value, at) or {}
+        template = self.mapping(source.get("volumeClaimTemplate"), f"{at}.volumeClaimTemplate") or {}
+        at = f"{at}.volumeClaimTemplate"
+        metadata = self.mapping(template.get("metadata"), f"{at}.metadata") or {}
+        if metadata.get("annotations"):
+            self.refuse(f"{at}.metadata.annotations", CLAIM_RULES["annotations"])
+        spec = self.mapping(template.get("spec"), f"{at}.spec") or {}
+        for path, rule in claim_refusals(spec, storage=storage):
+            self.refuse(f"{at}.spec.{path}", rule)
 
     # -- containers -----------------------------------------------------------------------------------------
 

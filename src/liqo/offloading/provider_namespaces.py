@@ -88,6 +88,7 @@ from liqo.api.resources import (
     SHADOW_PODS,
     SHARING_POLICIES,
 )
+from liqo.api.storage import ClassOffer, class_offers
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -462,6 +463,17 @@ class NamespaceMapController(Component):
         offer = self.offers.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
         return isinstance(budget_of(offer, count_limits=False), Budget)
 
+    def offered_storage(self, consumer_id: str) -> tuple[ClassOffer, ...]:
+        """The storage ``consumer_id``'s accepted offer holds: the only classes its claims in its twins may name.
+
+        The accepted offer's, not the policy's: the offer leaves out the policy's classes that cannot be budgeted
+        (:mod:`liqo.sharing.offers`), and a consumer without an accepted offer claims nothing.
+        """
+        offer = self.offers.store.get(f"{names.tenant_namespace(consumer_id)}/{self._local_id}")
+        if not isinstance(budget_of(offer, count_limits=False), Budget) or offer is None:
+            return ()
+        return class_offers((offer.get("spec") or {}).get("storage"))
+
     def peer_pods(self, consumer_id: str) -> IPNetwork | None:
         """Where this cluster sees ``consumer_id``'s pods: what its virtual kubelet translates their addresses to.
 
@@ -513,7 +525,8 @@ class NamespaceMapController(Component):
         level = policy.pod_security.level
         writer = self.holds_offer(consumer_id)
         peer_pods = self.peer_pods(consumer_id)
-        annotations = twin_annotations(peer_pods=peer_pods, ingress=policy.ingress)
+        storage = self.offered_storage(consumer_id)
+        annotations = twin_annotations(peer_pods=peer_pods, ingress=policy.ingress, storage=storage)
         for home, twin in plan.create.items():
             status[home] = await self._create(
                 consumer_id=consumer_id,

@@ -47,6 +47,7 @@ from typing import Any, Literal, Protocol
 
 from liqo.api import names
 from liqo.api.podrequests import RESOURCE_PATHS
+from liqo.api.quantity import QuantityError
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.api.shadowpods import ShadowPodPhase, ShadowPodReason
 from liqo.kube.cache import Derived, SharedInformers
@@ -60,9 +61,28 @@ from liqo.kube.metrics import CacheGauge
 from liqo.kube.objects import Obj
 from liqo.kube.projection import keep
 from liqo.kube.ratelimit import ItemExponentialFailureRateLimiter
-from liqo.kube.resources import NAMESPACES, PODS, object_key, split_namespaced_key, terminating
+from liqo.kube.resources import (
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PODS,
+    object_key,
+    split_namespaced_key,
+    terminating,
+)
 from liqo.offloading import metrics
-from liqo.offloading.budget import Budget, Ledger, NoBudget, UnreadablePod, budget_of, pod_usage
+from liqo.offloading.budget import (
+    Budget,
+    Claim,
+    ClaimLedger,
+    ClaimsWait,
+    Ledger,
+    NoBudget,
+    UnreadablePod,
+    budget_of,
+    claim_size,
+    pod_claims,
+    pod_usage,
+)
 from liqo.offloading.podsecurity import SecurityPolicy, Verdict, apply_resets, copied_keys, shadow_pod_verdict
 from liqo.offloading.twins import is_twin_of
 
@@ -78,6 +98,8 @@ RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 """A waiting or refused ShadowPod is looked at again after 1 s, doubling up to this: never given up on."""
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+"""The scheduler's annotation on a claim waiting for its first consumer: its volume is being made on that node."""
 
 
 class ConsumerPolicy(Protocol):
@@ -164,6 +186,25 @@ deletion's UID precondition), phase (:func:`_terminal`), grace period (:func:`gr
 (:func:`~liqo.offloading.budget.pod_usage`). A pod is never written back from the cache, only deleted."""
 
 
+CLAIM_FIELDS = keep(
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.uid",
+    "metadata.annotations",
+    "spec.storageClassName",
+    "spec.resources.requests",
+    "status.phase",
+    "status.capacity",
+)
+"""All this controller reads of claims: where they are, their class and size, whether a volume is (being) made."""
+
+
+def _volume_made(claim: Obj) -> bool:
+    """Whether a volume exists, or is being made, for ``claim``: bound, or a node chosen for it (pure)."""
+    annotations = claim["metadata"].get("annotations") or {}
+    return (claim.get("status") or {}).get("phase") == "Bound" or SELECTED_NODE in annotations
+
+
 def _key(obj: Obj) -> list[str]:
     return [object_key(obj)]
 
@@ -197,7 +238,9 @@ class ShadowPods(Component):
         self.namespaces = informers.informer(NAMESPACES, label_selector=names.REMOTE_CLUSTER_ID)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)
+        self.claims = informers.informer(PERSISTENT_VOLUME_CLAIMS, projection=CLAIM_FIELDS)
         self.ledger = Ledger()
+        self.claim_ledger = ClaimLedger()
         self._rebuilt = False
         self._unseen: set[str] = set()  # keys whose pod was asked for and the cache has not shown yet
         self._retry = ItemExponentialFailureRateLimiter(base_delay=RETRY_FIRST_SECONDS, max_delay=RETRY_MAX_SECONDS)
@@ -209,13 +252,15 @@ class ShadowPods(Component):
         self.budgets: Controller[str] = Controller(name="budgets", reconcile=self.reconcile_budget)
         self.budgets.watch(self.offers, self._consumer_of_offer)
         self.budgets.watch(self.policies, lambda _obj: self._consumers())
+        self.claims_controller: Controller[str] = Controller(name="claims", reconcile=self.reconcile_claim)
+        self.claims_controller.watch(self.claims, _key)
 
     # -- budgets --------------------------------------------------------------------------------------------
 
     @property
     def controllers(self) -> list[Controller[Any]]:
-        """The pod controller and the budget controller."""
-        return [self.controller, self.budgets]
+        """The pod controller, the budget controller and the claim controller."""
+        return [self.controller, self.budgets, self.claims_controller]
 
     @property
     def gauges(self) -> list[CacheGauge]:
@@ -290,13 +335,44 @@ class ShadowPods(Component):
             except UnreadablePod:
                 continue  # the API server made it: cannot happen, and nothing to count if it does
             self.ledger.hold(object_key(pod), consumer=consumer, uid=_owner_uid(pod), usage=usage)
+        for claim in self.claims.store.list():
+            consumer = self._consumer_of(claim["metadata"]["namespace"])
+            if consumer is not None and _volume_made(claim):
+                self._count_existing(consumer, claim)
+
+    def _count_existing(self, consumer: str, claim: Obj) -> None:
+        """Count a claim whose volume exists, whatever the budget says: it holds that storage."""
+        with contextlib.suppress(QuantityError):
+            storage_class = str((claim.get("spec") or {}).get("storageClassName") or "")
+            self.claim_ledger.count(consumer, [Claim(object_key(claim), storage_class, claim_size(claim))])
 
     def _free(self, key: str) -> None:
         """``key`` holds nothing any more: its consumer's waiting ShadowPods may fit now."""
-        consumer = self.ledger.release(key)
+        self._wake(self.ledger.release(key))
+
+    def _wake(self, consumer: str | None) -> None:
+        """Look again at ``consumer``'s waiting ShadowPods (room freed, a claim came or went)."""
         if consumer is not None:
             for waiting in self.ledger.waiting(consumer):
                 self.controller.queue.add(waiting)
+
+    async def reconcile_claim(self, key: str) -> None:
+        """A claim came, changed or went: count it if its volume exists, let it go once deleted; wake its consumer.
+
+        A claim counted stays counted whatever it says later: only its deletion frees its room.
+        """
+        if not self._rebuilt:
+            self._rebuild()
+        claim = self.claims.store.get(key)
+        if claim is None:
+            self._wake(self.claim_ledger.release(key))
+            return
+        consumer = self._consumer_of(claim["metadata"]["namespace"])
+        if consumer is None:
+            return
+        if _volume_made(claim) and not self.claim_ledger.counted(key):
+            self._count_existing(consumer, claim)
+        self._wake(consumer)  # a claim a pod waits for may have come
 
     # -- pods -----------------------------------------------------------------------------------------------
 
@@ -362,10 +438,20 @@ class ShadowPods(Component):
         except UnreadablePod as exc:
             await self._refuse(shadow, reason=ShadowPodReason.UNREADABLE_RESOURCES, message=str(exc))
             return None  # nothing to retry: only a new spec (an update, which re-queues us) can change it
+        namespace, name = split_namespaced_key(key)
+        claims = pod_claims(shadow["spec"]["pod"], namespace=namespace, pod_name=name, claim_of=self.claims.store.get)
+        if not isinstance(claims, ClaimsWait):
+            claims = self.claim_ledger.shortfall(consumer, claims, budget.storage) or claims
+        if isinstance(claims, ClaimsWait):
+            self.ledger.wait(key, consumer=consumer)
+            reason = ShadowPodReason.CLAIM_MISSING if claims.missing else ShadowPodReason.OVER_BUDGET
+            await self._wait(shadow, reason=reason, message=claims.message)
+            return Result(requeue_after=self._retry.when(key))  # claims coming or going wake it sooner
         missing = self.ledger.admit(key, consumer=consumer, uid=shadow["metadata"]["uid"], usage=usage, budget=budget)
         if missing is not None:
             await self._wait(shadow, reason=ShadowPodReason.OVER_BUDGET, message=missing.message)
             return Result(requeue_after=self._retry.when(key))  # room frees and budgets change wake it sooner
+        self.claim_ledger.count(consumer, claims)  # with the pod's room: no await between the checks and this
         match await self._create(shadow, verdict=verdict):
             case "refused":
                 self._free(key)

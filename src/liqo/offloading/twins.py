@@ -32,7 +32,9 @@ from typing import Any, Protocol
 
 from liqo.api import names
 from liqo.api.networks import SPECIAL_PURPOSE, ClusterNetwork, IPNetwork, NetworkPeer, PodNetwork
+from liqo.api.quantity import format_quantity
 from liqo.api.resources import VIRTUAL_KUBELET
+from liqo.api.storage import ClassOffer
 
 _RBAC = "rbac.authorization.k8s.io"
 _READ = ["get", "list", "watch"]
@@ -67,21 +69,34 @@ class IngressOffer(Protocol):
         """The annotation keys they may carry beyond the built-in few."""
 
 
-TWIN_ANNOTATIONS = (names.PEER_PODS, names.INGRESS_CLASSES, names.INGRESS_HOSTS, names.INGRESS_ANNOTATIONS)
+TWIN_ANNOTATIONS = (
+    names.PEER_PODS,
+    names.INGRESS_CLASSES,
+    names.INGRESS_HOSTS,
+    names.INGRESS_ANNOTATIONS,
+    names.STORAGE_CLASSES,
+)
 """The annotations of a twin the provider keeps: every one absent means "nothing allowed"."""
 
 
-def twin_annotations(*, peer_pods: IPNetwork | None, ingress: IngressOffer) -> dict[str, str]:
-    """What a twin of a consumer tells the API server's policies: its pods' block, its Ingresses' offer (pure).
+def twin_annotations(
+    *, peer_pods: IPNetwork | None, ingress: IngressOffer, storage: Sequence[ClassOffer]
+) -> dict[str, str]:
+    """What a twin of a consumer tells the API server's policies: its pods' block, its Ingresses', its claims' offer.
 
-    Lists are joined with commas (the CEL side splits them; no class, host or annotation key holds one).
-    An empty value is left out: the policies read an absent annotation as "nothing allowed".
+    Pure. Lists are joined with commas (the CEL side splits them; no class, host, annotation key, access mode or
+    quantity holds one, nor a ``:`` or ``|``). An empty value is left out: the policies read an absent annotation as
+    "nothing allowed".
     """
     values = {
         names.PEER_PODS: str(peer_pods) if peer_pods is not None else "",
         names.INGRESS_CLASSES: ",".join(ingress.classes),
         names.INGRESS_HOSTS: ",".join(ingress.hosts),
         names.INGRESS_ANNOTATIONS: ",".join(ingress.annotations),
+        names.STORAGE_CLASSES: ",".join(
+            f"{offer.name}:{'|'.join(offer.access_modes)}:{format_quantity(offer.capacity, resource='storage')}"
+            for offer in storage
+        ),
     }
     return {key: value for key, value in values.items() if value}
 
@@ -128,11 +143,11 @@ def is_twin_of(namespace: dict[str, Any], *, consumer_id: str) -> bool:
 
 _PEER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (VIRTUAL_KUBELET, ("shadowpods",)),
-    ("", ("configmaps", "secrets", "services")),
+    ("", ("configmaps", "secrets", "services", "persistentvolumeclaims")),
     ("networking.k8s.io", ("ingresses",)),
     ("discovery.k8s.io", ("endpointslices",)),
 )
-"""What a consumer writes in its twins: its ShadowPods and the copies of its objects."""
+"""What a consumer writes in its twins: its ShadowPods, the copies of its objects and its claims."""
 _STREAMS = ["pods/exec", "pods/attach", "pods/portforward"]
 
 

@@ -530,4 +530,11 @@ async def peer_kubeconfig(client: KubeClient, peer: str) -> dict[str, Any]:
 
 
 def _resources(offer: dict[str, Any] | None) -> dict[str, str]:
-    return {k: str(v) for k, v in ((offer or {}).get("spec") or {}).get("resources", {}).items()}
+    """An offer's resources and, as ``storage/<class>``, its storage: one map for a table's one column."""
+    spec = (offer or {}).get("spec") or {}
+    storage = {
+        f"storage/{item.get('class')}": str(item.get("capacity"))
+        for item in spec.get("storage") or ()
+        if isinstance(item, dict)
+    }
+    return {k: str(v) for k, v in (spec.get("resources") or {}).items()} | storage

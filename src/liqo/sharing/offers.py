@@ -7,6 +7,9 @@ before it expires — a busy cluster does not rewrite offers (and wake every con
 the consumer accepts, the offer is its budget: the ShadowPod controller (``liqo.offloading.shadowpods``)
 runs its pods, in all its twins together, within it, and none while the offer is not accepted or gone.
 
+Storage is offered per StorageClass, as the policy says, but only for classes that wait for a first consumer
+(:func:`~liqo.sharing.policy.budgetable_storage` says why); the offer shows what is offered.
+
 Free capacity comes from every node and pod of the cluster, kept in a
 :class:`~liqo.sharing.capacity.CapacityLedger` as their events arrive. Those watches are the largest this
 controller has, and they serve consumers only: a cluster that only consumes (or is not peered at all)
@@ -38,10 +41,18 @@ from liqo.kube.controller import Controller, Result
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
-from liqo.kube.resources import NAMESPACES, NODES, PODS, terminating
+from liqo.kube.projection import keep
+from liqo.kube.resources import NAMESPACES, NODES, PODS, STORAGE_CLASSES, terminating
 from liqo.sharing import metrics
 from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, CapacityLedger, largest_slots
-from liqo.sharing.policy import compute_offer, next_refresh, offer_spec, select_policy, tethered_policy
+from liqo.sharing.policy import (
+    budgetable_storage,
+    compute_offer,
+    next_refresh,
+    offer_spec,
+    select_policy,
+    tethered_policy,
+)
 
 CAPACITY_COALESCE_SECONDS = 1.0
 CAPACITY = "capacity"
@@ -114,6 +125,10 @@ class OfferController(Component):
         self.controller.watch(self.policies, lambda _obj: self.consumers())
         self.working_modes = informers.informer(WORKING_MODES)
         self.controller.watch(self.working_modes, lambda _obj: self.consumers())
+        self.storage_classes = informers.informer(
+            STORAGE_CLASSES, projection=keep("metadata.name", "volumeBindingMode")
+        )
+        self.controller.watch(self.storage_classes, lambda _obj: self.consumers())
 
     def _offloaded_event(self, pod: dict[str, Any], *, gone: bool = False) -> None:
         """Account a pod of the shared watch in the running ledger (none while no consumer asks)."""
@@ -193,6 +208,8 @@ class OfferController(Component):
         policy = select_policy(self.policies.store.list(), peer_id=consumer_id)
         if tethered_to(self.working_modes.store.get(WORKING_MODE)) == consumer_id:
             policy = tethered_policy(policy)
+        classes = {sc["metadata"]["name"]: sc for sc in self.storage_classes.store.list()}
+        policy = budgetable_storage(policy, classes)
         hosted = frozenset(
             ns["metadata"]["name"] for ns in self.hosted.store.list() if names.labelled_peer_id(ns) == consumer_id
         )

@@ -50,6 +50,7 @@ from liqo.api import names
 from liqo.api.networks import PodNetwork
 from liqo.api.podrequests import covers
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
+from liqo.api.storage import ClassOffer, class_offers, storage_items
 from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED
 from liqo.kube.timefmt import as_utc, format_time, parse_time
 
@@ -73,8 +74,9 @@ class PodSecurity:
     """The Pod Security Standards profile (``baseline`` or ``restricted``) the pods must meet."""
     tolerations: tuple[Mapping[str, str], ...] = ()
     """The only tolerations the pods may carry."""
-    share_storage: bool = False
-    """Whether the pods may use PersistentVolumeClaims and generic ephemeral volumes."""
+    storage: tuple[ClassOffer, ...] = ()
+    """The StorageClasses offered (the policy's ``spec.storage``): the only ones the pods' claims may name. None:
+    the pods use no PersistentVolumeClaim and no generic ephemeral volume."""
     max_grace_seconds: int = DEFAULT_MAX_GRACE_SECONDS
     """The longest termination grace period the pods get."""
     allowed_label_keys: tuple[str, ...] = ()
@@ -84,13 +86,13 @@ class PodSecurity:
     """Annotation keys the pods may carry beyond the built-in few (``ANNOTATION_KEYS`` there)."""
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> PodSecurity:
-        """The ``podSecurity`` of a SharingPolicy ``spec`` (absent: the defaults)."""
+    def from_spec(cls, spec: Mapping[str, Any] | None, *, storage: tuple[ClassOffer, ...] = ()) -> PodSecurity:
+        """The ``podSecurity`` of a SharingPolicy ``spec`` (absent: the defaults), with its ``storage``."""
         spec = spec or {}
         return cls(
             level=spec.get("level", BASELINE),
             tolerations=tuple(dict(t) for t in spec.get("tolerations") or ()),
-            share_storage=bool(spec.get("shareStorage", False)),
+            storage=storage,
             max_grace_seconds=int(spec.get("maxTerminationGracePeriodSeconds", DEFAULT_MAX_GRACE_SECONDS)),
             allowed_label_keys=tuple(spec.get("allowedLabelKeys") or ()),
             allowed_annotation_keys=tuple(spec.get("allowedAnnotationKeys") or ()),
@@ -178,7 +180,7 @@ class Policy:
             labels=dict(spec.get("labels") or {}),
             refresh_threshold_percent=spec.get("refreshThresholdPercent", DEFAULT_REFRESH_THRESHOLD_PERCENT),
             offer_ttl_seconds=spec.get("offerTTLSeconds", DEFAULT_OFFER_TTL_SECONDS),
-            pod_security=PodSecurity.from_spec(spec.get("podSecurity")),
+            pod_security=PodSecurity.from_spec(spec.get("podSecurity"), storage=class_offers(spec.get("storage"))),
             count_limits=bool(spec.get("countLimits", True)),
             allowed_twin_names=tuple(spec.get("allowedTwinNames") or ()),
             pod_network=PodNetwork.from_spec(spec.get("podNetwork")),
@@ -258,6 +260,30 @@ class PolicySelection:
         return chosen
 
 
+WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+
+def budgetable_storage(policy: Policy, storage_classes: Mapping[str, Mapping[str, Any]]) -> Policy:
+    """``policy`` offering only the classes of its ``storage`` a budget can hold (pure).
+
+    A class that does not exist, or binds its claims at once (``volumeBindingMode`` not ``WaitForFirstConsumer``),
+    is left out: its volumes would be made as soon as a peer's claim is stored, before any pod of the peer's is
+    admitted, so no budget could stop them (:mod:`liqo.offloading.budget`).
+
+    Args:
+        policy: The policy applying to the consumer.
+        storage_classes: This cluster's StorageClasses by name.
+    """
+    kept = tuple(
+        offer
+        for offer in policy.pod_security.storage
+        if (storage_classes.get(offer.name) or {}).get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER
+    )
+    if kept == policy.pod_security.storage:
+        return policy
+    return replace(policy, pod_security=replace(policy.pod_security, storage=kept))
+
+
 def compute_offer(free: Mapping[str, Decimal], policy: Policy) -> dict[str, Decimal] | None:
     """What ``policy`` offers out of ``free`` capacity.
 
@@ -302,8 +328,8 @@ def offer_spec(
 
     Returns:
         ``providerClusterID``, ``providerClusterName``, ``resources`` and ``prices`` (quantities; prices only
-        for offered resources), ``largestSlots`` (quantities), ``labels`` (if any), ``timestamp`` and ``expiry``
-        (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second; ``acceptsTethering`` and
+        for offered resources), ``largestSlots`` (quantities), ``labels`` and ``storage`` (if any), ``timestamp``
+        and ``expiry`` (``timestamp`` + the policy's TTL), as RFC 3339 UTC times to the second; ``acceptsTethering`` and
         ``tethered`` when true.
     """
     # Truncated to the second like every Kubernetes timestamp; the expiry moves earlier, never later.
@@ -312,12 +338,14 @@ def offer_spec(
     # No labels means no field: applied empty after keys this manager owned (a tether's mark), server-side
     # apply leaves ``labels: null``, which the schema refuses, and the offer could not change any more.
     labels = {"labels": dict(policy.labels)} if policy.labels else {}
+    storage = {"storage": storage_items(policy.pod_security.storage)} if policy.pod_security.storage else {}
     return {
         "providerClusterID": provider_id,
         "providerClusterName": provider_name,
         "resources": _formatted(resources),
         "largestSlots": [_formatted(slot) for slot in slots],
         **labels,
+        **storage,
         "prices": {name: price for name, price in policy.prices.items() if name in resources},
         "timestamp": format_time(timestamp),
         "expiry": format_time(timestamp + datetime.timedelta(seconds=policy.offer_ttl_seconds)),
@@ -376,7 +404,7 @@ def next_refresh(
     Returns:
         ``now`` — replace it at once — if there is no offer; if a resource appeared, disappeared or moved by
         more than ``refresh_threshold_percent`` of its published amount; if the slots drifted beyond it
-        (:attr:`Drift.MAJOR`); if the labels or prices the policy gives differ from the published ones; or
+        (:attr:`Drift.MAJOR`); if the labels, storage or prices the policy gives differ from the published ones; or
         if a field needed here is unreadable. Otherwise the earliest of: a third of the policy's TTL before
         expiry; and, if an amount decreased or a slot shrank within the threshold, :data:`REPUBLISH_SECONDS`
         after the published ``timestamp``. A time not after ``now`` means "now".
@@ -397,6 +425,7 @@ def next_refresh(
         or current.keys() != new_resources.keys()
         or any(abs(amount - current[name]) * 100 > current[name] * threshold for name, amount in new_resources.items())
         or (current_spec.get("labels") or {}) != dict(policy.labels)
+        or (current_spec.get("storage") or []) != storage_items(policy.pod_security.storage)
         or (current_spec.get("prices") or {}) != {n: p for n, p in policy.prices.items() if n in new_resources}
         or bool(current_spec.get(ACCEPTS_TETHERING)) != policy.accepts_tethering
         or bool(current_spec.get(TETHERED)) != policy.tethered

@@ -18,6 +18,7 @@ from liqo.api import names
 from liqo.api.foreignclusters import ForeignClusters, peer_key
 from liqo.api.offers import OfferPhase
 from liqo.api.resources import RESOURCE_OFFERS, VIRTUAL_NODES
+from liqo.api.storage import storage_labels
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -34,6 +35,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: st
 
     Named after our ForeignCluster for the provider (:func:`liqo.api.names.virtual_node_name`), never after
     the name the provider gives itself in its offer: two providers may both say ``milan`` (or ``Milan``).
+    Each StorageClass offered labels the node ``storage.liqo.io/<class>: "true"``, for pods to select.
     """
     spec = offer.get("spec") or {}
     provider_name = spec.get("providerClusterName") or provider_id
@@ -52,6 +54,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: st
             "resources": spec.get("resources") or {},
             **slots,
             "labels": (spec.get("labels") or {})
+            | storage_labels(spec.get("storage"))
             | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE, names.REMOTE_CLUSTER_ID: provider_id},
             "offer": offer["metadata"]["name"],
             "kubeconfigSecretRef": {"name": names.IDENTITY_SECRET},

@@ -41,6 +41,7 @@ def test_the_defaults_bound_object_counts_only_and_every_kind_a_peer_writes() ->
         "count/services",
         "count/endpointslices.discovery.k8s.io",
         "count/ingresses.networking.k8s.io",
+        "count/persistentvolumeclaims",
     }
     # A Secret per ShadowPod (its home token), and the namespace's own besides.
     assert DEFAULT_TWIN_QUOTA["count/secrets"] > DEFAULT_TWIN_QUOTA["count/shadowpods.virtualkubelet.liqo.io"]

@@ -12,6 +12,7 @@ import pytest
 from liqo.api import names
 from liqo.api.crds import all_crds
 from liqo.api.crds.schema import (
+    AMOUNT_PATTERN,
     CLUSTER_ID_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     NAME_OR_PREFIX_PATTERN,
@@ -125,7 +126,7 @@ def test_every_node_is_structural_and_every_field_described() -> None:
             if node.get("x-kubernetes-int-or-string"):
                 assert "type" not in node, where
                 assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}], where
-                assert node["pattern"] == QUANTITY_PATTERN, where
+                assert node["pattern"] in (QUANTITY_PATTERN, AMOUNT_PATTERN), where
             else:
                 assert node.get("type") in {"object", "array", "string", "integer", "boolean", "number"}, where
             if node.get("type") == "array":
@@ -230,3 +231,11 @@ def test_building_is_pure() -> None:
     assert all_crds() == all_crds()
     assert all_crds()[0]["spec"]["versions"][0]["additionalPrinterColumns"]
     assert "x" not in all_crds()[1]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    ("value", "amount"), [("10Gi", True), ("+1", True), ("1e3", True), ("-1Gi", False), ("1e-3", True)]
+)
+def test_an_amount_is_a_quantity_that_cannot_be_negative(value: str, amount: bool) -> None:
+    assert re.fullmatch(QUANTITY_PATTERN, value)
+    assert bool(re.fullmatch(AMOUNT_PATTERN, value)) is amount

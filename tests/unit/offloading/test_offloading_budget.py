@@ -12,11 +12,15 @@ from hypothesis import strategies as st
 from liqo.kube.objects import Obj
 from liqo.offloading.budget import (
     Budget,
+    Claim,
+    ClaimLedger,
+    ClaimsWait,
     Ledger,
     NoBudget,
     UnreadablePod,
     Usage,
     budget_of,
+    pod_claims,
     pod_usage,
     shortfall,
 )
@@ -381,3 +385,94 @@ def test_pods_found_running_are_counted_even_beyond_a_smaller_budget() -> None:
     assert ledger.consumers() == {"rome"}  # a/three still waits
     ledger.stop_waiting("a/three")
     assert ledger.consumers() == set()
+
+
+# -- storage: claims, held from their first pod until deleted ---------------------------------------------
+
+
+def claim(name: str, size: str, *, storage_class: str = "local", capacity: str | None = None) -> Obj:
+    made: Obj = {
+        "metadata": {"name": name, "namespace": "web-rome"},
+        "spec": {"storageClassName": storage_class, "resources": {"requests": {"storage": size}}},
+    }
+    if capacity is not None:
+        made["status"] = {"phase": "Bound", "capacity": {"storage": capacity}}
+    return made
+
+
+def test_the_offers_storage_is_the_budget_per_class() -> None:
+    accepted = offer(cpu="1")
+    accepted["spec"]["storage"] = [{"class": "local", "capacity": "10Gi"}]
+    found = budget_of(accepted, count_limits=True)
+    assert isinstance(found, Budget)
+    assert found.storage == {"local": 10 * GI}
+    accepted["spec"]["storage"] = [{"class": "local", "capacity": "lots"}]
+    assert isinstance(budget_of(accepted, count_limits=True), NoBudget)
+
+
+def test_a_pods_claims_are_its_claim_volumes_and_its_ephemeral_templates() -> None:
+    claims = {"web-rome/data": claim("data", "1Gi", capacity="2Gi")}
+    template = {"spec": {"storageClassName": "local", "resources": {"requests": {"storage": "3Gi"}}}}
+    pod_spec = spec(
+        volumes=[
+            {"name": "config", "configMap": {"name": "c"}},
+            {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": template}},
+        ]
+    )
+    assert pod_claims(pod_spec, namespace="web-rome", pod_name="web-0", claim_of=claims.get) == [
+        Claim("web-rome/data", "local", 2 * GI),  # what the volume holds, beyond the request
+        Claim("web-rome/web-0-scratch", "local", 3 * GI),
+    ]
+    missing = pod_claims(
+        spec(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "other"}}]),
+        namespace="web-rome",
+        pod_name="web-0",
+        claim_of=claims.get,
+    )
+    assert isinstance(missing, ClaimsWait)
+    assert missing.missing
+    assert "other" in missing.message
+
+
+def test_a_claim_counts_once_whatever_pods_use_it_until_it_is_deleted() -> None:
+    ledger = ClaimLedger()
+    data = Claim("web-rome/data", "local", 6 * GI)
+    storage = {"local": 10 * GI}
+    assert ledger.shortfall("rome", [data], storage) is None
+    ledger.count("rome", [data])
+    assert ledger.shortfall("rome", [data], storage) is None  # a second pod of the same claim takes nothing more
+    other = Claim("web-rome/other", "local", 5 * GI)
+    refused = ledger.shortfall("rome", [other], storage)
+    assert refused is not None
+    assert "10Gi" in refused.message
+    assert "5Gi" in refused.message
+    assert ledger.shortfall("milan", [other], storage) is None  # another consumer, its own budget
+    assert ledger.release("web-rome/data") == "rome"
+    assert ledger.shortfall("rome", [other], storage) is None
+    assert ledger.release("web-rome/data") is None
+
+
+def test_a_class_the_offer_does_not_hold_never_fits() -> None:
+    found = ClaimLedger().shortfall("rome", [Claim("web-rome/x", "fast", GI)], {"local": 10 * GI})
+    assert found is not None
+    assert "class fast" in found.message
+
+
+@given(
+    sizes=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 4)), max_size=30),
+    releases=st.lists(st.integers(0, 9), max_size=10),
+)
+def test_the_claims_counted_never_exceed_the_budget_whatever_the_order(
+    sizes: list[tuple[int, int]], releases: list[int]
+) -> None:
+    """Admitted only through shortfall-then-count (one synchronous step), the claims of a class stay within it."""
+    ledger = ClaimLedger()
+    storage = {"local": 8 * GI}
+    for index, (name, size) in enumerate(sizes):
+        wanted = [Claim(f"ns/c{name}", "local", size * GI)]
+        if ledger.shortfall("rome", wanted, storage) is None:
+            ledger.count("rome", wanted)
+        if index < len(releases):
+            ledger.release(f"ns/c{releases[index]}")
+        assert ledger.held("rome").get("local", Decimal(0)) <= 8 * GI

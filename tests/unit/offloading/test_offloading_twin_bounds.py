@@ -230,7 +230,7 @@ def test_the_reader_holds_no_write_and_the_writer_holds_every_write_the_consumer
     assert not [r for r in reader if r[2] in writes]
     assert {v for _, _, v in writer} <= {*writes, "get"}
     assert not reader & writer
-    kinds = {"shadowpods", "configmaps", "secrets", "services", "ingresses", "endpointslices"}
+    kinds = {"shadowpods", "configmaps", "secrets", "services", "ingresses", "endpointslices", "persistentvolumeclaims"}
     for kind in kinds:
         assert {v for _, r, v in reader if r == kind} == {"get", "list", "watch", "delete"}
         assert {v for _, r, v in writer if r == kind} == writes

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+from decimal import Decimal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.api.storage import ClassOffer
 from liqo.kube.errors import ApiError, UnreachableError
 from liqo.kube.objects import Obj
 from liqo.offloading.provider_namespaces import (
@@ -418,14 +420,19 @@ OFFER = IngressOffer(classes=("public", "internal"), hosts=("*.rome.example.com"
 
 def test_a_twin_tells_its_admission_the_block_and_the_ingress_offer_and_nothing_when_there_is_none() -> None:
     block = ipaddress.ip_network("10.244.0.0/16")
-    assert twin_annotations(peer_pods=block, ingress=OFFER) == {
+    storage = (
+        ClassOffer(name="local", capacity=Decimal(10 * 2**30)),
+        ClassOffer(name="shared", capacity=Decimal(2**40), access_modes=("ReadWriteMany", "ReadOnlyMany")),
+    )
+    assert twin_annotations(peer_pods=block, ingress=OFFER, storage=storage) == {
         names.PEER_PODS: "10.244.0.0/16",
         names.INGRESS_CLASSES: "public,internal",
         names.INGRESS_HOSTS: "*.rome.example.com",
         names.INGRESS_ANNOTATIONS: "a.io/b",
+        names.STORAGE_CLASSES: "local:ReadWriteOnce:10Gi,shared:ReadWriteMany|ReadOnlyMany:1Ti",
     }
     # Nothing known, nothing offered: no annotation at all (the policies read an absent one as "none").
-    assert twin_annotations(peer_pods=None, ingress=IngressOffer()) == {}
+    assert twin_annotations(peer_pods=None, ingress=IngressOffer(), storage=()) == {}
     made = twin_namespace_manifest(
         name="web-rome", consumer_id=ROME, home_namespace="web", level="baseline", annotations={names.PEER_PODS: "x"}
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from liqo.api import names
+from liqo.api.storage import CLAIM_RULES, ClassOffer, claim_refusals
 from liqo.kube.objects import Obj
 from liqo.offloading.podsecurity import (
     ANNOTATION_KEYS,
@@ -34,7 +36,8 @@ from liqo.virtualkubelet.forge import pods as forge_pods
 ALLOWED_TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "peers", "effect": "NoSchedule"}
 BASELINE = PodSecurity(tolerations=(ALLOWED_TOLERATION,))
 RESTRICTED = PodSecurity(level="restricted", tolerations=(ALLOWED_TOLERATION,))
-STORAGE = PodSecurity(share_storage=True)
+OFFERED = ClassOffer(name="local", capacity=Decimal(10 * 2**30), access_modes=("ReadWriteOnce", "ReadWriteOncePod"))
+STORAGE = PodSecurity(storage=(OFFERED,))
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
@@ -449,7 +452,8 @@ def test_a_volume_of_any_type_off_the_list_is_refused_naming_its_path(
         volumes = spec.setdefault("volumes", [])
         index = data.draw(st.integers(0, len(volumes)))
         volumes.insert(index, {"name": "extra", kind: source})
-        policy = PodSecurity(level=level, share_storage=share_storage, tolerations=BASELINE.tolerations)
+        storage = (OFFERED,) if share_storage else ()
+        policy = PodSecurity(level=level, storage=storage, tolerations=BASELINE.tolerations)
         verdict = judge(spec, policy)
         assert paths(verdict) == {f"spec.pod.volumes[{index}].{kind}"}, verdict.violations
         assert f"spec.pod.volumes[{index}].{kind}" in verdict.message()
@@ -469,12 +473,19 @@ def test_a_projected_source_off_the_list_is_refused_naming_its_path(
     assert found == (set() if kind in ("configMap", "secret", "downwardAPI") else {at})
 
 
-def test_storage_is_allowed_when_the_policy_shares_it() -> None:
+TEMPLATE_SPEC: Obj = {
+    "storageClassName": "local",
+    "accessModes": ["ReadWriteOnce"],
+    "resources": {"requests": {"storage": "1Gi"}},
+}
+
+
+def test_storage_is_allowed_when_the_policy_offers_a_class() -> None:
     spec = {
         "containers": [{"name": "a", "image": "x"}],
         "volumes": [
             {"name": "d", "persistentVolumeClaim": {"claimName": "data"}},
-            {"name": "e", "ephemeral": {"volumeClaimTemplate": {}}},
+            {"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": TEMPLATE_SPEC}}},
         ],
     }
     assert judge(spec, STORAGE).violations == ()
@@ -482,6 +493,50 @@ def test_storage_is_allowed_when_the_policy_shares_it() -> None:
         "spec.pod.volumes[0].persistentVolumeClaim",
         "spec.pod.volumes[1].ephemeral",
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"storageClassName": "fast"}, "storageClassName"),
+        ({"storageClassName": None}, "storageClassName"),
+        ({"accessModes": ["ReadWriteMany"]}, "accessModes"),
+        ({"accessModes": []}, "accessModes"),
+        ({"volumeName": "pv-of-the-provider"}, "volumeName"),
+        ({"selector": {"matchLabels": {"team": "x"}}}, "selector"),
+        ({"dataSource": {"kind": "PersistentVolumeClaim", "name": "theirs"}}, "dataSource"),
+        ({"dataSourceRef": {"kind": "VolumeSnapshot", "name": "s"}}, "dataSourceRef"),
+        ({"volumeAttributesClassName": "gold"}, "volumeAttributesClassName"),
+    ],
+)
+def test_an_ephemeral_volume_template_is_judged_as_a_peers_claim(change: Obj, refused: str) -> None:
+    """kube-controller-manager makes the claim with its own identity: the admission policy on peers' claims never
+    sees it, so the ShadowPod's verdict applies the same rules to the template."""
+    template = {"spec": {**TEMPLATE_SPEC, **change}}
+    spec = {
+        "containers": [{"name": "a", "image": "x"}],
+        "volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": template}}],
+    }
+    verdict = judge(spec, STORAGE)
+    assert paths(verdict) == {f"spec.pod.volumes[0].ephemeral.volumeClaimTemplate.spec.{refused}"}
+    assert CLAIM_RULES[refused] in verdict.message()
+
+
+def test_an_ephemeral_volume_template_carries_no_annotation() -> None:
+    template = {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}, "spec": TEMPLATE_SPEC}
+    spec = {
+        "containers": [{"name": "a", "image": "x"}],
+        "volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": template}}],
+    }
+    assert paths(judge(spec, STORAGE)) == {"spec.pod.volumes[0].ephemeral.volumeClaimTemplate.metadata.annotations"}
+
+
+@given(spec=st.dictionaries(st.sampled_from([*CLAIM_RULES, "resources", "volumeMode"]), json_values, max_size=6))
+def test_claim_refusals_name_only_fields_of_the_claim_and_never_raise(spec: Obj) -> None:
+    """Whatever a peer writes (any JSON), each refusal names a field it may not say, once."""
+    refused = [field for field, _rule in claim_refusals(spec, storage=(OFFERED,))]
+    assert len(refused) == len(set(refused))
+    assert set(refused) <= set(CLAIM_RULES) - {"annotations"}
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from liqo.api import names
 from liqo.api.quantity import QuantityError, parse_quantity
+from liqo.api.storage import ClassOffer
 from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED, tethered_to
 from liqo.kube.objects import Obj
 from liqo.kube.timefmt import parse_time
@@ -20,6 +21,7 @@ from liqo.sharing.policy import (
     PodSecurity,
     Policy,
     PolicySelection,
+    budgetable_storage,
     compute_offer,
     next_refresh,
     offer_spec,
@@ -464,3 +466,44 @@ def test_only_a_tether_in_force_or_under_way_names_the_peer_offered_everything()
     ]
     assert tethered_to(None) is None
     assert tethered_to({"spec": {"mode": "Tethered", "peer": "id-e"}}) is None  # asked, not (yet) made
+
+
+# -- storage ------------------------------------------------------------------------------------------------
+
+LOCAL = ClassOffer(name="local", capacity=10 * GI)
+
+
+def test_a_policys_storage_is_what_its_pods_may_claim_and_its_offer_says() -> None:
+    policy = Policy.from_object(sharing_policy("p", action="Share", storage=[{"class": "local", "capacity": "10Gi"}]))
+    assert policy.pod_security.storage == (LOCAL,)
+    spec = offer_spec(provider_id="id", provider_name="milan", resources={}, slots=[], policy=policy, now=NOW)
+    assert spec["storage"] == [{"class": "local", "capacity": "10Gi", "accessModes": ["ReadWriteOnce"]}]
+    # No storage, no field (as for labels: applied empty after ours, server-side apply would leave a null).
+    assert "storage" not in offer_spec(
+        provider_id="id", provider_name="milan", resources={}, slots=[], policy=Policy(name="p"), now=NOW
+    )
+
+
+def test_refresh_when_the_storage_offered_changes() -> None:
+    storing = Policy(name="p", pod_security=PodSecurity(storage=(LOCAL,)))
+    current = offer_spec(provider_id="id", provider_name="m", resources=OFFERED, slots=SLOTS, policy=storing, now=NOW)
+    assert not needs_refresh(current, OFFERED, storing, new_slots=SLOTS, now=NOW)
+    assert needs_refresh(current, OFFERED, Policy(name="p"), new_slots=SLOTS, now=NOW)
+    grown = Policy(name="p", pod_security=PodSecurity(storage=(ClassOffer(name="local", capacity=20 * GI),)))
+    assert needs_refresh(current, OFFERED, grown, new_slots=SLOTS, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("classes", "kept"),
+    [
+        ({"local": {"volumeBindingMode": "WaitForFirstConsumer"}}, (LOCAL,)),
+        ({"local": {"volumeBindingMode": "Immediate"}}, ()),
+        ({"local": {}}, ()),  # Immediate is the API server's default
+        ({}, ()),  # no such class
+    ],
+)
+def test_only_classes_waiting_for_a_first_consumer_are_offered(
+    classes: dict[str, Obj], kept: tuple[ClassOffer]
+) -> None:
+    policy = Policy(name="p", pod_security=PodSecurity(storage=(LOCAL,)))
+    assert budgetable_storage(policy, classes).pod_security.storage == kept

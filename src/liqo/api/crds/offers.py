@@ -15,6 +15,7 @@ from liqo.api.crds.schema import (
     enum,
     quantity_map,
     slots,
+    storage_classes,
     string,
     string_map,
     struct,
@@ -72,6 +73,10 @@ def resource_offer_crd() -> dict[str, Any]:
             "largestSlots": slots(
                 "The largest pods the provider can still place on one of its nodes, largest CPU first: a pod"
                 " no slot holds is refused by the consumer's virtual kubelet instead of sent to no node."
+            ),
+            "storage": storage_classes(
+                "The storage offered, per StorageClass of the provider: once the offer is accepted, what the"
+                " consumer's claims there may request together."
             ),
             "labels": string_map("Labels for the virtual node standing for this offer."),
             ACCEPTS_TETHERING: {

@@ -10,6 +10,7 @@ from typing import Any
 
 from liqo.api import names
 from liqo.api.networks import MAX_CIDR_LENGTH
+from liqo.api.storage import ACCESS_MODES, DEFAULT_ACCESS_MODES, MAX_CLASS_NAME, MAX_CLASSES
 from liqo.kube import printable
 from liqo.kube.resources import CRDS, Resource
 
@@ -23,6 +24,8 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 """A Kubernetes quantity, as the API server's own ResourceList schema checks it."""
+AMOUNT_PATTERN = QUANTITY_PATTERN.replace(r"^(\+|-)?", r"^\+?", 1)
+"""A quantity that cannot be negative: an amount offered."""
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_LABEL_MAX_LENGTH = 63
@@ -170,6 +173,35 @@ def slots(description: str) -> Schema:
         "items": quantity_map("The free room of one node, capped by the offer."),
         "maxItems": MAX_SLOTS,
         "x-kubernetes-list-type": "atomic",
+    }
+
+
+def storage_classes(description: str) -> Schema:
+    """Storage offered per StorageClass (:mod:`liqo.api.storage`): a list keyed by class."""
+    item = struct(
+        "One StorageClass offered.",
+        {
+            "class": string(
+                "The provider's StorageClass (at most 63 characters: it names a label of the virtual node).",
+                pattern=DNS_SUBDOMAIN_PATTERN,
+                maxLength=MAX_CLASS_NAME,
+            ),
+            "capacity": quantity(
+                "What the consumer's claims of this class may request together, in all its namespaces here."
+            )
+            | {"pattern": AMOUNT_PATTERN},
+            "accessModes": string_set("The access modes its claims may ask for.", enum("An access mode.", ACCESS_MODES))
+            | {"minItems": 1, "maxItems": len(ACCESS_MODES), "default": list(DEFAULT_ACCESS_MODES)},
+        },
+        required=("class", "capacity"),
+    )
+    return {
+        "type": "array",
+        "description": description,
+        "items": item,
+        "maxItems": MAX_CLASSES,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["class"],
     }
 
 

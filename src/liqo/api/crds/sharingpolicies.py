@@ -31,6 +31,7 @@ from liqo.api.crds.schema import (
     enum,
     integer,
     quantity_map,
+    storage_classes,
     string,
     string_map,
     string_set,
@@ -74,11 +75,6 @@ def _pod_security() -> Schema:
                 "items": toleration,
                 "maxItems": 32,
                 "x-kubernetes-list-type": "atomic",
-            },
-            "shareStorage": {
-                "type": "boolean",
-                "description": "Whether their pods may use PersistentVolumeClaims and generic ephemeral volumes.",
-                "default": False,
             },
             "maxTerminationGracePeriodSeconds": integer(
                 "The longest grace period their pods get (longer ones are cut to it).",
@@ -202,6 +198,11 @@ def sharing_policy_crd() -> dict[str, Any]:
                 default=10,
             ),
             "offerTTLSeconds": integer("How long an offer is valid unless refreshed.", minimum=1, default=300),
+            "storage": storage_classes(
+                "The StorageClasses these peers' claims may name, each with what their claims of it may request"
+                " together, in all their namespaces here. Empty: no storage, and their pods may use neither"
+                " PersistentVolumeClaims nor generic ephemeral volumes."
+            ),
             "podSecurity": _pod_security(),
             "allowedTwinNames": {
                 **string_set(

@@ -429,7 +429,7 @@ async def _controllers(
     incoming = IncomingPeering(client=client, informers=informers)
     tokens = TokenCollector(client=client, informers=informers)
     replicator = Replicator(client=client, informers=informers, local_id=local.cluster_id, peers=peers)
-    offers = OfferController(client=client, informers=informers, local=local)
+    offers = OfferController(client=client, informers=informers, local=local, events=events)
     acceptance = OfferAcceptance(client=client, informers=informers)
     shadow_pods = ShadowPods(
         client=client, informers=informers, events=events, local_id=local.cluster_id, select=selection

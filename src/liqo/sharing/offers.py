@@ -8,7 +8,7 @@ the consumer accepts, the offer is its budget: the ShadowPod controller (``liqo.
 runs its pods, in all its twins together, within it, and none while the offer is not accepted or gone.
 
 Storage is offered per StorageClass, as the policy says, but only for classes that wait for a first consumer
-(:func:`~liqo.sharing.policy.budgetable_storage` says why); the offer shows what is offered.
+(:func:`~liqo.sharing.policy.storage_left_out` says why, in a Warning Event ``StorageNotOffered`` on the policy).
 
 Free capacity comes from every node and pod of the cluster, kept in a
 :class:`~liqo.sharing.capacity.CapacityLedger` as their events arrive. Those watches are the largest this
@@ -26,6 +26,7 @@ busiest path.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from liqo.api import names
@@ -38,6 +39,7 @@ from liqo.kube.cache import InformerGroup, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
 from liqo.kube.controller import Controller, Result
+from liqo.kube.events import EventRecorder
 from liqo.kube.following import Following
 from liqo.kube.informer import HandlerFuncs, Informer
 from liqo.kube.metrics import CacheGauge
@@ -46,14 +48,18 @@ from liqo.kube.resources import NAMESPACES, NODES, PODS, STORAGE_CLASSES, termin
 from liqo.sharing import metrics
 from liqo.sharing.capacity import NODE_FIELDS, POD_FIELDS, CapacityLedger, largest_slots
 from liqo.sharing.policy import (
+    Policy,
     budgetable_storage,
     compute_offer,
     next_refresh,
     offer_spec,
     select_policy,
+    storage_left_out,
     tethered_policy,
 )
 
+STORAGE_NOT_OFFERED = "StorageNotOffered"
+"""The Warning Event on a SharingPolicy one of whose classes cannot be offered (:func:`storage_left_out` says why)."""
 CAPACITY_COALESCE_SECONDS = 1.0
 CAPACITY = "capacity"
 """The one member of the followed capacity watches (there is one set, for every consumer)."""
@@ -94,9 +100,13 @@ class _Capacity(InformerGroup):
 class OfferController(Component):
     """Computes and refreshes the offer made to every consumer."""
 
-    def __init__(self, *, client: KubeClient, informers: SharedInformers, local: ClusterIdentity) -> None:
+    def __init__(
+        self, *, client: KubeClient, informers: SharedInformers, local: ClusterIdentity, events: EventRecorder
+    ) -> None:
         self._client = client
         self._local = local
+        self._events = events
+        self._reported: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
         self.requests = informers.informer(RESOURCE_REQUESTS)
         self.offers = informers.informer(RESOURCE_OFFERS)
         self.policies = informers.informer(SHARING_POLICIES)
@@ -209,6 +219,7 @@ class OfferController(Component):
         if tethered_to(self.working_modes.store.get(WORKING_MODE)) == consumer_id:
             policy = tethered_policy(policy)
         classes = {sc["metadata"]["name"]: sc for sc in self.storage_classes.store.list()}
+        await self._report_left_out(policy, storage_left_out(policy, classes))
         policy = budgetable_storage(policy, classes)
         hosted = frozenset(
             ns["metadata"]["name"] for ns in self.hosted.store.list() if names.labelled_peer_id(ns) == consumer_id
@@ -253,6 +264,23 @@ class OfferController(Component):
         )
         # Looked at again as the refreshed offer comes back from the watch; this is in case it does not.
         return Result(requeue_after=max(1.0, policy.offer_ttl_seconds / 3))
+
+    async def _report_left_out(self, policy: Policy, left_out: Mapping[str, str]) -> None:
+        """A Warning Event on the SharingPolicy for each of its classes left out of offers, once per change.
+
+        Offers are reconciled at every capacity change: the recorder would aggregate the repeats, but each is
+        still a write.
+        """
+        found = self.policies.store.get(policy.name) if policy.name else None
+        if found is None:
+            return
+        memo = (found["metadata"].get("resourceVersion", ""), tuple(sorted(left_out.items())))
+        if self._reported.get(policy.name) == memo:
+            return
+        self._reported[policy.name] = memo
+        for name, why in sorted(left_out.items()):
+            message = f"storage class {name} is not offered: {why}"
+            await self._events.record(found, type="Warning", reason=STORAGE_NOT_OFFERED, message=message)
 
     async def _set_request_status(self, request: dict[str, Any], status: dict[str, Any]) -> None:
         if (request.get("status") or {}) != status:

@@ -263,24 +263,37 @@ class PolicySelection:
 WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 
 
-def budgetable_storage(policy: Policy, storage_classes: Mapping[str, Mapping[str, Any]]) -> Policy:
-    """``policy`` offering only the classes of its ``storage`` a budget can hold (pure).
+def storage_left_out(policy: Policy, storage_classes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The classes of ``policy``'s ``storage`` no budget can hold, each with why (pure).
 
-    A class that does not exist, or binds its claims at once (``volumeBindingMode`` not ``WaitForFirstConsumer``),
-    is left out: its volumes would be made as soon as a peer's claim is stored, before any pod of the peer's is
-    admitted, so no budget could stop them (:mod:`liqo.offloading.budget`).
+    A class that does not exist, or binds its claims at once (``volumeBindingMode`` not ``WaitForFirstConsumer``):
+    its volumes would be made as soon as a peer's claim is stored, before any pod of the peer's is admitted, so no
+    budget could stop them (:mod:`liqo.offloading.budget`).
 
     Args:
         policy: The policy applying to the consumer.
         storage_classes: This cluster's StorageClasses by name.
     """
-    kept = tuple(
-        offer
-        for offer in policy.pod_security.storage
-        if (storage_classes.get(offer.name) or {}).get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER
-    )
-    if kept == policy.pod_security.storage:
+    why = {}
+    for offer in policy.pod_security.storage:
+        found = storage_classes.get(offer.name)
+        if found is None:
+            why[offer.name] = "no such StorageClass here"
+        elif found.get("volumeBindingMode") != WAIT_FOR_FIRST_CONSUMER:
+            mode = found.get("volumeBindingMode") or "Immediate"
+            why[offer.name] = (
+                f"its volumeBindingMode is {mode}: a volume would be made for each claim a peer stores, before any"
+                " budget could count it; only classes that wait for a first consumer are offered"
+            )
+    return why
+
+
+def budgetable_storage(policy: Policy, storage_classes: Mapping[str, Mapping[str, Any]]) -> Policy:
+    """``policy`` offering only the classes of its ``storage`` a budget can hold (:func:`storage_left_out`; pure)."""
+    left_out = storage_left_out(policy, storage_classes)
+    if not left_out:
         return policy
+    kept = tuple(offer for offer in policy.pod_security.storage if offer.name not in left_out)
     return replace(policy, pod_security=replace(policy.pod_security, storage=kept))
 
 

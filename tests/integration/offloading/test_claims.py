@@ -17,12 +17,12 @@ import pytest
 
 from liqo.api import names
 from liqo.api.components import MANAGER, VIRTUAL_KUBELET
-from liqo.api.resources import SHADOW_PODS
+from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
 from liqo.api.shadowpods import ShadowPodReason
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ApiError, NotFoundError
 from liqo.kube.objects import Obj
-from liqo.kube.resources import NAMESPACES, NODES, PERSISTENT_VOLUME_CLAIMS, PODS, STORAGE_CLASSES
+from liqo.kube.resources import EVENTS, NAMESPACES, NODES, PERSISTENT_VOLUME_CLAIMS, PODS, STORAGE_CLASSES
 from liqo.peering import operations
 from tests.integration.helpers import Offloaded, Site, peer_identity, shadow_pod, sharing_policy, stopped, unique
 from tests.shared import eventually
@@ -214,3 +214,43 @@ async def test_the_claims_of_a_peers_pods_hold_its_storage_budget_until_deleted(
         await eventually(lambda: made(second), timeout=60, message=f"milan made pod-{second} once room freed")
         await peer.delete(SHADOW_PODS, f"pod-{second}", namespace=twin)
         await peer.delete(PERSISTENT_VOLUME_CLAIMS, second, namespace=twin)
+
+
+async def test_a_class_no_budget_can_hold_is_not_offered_and_the_policy_says_why(
+    sites: dict[str, Site], milan: KubeClient, offloaded: Offloaded, storage_class: str
+) -> None:
+    """An Immediate class would make a volume for every claim a peer stores; a class that does not exist, nothing."""
+    rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
+    immediate = unique("t-immediate")
+    await milan.create(
+        STORAGE_CLASSES,
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": immediate},
+            "provisioner": "claims.test.liqo.io/nobody",
+            "volumeBindingMode": "Immediate",
+        },
+    )
+    classes = [{"class": name, "capacity": "1Gi"} for name in (storage_class, immediate, "t-no-such-class")]
+    try:
+        async with sharing_policy(milan, rome_id, prefix="claims", storage=classes) as policy:
+            await offered(milan, offloaded.twin, f"{storage_class}:ReadWriteOnce:1Gi")
+            offer = await milan.get(RESOURCE_OFFERS, milan_id, namespace=names.tenant_namespace(rome_id))
+            assert [item["class"] for item in offer["spec"]["storage"]] == [storage_class]
+
+            async def said() -> list[str]:
+                events, _ = await milan.list_all(
+                    EVENTS, namespace="default", field_selector=f"involvedObject.name={policy}"
+                )
+                return sorted(e["message"] for e in events if e.get("reason") == "StorageNotOffered")
+
+            async def both_said() -> bool:
+                return len(await said()) == 2
+
+            await eventually(both_said, timeout=30, message=f"two StorageNotOffered Events on {policy}")
+            messages = await said()
+            assert any(immediate in m and "volumeBindingMode is Immediate" in m for m in messages), messages
+            assert any("t-no-such-class" in m and "no such StorageClass here" in m for m in messages), messages
+    finally:
+        await milan.delete(STORAGE_CLASSES, immediate, missing_ok=True)

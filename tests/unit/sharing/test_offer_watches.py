@@ -93,7 +93,8 @@ async def test_nodes_and_pods_are_watched_from_the_first_consumer_to_the_last() 
     signal = Signal()
     api = StreamingApi(signal)
     informers = SharedInformers(cast(KubeClient, api))
-    offers = OfferController(client=cast(KubeClient, api), informers=informers, local=LOCAL)
+    events = EventRecorder(client=cast(Any, api), component="test")
+    offers = OfferController(client=cast(KubeClient, api), informers=informers, local=LOCAL, events=events)
     running = asyncio.create_task(informers.run())
     try:
         assert await informers.wait_synced(5)
@@ -138,7 +139,9 @@ async def test_pods_made_for_shadowpods_are_watched_once_and_counted_from_that_w
     api = StreamingApi(signal)
     client = cast(KubeClient, api)
     informers = SharedInformers(client)
-    offers = OfferController(client=client, informers=informers, local=LOCAL)
+    offers = OfferController(
+        client=client, informers=informers, local=LOCAL, events=EventRecorder(client=cast(Any, api), component="test")
+    )
     shadow_pods = ShadowPods(
         client=client,
         informers=informers,

@@ -26,6 +26,7 @@ from liqo.sharing.policy import (
     next_refresh,
     offer_spec,
     select_policy,
+    storage_left_out,
     tethered_policy,
 )
 
@@ -507,3 +508,17 @@ def test_only_classes_waiting_for_a_first_consumer_are_offered(
 ) -> None:
     policy = Policy(name="p", pod_security=PodSecurity(storage=(LOCAL,)))
     assert budgetable_storage(policy, classes).pod_security.storage == kept
+
+
+def test_a_class_left_out_says_why() -> None:
+    policy = Policy(
+        name="p",
+        pod_security=PodSecurity(
+            storage=(LOCAL, ClassOffer(name="fast", capacity=GI), ClassOffer(name="gone", capacity=GI))
+        ),
+    )
+    classes: dict[str, Obj] = {"local": {"volumeBindingMode": "WaitForFirstConsumer"}, "fast": {}}
+    why = storage_left_out(policy, classes)
+    assert set(why) == {"fast", "gone"}
+    assert "volumeBindingMode is Immediate" in why["fast"]
+    assert why["gone"] == "no such StorageClass here"

@@ -8,10 +8,12 @@ timed out. Real clusters: ``tests/integration/offloading/test_budget.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import cast
 
 from liqo.api import names
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS
+from liqo.api.storage import ClassOffer
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import UnreachableError
@@ -232,3 +234,76 @@ async def test_a_pod_is_made_without_the_keys_off_the_list_and_a_normal_event_na
         ):
             assert key in event["message"], event["message"]
     assert f"{TWIN}/charted" not in statuses(api)  # nothing refused, nothing waiting
+
+
+# -- storage: a pod's claims, counted from its admission until deleted ----------------------------------------
+
+LOCAL = ClassOffer(name="local", capacity=Decimal(3 * 2**30))
+
+
+def storing(api: FakeApi) -> ShadowPods:
+    """A controller whose consumer is offered 3Gi of ``local`` (policy and accepted offer)."""
+    client = cast(KubeClient, api)
+    made = ShadowPods(
+        client=client,
+        informers=SharedInformers(client),
+        events=EventRecorder(client=client, component="test"),
+        local_id=PROVIDER,
+        select=lambda _policies, _consumer: Policy(pod_security=PodSecurity(storage=(LOCAL,))),
+    )
+    labels = {names.REMOTE_CLUSTER_ID: CONSUMER, names.ORIGIN_NAMESPACE: "web"}
+    put(made.namespaces, {"metadata": {"name": TWIN, "labels": labels}})
+    set_offer(made, phase="Accepted")
+    made.offers._cache[f"{names.tenant_namespace(CONSUMER)}/{PROVIDER}"]["spec"]["storage"] = [
+        {"class": "local", "capacity": "3Gi"}
+    ]
+    return made
+
+
+def claim(name: str, size: str, *, bound: bool = False) -> Obj:
+    status = {"phase": "Bound", "capacity": {"storage": size}} if bound else {"phase": "Pending"}
+    return {
+        "metadata": {"name": name, "namespace": TWIN, "uid": f"uid-{name}"},
+        "spec": {"storageClassName": "local", "resources": {"requests": {"storage": size}}},
+        "status": status,
+    }
+
+
+def with_claim(made: Obj, claim_name: str) -> Obj:
+    made["spec"]["pod"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}]
+    return made
+
+
+async def test_a_pod_waits_for_its_claim_and_is_made_once_the_claim_comes() -> None:
+    api = FakeApi()
+    shadow_pods = storing(api)
+    put(shadow_pods.shadows, with_claim(shadow("web-0", cpu="10m"), "data"))
+    await shadow_pods.reconcile(f"{TWIN}/web-0")
+    assert creations(api) == []
+    status = statuses(api)[f"{TWIN}/web-0"]
+    assert (status["phase"], status["reason"]) == ("Waiting", "ClaimMissing")
+    # The claim comes: its event wakes the waiting ShadowPod, which is made.
+    put(shadow_pods.claims, claim("data", "1Gi"))
+    await shadow_pods.reconcile_claim(f"{TWIN}/data")
+    assert len(shadow_pods.controller.queue) == 1
+    await shadow_pods.reconcile(f"{TWIN}/web-0")
+    assert creations(api) == [f"{TWIN}/web-0"]
+    assert shadow_pods.claim_ledger.held(CONSUMER) == {"local": Decimal(2**30)}
+
+
+async def test_claims_with_volumes_count_after_a_restart_and_only_a_deletion_frees_them() -> None:
+    """A restarted controller counts every claim with a volume, beyond the budget if so; new claims then wait."""
+    api = FakeApi()
+    shadow_pods = storing(api)
+    put(shadow_pods.claims, claim("old", "2Gi", bound=True))
+    put(shadow_pods.claims, claim("new", "2Gi"))
+    put(shadow_pods.shadows, with_claim(shadow("web-1", cpu="10m"), "new"))
+    await shadow_pods.reconcile(f"{TWIN}/web-1")
+    assert creations(api) == []
+    status = statuses(api)[f"{TWIN}/web-1"]
+    assert (status["phase"], status["reason"]) == ("Waiting", "OverBudget")
+    assert "storage of class local" in status["message"]
+    drop(shadow_pods.claims, f"{TWIN}/old")
+    await shadow_pods.reconcile_claim(f"{TWIN}/old")
+    await shadow_pods.reconcile(f"{TWIN}/web-1")
+    assert creations(api) == [f"{TWIN}/web-1"]

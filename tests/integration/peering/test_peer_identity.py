@@ -446,7 +446,8 @@ async def test_a_flood_from_one_address_is_throttled_and_another_address_is_stil
     """No token, no key: a stranger at 127.0.0.2 asks milan's real endpoint for nonces as fast as it can.
 
     Past its burst it is answered 429 with Retry-After and the reason, before anything else is looked at (a
-    malformed identity request is not even parsed), while 127.0.0.3 is served as usual.
+    malformed identity request is not even parsed), while 127.0.0.3 is served as usual. (A cold CI run, the
+    machine busy building, saw the one identity request it sent then served: the bucket had refilled.)
     """
     auth_url = (await operations.installed(milan, role="provider")).auth_url
     async with from_address("127.0.0.2") as flooder, from_address("127.0.0.3") as other:
@@ -465,8 +466,15 @@ async def test_a_flood_from_one_address_is_throttled_and_another_address_is_stil
         assert int(retry_after) >= 1
         assert answer["reason"].startswith("too many requests from 127.0.0.2"), answer
         assert served >= 20  # the default burst
-        async with flooder.post(f"{auth_url}/identity", data=b"not json") as response:
-            assert response.status == 429  # refused before the body is read
+        # Refused before the body is read: 429, never the 400 a malformed body gets. The bucket refills two a
+        # second, so on a busy machine a request or two may pass (and get that 400) before it is empty again.
+        statuses = []
+        for _ in range(10):
+            async with flooder.post(f"{auth_url}/identity", data=b"not json") as response:
+                statuses.append(response.status)
+            if statuses[-1] != 400:
+                break
+        assert statuses[-1] == 429, statuses
         async with other.post(f"{auth_url}/nonce") as response:
             assert response.status == 200
         async with other.post(f"{auth_url}/identity", data=b"not json") as response:

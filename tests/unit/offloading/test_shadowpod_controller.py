@@ -84,14 +84,14 @@ def shadow(name: str, *, cpu: str, uid: str | None = None) -> Obj:
     }
 
 
-def controller(api: FakeApi, *, cpu: str = "8", phase: str = "Accepted") -> ShadowPods:
+def controller(api: FakeApi, *, cpu: str = "8", phase: str = "Accepted", policy: Policy | None = None) -> ShadowPods:
     client = cast(KubeClient, api)
     made = ShadowPods(
         client=client,
         informers=SharedInformers(client),
         events=EventRecorder(client=client, component="test"),
         local_id=PROVIDER,
-        select=lambda _policies, _consumer: Policy(),
+        select=lambda _policies, _consumer: policy or Policy(),
     )
     labels = {names.REMOTE_CLUSTER_ID: CONSUMER, names.ORIGIN_NAMESPACE: "web"}
     put(made.namespaces, {"metadata": {"name": TWIN, "labels": labels}})
@@ -243,17 +243,7 @@ LOCAL = ClassOffer(name="local", capacity=Decimal(3 * 2**30))
 
 def storing(api: FakeApi) -> ShadowPods:
     """A controller whose consumer is offered 3Gi of ``local`` (policy and accepted offer)."""
-    client = cast(KubeClient, api)
-    made = ShadowPods(
-        client=client,
-        informers=SharedInformers(client),
-        events=EventRecorder(client=client, component="test"),
-        local_id=PROVIDER,
-        select=lambda _policies, _consumer: Policy(pod_security=PodSecurity(storage=(LOCAL,))),
-    )
-    labels = {names.REMOTE_CLUSTER_ID: CONSUMER, names.ORIGIN_NAMESPACE: "web"}
-    put(made.namespaces, {"metadata": {"name": TWIN, "labels": labels}})
-    set_offer(made, phase="Accepted")
+    made = controller(api, policy=Policy(pod_security=PodSecurity(storage=(LOCAL,))))
     made.offers._cache[f"{names.tenant_namespace(CONSUMER)}/{PROVIDER}"]["spec"]["storage"] = [
         {"class": "local", "capacity": "3Gi"}
     ]

@@ -30,18 +30,22 @@ from tests.shared import eventually
 ROME_COMPONENTS = [MANAGER, VIRTUAL_KUBELET]
 
 
-@pytest.fixture
-async def storage_class(milan: KubeClient) -> AsyncIterator[str]:
-    """A StorageClass of milan's waiting for a first consumer, which no provisioner serves."""
-    name = unique("t-claims")
-    body = {
+def storage_class_body(name: str, *, binding: str) -> Obj:
+    """A StorageClass of milan's binding claims as ``binding`` says, which no provisioner serves."""
+    return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {"name": name},
         "provisioner": "claims.test.liqo.io/nobody",
-        "volumeBindingMode": "WaitForFirstConsumer",
+        "volumeBindingMode": binding,
     }
-    await milan.create(STORAGE_CLASSES, body)
+
+
+@pytest.fixture
+async def storage_class(milan: KubeClient) -> AsyncIterator[str]:
+    """A StorageClass of milan's waiting for a first consumer, which no provisioner serves."""
+    name = unique("t-claims")
+    await milan.create(STORAGE_CLASSES, storage_class_body(name, binding="WaitForFirstConsumer"))
     try:
         yield name
     finally:
@@ -222,16 +226,7 @@ async def test_a_class_no_budget_can_hold_is_not_offered_and_the_policy_says_why
     """An Immediate class would make a volume for every claim a peer stores; a class that does not exist, nothing."""
     rome_id, milan_id = sites["rome"].cluster_id, sites["milan"].cluster_id
     immediate = unique("t-immediate")
-    await milan.create(
-        STORAGE_CLASSES,
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": immediate},
-            "provisioner": "claims.test.liqo.io/nobody",
-            "volumeBindingMode": "Immediate",
-        },
-    )
+    await milan.create(STORAGE_CLASSES, storage_class_body(immediate, binding="Immediate"))
     classes = [{"class": name, "capacity": "1Gi"} for name in (storage_class, immediate, "t-no-such-class")]
     try:
         async with sharing_policy(milan, rome_id, prefix="claims", storage=classes) as policy:

@@ -334,8 +334,13 @@ async def unpeer(
             )
         # That very record gone: a peer still heard by discovery is known again at once, under the same name.
         record = await client.get_or_none(FOREIGN_CLUSTERS, fc["metadata"]["name"])
-        gone = record is None or record["metadata"].get("uid") != fc["metadata"].get("uid")
-        return gone and not await _exists(client, NAMESPACES, namespace)
+        if record is not None and record["metadata"].get("uid") == fc["metadata"].get("uid"):
+            return False
+        # A peer that enrolled as our consumer meanwhile keeps its tenant namespace, rightly: the teardown saw
+        # its request and left the namespace to it.
+        return not await _exists(client, NAMESPACES, namespace) or (
+            await client.get_or_none(RESOURCE_REQUESTS, peer_id, namespace=namespace) is not None
+        )
 
     try:
         await poll_until(done, timeout=timeout, message=f"the teardown of {fc['metadata']['name']} did not finish")

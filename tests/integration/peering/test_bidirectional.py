@@ -21,7 +21,7 @@ from liqo.api import names
 from liqo.api.components import MANAGER
 from liqo.api.identity import read_identity
 from liqo.api.provisioner import AuthenticatedConsumer
-from liqo.api.resources import FOREIGN_CLUSTERS
+from liqo.api.resources import FOREIGN_CLUSTERS, RESOURCE_REQUESTS
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import NotFoundError
@@ -86,6 +86,17 @@ async def test_either_unpeer_order_leaves_nothing_and_never_two_records_of_one_p
         await operations.peer_out_of_band(rome, command, offer_policy={"mode": "Manual"})
         try:
             await operations.peer(milan, rome, timeout=30)
+
+            # Both peerings stand before either is undone: rome's enrolment may land after milan's peering.
+            async def enrolled() -> bool:
+                request = await milan.get_or_none(RESOURCE_REQUESTS, rome_id, namespace=names.tenant_namespace(rome_id))
+                return request is not None
+
+            await eventually(
+                enrolled,
+                timeout=30,
+                message="rome's request never reached milan",
+            )
         finally:
             order = [(milan, rome_id), (rome, milan_id)]
             for client, peer in order if first == "milan" else reversed(order):

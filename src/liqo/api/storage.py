@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from liqo.api.names import LIQO_NAMESPACE
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity
 
 ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
@@ -32,6 +33,16 @@ MAX_CLASSES = 16
 """The most classes one policy offers (the schema's bound)."""
 LABEL_PREFIX = "storage.liqo.io/"
 """A virtual node carries ``storage.liqo.io/<class>: "true"`` for each class its provider offers."""
+VIRTUAL_CLASS = "liqo"
+"""The consumer's StorageClass whose claims are provisioned where their first pod lands: on a provider, by the
+class it offers; on a local node, by the cluster's default class."""
+VIRTUAL_PROVISIONER = "storage.liqo.io/virtual"
+"""The provisioner the virtual class names: the consumer's manager."""
+CLASS_ANNOTATION = "storage.liqo.io/class"
+"""On a claim of the virtual class: the provider's class to use when a provider offers more than one."""
+STORAGE_NAMESPACE = LIQO_NAMESPACE
+"""Where the consumer's manager keeps the real claims behind virtual-class claims on local nodes: liqo's own
+namespace, which no peer and no user of the cluster writes in."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,14 @@ def storage_labels(items: Iterable[Mapping[str, Any]] | None) -> dict[str, str]:
         for item in items or ()
         if isinstance(item, Mapping) and isinstance(item.get("class"), str) and 0 < len(item["class"]) <= MAX_CLASS_NAME
     }
+
+
+def offered_classes(labels: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The provider's classes a virtual node's labels say are offered (:func:`storage_labels`), sorted (pure)."""
+    return tuple(
+        sorted(key.removeprefix(LABEL_PREFIX) for key, value in (labels or {}).items()
+               if key.startswith(LABEL_PREFIX) and value == "true")
+    )  # fmt: skip
 
 
 CLAIM_RULES = {

@@ -78,6 +78,7 @@ from liqo.sharing.gate import PolicyGate
 from liqo.sharing.offers import OfferController
 from liqo.sharing.policy import PolicySelection
 from liqo.sharing.virtualnodes import OfferAcceptance
+from liqo.storage.provisioner import VirtualClassProvisioner
 
 log = logging.getLogger("liqo.manager")
 
@@ -484,6 +485,7 @@ async def _controllers(
         discovered,
         WorkingModes(client=client, informers=informers, events=events),
         TetheredHere(client=client, informers=informers, local_id=local.cluster_id),
+        VirtualClassProvisioner(client=client, informers=informers, events=events),
     ]
     try:
         await run_components(components, informers=informers)

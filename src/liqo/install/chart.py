@@ -4,11 +4,12 @@ The chart has two halves. What values change — the settings, the Deployments a
 SharingPolicy — is written by hand as Helm templates (``charts/liqo/templates/*.yaml`` not listed here),
 because conditionals read better in Go templates than in generated text. Everything else is the Python
 rendering itself, written out by :func:`generated_files` (``make chart``): the CRDs, every RBAC object and the
-admission policies on peers' writes (the security boundary: one source only), the webhook registrations (with one Helm
-include for how the API server reaches them, and the pod placement policy in place of the pod webhook where the
-API server serves MutatingAdmissionPolicy), ``values.yaml`` (from :class:`~liqo.install.values.Values`'s
-defaults) and ``Chart.yaml``. A unit test fails when the committed files differ from these; an integration
-test holds ``helm template`` equal to :func:`liqo.install.manifests.chart` for several sets of values.
+admission policies on peers' writes (the security boundary: one source only), the virtual StorageClass, the
+webhook registrations (with one Helm include for how the API server reaches them, and the pod placement policy
+in place of the pod webhook where the API server serves MutatingAdmissionPolicy), ``values.yaml`` (from
+:class:`~liqo.install.values.Values`'s defaults) and ``Chart.yaml``. A unit test fails when the committed files
+differ from these; an integration test holds ``helm template`` equal to :func:`liqo.install.manifests.chart` for
+several sets of values.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def generated_files(*, chart_version: str | None = None) -> dict[str, str]:
         "values.yaml": _values(),
         "crds/liqo.yaml": _dump(all_crds()),
         "templates/rbac.yaml": _dump(manifests.rights()),
+        "templates/storage.yaml": _dump(manifests.virtual_storage()),
         "templates/webhooks.yaml": _webhooks(),
     }
 

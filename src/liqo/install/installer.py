@@ -56,6 +56,7 @@ from liqo.kube.resources import (
     CLUSTER_ROLES,
     CONFIGMAPS,
     CRDS,
+    CSI_DRIVERS,
     CSRS,
     DAEMON_SETS,
     DEPLOYMENTS,
@@ -71,6 +72,7 @@ from liqo.kube.resources import (
     SECRETS,
     SERVICE_ACCOUNTS,
     SERVICES,
+    STORAGE_CLASSES,
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
@@ -111,6 +113,8 @@ BY_KIND: dict[str, Resource] = {
         VALIDATING_ADMISSION_POLICY_BINDINGS,
         MUTATING_ADMISSION_POLICIES,
         MUTATING_ADMISSION_POLICY_BINDINGS,
+        STORAGE_CLASSES,
+        CSI_DRIVERS,
     )
 }
 PLACEMENT_POLICY = (
@@ -422,8 +426,9 @@ async def uninstall(client: KubeClient, *, purge: bool, progress: Progress, laun
     if purge:
         progress("deleting liqo resources, tenant and twin namespaces, virtual nodes and CRDs")
         await _purge(client)
-    progress("deleting RBAC and the liqo namespace")
+    progress("deleting RBAC, the StorageClass liqo and the liqo namespace")
     for resource, name in (
+        *((BY_KIND[m["kind"]], m["metadata"]["name"]) for m in manifests.virtual_storage()),
         *((CLUSTER_ROLE_BINDINGS, component) for component in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role) for role in _COMPONENTS_WITH_CLUSTER_ROLES),
         *((CLUSTER_ROLES, role["metadata"]["name"]) for role in manifests.peer_cluster_roles()),

@@ -34,6 +34,7 @@ from liqo.api.components import (
     WEBHOOK_SERVICE,
 )
 from liqo.api.crds import all_crds
+from liqo.api.storage import VIRTUAL_CLASS, VIRTUAL_PROVISIONER
 from liqo.install import discovery, fabric, peerwrites
 from liqo.install.podspec import placement, restricted_container
 from liqo.install.values import Values
@@ -83,6 +84,10 @@ def manager_rules() -> list[dict[str, Any]]:
         # those waiting for a first consumer can be budgeted (liqo.sharing.offers).
         {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": _READ},
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": _READ},
+        # The virtual class's provisioner (liqo.storage): the PVs of its claims, made and deleted; a claim whose
+        # selected node is gone has that annotation cleared, for the scheduler to place its pod again.
+        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": [*_READ, "create", "delete"]},
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["patch"]},
         # A tether moves this cluster's pods to its peer and back through evictions (their budgets decide).
         {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "update"]},
@@ -186,6 +191,8 @@ def manager_namespace_rules() -> list[dict[str, Any]]:
             "resourceNames": [registration.SERVING_SECRET],
             "verbs": ["update"],
         },
+        # The real claims holding the data of claims of the virtual class on this cluster's own nodes.
+        {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["create", "delete"]},
         *fabric.manager_fabric_rules(),
     ]
 
@@ -503,7 +510,8 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
     """What the virtual kubelet may do: its Nodes and their Leases, the pods bound to them, and read its inputs.
 
     Secrets are read for the identities on providers (label-selected, but RBAC cannot express that) and, with
-    ConfigMaps, Services, Ingresses and EndpointSlices, to copy offloaded namespaces' into their twins (and
+    ConfigMaps, Services, Ingresses, EndpointSlices and claims of the virtual storage class, to copy offloaded
+    namespaces' into their twins (and
     ForeignClusters and NetworkConfigs, for the providers' networks and where each side sees the other's pods);
     tokens are requested for offloaded pods' ServiceAccounts; Events are written (mirrored from providers with
     server-side apply, hence ``patch``). Its serving certificate, as a pod, comes from a CertificateSigningRequest
@@ -516,7 +524,11 @@ def virtual_kubelet_rules() -> list[dict[str, Any]]:
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*read, "delete"]},
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-        {"apiGroups": [""], "resources": ["secrets", "configmaps", "services"], "verbs": read},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets", "configmaps", "services", "persistentvolumeclaims"],
+            "verbs": read,
+        },
         {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": read},
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
@@ -1020,6 +1032,7 @@ def chart(
         *rights(),
         settings(values),
         *default_sharing_policy(values),
+        *virtual_storage(),
         *([discovery.lan_source()] if values.lan_discovery else []),
     ]
     if workloads:
@@ -1028,6 +1041,31 @@ def chart(
     items += pod_placement(client_config=client_config, policy=placement_policy)
     items.append(shadow_pod_webhook_configuration(client_config=client_config(registration.VALIDATE_PATH)))
     return items
+
+
+def virtual_storage() -> list[Manifest]:
+    """The virtual StorageClass ``liqo`` and its CSI driver's registration.
+
+    :mod:`liqo.storage` provisions the class's claims where their first pod lands. The PVs standing for volumes
+    on providers name the driver, and nothing attaches or mounts them.
+    """
+    return [
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": VIRTUAL_CLASS},
+            "provisioner": VIRTUAL_PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+            "allowVolumeExpansion": False,
+        },
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": VIRTUAL_PROVISIONER},
+            "spec": {"attachRequired": False, "podInfoOnMount": False, "volumeLifecycleModes": ["Persistent"]},
+        },
+    ]
 
 
 def pod_placement(*, client_config: ClientConfig, policy: bool) -> list[Manifest]:

@@ -50,6 +50,7 @@ from liqo.api.podrequests import RESOURCE_PATHS
 from liqo.api.quantity import QuantityError
 from liqo.api.resources import RESOURCE_OFFERS, SHADOW_PODS, SHARING_POLICIES
 from liqo.api.shadowpods import ShadowPodPhase, ShadowPodReason
+from liqo.api.volumes import SELECTED_NODE
 from liqo.kube.cache import Derived, SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -98,8 +99,6 @@ RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 """A waiting or refused ShadowPod is looked at again after 1 s, doubling up to this: never given up on."""
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
-"""The scheduler's annotation on a claim waiting for its first consumer: its volume is being made on that node."""
 
 
 class ConsumerPolicy(Protocol):

@@ -18,7 +18,7 @@ from liqo.api import names
 from liqo.api.foreignclusters import ForeignClusters, peer_key
 from liqo.api.offers import OfferPhase
 from liqo.api.resources import RESOURCE_OFFERS, VIRTUAL_NODES
-from liqo.api.storage import storage_labels
+from liqo.api.storage import LABEL_PREFIX, storage_labels
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -35,7 +35,9 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: st
 
     Named after our ForeignCluster for the provider (:func:`liqo.api.names.virtual_node_name`), never after
     the name the provider gives itself in its offer: two providers may both say ``milan`` (or ``Milan``).
-    Each StorageClass offered labels the node ``storage.liqo.io/<class>: "true"``, for pods to select.
+    Each StorageClass offered labels the node ``storage.liqo.io/<class>: "true"``, for pods to select and for
+    the virtual kubelet to pick the class of a claim from; only the offer's storage list says so, never a label
+    the provider puts in its offer.
     """
     spec = offer.get("spec") or {}
     provider_name = spec.get("providerClusterName") or provider_id
@@ -53,7 +55,7 @@ def virtual_node(offer: dict[str, Any], *, provider_id: str, foreign_cluster: st
             "clusterName": provider_name,
             "resources": spec.get("resources") or {},
             **slots,
-            "labels": (spec.get("labels") or {})
+            "labels": {k: v for k, v in (spec.get("labels") or {}).items() if not k.startswith(LABEL_PREFIX)}
             | storage_labels(spec.get("storage"))
             | {names.VIRTUAL_NODE_TYPE: names.VIRTUAL_NODE, names.REMOTE_CLUSTER_ID: provider_id},
             "offer": offer["metadata"]["name"],

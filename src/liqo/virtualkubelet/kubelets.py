@@ -24,6 +24,7 @@ from liqo.api.names import IDENTITY_SECRET, tenant_namespace, tenant_peer
 from liqo.api.networks import ClusterNetwork, IPNetwork, remapped_pod_cidr
 from liqo.api.peers import IDENTITY_LABEL, PeerClients
 from liqo.api.resources import FOREIGN_CLUSTERS, NAMESPACE_OFFLOADINGS, NETWORK_CONFIGS, VIRTUAL_NODES
+from liqo.api.storage import offered_classes
 from liqo.kube.cache import Derived
 from liqo.kube.client import KubeClient
 from liqo.kube.errors import ConflictError, KubeError
@@ -35,7 +36,7 @@ from liqo.kube.resources import NODES, PODS, SECRETS, object_key, split_namespac
 from liqo.virtualkubelet import fit, metrics
 from liqo.virtualkubelet.forge import node as forge_node
 from liqo.virtualkubelet.node import NodeController
-from liqo.virtualkubelet.reflection.copies import CopyReflector, copied_kinds
+from liqo.virtualkubelet.reflection.copies import CopyReflector, claims_kind, copied_kinds
 from liqo.virtualkubelet.reflection.endpointslices import EndpointSliceReflector
 from liqo.virtualkubelet.reflection.events import EventReflector
 from liqo.virtualkubelet.reflection.manager import Addresses, ReflectionManager
@@ -335,7 +336,18 @@ class VirtualKubelets:
         )
         manager.register(
             pods,
-            CopyReflector(manager=manager, policy=self._policy, kinds=copied_kinds(self._policy)),
+            CopyReflector(
+                manager=manager,
+                policy=self._policy,
+                kinds=[
+                    *copied_kinds(self._policy),
+                    claims_kind(
+                        node_name=node_name,
+                        provider=provider_name,
+                        offered=lambda: self._offered_classes(key),
+                    ),
+                ],
+            ),
             TokenReflector(manager=manager, home_pods=pods.pods),
             EndpointSliceReflector(
                 manager=manager,
@@ -346,6 +358,11 @@ class VirtualKubelets:
         )
         running.manager, running.reflector = manager, pods
         running.reflector_task = asyncio.get_running_loop().create_task(manager.run(), name=f"reflection {node_name}")
+
+    def _offered_classes(self, key: str) -> tuple[str, ...]:
+        """The provider's storage classes the VirtualNode ``key`` says are offered now."""
+        vn = self.virtual_nodes.store.get(key) or {}
+        return offered_classes((vn.get("spec") or {}).get("labels"))
 
     async def _stop(self, key: str) -> None:
         running = self.running.pop(key)

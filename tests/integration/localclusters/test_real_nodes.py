@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from liqo.api import volumes as volume_protocol
 from liqo.kube.client import KubeClient
 from liqo.kube.objects import Obj
 from liqo.kube.resources import (
@@ -231,7 +232,7 @@ async def test_a_claim_of_the_default_class_holds_data_across_pods_and_goes_with
     assert claim["spec"]["storageClassName"] == volumes.STORAGE_CLASS
     volume = await real_kube.get(PERSISTENT_VOLUMES, claim["spec"]["volumeName"])
     node = first["spec"]["nodeName"]
-    assert volumes.node_of(volume) == node, "the volume is on the node where its first pod runs"
+    assert volume_protocol.node_of(volume) == node, "the volume is on the node where its first pod runs"
     assert kubectl(real, "exec", "-n", ns, "first", "--", "cat", "/data/first").strip() == "first"
     [real_node] = [n for n in real_nodes_of(real) if n.name == node]
     directory = real_node.inside(volume["spec"]["local"]["path"])
@@ -263,7 +264,7 @@ async def test_a_claim_made_while_the_provisioner_is_down_gets_its_volume_when_i
 
         async def node_chosen() -> bool:
             claim = await real_kube.get(PERSISTENT_VOLUME_CLAIMS, "data", namespace=ns)
-            return volumes.SELECTED_NODE in (claim["metadata"].get("annotations") or {})
+            return volume_protocol.SELECTED_NODE in (claim["metadata"].get("annotations") or {})
 
         await eventually(node_chosen, timeout=60, message="the scheduler picks a node and waits for the volume")
         assert (await real_kube.get(PODS, "late", namespace=ns))["status"]["phase"] == "Pending"

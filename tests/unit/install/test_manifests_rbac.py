@@ -86,6 +86,9 @@ def test_leases_configmaps_and_secret_updates_only_in_the_liqo_namespace() -> No
         ("configmaps", "watch", "liqo-settings"),
         ("configmaps", "create", "*"),
         ("configmaps", "patch", "liqo-cluster-identity"),
+        # The real claims behind claims of the virtual class on this cluster's nodes (liqo.storage).
+        ("persistentvolumeclaims", "create", "*"),
+        ("persistentvolumeclaims", "delete", "*"),
         # Gateways (liqo.network.configs): their Deployments and Services, the template they are made of.
         *{
             (resource, verb, "*")

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from liqo.api import volumes as volume_protocol
 from liqo.api.quantity import parse_quantity
 from liqo.localclusters.realnodes import volumes
 from liqo.localclusters.realnodes.volumes import Provision, Refusal
@@ -20,7 +21,7 @@ NODES = {"rome-real-1": 10 * GI, "rome-real-2": 10 * GI}
 def claim(
     *, size: str = "1Gi", node: str | None = "rome-real-1", modes: tuple[str, ...] = ("ReadWriteOnce",), **spec: Any
 ) -> dict[str, Any]:
-    annotations = {volumes.SELECTED_NODE: node} if node else {}
+    annotations = {volume_protocol.SELECTED_NODE: node} if node else {}
     return {
         "metadata": {"name": "data", "namespace": "shop", "uid": "1234", "annotations": annotations},
         "spec": {"storageClassName": volumes.STORAGE_CLASS, "accessModes": list(modes),
@@ -42,9 +43,9 @@ def test_a_claim_gets_a_volume_on_its_selected_node_bound_to_it_alone() -> None:
     assert spec["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "shop",
                                 "name": "data", "uid": "1234"}  # fmt: skip
     assert spec["local"] == {"path": "/var/lib/liqo-volumes/pvc-1234"}
-    assert volumes.node_of(decision.volume) == "rome-real-1"
+    assert volume_protocol.node_of(decision.volume) == "rome-real-1"
     assert spec["persistentVolumeReclaimPolicy"] == "Delete"
-    assert decision.volume["metadata"]["annotations"][volumes.PROVISIONED_BY] == volumes.PROVISIONER
+    assert decision.volume["metadata"]["annotations"][volume_protocol.PROVISIONED_BY] == volumes.PROVISIONER
 
 
 def test_nothing_before_the_scheduler_picks_a_node_nor_twice_nor_for_a_bound_claim() -> None:
@@ -119,5 +120,5 @@ def test_released_volumes_of_ours_with_delete_are_reclaimed_and_no_others() -> N
     assert not volumes.reclaimable(decision.volume | {"status": {"phase": "Bound"}})
     retained = volume | {"spec": volume["spec"] | {"persistentVolumeReclaimPolicy": "Retain"}}
     assert not volumes.reclaimable(retained)
-    foreign = volume | {"metadata": {"name": "pv-1", "annotations": {volumes.PROVISIONED_BY: "other"}}}
+    foreign = volume | {"metadata": {"name": "pv-1", "annotations": {volume_protocol.PROVISIONED_BY: "other"}}}
     assert not volumes.reclaimable(foreign)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 
+from liqo.api import volumes as volume_protocol
 from liqo.api.quantity import parse_quantity
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
@@ -89,7 +90,7 @@ class Provisioner:
             storage_class=classes[claim["spec"]["storageClassName"]],
             capacity=self._capacity,
             used=volumes.usage([*listed.values(), *self.made.values()]),
-            exists=volumes.volume_name(claim) in listed or volumes.volume_name(claim) in self.made,
+            exists=volume_protocol.volume_name(claim) in listed or volume_protocol.volume_name(claim) in self.made,
         )
         if isinstance(decision, Provision):
             await self._make(claim, decision)
@@ -116,7 +117,7 @@ class Provisioner:
         await self._events.record(claim, type="Warning", reason=refusal.reason, message=refusal.message)
         if refusal.reschedule:
             meta = claim["metadata"]
-            patch = {"metadata": {"annotations": {volumes.SELECTED_NODE: None}}}
+            patch = {"metadata": {"annotations": {volume_protocol.SELECTED_NODE: None}}}
             try:
                 await self._client.patch(PERSISTENT_VOLUME_CLAIMS, meta["name"], patch, namespace=meta["namespace"])
             except NotFoundError:
@@ -128,7 +129,7 @@ class Provisioner:
         if volume is None or not volumes.reclaimable(volume):
             return
         name = volume["metadata"]["name"]
-        node = volumes.node_of(volume)
+        node = volume_protocol.node_of(volume)
         if node in self._nodes:
             shutil.rmtree(self._nodes[node] / name, ignore_errors=True)
         await self._client.delete(PERSISTENT_VOLUMES, name, uid=volume["metadata"]["uid"], missing_ok=True)

@@ -29,6 +29,17 @@ from decimal import Decimal
 from typing import Any
 
 from liqo.api.quantity import format_quantity, parse_quantity
+from liqo.api.volumes import (
+    DEFAULT_CLASS,
+    SELECTED_NODE,
+    node_affinity,
+    node_of,
+    pre_bound_volume,
+    provisioned_by,
+    requested,
+    volume_name,
+)
+from liqo.api.volumes import reclaimable as api_reclaimable
 from liqo.kube.objects import Obj
 from liqo.localclusters.realnodes.configs import NODE_LABEL
 
@@ -36,11 +47,6 @@ PROVISIONER = "local.liqo.io/node-disk"
 STORAGE_CLASS = "local"
 VOLUMES_DIR = "/var/lib/liqo-volumes"
 """Where a node keeps its volumes, seen inside the node (one directory per PV, named as the PV)."""
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
-PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
-CLAIM_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
-"""Set on a claim by kube-controller-manager: which provisioner is to make its volume."""
-DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 IDENTITY = "system:liqo-local:volume-provisioner"
 """The provisioner's user name (its client certificate's common name)."""
 NODE_LOCAL_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
@@ -87,11 +93,6 @@ def rbac() -> list[Obj]:
     return [role, binding]
 
 
-def volume_name(claim: Mapping[str, Any]) -> str:
-    """The PV of a claim, named after the claim's uid as external-provisioner names them."""
-    return f"pvc-{claim['metadata']['uid']}"
-
-
 @dataclass(frozen=True)
 class Provision:
     """Make the directory ``name`` on ``node``, then the PV ``volume``."""
@@ -110,27 +111,10 @@ class Refusal:
     reschedule: bool = False
 
 
-def requested(claim: Mapping[str, Any]) -> Decimal:
-    """The storage a claim asks for (0 when it names none, which the API refuses anyway)."""
-    value = ((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")
-    return parse_quantity(value) if value is not None else Decimal(0)
-
-
 def is_ours(obj: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> bool:
     """Whether a claim or a PV is of a class this provisioner serves (any class naming :data:`PROVISIONER`)."""
     cls = classes.get(str((obj.get("spec") or {}).get("storageClassName") or ""))
     return cls is not None and cls.get("provisioner") == PROVISIONER
-
-
-def node_of(volume: Mapping[str, Any]) -> str | None:
-    """The node a PV of ours lives on (its node affinity's one hostname)."""
-    required = ((volume.get("spec") or {}).get("nodeAffinity") or {}).get("required") or {}
-    terms = required.get("nodeSelectorTerms") or []
-    for term in terms:
-        for expression in term.get("matchExpressions") or []:
-            if expression.get("key") == "kubernetes.io/hostname" and len(expression.get("values") or []) == 1:
-                return str(expression["values"][0])
-    return None
 
 
 def usage(volumes: Iterable[Mapping[str, Any]]) -> dict[str, Decimal]:
@@ -213,49 +197,23 @@ def _unsupported(spec: Mapping[str, Any]) -> Refusal | None:
 
 
 def _volume(claim: Mapping[str, Any], *, name: str, node: str, storage_class: Mapping[str, Any]) -> Obj:
-    meta, spec = claim["metadata"], claim["spec"]
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name, "annotations": {PROVISIONED_BY: PROVISIONER}},
-        "spec": {
-            "capacity": {"storage": format_quantity(requested(claim), resource="storage")},
-            "accessModes": list(spec.get("accessModes") or ["ReadWriteOnce"]),
-            "volumeMode": "Filesystem",
-            "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy") or "Delete",
-            "storageClassName": storage_class["metadata"]["name"],
-            "claimRef": {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-            },
-            "local": {"path": f"{VOLUMES_DIR}/{name}"},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
-                    ]
-                }
-            },
-        },
-    }
+    return pre_bound_volume(
+        claim,
+        provisioner=PROVISIONER,
+        storage_class=storage_class["metadata"]["name"],
+        reclaim=storage_class.get("reclaimPolicy") or "Delete",
+        source={"local": {"path": f"{VOLUMES_DIR}/{name}"}},
+        affinity=node_affinity(node),
+    )
 
 
 def reclaimable(volume: Mapping[str, Any]) -> bool:
     """Whether a PV is ours, released by its claim, and to be deleted with its data."""
-    meta, spec = volume.get("metadata", {}), volume.get("spec") or {}
-    return (
-        _provisioned_here(volume)
-        and (volume.get("status") or {}).get("phase") in ("Released", "Failed")
-        and spec.get("persistentVolumeReclaimPolicy") == "Delete"
-        and not meta.get("deletionTimestamp")
-    )
+    return api_reclaimable(volume, provisioner=PROVISIONER)
 
 
 def _provisioned_here(volume: Mapping[str, Any]) -> bool:
-    return (volume.get("metadata", {}).get("annotations") or {}).get(PROVISIONED_BY) == PROVISIONER
+    return provisioned_by(volume, PROVISIONER)
 
 
 def _bytes(value: Decimal) -> str:

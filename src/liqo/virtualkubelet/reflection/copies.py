@@ -1,4 +1,4 @@
-"""Objects copied from an offloaded namespace into its twin: ConfigMaps, Secrets, Services, Ingresses.
+"""Objects copied from an offloaded namespace into its twin: ConfigMaps, Secrets, Services, Ingresses, claims.
 
 A pod running on the provider mounts ConfigMaps and Secrets by name from its (twin) namespace and reaches
 Services by name, so each is copied there (same name, content, labels and annotations, marked
@@ -21,15 +21,15 @@ backoff, as the provider's policy may change.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from liqo.api import names
 from liqo.kube.controller import Result
 from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
-from liqo.kube.resources import CONFIGMAPS, INGRESSES, SECRETS, SERVICES, Resource
-from liqo.virtualkubelet.forge import common, configdata, ingresses, services, tokens
+from liqo.kube.resources import CONFIGMAPS, INGRESSES, PERSISTENT_VOLUME_CLAIMS, SECRETS, SERVICES, Resource
+from liqo.virtualkubelet.forge import claims, common, configdata, ingresses, services, tokens
 from liqo.virtualkubelet.reflection.manager import NamespacePair, ReflectionManager, Reflector
 from liqo.virtualkubelet.reflection.steps import (
     ReflectionPolicy,
@@ -89,6 +89,29 @@ def copied_kinds(policy: ReflectionPolicy) -> list[CopiedKind]:
             refusal=ingresses.refusal,
         ),
     ]
+
+
+def claims_kind(*, node_name: str, provider: str, offered: Callable[[], Sequence[str]]) -> CopiedKind:
+    """Claims of the virtual class placed on ``node_name``, copied with the class ``provider`` offers for them.
+
+    ``offered``: the provider's classes, as the virtual node says them now (they follow the accepted offer).
+    """
+
+    def copy(claim: Obj, *, namespace: str, home_cluster_id: str) -> Obj:
+        storage_class = claims.provider_class(claim, offered())
+        assert storage_class is not None  # refusal() said why otherwise, and nothing is copied
+        return claims.reflected_claim(
+            claim, namespace=namespace, home_cluster_id=home_cluster_id, storage_class=storage_class
+        )
+
+    return CopiedKind(
+        resource=PERSISTENT_VOLUME_CLAIMS,
+        reflectable=lambda obj, _provider: claims.reflectable(obj, node_name=node_name),
+        copy=copy,
+        is_current=claims.claim_is_current,
+        must_replace=claims.never_replaced,
+        refusal=lambda obj: claims.refusal(obj, offered(), provider=provider),
+    )
 
 
 CONFIG_KINDS = (

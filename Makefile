@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 LANES ?= 3
 LANE_ARGS := $(if $(filter-out 0 1,$(LANES)),-n $(LANES) --dist loadfile)
 
-.PHONY: help setup apt venv binaries image chart demo demo-tether demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network clean
+.PHONY: help setup apt venv binaries image chart demo demo-tether demo-down test lint unit integration bench-local bench-offload bench-pods bench-services bench-network bench-storage clean
 
 help:
 	@echo "make demo         set up, then rome peers with milan and runs a Deployment there"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-services PODS=N endpoint latency across clusters vs a cluster's own controller"
 	@echo "make bench-pods PODS=N     liqo as pods: install, memory idle and during an offload, hand-over"
 	@echo "make bench-network REPEAT=K [PREFIX=name] pod→pod through the fabric vs bare wireguard-go"
+	@echo "make bench-storage [REPEAT=K] [MIB=n]  an offloaded pod's volume vs one on the provider itself"
 	@echo "make chart        rewrite charts/liqo's generated files from src/liqo/install"
 	@echo "make demo-tether  set up, then a laptop cluster tethers to an enterprise's and back (docs/modes.md)"
 	@echo "make demo-down    stop and delete the demo clusters"
@@ -104,6 +105,9 @@ bench-services: setup
 
 bench-network: setup
 	$(VENV)/bin/python benchmarks/network.py $(if $(REPEAT),--repeat $(REPEAT)) $(if $(PREFIX),--prefix $(PREFIX))
+
+bench-storage: setup
+	$(VENV)/bin/python benchmarks/storage.py $(if $(REPEAT),--repeat $(REPEAT)) $(if $(MIB),--mib $(MIB))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -50,7 +50,7 @@ from liqo.api import names
 from liqo.api.networks import PodNetwork
 from liqo.api.podrequests import covers
 from liqo.api.quantity import QuantityError, format_quantity, parse_quantity, round_down
-from liqo.api.storage import ClassOffer, class_offers, storage_items
+from liqo.api.storage import VIRTUAL_CLASS, ClassOffer, class_offers, storage_items
 from liqo.api.workingmodes import ACCEPTS_TETHERING, TETHERED
 from liqo.kube.timefmt import as_utc, format_time, parse_time
 
@@ -268,7 +268,8 @@ def storage_left_out(policy: Policy, storage_classes: Mapping[str, Mapping[str, 
 
     A class that does not exist, or binds its claims at once (``volumeBindingMode`` not ``WaitForFirstConsumer``):
     its volumes would be made as soon as a peer's claim is stored, before any pod of the peer's is admitted, so no
-    budget could stop them (:mod:`liqo.offloading.budget`).
+    budget could stop them (:mod:`liqo.offloading.budget`). Nor the virtual class ``liqo``: its volumes are this
+    cluster's providers', which a peer of ours was never offered.
 
     Args:
         policy: The policy applying to the consumer.
@@ -279,6 +280,8 @@ def storage_left_out(policy: Policy, storage_classes: Mapping[str, Mapping[str, 
         found = storage_classes.get(offer.name)
         if found is None:
             why[offer.name] = "no such StorageClass here"
+        elif offer.name == VIRTUAL_CLASS:
+            why[offer.name] = "the virtual class holds no volume of this cluster's, only its providers'"
         elif found.get("volumeBindingMode") != WAIT_FOR_FIRST_CONSUMER:
             mode = found.get("volumeBindingMode") or "Immediate"
             why[offer.name] = (

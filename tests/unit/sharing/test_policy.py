@@ -514,11 +514,18 @@ def test_a_class_left_out_says_why() -> None:
     policy = Policy(
         name="p",
         pod_security=PodSecurity(
-            storage=(LOCAL, ClassOffer(name="fast", capacity=GI), ClassOffer(name="gone", capacity=GI))
+            storage=(
+                LOCAL,
+                ClassOffer(name="fast", capacity=GI),
+                ClassOffer(name="gone", capacity=GI),
+                ClassOffer(name="liqo", capacity=GI),
+            )
         ),
     )
-    classes: dict[str, Obj] = {"local": {"volumeBindingMode": "WaitForFirstConsumer"}, "fast": {}}
+    wffc = {"volumeBindingMode": "WaitForFirstConsumer"}
+    classes: dict[str, Obj] = {"local": wffc, "fast": {}, "liqo": wffc}
     why = storage_left_out(policy, classes)
-    assert set(why) == {"fast", "gone"}
+    assert set(why) == {"fast", "gone", "liqo"}
     assert "volumeBindingMode is Immediate" in why["fast"]
     assert why["gone"] == "no such StorageClass here"
+    assert why["liqo"] == "the virtual class holds no volume of this cluster's, only its providers'"

@@ -159,11 +159,18 @@ def start(spec: ClusterSpec) -> LocalCluster:
 
 def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None, timeout: float = 60) -> str:
     """Run kubectl against ``cluster``; its stdout, or an AssertionError with its stderr."""
-    result = subprocess.run(
-        [*cluster.kubectl(), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    result = kubectl_run(cluster, *args, stdin=stdin, timeout=timeout)
     assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
     return result.stdout
+
+
+def kubectl_run(
+    cluster: LocalCluster, *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """kubectl against ``cluster``, its failure kept (:func:`kubectl` asserts success)."""
+    return subprocess.run(
+        [*cluster.kubectl(), *args], input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @contextlib.contextmanager

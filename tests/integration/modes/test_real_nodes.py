@@ -43,6 +43,7 @@ from tests.integration.helpers import (
     deployment,
     expect_clean,
     kubectl,
+    kubectl_run,
     liqoctl,
     purge,
     running_pods,
@@ -165,12 +166,13 @@ async def service_answers(laptop: Site, client_namespace: str, address: str, exp
     heard: set[str] = set()
 
     async def everyone() -> bool:
+        # A replica not reachable yet is a connection that fails (within 5 s), and the next look asks again.
         said = await asyncio.to_thread(
-            kubectl, laptop.cluster, "exec", "-n", client_namespace, "client", "--",
-            "socat", "-t3", "-T5", "-", f"TCP:{address}:80",
+            kubectl_run, laptop.cluster, "exec", "-n", client_namespace, "client", "--",
+            "socat", "-t3", "-T5", "-", f"TCP:{address}:80,connect-timeout=5",
             stdin="", timeout=30,
         )  # fmt: skip
-        heard.update(re.findall(r"answered by (\S+)", said))
+        heard.update(re.findall(r"answered by (\S+)", said.stdout))
         return expected <= heard
 
     await eventually(

@@ -47,7 +47,7 @@ from liqo.network import agent, gateway_loop, gateway_objects, rules
 # with the address it came from; the pod also serves as a client.
 from liqo.network.testplan import SERVER, TCP_PORT, UDP_PORT
 from liqo.peering import operations
-from tests.integration.helpers import LocalCluster, kubectl, liqoctl, unique
+from tests.integration.helpers import LocalCluster, kubectl, kubectl_run, liqoctl, unique
 from tests.integration.network.fabric import POD_CIDR, Side, in_node, node_routes, started_side
 from tests.shared import eventually
 
@@ -666,7 +666,7 @@ def by_policy(error: ApiError | str, message: str) -> None:
 
 def kubectl_refused(cluster: LocalCluster, *args: str) -> str:
     """What kubectl says when the API server refuses ``args`` (it must)."""
-    result = subprocess.run([*cluster.kubectl(), *args], capture_output=True, text=True, timeout=60, check=False)
+    result = kubectl_run(cluster, *args)
     assert result.returncode != 0, f"kubectl {' '.join(args)} was accepted: {result.stdout}"
     return result.stderr
 

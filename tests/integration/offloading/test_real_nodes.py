@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +24,9 @@ from liqo.localclusters.realnodes import images
 from liqo.localclusters.realnodes.volumes import STORAGE_CLASS
 from liqo.localclusters.spec import ClusterSpec
 from tests.integration.helpers import (
-    LocalCluster,
     Site,
     kubectl,
+    kubectl_run,
     offloaded_to,
     pod,
     port_forward,
@@ -47,11 +46,6 @@ pytestmark = [
 
 TOOLBOX = images.TOOLBOX_PINNED
 SERVER = ["sh", "-c", "echo started; exec socat TCP-LISTEN:8080,fork,reuseaddr SYSTEM:'echo pong'"]
-
-
-def kubectl_run(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """kubectl against ``cluster``, its failure kept (``kubectl`` asserts success)."""
-    return subprocess.run([*cluster.kubectl(), *args], capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture(scope="module")

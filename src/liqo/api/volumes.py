@@ -44,6 +44,11 @@ def selected_node(claim: Mapping[str, Any]) -> str | None:
     return str(node) if node else None
 
 
+def pending(claim: Mapping[str, Any]) -> bool:
+    """Whether a claim waits for its volume (phase ``Pending``, which a claim just made has not written yet)."""
+    return bool((claim.get("status") or {}).get("phase", "Pending") == "Pending")
+
+
 def requested(claim: Mapping[str, Any]) -> Decimal:
     """The storage a claim asks for (0 when it names none, which the API refuses anyway)."""
     value = ((claim.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage")

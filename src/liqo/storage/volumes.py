@@ -33,6 +33,7 @@ from liqo.api.volumes import (
     DEFAULT_CLASS,
     SELECTED_NODE,
     node_affinity,
+    pending,
     pre_bound_volume,
     selected_node,
     volume_name,
@@ -119,7 +120,7 @@ def decide(
     meta, spec = claim.get("metadata", {}), claim.get("spec") or {}
     if exists or meta.get("deletionTimestamp") or spec.get("volumeName"):
         return None
-    if (claim.get("status") or {}).get("phase", "Pending") != "Pending":
+    if not pending(claim):
         return None
     node = selected_node(claim)
     if node is None:

@@ -44,7 +44,6 @@ NOT_OURS = {
     ("kube/podstate.py", "Pending"): "a pod's phase",
     ("kube/podstate.py", "Ready"): "a pod's condition type",
     ("localclusters/clusters.py", "Ready"): "a Node's condition type",
-    ("localclusters/realnodes/volumes.py", "Pending"): "a PersistentVolumeClaim's phase",
     ("localclusters/supervisor.py", "Waiting"): "a local component's state",
     ("localclusters/supervisor.py", "Pending"): "a local component's state",
     ("network/testrun.py", "Ready"): "a Node's condition type",

@@ -34,6 +34,7 @@ from liqo.api.volumes import (
     SELECTED_NODE,
     node_affinity,
     node_of,
+    pending,
     pre_bound_volume,
     provisioned_by,
     requested,
@@ -148,7 +149,7 @@ def decide(
     meta, spec = claim.get("metadata", {}), claim.get("spec") or {}
     if exists or meta.get("deletionTimestamp") or spec.get("volumeName"):
         return None
-    if (claim.get("status") or {}).get("phase", "Pending") != "Pending":
+    if not pending(claim):
         return None
     node = (meta.get("annotations") or {}).get(SELECTED_NODE)
     if node is None:

@@ -36,8 +36,8 @@ LABEL_PREFIX = "storage.liqo.io/"
 VIRTUAL_CLASS = "liqo"
 """The consumer's StorageClass whose claims are provisioned where their first pod lands: on a provider, by the
 class it offers; on a local node, by the cluster's default class."""
-VIRTUAL_PROVISIONER = "storage.liqo.io/virtual"
-"""The provisioner the virtual class names: the consumer's manager."""
+VIRTUAL_PROVISIONER = "virtual.storage.liqo.io"
+"""The provisioner the virtual class names (the consumer's manager), and the CSI driver its PVs on providers name."""
 CLASS_ANNOTATION = "storage.liqo.io/class"
 """On a claim of the virtual class: the provider's class to use when a provider offers more than one."""
 STORAGE_NAMESPACE = LIQO_NAMESPACE

@@ -16,6 +16,7 @@ follows the same steps for a class that waits for its first consumer:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +32,18 @@ CLAIM_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 """A StorageClass annotated ``"true"`` serves the claims that name none."""
 HOSTNAME = "kubernetes.io/hostname"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A claim that cannot be provisioned as it is, said in a Warning Event.
+
+    ``reschedule`` clears its selected node, for the scheduler to place its pod again.
+    """
+
+    reason: str
+    message: str
+    reschedule: bool = False
 
 
 def volume_name(claim: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from liqo.api.resources import VIRTUAL_NODES
 from liqo.api.storage import STORAGE_NAMESPACE, VIRTUAL_CLASS, VIRTUAL_PROVISIONER
-from liqo.api.volumes import SELECTED_NODE, reclaimable, volume_name
+from liqo.api.volumes import SELECTED_NODE, Refusal, reclaimable, volume_name
 from liqo.kube.cache import SharedInformers
 from liqo.kube.client import KubeClient
 from liqo.kube.component import Component
@@ -34,7 +34,7 @@ from liqo.kube.resources import (
     object_key,
 )
 from liqo.storage import volumes
-from liqo.storage.volumes import MakeBacking, MakeVolume, Refusal
+from liqo.storage.volumes import MakeBacking, MakeVolume
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from liqo.api.storage import STORAGE_NAMESPACE, VIRTUAL_CLASS, VIRTUAL_PROVISION
 from liqo.api.volumes import (
     DEFAULT_CLASS,
     SELECTED_NODE,
+    Refusal,
     node_affinity,
     pending,
     pre_bound_volume,
@@ -64,15 +65,6 @@ class MakeBacking:
     """Create this real claim in :data:`STORAGE_NAMESPACE`, which a local class's provisioner serves."""
 
     claim: Obj
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """The claim cannot be provisioned where its pod was placed: an Event; ``reschedule`` clears the node."""
-
-    reason: str
-    message: str
-    reschedule: bool = False
 
 
 Decision = MakeVolume | MakeBacking | Refusal | None

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from liqo.api import volumes as volume_protocol
 from liqo.api.quantity import parse_quantity
+from liqo.api.volumes import Refusal
 from liqo.localclusters.realnodes import volumes
-from liqo.localclusters.realnodes.volumes import Provision, Refusal
+from liqo.localclusters.realnodes.volumes import Provision
 
 GI = Decimal(2**30)
 CLASS = volumes.storage_class()

@@ -8,10 +8,10 @@ import pytest
 
 from liqo.api import names
 from liqo.api.storage import STORAGE_NAMESPACE, VIRTUAL_CLASS, VIRTUAL_PROVISIONER
-from liqo.api.volumes import DEFAULT_CLASS, PROVISIONED_BY, SELECTED_NODE, node_of
+from liqo.api.volumes import DEFAULT_CLASS, PROVISIONED_BY, SELECTED_NODE, Refusal, node_of
 from liqo.kube.objects import Obj
 from liqo.storage import volumes
-from liqo.storage.volumes import MakeBacking, MakeVolume, Refusal
+from liqo.storage.volumes import MakeBacking, MakeVolume
 
 PROVIDERS = {"liqo-milan": "milan-id"}
 LOCAL = frozenset({"rome-real-1", "liqo-milan"})

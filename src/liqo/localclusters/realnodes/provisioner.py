@@ -23,6 +23,7 @@ from pathlib import Path
 
 from liqo.api import volumes as volume_protocol
 from liqo.api.quantity import parse_quantity
+from liqo.api.volumes import Refusal
 from liqo.kube import kubeconfig
 from liqo.kube.client import KubeClient
 from liqo.kube.controller import Controller
@@ -32,7 +33,7 @@ from liqo.kube.informer import Informer
 from liqo.kube.objects import Obj
 from liqo.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES, object_key
 from liqo.localclusters.realnodes import volumes
-from liqo.localclusters.realnodes.volumes import Provision, Refusal
+from liqo.localclusters.realnodes.volumes import Provision
 
 log = logging.getLogger("liqo.localclusters.provisioner")
 

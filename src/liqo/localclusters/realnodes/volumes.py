@@ -32,6 +32,7 @@ from liqo.api.quantity import format_quantity, parse_quantity
 from liqo.api.volumes import (
     DEFAULT_CLASS,
     SELECTED_NODE,
+    Refusal,
     node_affinity,
     node_of,
     pending,
@@ -101,15 +102,6 @@ class Provision:
     node: str
     name: str
     volume: Obj
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """This claim cannot be provisioned as it is: say why (an Event); ``reschedule`` clears its selected node."""
-
-    reason: str
-    message: str
-    reschedule: bool = False
 
 
 def is_ours(obj: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> bool:

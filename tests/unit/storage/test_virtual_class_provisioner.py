@@ -77,13 +77,19 @@ async def test_a_claim_on_a_virtual_node_gets_its_pv_once_and_a_released_one_is_
     assert api.stored(PERSISTENT_VOLUMES, "pvc-u-1") is None
 
 
-async def test_a_claim_on_a_local_node_gets_a_real_claim_then_a_pv_and_both_go_with_it() -> None:
+async def backed_local_claim() -> tuple[FakeApi, VirtualClassProvisioner, Obj]:
+    """A claim placed on the local node rome-1, provisioned once: its real claim made in liqo's namespace."""
     api = FakeApi()
     storage = provisioner(api)
     put(storage.claims, claim("rome-1"))
     await storage.provision("shop/data")
     backing = api.stored(PERSISTENT_VOLUME_CLAIMS, "pvc-u-1", namespace=STORAGE_NAMESPACE)
     assert backing is not None
+    return api, storage, backing
+
+
+async def test_a_claim_on_a_local_node_gets_a_real_claim_then_a_pv_and_both_go_with_it() -> None:
+    api, storage, backing = await backed_local_claim()
     assert backing["metadata"]["annotations"][BACKS] == "shop/data"
     assert api.stored(PERSISTENT_VOLUMES, "pvc-u-1") is None  # not before the real claim is bound
 
@@ -105,12 +111,7 @@ async def test_a_claim_on_a_local_node_gets_a_real_claim_then_a_pv_and_both_go_w
 
 
 async def test_a_real_claim_made_for_a_claim_deleted_before_its_pv_is_deleted() -> None:
-    api = FakeApi()
-    storage = provisioner(api)
-    put(storage.claims, claim("rome-1"))
-    await storage.provision("shop/data")
-    backing = api.stored(PERSISTENT_VOLUME_CLAIMS, "pvc-u-1", namespace=STORAGE_NAMESPACE)
-    assert backing is not None
+    api, storage, backing = await backed_local_claim()
     put(storage.claims, backing)
     await storage.reclaim("pvc-u-1")
     assert api.stored(PERSISTENT_VOLUME_CLAIMS, "pvc-u-1", namespace=STORAGE_NAMESPACE) is not None  # still wanted
